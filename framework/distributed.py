@@ -1,0 +1,100 @@
+"""Horovod, when the job runs under ``horovodrun``; a single worker otherwise.
+
+Everything here degrades to the single-process answer when Horovod is not
+initialised, so the trainer and ``optimize_loss`` call it unconditionally.
+Keras 3 variables are passed to Horovod as their underlying tf.Variables
+(Horovod's own Keras helpers do not accept Keras 3 variables).
+"""
+
+import os
+
+import tensorflow as tf
+
+_LAUNCHER_VARIABLES = ('HOROVOD_RANK', 'HOROVOD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
+
+
+def launched_by_horovodrun():
+  """Whether this process was started by horovodrun (or mpirun) with more than one worker."""
+  return any(v in os.environ for v in _LAUNCHER_VARIABLES)
+
+
+def import_horovod():
+  """Imports horovod.tensorflow, with a one-line error naming the fix when it is missing."""
+  try:
+    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+  except ImportError as exc:
+    raise RuntimeError('Horovod is not installed in this environment: run `bash scripts/setup.sh`, '
+                       f'which builds horovod==0.28.1 with gloo ({exc})') from None
+  return hvd
+
+
+_HVD = None
+
+
+def init():
+  """Initialises Horovod once and returns the module."""
+  global _HVD
+  if _HVD is None:
+    hvd = import_horovod()
+    hvd.init()
+    _HVD = hvd
+  return _HVD
+
+
+def horovod():
+  """The initialised horovod.tensorflow module, or None in a single-process job."""
+  return _HVD
+
+
+def size():
+  return _HVD.size() if _HVD is not None else 1
+
+
+def rank():
+  return _HVD.rank() if _HVD is not None else 0
+
+
+def local_rank():
+  return _HVD.local_rank() if _HVD is not None else 0
+
+
+def is_chief():
+  return rank() == 0
+
+
+def allreduce_average(grads, compression=None):
+  """Averages a list of tensors over workers with one grouped allreduce.
+
+  Args:
+    grads: tensors (None entries pass through unchanged).
+    compression: None/'none', or 'fp16' to send float16.
+
+  Returns:
+    The averaged tensors, in order.
+  """
+  if _HVD is None or _HVD.size() == 1:
+    return list(grads)
+  present = [i for i, g in enumerate(grads) if g is not None]
+  codec = _HVD.Compression.fp16 if compression == 'fp16' else _HVD.Compression.none
+  reduced = _HVD.grouped_allreduce([tf.convert_to_tensor(grads[i]) for i in present],
+                                   op=_HVD.Average, compression=codec)
+  result = list(grads)
+  for i, r in zip(present, reduced):
+    result[i] = r
+  return result
+
+
+def broadcast_variables(variables, root_rank=0):
+  """Copies the values of ``variables`` (Keras 3 or tf.Variables) from ``root_rank`` to all workers."""
+  if _HVD is None or _HVD.size() == 1:
+    return
+  for v in variables:
+    target = v.value if hasattr(v, 'value') and not isinstance(v, tf.Variable) else v
+    target.assign(_HVD.broadcast(tf.convert_to_tensor(target), root_rank=root_rank))
+
+
+def average_scalar(value):
+  """The mean of a Python number over workers."""
+  if _HVD is None or _HVD.size() == 1:
+    return float(value)
+  return float(_HVD.allreduce(tf.constant(float(value), tf.float64), op=_HVD.Average).numpy())

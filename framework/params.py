@@ -1,0 +1,144 @@
+"""Declared parameters and their validation.
+
+Every configurable object (a model, a data layer, the trainer itself) declares
+the parameters it accepts as a dict ``name -> Param``. ``check_params`` checks a
+user's dict against it and returns a new dict with defaults filled in: unknown
+keys, wrong types, bad choices and missing required keys raise
+:class:`ConfigError` with a one-line message naming the key path, what was
+given and what is allowed. The caller's dict is never modified.
+"""
+
+import copy
+
+from framework.registry import closest
+
+
+class ConfigError(ValueError):
+  """A configuration mistake; the message is one line meant for the user."""
+
+
+class _Required:
+  def __repr__(self):
+    return 'REQUIRED'
+
+
+REQUIRED = _Required()
+
+_TYPE_NAMES = {bool: 'a boolean', int: 'an integer', float: 'a number', str: 'a string',
+               list: 'a list', dict: 'a mapping', type(None): 'null'}
+
+
+def type_name(types):
+  """Describes a type or a tuple of types in words, for error messages."""
+  if not isinstance(types, tuple):
+    types = (types,)
+  names = [_TYPE_NAMES.get(t, getattr(t, '__name__', str(t))) for t in types]
+  return ' or '.join(dict.fromkeys(names))
+
+
+def is_instance(value, types):
+  """isinstance with the config conventions: an int is a valid float, a bool is not an int."""
+  if not isinstance(types, tuple):
+    types = (types,)
+  if isinstance(value, bool):
+    return bool in types or object in types
+  if isinstance(value, int) and float in types:
+    return True
+  return isinstance(value, types)
+
+
+class Param:
+  """One declared parameter.
+
+  Args:
+    types: a type or tuple of accepted types (``object`` accepts anything,
+      ``callable`` accepts any callable).
+    default: the value when the key is absent, or ``REQUIRED``.
+    choices: when given, the value must be one of them (strings compare
+      case-insensitively when ``case_insensitive``).
+    check: optional ``f(value) -> str or None``; a returned string is the
+      reason the value is rejected ("must be positive").
+    doc: one line shown in documentation.
+  """
+
+  def __init__(self, types, default=None, choices=None, check=None, doc='',
+               case_insensitive=False):
+    self.types = types
+    self.default = default
+    self.choices = choices
+    self.check = check
+    self.doc = doc
+    self.case_insensitive = case_insensitive
+
+  @property
+  def required(self):
+    return self.default is REQUIRED
+
+  def validate(self, value, path):
+    """Returns ``value`` when valid; raises ConfigError naming ``path`` otherwise."""
+    if self.types is callable:
+      if not callable(value):
+        raise ConfigError(f'{path}: expected a callable, got {value!r}')
+    elif not is_instance(value, self.types):
+      if not (value is None and self.default is None):
+        raise ConfigError(f'{path}: expected {type_name(self.types)}, got {value!r} '
+                          f'({type(value).__name__})')
+    if self.choices is not None and value is not None and isinstance(value, (str, int, float)):
+      if self.case_insensitive and isinstance(value, str):
+        ok = value.lower() in [str(c).lower() for c in self.choices]
+      else:
+        ok = value in self.choices
+      if not ok:
+        guess = closest(value, self.choices)
+        hint = f' (did you mean {guess!r}?)' if guess is not None else ''
+        allowed = ', '.join(repr(c) for c in self.choices)
+        raise ConfigError(f'{path}: {value!r} is not allowed{hint}; allowed: {allowed}')
+    if self.check is not None and value is not None:
+      reason = self.check(value)
+      if reason:
+        raise ConfigError(f'{path}: {reason}, got {value!r}')
+    return value
+
+
+def positive(value):
+  return None if value > 0 else 'must be > 0'
+
+
+def non_negative(value):
+  return None if value >= 0 else 'must be >= 0'
+
+
+def check_params(params, schema, path):
+  """Validates ``params`` against ``schema`` and fills in defaults.
+
+  Args:
+    params: the user's dict (None means empty).
+    schema: dict ``name -> Param``.
+    path: the key path of ``params`` in the config, e.g. ``model_params``.
+
+  Returns:
+    A new dict holding every declared key.
+
+  Raises:
+    ConfigError: for an unknown key (with the closest known key), a wrong type
+      or value, or a missing required key.
+  """
+  if params is None:
+    params = {}
+  if not isinstance(params, dict):
+    raise ConfigError(f'{path}: expected a mapping, got {params!r}')
+  for key in params:
+    if key not in schema:
+      guess = closest(key, schema)
+      hint = f' (did you mean {path}.{guess}?)' if guess is not None else ''
+      allowed = ', '.join(sorted(schema)) or 'none'
+      raise ConfigError(f'{path}.{key}: unknown key{hint}; allowed keys: {allowed}')
+  result = {}
+  for key, spec in schema.items():
+    if key in params:
+      result[key] = spec.validate(params[key], f'{path}.{key}')
+    elif spec.required:
+      raise ConfigError(f'{path}.{key}: required key is missing ({spec.doc or type_name(spec.types)})')
+    else:
+      result[key] = copy.deepcopy(spec.default)
+  return result

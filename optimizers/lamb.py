@@ -1,0 +1,120 @@
+"""LAMB: layer-wise adaptive moments for large-batch training.
+
+References:
+  You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.
+  Large Batch Optimization for Deep Learning: Training BERT in 76 minutes.
+  arXiv:1904.00962, 2019.
+"""
+
+import keras
+import tensorflow as tf
+
+from optimizers import tf1_compat
+
+
+def lamb_direction(m_hat, v_hat, w, epsilon, weight_decay):
+  """The LAMB update direction u = m̂/(√v̂ + ε) + wd·w."""
+  return m_hat / (tf.sqrt(v_hat) + epsilon) + weight_decay * w
+
+
+def lamb_trust_ratio(w_norm, u_norm):
+  """‖w‖/‖u‖, or 1 when either norm is 0."""
+  usable = tf.logical_and(w_norm > 0.0, u_norm > 0.0)
+  return tf.where(usable, w_norm / tf.where(usable, u_norm, 1.0), tf.ones_like(w_norm))
+
+
+class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
+  """LAMB: Adam moments with bias correction and a layer-wise trust ratio.
+
+  With t the 1-based step: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g²,
+  m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), u = m̂/(√v̂+ε) + wd·w,
+  w ← w − lr·(‖w‖/‖u‖)·u (the ratio is 1 when a norm is 0).
+
+  Args:
+    learning_rate: a float, a Keras LearningRateSchedule, or a zero-argument callable.
+    beta_1: decay of the first moment, in [0, 1).
+    beta_2: decay of the second moment, in [0, 1).
+    epsilon: added to √v̂ (> 0).
+    weight_decay: coefficient of w in u (>= 0).
+    exclude_from_weight_decay: strings; variables whose name or path contains one
+      get no weight decay.
+    exclude_from_layer_adaptation: strings; variables whose name or path contains
+      one use a trust ratio of 1. Defaults to ``exclude_from_weight_decay``.
+    name: the optimizer's name.
+    **kwargs: other Keras optimizer arguments.
+  """
+
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+               weight_decay=0.0, exclude_from_weight_decay=None,
+               exclude_from_layer_adaptation=None, name='LAMB', **kwargs):
+    for key, value in (('learning_rate', learning_rate), ('weight_decay', weight_decay),
+                       ('epsilon', epsilon)):
+      if isinstance(value, (int, float)) and value < 0:
+        raise ValueError(f'LAMB: {key} must be >= 0, got {value!r}')
+    for key, value in (('beta_1', beta_1), ('beta_2', beta_2)):
+      if not 0.0 <= value < 1.0:
+        raise ValueError(f'LAMB: {key} must be in [0, 1), got {value!r}')
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    self.beta_1 = float(beta_1)
+    self.beta_2 = float(beta_2)
+    self.epsilon = float(epsilon)
+    self.weight_decay = float(weight_decay)
+    self.decay_exclusions = list(exclude_from_weight_decay or [])
+    if exclude_from_layer_adaptation is None:
+      self.adaptation_exclusions = list(self.decay_exclusions)
+    else:
+      self.adaptation_exclusions = list(exclude_from_layer_adaptation)
+    self._explicit_adaptation_exclusions = exclude_from_layer_adaptation is not None
+
+  def build(self, var_list):
+    if self.built:
+      return
+    super().build(var_list)
+    self._m = self.add_optimizer_variables(var_list, 'm')
+    self._v = self.add_optimizer_variables(var_list, 'v')
+    self._decays = [not tf1_compat.matches_any(v, self.decay_exclusions) for v in var_list]
+    self._adapts = [not tf1_compat.matches_any(v, self.adaptation_exclusions) for v in var_list]
+
+  def _apply_weight_decay(self, variables):
+    # Weight decay is part of the LAMB direction u, before the trust ratio.
+    return
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+    var = tf1_compat.unwrap(variable)
+    m = tf1_compat.unwrap(self._m[index])
+    v = tf1_compat.unwrap(self._v[index])
+    g = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
+    t = tf.cast(self.iterations + 1, tf.float32)
+    m.assign(self.beta_1 * m + (1.0 - self.beta_1) * tf.cast(g, m.dtype))
+    v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.cast(tf.square(g), v.dtype))
+    m_hat = tf.cast(m, tf.float32) / (1.0 - tf.pow(self.beta_1, t))
+    v_hat = tf.cast(v, tf.float32) / (1.0 - tf.pow(self.beta_2, t))
+    w = tf.cast(var, tf.float32)
+    wd = self.weight_decay if self._decays[index] else 0.0
+    u = lamb_direction(m_hat, v_hat, w, self.epsilon, wd)
+    if self._adapts[index]:
+      ratio = lamb_trust_ratio(tf.norm(w), tf.norm(u))
+    else:
+      ratio = 1.0
+    var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
+
+  def get_slot_names(self):
+    """The names of the per-variable slots: ``['m', 'v']``."""
+    return ['m', 'v']
+
+  def _slot_lists(self):
+    return {'m': self._m, 'v': self._v}
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        'beta_1': self.beta_1,
+        'beta_2': self.beta_2,
+        'epsilon': self.epsilon,
+        'weight_decay': self.weight_decay,
+        'exclude_from_weight_decay': self.decay_exclusions or None,
+        'exclude_from_layer_adaptation': (self.adaptation_exclusions
+                                          if self._explicit_adaptation_exclusions else None),
+    })
+    return config

@@ -1,0 +1,201 @@
+"""LARS: layer-wise adaptive rate scaling, as ``tf.contrib.opt.LARSOptimizer``.
+
+The class is a Keras 3 optimizer (``model.compile(optimizer=LARSOptimizer(...))``
+works) that also keeps the TF 1 optimizer methods users port code with:
+``compute_gradients``, ``apply_gradients(grads_and_vars, global_step)``,
+``minimize``, ``get_slot``, ``get_slot_names``, ``variables()`` and ``get_name``.
+
+The math lives in plain tensor functions (``trust_ratio``, ``lars_momentum_update``)
+so it can be tested and fused independently of the class.
+
+References:
+  You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
+  arXiv:1708.03888, 2017.
+"""
+
+import keras
+import tensorflow as tf
+
+from optimizers import tf1_compat
+
+
+def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
+  """The LARS trust ratio eeta·‖w‖ / (‖g‖ + wd·‖w‖ + ε), or 1 when either norm is 0.
+
+  Args:
+    w_norm: float32 scalar (or vector, one entry per variable), ‖w‖.
+    g_norm: float32 scalar (or vector), ‖g‖.
+    eeta: the LARS coefficient.
+    weight_decay: the L2 coefficient that is folded into the gradient.
+    epsilon: added to the denominator.
+
+  Returns:
+    A float32 tensor shaped like the norms.
+  """
+  ratio = eeta * w_norm / (g_norm + weight_decay * w_norm + epsilon)
+  usable = tf.logical_and(w_norm > 0.0, g_norm > 0.0)
+  # The division above may be 0/0 when both norms vanish; tf.where discards it.
+  return tf.where(usable, ratio, tf.ones_like(ratio))
+
+
+def lars_momentum_update(var, momentum_slot, grad, scaled_lr, momentum, use_nesterov):
+  """Applies v ← m·v + lr·g; w ← w − v (or w − (lr·g + m·v) with Nesterov).
+
+  Args:
+    var: the tf.Variable to update.
+    momentum_slot: its momentum tf.Variable.
+    grad: the (weight-decayed) gradient, a dense tensor.
+    scaled_lr: the learning rate for this variable (scalar).
+    momentum: the momentum coefficient.
+    use_nesterov: whether to use Nesterov momentum.
+  """
+  grad = tf.cast(grad, var.dtype)
+  scaled_lr = tf.cast(scaled_lr, var.dtype)
+  momentum = tf.cast(momentum, var.dtype)
+  velocity = momentum * momentum_slot + scaled_lr * grad
+  momentum_slot.assign(velocity)
+  if use_nesterov:
+    var.assign_sub(scaled_lr * grad + momentum * velocity)
+  else:
+    var.assign_sub(velocity)
+
+
+def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, use_nesterov):
+  """Plain momentum on the rows of an IndexedSlices gradient (the TF 1 sparse fallback).
+
+  As ``tf.compat.v1.train.MomentumOptimizer`` does for sparse gradients: only
+  the rows named by the indices change, with accum ← m·accum + g and
+  var ← var − lr·accum (Nesterov: var ← var − lr·(g + m·accum)). Duplicate
+  indices are summed first.
+  """
+  values, indices = tf1_compat.deduplicate(grad)
+  values = tf.cast(values, var.dtype)
+  lr = tf.cast(learning_rate, var.dtype)
+  momentum = tf.cast(momentum, var.dtype)
+  accum = momentum * tf.gather(momentum_slot, indices) + values
+  momentum_slot.scatter_update(tf.IndexedSlices(accum, indices))
+  step = lr * (values + momentum * accum) if use_nesterov else lr * accum
+  var.scatter_sub(tf.IndexedSlices(step, indices))
+
+
+def _check_non_negative(**values):
+  for name, value in values.items():
+    if isinstance(value, (int, float)) and value < 0:
+      raise ValueError(f'LARSOptimizer: {name} must be >= 0, got {value!r}')
+
+
+class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
+  """Layer-wise Adaptive Rate Scaling with momentum.
+
+  For each variable w with gradient g that is not skipped:
+  trust = eeta·‖w‖ / (‖g‖ + weight_decay·‖w‖ + epsilon) (1 when a norm is 0),
+  g' = g + weight_decay·w, v ← momentum·v + lr·trust·g', w ← w − v.
+  Skipped variables (``skip_list``) use lr and g unchanged.
+
+  Args:
+    learning_rate: a float, a Keras LearningRateSchedule, or a zero-argument callable.
+    momentum: momentum coefficient (>= 0).
+    weight_decay: L2 coefficient folded into the gradient (>= 0).
+    eeta: LARS coefficient (>= 0), the trust in the layer-wise ratio.
+    epsilon: added to the trust-ratio denominator (>= 0).
+    name: the optimizer's name.
+    skip_list: strings; a variable whose name or path contains one of them gets
+      neither the trust ratio nor weight decay (e.g. ``['batch_normalization', 'bias']``).
+    use_nesterov: use Nesterov momentum.
+    **kwargs: other Keras optimizer arguments (``clipnorm``, ``global_clipnorm``, ...).
+
+  Raises:
+    ValueError: for a negative learning_rate, momentum, weight_decay, eeta or epsilon.
+  """
+
+  def __init__(self, learning_rate, momentum=0.9, weight_decay=0.0001, eeta=0.001,
+               epsilon=0.0, name='LARSOptimizer', skip_list=None, use_nesterov=False,
+               **kwargs):
+    _check_non_negative(learning_rate=learning_rate, momentum=momentum,
+                        weight_decay=weight_decay, eeta=eeta, epsilon=epsilon)
+    if skip_list is not None and (isinstance(skip_list, str) or
+                                  not all(isinstance(s, str) for s in skip_list)):
+      raise ValueError(f'LARSOptimizer: skip_list must be a list of strings, got {skip_list!r}')
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    self.momentum = float(momentum)
+    # Stored under the Keras name so get_config is familiar; the Keras base
+    # class's decoupled decay is disabled below because LARS folds it into g.
+    self.weight_decay = float(weight_decay)
+    self.eeta = float(eeta)
+    self.epsilon = float(epsilon)
+    self.skip_list = list(skip_list) if skip_list is not None else None
+    self.use_nesterov = bool(use_nesterov)
+
+  def build(self, var_list):
+    if self.built:
+      return
+    super().build(var_list)
+    self._momentums = self.add_optimizer_variables(var_list, 'momentum')
+    self._skipped = [self.is_skipped(v) for v in var_list]
+
+  def _apply_weight_decay(self, variables):
+    # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
+    return
+
+  def is_skipped(self, var):
+    """Whether ``var`` is excluded from the trust ratio and weight decay."""
+    return tf1_compat.matches_any(var, self.skip_list)
+
+  def _skipped_for(self, var):
+    if self.built:
+      try:
+        return self._skipped[self._get_variable_index(var)]
+      except KeyError:
+        pass
+    return self.is_skipped(var)
+
+  def compute_lr(self, grad, var, learning_rate=None):
+    """Returns (scaled_lr, grad') for one variable, as tf.contrib.opt's LARS does.
+
+    Args:
+      grad: the gradient of ``var`` (a dense tensor).
+      var: the variable (Keras or tf.Variable).
+      learning_rate: the base learning rate; defaults to the optimizer's current one.
+
+    Returns:
+      ``(lr·trust, g + weight_decay·w)`` for a variable that is not skipped,
+      ``(lr, g)`` for a skipped one.
+    """
+    lr = self.learning_rate if learning_rate is None else learning_rate
+    lr = tf.cast(lr, tf.float32)
+    if self._skipped_for(var):
+      return lr, grad
+    w = tf.convert_to_tensor(var)
+    w_norm = tf.norm(tf.cast(w, tf.float32))
+    g_norm = tf.norm(tf.cast(grad, tf.float32))
+    ratio = trust_ratio(w_norm, g_norm, self.eeta, self.weight_decay, self.epsilon)
+    return lr * ratio, grad + tf.cast(self.weight_decay, grad.dtype) * tf.cast(w, grad.dtype)
+
+  def update_step(self, gradient, variable, learning_rate):
+    slot = tf1_compat.unwrap(self._momentums[self._get_variable_index(variable)])
+    tf_var = tf1_compat.unwrap(variable)
+    if isinstance(gradient, tf.IndexedSlices):
+      sparse_momentum_update(tf_var, slot, gradient, learning_rate, self.momentum,
+                             self.use_nesterov)
+      return
+    scaled_lr, grad = self.compute_lr(gradient, variable, learning_rate)
+    lars_momentum_update(tf_var, slot, grad, scaled_lr, self.momentum, self.use_nesterov)
+
+  def get_slot_names(self):
+    """The names of the per-variable slots: ``['momentum']``."""
+    return ['momentum']
+
+  def _slot_lists(self):
+    return {'momentum': self._momentums}
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        'momentum': self.momentum,
+        'weight_decay': self.weight_decay,
+        'eeta': self.eeta,
+        'epsilon': self.epsilon,
+        'skip_list': self.skip_list,
+        'use_nesterov': self.use_nesterov,
+    })
+    return config

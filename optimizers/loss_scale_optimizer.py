@@ -1,0 +1,143 @@
+"""``MixedPrecisionLossScaleOptimizer``: loss scaling around any optimizer.
+
+The TF 2 counterpart of ``tf.train.experimental.MixedPrecisionLossScaleOptimizer``:
+``compute_gradients`` multiplies the loss by the loss scale and divides the
+gradients by it; ``apply_gradients`` applies them only when every gradient is
+finite (otherwise no variable changes and ``global_step`` stays), and advances
+the loss scale either way.
+"""
+
+import tensorflow as tf
+
+from optimizers import stages
+from optimizers import tf1_compat
+from optimizers.automatic_loss_scaler import gradient_stats
+from optimizers.automatic_loss_scaler import make_loss_scaler
+
+
+def apply_to(optimizer, grads_and_vars):
+  """Applies (gradient, variable) pairs with a Keras 3 optimizer, building it first if needed."""
+  grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+  if not grads_and_vars:
+    raise ValueError(f'{optimizer.name}: no gradients provided for any variable')
+  build(optimizer, [v for _, v in grads_and_vars])
+  grads, variables = zip(*grads_and_vars)
+  optimizer.apply(list(grads), list(variables))
+
+
+def build(optimizer, var_list):
+  """Builds a Keras optimizer's slots outside any tf.function or tf.cond being traced."""
+  if not optimizer.built:
+    with tf.init_scope():
+      optimizer.build(list(var_list))
+
+
+class MixedPrecisionLossScaleOptimizer(tf.Module):
+  """Wraps an optimizer with loss scaling and skipping of non-finite steps.
+
+  Args:
+    opt: the optimizer to wrap (a Keras 3 optimizer, e.g. ``LARSOptimizer``).
+    loss_scale: a positive number (static), ``'dynamic'`` (starts at 2**15, ×2
+      after 2000 finite steps, ÷2 on overflow, never below 1) or a scaler such
+      as ``AutomaticLossScaler``.
+
+  Raises:
+    ValueError: for any other ``loss_scale``.
+  """
+
+  GATE_NONE = tf1_compat.TF1OptimizerMixin.GATE_NONE
+  GATE_OP = tf1_compat.TF1OptimizerMixin.GATE_OP
+  GATE_GRAPH = tf1_compat.TF1OptimizerMixin.GATE_GRAPH
+
+  def __init__(self, opt, loss_scale, name=None):
+    super().__init__(name=name or f'{getattr(opt, "name", "optimizer")}_loss_scale')
+    self._optimizer = opt
+    self.scaler = make_loss_scaler(loss_scale)
+
+  @property
+  def optimizer(self):
+    """The wrapped optimizer."""
+    return self._optimizer
+
+  @property
+  def loss_scale(self):
+    """The current loss scale (a float32 tensor)."""
+    return self.scaler.loss_scale
+
+  def get_name(self):
+    return self._optimizer.name
+
+  def get_slot(self, var, name):
+    return self._optimizer.get_slot(var, name)
+
+  def get_slot_names(self):
+    return self._optimizer.get_slot_names()
+
+  @property
+  def variables(self):
+    """The wrapped optimizer's variables followed by the loss scaler's."""
+    inner = self._optimizer.variables
+    inner = inner() if callable(inner) else inner
+    return tf1_compat.CallableList(list(inner) + list(self.scaler.variables))
+
+  def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
+                        aggregation_method=None, colocate_gradients_with_ops=False,
+                        grad_loss=None, tape=None):
+    """Gradients of loss × loss_scale, divided by loss_scale, as float32.
+
+    Args:
+      loss: a zero-argument callable returning the loss.
+      var_list: the variables (required unless the wrapped optimizer is built).
+      gate_gradients, aggregation_method, colocate_gradients_with_ops, grad_loss,
+        tape: accepted for compatibility; ``loss`` must be a callable.
+
+    Returns:
+      A list of (float32 gradient or None, variable) pairs.
+    """
+    del gate_gradients, aggregation_method, colocate_gradients_with_ops, grad_loss, tape
+    if not callable(loss):
+      raise ValueError(f'{self.name}: loss must be a zero-argument callable in TF 2')
+    if var_list is None:
+      if not getattr(self._optimizer, 'built', False):
+        raise ValueError(f'{self.name}: var_list is required; pass model.trainable_variables')
+      var_list = self._optimizer._trainable_variables  # pylint: disable=protected-access
+    var_list = list(var_list)
+    _, grads = stages.scaled_gradients(loss, var_list, self.loss_scale)
+    return list(zip(grads, var_list))
+
+  def _apply(self, grads_and_vars):
+    apply_to(self._optimizer, grads_and_vars)
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """Applies the gradients when all are finite; updates the loss scale either way.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs of unscaled gradients.
+      global_step: optional integer variable, incremented only when applied.
+      name: accepted for compatibility.
+
+    Returns:
+      A boolean tensor: whether the update was applied.
+    """
+    del name
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    build(self._optimizer, [v for _, v in grads_and_vars])
+    has_nan, amax = gradient_stats([g for g, _ in grads_and_vars])
+    self.scaler.update_op(has_nan, amax)
+
+    def update():
+      self._apply(grads_and_vars)
+      if global_step is not None:
+        global_step.assign_add(tf.cast(1, global_step.dtype))
+
+    return stages.apply_if(tf.logical_not(has_nan), update)
+
+  def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
+               aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+               grad_loss=None, tape=None):
+    """compute_gradients then apply_gradients; returns whether the step was applied."""
+    if isinstance(global_step, (list, tuple)):
+      global_step, var_list = None, global_step
+    grads_and_vars = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss,
+                                            tape=tape)
+    return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)

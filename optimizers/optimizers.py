@@ -1,0 +1,447 @@
+"""``optimize_loss``: one large-batch train step, assembled from small stages.
+
+The order of the stages is fixed by the numerical contract:
+
+1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale
+2. accumulation over ``iter_size`` micro-batches (float32, mean)
+3. Horovod allreduce (average), once per applied update
+4. finite check -> loss-scaler update; a non-finite step stops here
+5. global-norm clipping (``clip_gradients``)
+6. LARC (``larc_params``)
+7. the optimizer's update, then global_step += 1
+
+``optimize_loss`` keeps the OpenSeq2Seq signature. In TF 2 there is no graph to
+hold state between calls, so the first call for a model (or variable list)
+creates a :class:`GradientPipeline` holding the optimizer, the global step, the
+loss scaler and the accumulators, and later calls reuse it. Wrap the whole
+step in one ``tf.function``; it traces once.
+"""
+
+import keras
+import tensorflow as tf
+
+from framework import distributed
+from framework.registry import Registry
+from optimizers import stages
+from optimizers import tf1_compat
+from optimizers.automatic_loss_scaler import gradient_stats
+from optimizers.automatic_loss_scaler import make_loss_scaler
+from optimizers.lamb import LAMB
+from optimizers.lars import LARSOptimizer
+
+
+class MomentumOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.SGD):
+  """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
+
+  Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
+  constant learning rate.
+  """
+
+  def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
+               **kwargs):
+    if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
+      raise ValueError(f'Momentum: momentum must be in [0, 1], got {momentum!r}')
+    super().__init__(learning_rate=learning_rate, momentum=float(momentum),
+                     nesterov=bool(use_nesterov), name=name, **kwargs)
+
+  def get_slot_names(self):
+    return ['momentum']
+
+  def _slot_lists(self):
+    return {'momentum': self.momentums}
+
+  def get_config(self):
+    config = super().get_config()
+    config['use_nesterov'] = config.pop('nesterov')
+    return config
+
+
+OPTIMIZER_CLS_NAMES = Registry('optimizer', case_insensitive=True)
+for _name, _cls in (('Adagrad', keras.optimizers.Adagrad), ('Adam', keras.optimizers.Adam),
+                    ('Ftrl', keras.optimizers.Ftrl), ('Momentum', MomentumOptimizer),
+                    ('RMSProp', keras.optimizers.RMSprop), ('SGD', keras.optimizers.SGD),
+                    ('AdamW', keras.optimizers.AdamW), ('LARS', LARSOptimizer),
+                    ('LAMB', LAMB)):
+  OPTIMIZER_CLS_NAMES.register(_name, _cls)
+
+OPTIMIZER_SUMMARIES = [
+    'learning_rate',
+    'gradients',
+    'gradient_norm',
+    'global_gradient_norm',
+    'variables',
+    'variable_norm',
+    'larc_summaries',
+    'loss_scale',
+]
+
+_DTYPES = {'float32': tf.float32, 'float16': tf.float16, 'mixed': 'mixed',
+           'mixed_bfloat16': 'mixed_bfloat16'}
+
+
+def _clip_by_global_norm(t_list, clip_norm, use_norm, name=None):
+  """Clips tensors by the ratio clip_norm / max(use_norm, clip_norm), with a precomputed norm.
+
+  Args:
+    t_list: tensors (None entries pass through).
+    clip_norm: the largest global norm allowed.
+    use_norm: the global norm of ``t_list``, already computed.
+    name: accepted for compatibility.
+
+  Returns:
+    (clipped tensors, use_norm).
+  """
+  del name
+  return stages.clip_by_global_norm(t_list, clip_norm, use_norm)
+
+
+def _clip_gradients_by_norm(grads_and_vars, clip_gradients):
+  """Clips the gradients of (gradient, variable) pairs by their global norm."""
+  grads, variables = zip(*grads_and_vars)
+  clipped, _ = stages.clip_by_global_norm(list(grads), clip_gradients)
+  return list(zip(clipped, variables))
+
+
+def get_regularization_loss(scope=None, name='total_regularization_loss'):
+  """The sum of the regularization losses of a Keras model or layer.
+
+  TF 2 keeps no global collection of regularization losses; they live on the
+  layers (``model.losses``), so ``scope`` names where to look.
+
+  Args:
+    scope: a Keras layer or model, or a list of them.
+    name: the name of the returned tensor.
+
+  Returns:
+    A float32 scalar: the sum of their losses (0 when there are none).
+
+  Raises:
+    ValueError: when scope is None or not a layer.
+  """
+  if scope is None:
+    raise ValueError('get_regularization_loss: pass the Keras model (or layers) whose '
+                     'regularization losses to sum; TF 2 has no global collection')
+  layers = scope if isinstance(scope, (list, tuple)) else [scope]
+  losses = []
+  for layer in layers:
+    if not hasattr(layer, 'losses'):
+      raise ValueError(f'get_regularization_loss: scope must be a Keras layer or model, got {layer!r}')
+    losses.extend(tf.cast(l, tf.float32) for l in layer.losses)
+  if not losses:
+    return tf.constant(0.0, name=name)
+  return tf.add_n(losses, name=name)
+
+
+def _normalize_dtype(dtype):
+  if isinstance(dtype, tf.DType):
+    dtype = dtype.name
+  if dtype not in _DTYPES:
+    raise ValueError(f'dtype: {dtype!r} is not allowed; allowed: tf.float32, tf.float16, '
+                     "'mixed', 'mixed_bfloat16'")
+  return dtype
+
+
+def make_optimizer(optimizer, optimizer_params, learning_rate):
+  """Creates the optimizer named or given by ``optimizer``.
+
+  Args:
+    optimizer: a name in OPTIMIZER_CLS_NAMES, an optimizer class, or an instance.
+    optimizer_params: keyword arguments of the class (not ``learning_rate``).
+    learning_rate: the initial learning rate.
+
+  Returns:
+    A Keras 3 optimizer.
+  """
+  if isinstance(optimizer, str):
+    optimizer = OPTIMIZER_CLS_NAMES[optimizer]
+  if isinstance(optimizer, keras.optimizers.Optimizer):
+    return optimizer
+  if not callable(optimizer):
+    raise ValueError(f'optimizer must be a name ({", ".join(OPTIMIZER_CLS_NAMES)}), a class '
+                     f'or an instance, got {optimizer!r}')
+  try:
+    return optimizer(learning_rate=learning_rate, **optimizer_params)
+  except TypeError as exc:
+    raise ValueError(f'optimizer_params do not fit {getattr(optimizer, "__name__", optimizer)}: '
+                     f'{exc}') from None
+
+
+def _var_name(var):
+  return str(getattr(var, 'path', None) or var.name).replace(':', '_')
+
+
+class GradientPipeline(tf.Module):
+  """The state and stages of ``optimize_loss`` for one set of variables.
+
+  Args: as ``optimize_loss``, plus
+    var_list: the variables to train.
+    horovod_params: ``{'compression': 'none' | 'fp16'}`` for the allreduce.
+    log_global_norm: compute the global gradient norm every step for logging
+      (it is computed anyway when clipping or summarising it).
+  """
+
+  def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
+               dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
+               loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
+               horovod_params=None, log_global_norm=False, name='optimize_loss'):
+    super().__init__(name=name)
+    optimizer_params = dict(optimizer_params or {})
+    self.var_list = list(var_list)
+    if not self.var_list:
+      raise ValueError('optimize_loss: var_list is empty; nothing to train')
+    self.dtype = _normalize_dtype(dtype)
+    if not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
+      raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
+    self.iter_size = iter_size
+    if clip_gradients is not None and not (isinstance(clip_gradients, (int, float))
+                                           and clip_gradients > 0):
+      raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
+    self.clip_gradients = clip_gradients
+    self.summaries = list(summaries or [])
+    for summary in self.summaries:
+      if summary not in OPTIMIZER_SUMMARIES:
+        raise ValueError(f'summaries: unknown summary {summary!r}; allowed: '
+                         f'{", ".join(OPTIMIZER_SUMMARIES)}')
+    self.larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
+    self.on_horovod = bool(on_horovod)
+    self.compression = (horovod_params or {}).get('compression', 'none')
+    if self.compression not in ('none', 'fp16', None):
+      raise ValueError(f"horovod_params.compression: {self.compression!r} is not allowed; "
+                       "allowed: 'none', 'fp16'")
+    self.log_global_norm = log_global_norm
+    if self.on_horovod:
+      distributed.init()
+
+    self.learning_rate_decay_fn = learning_rate_decay_fn
+    if learning_rate_decay_fn is None:
+      if 'learning_rate' not in optimizer_params and not isinstance(
+          optimizer, keras.optimizers.Optimizer):
+        raise ValueError('optimize_loss: give learning_rate_decay_fn or '
+                         "optimizer_params['learning_rate']")
+      self._base_lr = optimizer_params.pop('learning_rate', None)
+    else:
+      optimizer_params.pop('learning_rate', None)
+      self._base_lr = None
+
+    with tf.init_scope():
+      self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+      # Micro-batches accumulated since the last applied update.
+      self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='micro_step')
+      # Allreduce calls, so tests and logs can confirm one per applied update.
+      self.allreduce_count = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name='allreduce_count')
+      initial_lr = self._current_lr_value()
+      self.optimizer = make_optimizer(optimizer, optimizer_params, initial_lr)
+      self._owns_lr = not isinstance(optimizer, keras.optimizers.Optimizer)
+      self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
+      mixed = self.dtype in ('mixed', 'mixed_bfloat16')
+      self.masters = stages.MasterWeights(self.var_list) if mixed else None
+      self.update_vars = self.masters.masters if self.masters is not None else self.var_list
+      self.optimizer.build(list(self.update_vars))
+      self.accumulator = stages.GradientAccumulator(self.var_list) if iter_size > 1 else None
+
+  def _current_lr_value(self):
+    if self.learning_rate_decay_fn is not None:
+      return float(self.learning_rate_decay_fn(tf.constant(0, tf.int64)))
+    if self._base_lr is not None:
+      return self._base_lr
+    return None
+
+  def learning_rate(self):
+    """The learning rate for the next update (a float32 tensor)."""
+    if self.learning_rate_decay_fn is not None:
+      return tf.cast(self.learning_rate_decay_fn(self.global_step), tf.float32)
+    if self._base_lr is not None:
+      return tf.constant(self._base_lr, tf.float32)
+    return tf.cast(self.optimizer.learning_rate, tf.float32)
+
+  @property
+  def loss_scale(self):
+    return self.loss_scaler.loss_scale
+
+  def __call__(self, loss_fn, skip_update=None):
+    """One micro-step: gradients of ``loss_fn``, and an update when one is due.
+
+    Args:
+      loss_fn: zero-argument callable returning the loss of one micro-batch.
+      skip_update: optional boolean; True accumulates only. When None the
+        update happens every ``iter_size`` micro-steps.
+
+    Returns:
+      A dict of float32 tensors: ``loss`` (unscaled), ``learning_rate``,
+      ``loss_scale`` (as used for this micro-step), ``global_norm`` (when
+      computed; of the gradients before clipping) and boolean ``applied``.
+    """
+    loss_scale = self.loss_scaler.loss_scale
+    loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale)
+    metrics = {'loss': loss, 'loss_scale': tf.identity(loss_scale),
+               'learning_rate': self.learning_rate()}
+    if self.accumulator is None:
+      applied, norm = self._update(grads)
+    else:
+      self.accumulator.add(grads)
+      self.micro_step.assign_add(1)
+      if skip_update is None:
+        due = self.micro_step >= self.iter_size
+      else:
+        due = tf.logical_not(tf.convert_to_tensor(skip_update))
+      applied, norm = tf.cond(due, self._update_accumulated,
+                              lambda: (tf.constant(False), tf.constant(0.0)))
+    metrics['applied'] = applied
+    if norm is not None:
+      metrics['global_norm'] = norm
+    return metrics
+
+  def _update_accumulated(self):
+    grads = self.accumulator.mean(self.micro_step)
+    result = self._update(grads)
+    self.accumulator.reset()
+    self.micro_step.assign(0)
+    norm = result[1] if result[1] is not None else tf.constant(0.0)
+    return result[0], norm
+
+  def _update(self, grads):
+    """Stages 3-7 on one update's gradients; returns (applied, global norm or None)."""
+    if self.on_horovod:
+      grads = stages.allreduce(grads, self.compression)
+      self.allreduce_count.assign_add(1)
+    has_nan, amax = gradient_stats(grads)
+    self.loss_scaler.update_op(has_nan, amax)
+
+    norm = None
+    if (self.clip_gradients is not None or self.log_global_norm
+        or 'global_gradient_norm' in self.summaries):
+      norm = stages.global_norm(grads)
+
+    def apply():
+      lr = self.learning_rate()
+      update = grads
+      if self.clip_gradients is not None:
+        update, _ = stages.clip_by_global_norm(update, self.clip_gradients, norm)
+      larc_factors = {}
+      if self.larc_params is not None:
+        update, larc_factors = stages.larc(update, self.update_vars, lr, self.larc_params)
+      if self._owns_lr:
+        self.optimizer.learning_rate = lr
+      present = [(g, v) for g, v in zip(update, self.update_vars) if g is not None]
+      self.optimizer.apply([g for g, _ in present], [v for _, v in present])
+      if self.masters is not None:
+        self.masters.copy_back()
+      self._write_summaries(lr, grads, norm, larc_factors)
+      self.global_step.assign_add(1)
+
+    applied = stages.apply_if(tf.logical_not(has_nan), apply)
+    return applied, norm
+
+  def _write_summaries(self, lr, grads, norm, larc_factors):
+    if not self.summaries:
+      return
+    step = self.global_step
+    names = [_var_name(v) for v in self.var_list]
+    wanted = set(self.summaries)
+    if 'learning_rate' in wanted:
+      tf.summary.scalar('learning_rate', lr, step=step)
+    if 'loss_scale' in wanted:
+      tf.summary.scalar('loss_scale', self.loss_scaler.loss_scale, step=step)
+    if 'global_gradient_norm' in wanted:
+      tf.summary.scalar('global_gradient_norm', norm, step=step)
+    for name, g, v in zip(names, grads, self.var_list):
+      if g is None:
+        continue
+      if 'gradients' in wanted:
+        tf.summary.histogram(f'gradients/{name}', g, step=step)
+      if 'gradient_norm' in wanted:
+        tf.summary.scalar(f'gradient_norm/{name}', stages.norms([g])[0], step=step)
+      if 'variables' in wanted:
+        tf.summary.histogram(f'variables/{name}', v, step=step)
+      if 'variable_norm' in wanted:
+        tf.summary.scalar(f'variable_norm/{name}', stages.norms([v])[0], step=step)
+    if 'larc_summaries' in wanted:
+      for i, factor in larc_factors.items():
+        tf.summary.scalar(f'larc_grad_update/{names[i]}', factor, step=step)
+        tf.summary.scalar(f'larc_clip_on/{names[i]}', tf.cast(factor < 1.0, tf.float32), step=step)
+
+
+_PIPELINES = {}
+
+
+def _key(model, var_list):
+  if model is not None:
+    return ('model', id(model))
+  return ('vars',) + tuple(id(v) for v in var_list)
+
+
+def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=None,
+                 dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
+                 loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
+                 model=None, horovod_params=None, log_global_norm=False):
+  """The GradientPipeline ``optimize_loss`` uses for ``model`` (or ``var_list``), created on first use.
+
+  Call it eagerly with the same arguments as ``optimize_loss`` to get the
+  pipeline (its global step, optimizer and loss scaler) before the first step,
+  e.g. to restore a checkpoint.
+  """
+  if var_list is None:
+    if model is None:
+      raise ValueError('optimize_loss: pass var_list or model (TF 2 has no global collection '
+                       'of trainable variables)')
+    var_list = model.trainable_variables
+  key = _key(model, var_list)
+  pipeline = _PIPELINES.get(key, (None, None))[1]
+  if pipeline is None:
+    pipeline = GradientPipeline(
+        var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
+        clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
+        loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
+        on_horovod=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
+        log_global_norm=log_global_norm)
+    # The owner is kept alive with the entry so its id cannot be reused.
+    _PIPELINES[key] = (model if model is not None else list(var_list), pipeline)
+  return pipeline
+
+
+def clear_pipelines():
+  """Forgets every cached pipeline (the next optimize_loss call starts afresh)."""
+  _PIPELINES.clear()
+
+
+def optimize_loss(loss, optimizer, optimizer_params, learning_rate_decay_fn, var_list=None,
+                  dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
+                  loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
+                  skip_update_ph=None, model=None, horovod_params=None):
+  """Performs one micro-step of training: scaling, accumulation, allreduce, clipping, LARC, update.
+
+  Args:
+    loss: zero-argument callable returning the (float32 or half) loss of one micro-batch.
+    optimizer: a name in ``OPTIMIZER_CLS_NAMES``, a Keras optimizer class, or an instance.
+    optimizer_params: keyword arguments for the optimizer class (``learning_rate``
+      only when ``learning_rate_decay_fn`` is None).
+    learning_rate_decay_fn: ``f(global_step) -> lr``, e.g. a partial of an lr policy.
+    var_list: variables to train; defaults to ``model.trainable_variables``.
+    dtype: ``tf.float32``, ``tf.float16``, ``'mixed'`` or ``'mixed_bfloat16'``
+      (the mixed modes keep float32 master copies of half-precision variables).
+    clip_gradients: clip the global gradient norm to this value (None: no clipping).
+    summaries: names from ``OPTIMIZER_SUMMARIES`` written with ``tf.summary``.
+    larc_params: dict with ``larc_eta`` and optional ``larc_mode`` ('clip' or
+      'scale'), ``min_update``, ``epsilon``, ``skip_list``.
+    loss_scaling: a number (static), ``'Backoff'``, ``'LogMax'`` or ``'dynamic'``.
+    loss_scaling_params: parameters of the automatic loss scaler.
+    on_horovod: average gradients over Horovod workers once per applied update.
+    iter_size: micro-batches accumulated per update.
+    skip_update_ph: optional boolean tensor; True accumulates without updating.
+      When None, the micro-step count decides.
+    model: the Keras model being trained (keys the pipeline state).
+    horovod_params: ``{'compression': 'fp16'}`` to send float16 in the allreduce.
+
+  Returns:
+    The loss of this micro-batch (float32, unscaled).
+
+  Raises:
+    ValueError: for any invalid hyperparameter, naming it and what is allowed.
+  """
+  pipeline = get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=var_list,
+                          dtype=dtype, clip_gradients=clip_gradients, summaries=summaries,
+                          larc_params=larc_params, loss_scaling=loss_scaling,
+                          loss_scaling_params=loss_scaling_params, on_horovod=on_horovod,
+                          iter_size=iter_size, model=model, horovod_params=horovod_params)
+  return pipeline(loss, skip_update=skip_update_ph)['loss']

@@ -1,0 +1,243 @@
+"""The stages of one update, as small functions with explicit state.
+
+``optimize_loss`` composes them in the order of the numerical contract:
+loss scaling -> accumulation -> allreduce -> finite check -> global-norm
+clipping -> LARC -> the optimizer's update. Each stage here is a plain tensor
+function (or a tf.Module holding only that stage's variables) so it can be
+tested on its own.
+"""
+
+import tensorflow as tf
+
+from optimizers import tf1_compat
+
+LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None}
+LARC_KEYS = ('larc_eta',) + tuple(LARC_DEFAULTS)
+LARC_MODES = ('clip', 'scale')
+
+
+def _map_dense(fn, grad):
+  """Applies ``fn`` to a dense gradient or to the values of an IndexedSlices one."""
+  if grad is None:
+    return None
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
+  return fn(grad)
+
+
+def to_float32(grads):
+  """Casts gradients to float32 (None stays None)."""
+  return [_map_dense(lambda g: tf.cast(g, tf.float32), g) for g in grads]
+
+
+def scaled_gradients(loss_fn, var_list, loss_scale):
+  """Runs ``loss_fn`` on a tape and returns (loss, float32 gradients of loss·scale, unscaled).
+
+  The loss is multiplied by ``loss_scale`` before differentiation so small
+  half-precision gradients do not underflow; the gradients are cast to float32
+  and multiplied by 1/loss_scale there, where they are representable.
+  """
+  with tf.GradientTape() as tape:
+    loss = loss_fn()
+    scaled = tf.cast(loss, tf.float32) * loss_scale
+  grads = tape.gradient(scaled, var_list)
+  inverse = 1.0 / loss_scale
+  grads = [_map_dense(lambda g: tf.cast(g, tf.float32) * inverse, g) for g in grads]
+  return tf.cast(loss, tf.float32), grads
+
+
+def norms(tensors):
+  """float32 L2 norms of a list of tensors (IndexedSlices: of their values)."""
+  result = []
+  for t in tensors:
+    if isinstance(t, tf.IndexedSlices):
+      t = t.values
+    result.append(tf.norm(tf.cast(t, tf.float32)))
+  return result
+
+
+def global_norm(grads):
+  """The float32 global L2 norm of the non-None gradients."""
+  present = [g for g in grads if g is not None]
+  if not present:
+    return tf.constant(0.0)
+  squares = [tf.square(n) for n in norms(present)]
+  return tf.sqrt(tf.add_n(squares))
+
+
+def clip_by_global_norm(grads, clip_norm, use_norm=None):
+  """Scales every gradient by clip_norm / max(global_norm, clip_norm).
+
+  Args:
+    grads: gradients (None entries pass through).
+    clip_norm: the largest global norm allowed.
+    use_norm: a precomputed global norm; computed when None.
+
+  Returns:
+    (clipped gradients, the global norm before clipping).
+  """
+  if use_norm is None:
+    use_norm = global_norm(grads)
+  clip_norm = tf.cast(clip_norm, tf.float32)
+  factor = clip_norm / tf.maximum(use_norm, clip_norm)
+  return [_map_dense(lambda g: g * tf.cast(factor, g.dtype), g) for g in grads], use_norm
+
+
+def check_larc_params(larc_params):
+  """Validates ``larc_params`` and returns a new dict with defaults filled.
+
+  Raises:
+    ValueError: for an unknown key, a missing ``larc_eta``, a bad ``larc_mode``
+      or a negative value.
+  """
+  if not isinstance(larc_params, dict):
+    raise ValueError(f'larc_params must be a dict, got {larc_params!r}')
+  unknown = sorted(set(larc_params) - set(LARC_KEYS))
+  if unknown:
+    raise ValueError(f'larc_params: unknown key {unknown[0]!r}; allowed keys: {", ".join(LARC_KEYS)}')
+  if 'larc_eta' not in larc_params:
+    raise ValueError('larc_params: larc_eta is required (e.g. 0.001)')
+  params = dict(LARC_DEFAULTS, **larc_params)
+  if params['larc_mode'] not in LARC_MODES:
+    raise ValueError(f'larc_params.larc_mode: {params["larc_mode"]!r} is not allowed; '
+                     f'allowed: {", ".join(LARC_MODES)}')
+  for key in ('larc_eta', 'min_update', 'epsilon'):
+    value = params[key]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+      raise ValueError(f'larc_params.{key}: must be a number >= 0, got {value!r}')
+  return params
+
+
+def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode, min_update,
+                      epsilon):
+  """The LARC factor c for each variable, from float32 norms.
+
+  clip: c = min(1, max(eta·‖v‖ / (lr·(‖g‖ + eps)), min_update));
+  scale: c = max(eta·‖v‖ / (‖g‖ + eps), min_update).
+  """
+  lr = tf.cast(learning_rate, tf.float32)
+  if larc_mode == 'clip':
+    return tf.minimum(tf.maximum(larc_eta * var_norms / (lr * (grad_norms + epsilon)), min_update),
+                      1.0)
+  return tf.maximum(larc_eta * var_norms / (grad_norms + epsilon), min_update)
+
+
+def larc(grads, var_list, learning_rate, params):
+  """Applies LARC to the gradients.
+
+  Args:
+    grads: gradients (None entries pass through).
+    var_list: the matching variables.
+    learning_rate: the current base learning rate.
+    params: checked ``larc_params`` (see ``check_larc_params``).
+
+  Returns:
+    (new gradients, {variable index: LARC factor}) for the adapted variables.
+  """
+  adapted = [i for i, (g, v) in enumerate(zip(grads, var_list))
+             if g is not None and not tf1_compat.matches_any(v, params['skip_list'])]
+  if not adapted:
+    return list(grads), {}
+  g_norms = tf.stack(norms([grads[i] for i in adapted]))
+  v_norms = tf.stack(norms([tf1_compat.unwrap(var_list[i]) for i in adapted]))
+  factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
+                              params['larc_mode'], params['min_update'], params['epsilon'])
+  result = list(grads)
+  coefficients = {}
+  for k, i in enumerate(adapted):
+    c = factors[k]
+    result[i] = _map_dense(lambda g, c=c: g * tf.cast(c, g.dtype), grads[i])
+    coefficients[i] = c
+  return result, coefficients
+
+
+class GradientAccumulator(tf.Module):
+  """float32 accumulators for gradient accumulation over micro-batches.
+
+  Args:
+    var_list: the variables whose gradients are accumulated.
+  """
+
+  def __init__(self, var_list, name='gradient_accumulator'):
+    super().__init__(name=name)
+    with tf.init_scope():
+      self.sums = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
+                               name=f'accumulator_{i}') for i, v in enumerate(var_list)]
+
+  def add(self, grads):
+    """Adds one micro-batch's gradients (None counts as zero)."""
+    for acc, g in zip(self.sums, grads):
+      if g is not None:
+        acc.assign_add(tf.convert_to_tensor(g))
+
+  def mean(self, count):
+    """The accumulated gradients divided by ``count``."""
+    inverse = 1.0 / tf.cast(count, tf.float32)
+    return [acc * inverse for acc in self.sums]
+
+  def reset(self):
+    for acc in self.sums:
+      acc.assign(tf.zeros_like(acc))
+
+
+class MasterWeights(tf.Module):
+  """float32 master copies of half-precision variables.
+
+  The optimizer updates the float32 copy; the half-precision variable is then
+  overwritten with the rounded copy, so small updates are not lost to rounding.
+  Variables that are already float32 (the Keras 3 mixed-precision policies keep
+  them so) are used directly.
+  """
+
+  def __init__(self, var_list, name='master_weights'):
+    super().__init__(name=name)
+    self.model_vars = list(var_list)
+    self.masters = []
+    with tf.init_scope():
+      for v in self.model_vars:
+        if v.dtype in (tf.float16, tf.bfloat16):
+          master = tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
+                               name=_master_name(v))
+          self.masters.append(master)
+        else:
+          self.masters.append(v)
+
+  @property
+  def has_half(self):
+    return any(m is not v for m, v in zip(self.masters, self.model_vars))
+
+  def copy_back(self):
+    """Writes the masters back into the half-precision variables."""
+    for m, v in zip(self.masters, self.model_vars):
+      if m is not v:
+        v.assign(tf.cast(m, v.dtype))
+
+
+def _master_name(var):
+  name = getattr(var, 'path', None) or var.name
+  return 'master/' + str(name).replace(':', '_')
+
+
+def allreduce(grads, compression=None):
+  """Averages the gradients over Horovod workers with one grouped allreduce.
+
+  A no-op when Horovod is not initialised or there is a single worker.
+
+  Args:
+    grads: float32 dense gradients (None entries pass through).
+    compression: None/'none' or 'fp16' (halves the bytes sent).
+  """
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  return distributed.allreduce_average(grads, compression)
+
+
+def apply_if(condition, apply_fn):
+  """Runs ``apply_fn`` only when ``condition`` holds, eagerly or inside a tf.function."""
+  def skip():
+    return tf.constant(False)
+
+  def run():
+    apply_fn()
+    return tf.constant(True)
+
+  return tf.cond(condition, run, skip)
