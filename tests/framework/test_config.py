@@ -1,0 +1,921 @@
+"""Tests of framework/config.py: loading, overlays, overrides, validation, YAML output."""
+
+import copy
+import textwrap
+
+import keras
+import pytest
+import tensorflow as tf
+
+from framework import config as cfg
+from framework.params import ConfigError
+from framework.params import Param
+from framework.params import REQUIRED
+from framework.params import positive
+from framework.registry import Registry
+
+
+# ---------------------------------------------------------------------------
+# Fake registries, independent of the real models, data layers and policies.
+
+def fake_model(params):
+  return params
+
+
+fake_model.PARAMS = {
+    'width': Param(int, REQUIRED, check=positive, doc='channels of the first block'),
+    'depth': Param(int, 20, check=positive),
+    'initializer': Param(object, None),
+    'block': Param(object, None),
+}
+
+
+class FakeData:
+  PARAMS = {
+      'image_shape': Param(list, [28, 28, 1]),
+      'augment': Param(bool, False),
+  }
+
+
+def fixed_lr(global_step, learning_rate):
+  return learning_rate
+
+
+def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_at=0, min_lr=0.0,
+               warmup_steps=0):
+  return learning_rate
+
+
+def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None):
+  return learning_rate
+
+
+class NeedsBeta:
+  def __init__(self, learning_rate, beta):
+    pass
+
+
+class BaseOpt:
+  def __init__(self, learning_rate, decay=0.0, name=None):
+    pass
+
+
+class ChildOpt(BaseOpt):
+  def __init__(self, learning_rate=0.1, beta=0.5, **kwargs):
+    super().__init__(learning_rate, **kwargs)
+
+
+class KeepsKwargs:
+  def __init__(self, learning_rate=0.1, **kwargs):
+    self.kwargs = kwargs
+
+
+def make_registries():
+  models = Registry('model')
+  models.register('resnet50', fake_model)
+  models.register('resnet_cifar', lambda params: params)
+  data = Registry('data_layer')
+  data.register('fake', FakeData)
+  optimizers = Registry('optimizer', case_insensitive=True)
+  optimizers.register('SGD', keras.optimizers.SGD)
+  optimizers.register('Momentum', keras.optimizers.SGD)
+  optimizers.register('NeedsBeta', NeedsBeta)
+  optimizers.register('ChildOpt', ChildOpt)
+  optimizers.register('KeepsKwargs', KeepsKwargs)
+  policies = Registry('lr_policy')
+  for policy in (fixed_lr, poly_decay, piecewise_constant):
+    policies.register(policy.__name__, policy)
+  return {'model': models, 'data_layer': data, 'optimizer': optimizers, 'lr_policy': policies}
+
+
+REGISTRIES = make_registries()
+
+
+def base_config(**changes):
+  config = {
+      'model': 'resnet50',
+      'model_params': {'width': 16},
+      'data_layer': 'fake',
+      'batch_size_per_gpu': 32,
+      'num_epochs': 2,
+      'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9},
+      'lr_policy_params': {'learning_rate': 0.1},
+  }
+  config.update(changes)
+  return config
+
+
+def check(config):
+  return cfg.validate(config, REGISTRIES)
+
+
+def error_of(function, *args):
+  with pytest.raises(ConfigError) as info:
+    function(*args)
+  return str(info.value)
+
+
+def write(tmp_path, name, text):
+  path = tmp_path / name
+  path.write_text(textwrap.dedent(text))
+  return str(path)
+
+
+# ---------------------------------------------------------------------------
+# load_config_file
+
+def test_load_python_config_keeps_objects_and_computed_values(tmp_path):
+  path = write(tmp_path, 'c.py', """
+      import tensorflow as tf
+      batch = 64
+      base_params = {'batch_size_per_gpu': batch, 'dtype': tf.float16,
+                     'lr_policy_params': {'learning_rate': 0.1 * batch / 256}}
+      train_params = {'num_epochs': 3}
+      helper = 'ignored'
+      """)
+  raw = cfg.load_config_file(path)
+  assert raw == {'base_params': {'batch_size_per_gpu': 64, 'dtype': tf.float16,
+                                 'lr_policy_params': {'learning_rate': 0.025}},
+                 'train_params': {'num_epochs': 3}, 'eval_params': {}}
+  assert raw['base_params']['dtype'] is tf.float16
+
+
+def test_load_yaml_config_reads_exponents_as_floats(tmp_path):
+  path = write(tmp_path, 'c.yml', """
+      base_params:
+        lr_policy_params: {learning_rate: 1e-3, min_lr: 5e4, power: 2.0e-1}
+      eval_params:
+        batch_size_per_gpu: 8
+      """)
+  raw = cfg.load_config_file(path)
+  assert raw == {'base_params': {'lr_policy_params': {'learning_rate': 0.001, 'min_lr': 50000.0,
+                                                      'power': 0.2}},
+                 'train_params': {}, 'eval_params': {'batch_size_per_gpu': 8}}
+  assert isinstance(raw['base_params']['lr_policy_params']['min_lr'], float)
+
+
+def test_load_missing_file(tmp_path):
+  path = str(tmp_path / 'nope.yaml')
+  assert error_of(cfg.load_config_file, path) == f'{path}: config file not found'
+
+
+def test_load_other_extension(tmp_path):
+  path = write(tmp_path, 'c.json', '{}')
+  assert error_of(cfg.load_config_file, path) == (
+      f"{path}: unsupported config file extension '.json'; allowed: .py, .yaml, .yml")
+
+
+def test_load_yaml_syntax_error_gives_file_and_line(tmp_path):
+  path = write(tmp_path, 'c.yaml', """
+      base_params:
+        model: resnet50
+        model_params: width: 16
+      """)
+  assert error_of(cfg.load_config_file, path) == f'{path}:4: mapping values are not allowed here'
+
+
+def test_load_yaml_refuses_python_tags(tmp_path):
+  path = write(tmp_path, 'c.yaml', """
+      base_params:
+        model: !!python/name:os.system
+      """)
+  message = error_of(cfg.load_config_file, path)
+  assert message.startswith(f'{path}:3: could not determine a constructor for the tag')
+
+
+def test_load_yaml_unknown_top_level_key(tmp_path):
+  path = write(tmp_path, 'c.yaml', """
+      base_params: {model: resnet50}
+      trian_params: {num_epochs: 1}
+      """)
+  assert error_of(cfg.load_config_file, path) == (
+      f"{path}: unknown top-level key 'trian_params' (did you mean train_params?); "
+      f"allowed: base_params, train_params, eval_params")
+
+
+def test_load_without_base_params(tmp_path):
+  py = write(tmp_path, 'c.py', 'train_params = {}\n')
+  assert error_of(cfg.load_config_file, py) == f'{py}: defines no base_params dict'
+  yml = write(tmp_path, 'c.yaml', 'train_params: {}\n')
+  assert error_of(cfg.load_config_file, yml) == f'{yml}: defines no base_params dict'
+  wrong = write(tmp_path, 'w.py', 'base_params = [1]\n')
+  assert error_of(cfg.load_config_file, wrong) == f'{wrong}: base_params must be a dict, got list'
+  scalar = write(tmp_path, 's.yaml', '3\n')
+  assert error_of(cfg.load_config_file, scalar) == (
+      f'{scalar}: expected a mapping with base_params, got int')
+
+
+def test_load_python_exception_points_at_the_config_line(tmp_path):
+  path = write(tmp_path, 'c.py', """
+      import json
+      base_params = {}
+      settings = json.loads('{')
+      """)
+  assert error_of(cfg.load_config_file, path) == (
+      f'{path}:4: JSONDecodeError: Expecting property name enclosed in double quotes: '
+      f'line 1 column 2 (char 1)')
+
+
+def test_load_python_exception_in_config_function(tmp_path):
+  path = write(tmp_path, 'c.py', """
+      def scaled(lr):
+        return lr / 0
+
+      base_params = {'lr': scaled(0.1)}
+      """)
+  # The innermost line of the config, where the error happened.
+  assert error_of(cfg.load_config_file, path) == f'{path}:3: ZeroDivisionError: float division by zero'
+
+
+def test_load_python_syntax_error(tmp_path):
+  path = write(tmp_path, 'c.py', """
+      base_params = {
+          'model': 'resnet50',,
+      }
+      """)
+  assert error_of(cfg.load_config_file, path) == f'{path}:3: SyntaxError: invalid syntax'
+
+
+def test_python_config_functions_get_an_importable_module_name(tmp_path, monkeypatch):
+  (tmp_path / 'configs').mkdir()
+  write(tmp_path, 'configs/small.py', """
+      def my_policy(global_step, learning_rate):
+        return learning_rate
+
+      base_params = {'lr_policy': my_policy}
+      """)
+  monkeypatch.chdir(tmp_path)
+  raw = cfg.load_config_file('configs/small.py')
+  assert raw['base_params']['lr_policy'].__module__ == 'configs.small'
+  assert cfg.to_yaml(raw['base_params']) == 'lr_policy: configs.small.my_policy\n'
+
+
+# ---------------------------------------------------------------------------
+# resolve
+
+RAW = {
+    'base_params': {
+        'model': 'resnet50',
+        'model_params': {'width': 16, 'depth': 50},
+        'data_layer_params': {'image_shape': [224, 224, 3], 'augment': True},
+        'batch_size_per_gpu': 32,
+        'larc_params': None,
+    },
+    'train_params': {'model_params': {'depth': 18}, 'data_layer_params': {'image_shape': [32, 32]}},
+    'eval_params': {'batch_size_per_gpu': 8, 'data_layer_params': {'augment': False}},
+}
+
+
+def test_resolve_overlays_train_params_key_by_key():
+  config = cfg.resolve(RAW, 'train')
+  assert config == {
+      'model': 'resnet50',
+      'model_params': {'width': 16, 'depth': 18},
+      'data_layer_params': {'image_shape': [32, 32], 'augment': True},
+      'batch_size_per_gpu': 32,
+      'larc_params': None,
+  }
+  assert cfg.resolve(RAW, 'train_eval') == config
+  assert cfg.resolve(RAW, 'benchmark') == config
+
+
+def test_resolve_overlays_eval_params_in_eval_mode():
+  assert cfg.resolve(RAW, 'eval') == {
+      'model': 'resnet50',
+      'model_params': {'width': 16, 'depth': 50},
+      'data_layer_params': {'image_shape': [224, 224, 3], 'augment': False},
+      'batch_size_per_gpu': 8,
+      'larc_params': None,
+  }
+
+
+def test_resolve_without_overlays():
+  assert cfg.resolve({'base_params': {'a': 1}}, 'eval') == {'a': 1}
+
+
+def test_resolve_unknown_mode():
+  assert error_of(cfg.resolve, RAW, 'trian') == (
+      "mode: unknown mode 'trian' (did you mean 'train'?); "
+      "allowed: train, eval, train_eval, benchmark")
+
+
+def test_resolve_does_not_mutate_or_share_raw():
+  before = copy.deepcopy(RAW)
+  config = cfg.resolve(RAW, 'train', ['model_params.depth=34', 'data_layer_params.image_shape.0=8',
+                                      'larc_params.larc_eta=0.001'])
+  assert RAW == before
+  config['data_layer_params']['image_shape'].append(1)
+  config['model_params']['width'] = 1
+  assert RAW == before
+  evaluation = cfg.resolve(RAW, 'eval')
+  evaluation['data_layer_params']['image_shape'][0] = 1
+  assert RAW == before
+
+
+@pytest.mark.parametrize('override, key, expected', [
+    ('lr=1e-3', 'lr', 0.001),
+    ('lr=5e4', 'lr', 50000.0),
+    ('lr=-2.5E-2', 'lr', -0.025),
+    ('lr=0.1', 'lr', 0.1),
+    ('steps=100', 'steps', 100),
+    ('name=resnet50', 'name', 'resnet50'),
+    ('name="007"', 'name', '007'),
+    ('flag=true', 'flag', True),
+    ('flag=null', 'flag', None),
+    ('flag=', 'flag', None),
+    ('shape=[1, 2]', 'shape', [1, 2]),
+    ('text=a=b', 'text', 'a=b'),
+])
+def test_override_values_are_yaml(override, key, expected):
+  value = cfg.resolve({'base_params': {}}, 'train', [override])[key]
+  assert value == expected
+  assert type(value) is type(expected)
+
+
+def test_overrides_of_nested_keys_lists_and_dicts():
+  config = cfg.resolve(RAW, 'train', [
+      'model_params.depth=101',
+      'data_layer_params.image_shape.1=64',
+      'larc_params={larc_eta: 0.002}',
+      'larc_params.larc_mode=scale',
+      'optimizer_params.momentum=0.95',
+      'batch_size_per_gpu=16',
+  ])
+  assert config['model_params'] == {'width': 16, 'depth': 101}
+  assert config['data_layer_params']['image_shape'] == [32, 64]
+  assert config['larc_params'] == {'larc_eta': 0.002, 'larc_mode': 'scale'}
+  assert config['optimizer_params'] == {'momentum': 0.95}
+  assert config['batch_size_per_gpu'] == 16
+
+
+def test_override_with_a_dict_replaces_the_dict():
+  config = cfg.resolve(RAW, 'train', ['model_params={width: 8}'])
+  assert config['model_params'] == {'width': 8}
+
+
+def test_overrides_apply_in_order():
+  config = cfg.resolve(RAW, 'train', ['batch_size_per_gpu=1', 'batch_size_per_gpu=2'])
+  assert config['batch_size_per_gpu'] == 2
+
+
+def test_override_creates_a_null_mapping_on_the_way():
+  config = cfg.resolve(RAW, 'train', ['larc_params.larc_eta=0.001'])
+  assert config['larc_params'] == {'larc_eta': 0.001}
+
+
+def test_override_of_a_list_of_dicts():
+  raw = {'base_params': {'layers': [{'units': 4}, {'units': 8}]}}
+  config = cfg.resolve(raw, 'train', ['layers.1.units=16'])
+  assert config['layers'] == [{'units': 4}, {'units': 16}]
+
+
+@pytest.mark.parametrize('override, message', [
+    ('batch_size_per_gpu', "override 'batch_size_per_gpu': expected key.path=value"),
+    ('=3', "override '=3': empty key in ''"),
+    ('model_params..depth=3', "override 'model_params..depth=3': empty key in 'model_params..depth'"),
+    ('data_layer_params.image_shape.2=1',
+     "override 'data_layer_params.image_shape.2=1': index 2 out of range for "
+     "data_layer_params.image_shape (length 2)"),
+    ('data_layer_params.image_shape.x=1',
+     "override 'data_layer_params.image_shape.x=1': data_layer_params.image_shape is a list, "
+     "'x' is not an index"),
+    ('data_layer_params.image_shape.-1=1',
+     "override 'data_layer_params.image_shape.-1=1': data_layer_params.image_shape is a list, "
+     "'-1' is not an index"),
+    ('batch_size_per_gpu.x=1',
+     "override 'batch_size_per_gpu.x=1': batch_size_per_gpu is 32 (int), it has no key 'x'"),
+    ('data_layer_params.image_shape.0.x=1',
+     "override 'data_layer_params.image_shape.0.x=1': data_layer_params.image_shape.0 is 32 (int), "
+     "it has no key 'x'"),
+    ('lr=[1, 2',
+     "override 'lr=[1, 2': cannot read value '[1, 2': expected ',' or ']', but got '<stream end>'"),
+])
+def test_malformed_overrides(override, message):
+  assert error_of(cfg.resolve, RAW, 'train', [override]) == message
+
+
+def test_resolve_modes():
+  overrides = ['model_params.width=8']
+  both = cfg.resolve_modes(RAW, 'train_eval', overrides)
+  assert both == {'train': cfg.resolve(RAW, 'train', overrides),
+                  'eval': cfg.resolve(RAW, 'eval', overrides)}
+  assert both['eval']['model_params'] == {'width': 8, 'depth': 50}
+  assert both['eval']['batch_size_per_gpu'] == 8
+  assert cfg.resolve_modes(RAW, 'train') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
+  assert cfg.resolve_modes(RAW, 'benchmark') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
+  assert cfg.resolve_modes(RAW, 'eval') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
+  assert error_of(cfg.resolve_modes, RAW, 'test') == (
+      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark")
+
+
+# ---------------------------------------------------------------------------
+# validate: top level
+
+def test_validate_fills_defaults():
+  config = base_config()
+  result = check(config)
+  assert list(result) == list(cfg.SCHEMA)
+  assert result == {
+      'model': 'resnet50',
+      'model_params': {'width': 16, 'depth': 20, 'initializer': None, 'block': None},
+      'data_layer': 'fake',
+      'data_layer_params': {'image_shape': [28, 28, 1], 'augment': False},
+      'batch_size_per_gpu': 32,
+      'num_epochs': 2,
+      'max_steps': None,
+      'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9},
+      'lr_policy': 'fixed_lr',
+      'lr_policy_params': {'learning_rate': 0.1},
+      'larc_params': None,
+      'loss_scaling': 1.0,
+      'loss_scaling_params': None,
+      'dtype': 'float32',
+      'max_grad_norm': None,
+      'iter_size': 1,
+      'regularizer': None,
+      'regularizer_params': None,
+      'summaries': ['learning_rate', 'global_gradient_norm', 'loss_scale'],
+      'save_checkpoint_steps': 1000,
+      'num_checkpoints': 5,
+      'eval_steps': None,
+      'print_loss_steps': 100,
+      'save_summaries_steps': 100,
+      'logdir': None,
+      'random_seed': 0,
+      'use_horovod': False,
+      'horovod_params': {'compression': 'none'},
+      'agn_params': None,
+      'label_smoothing': 0.0,
+      'deterministic': False,
+      'jit_compile': False,
+      'bench_warmup_steps': 5,
+  }
+  assert config == base_config()
+
+
+def test_validate_does_not_share_values_with_the_input():
+  config = base_config(summaries=['learning_rate'], data_layer_params={'image_shape': [8, 8, 1]})
+  before = copy.deepcopy(config)
+  result = check(config)
+  result['summaries'].append('gradients')
+  result['data_layer_params']['image_shape'][0] = 1
+  result['optimizer_params']['momentum'] = 0.0
+  assert config == before
+
+
+def test_schema_documents_every_key():
+  assert all(isinstance(spec, Param) and spec.doc for spec in cfg.SCHEMA.values())
+
+
+def test_unknown_top_level_key_suggests_the_closest():
+  assert error_of(check, base_config(optimzer_params={})) == (
+      f"optimzer_params: unknown key (did you mean optimizer_params?); "
+      f"allowed keys: {', '.join(sorted(cfg.SCHEMA))}")
+
+
+def test_wrong_type():
+  assert error_of(check, base_config(batch_size_per_gpu='256')) == (
+      "batch_size_per_gpu: expected an integer, got '256' (str)")
+  assert error_of(check, base_config(batch_size_per_gpu=True)) == (
+      'batch_size_per_gpu: expected an integer, got True (bool)')
+  assert error_of(check, base_config(use_horovod='yes')) == (
+      "use_horovod: expected a boolean, got 'yes' (str)")
+  assert error_of(check, base_config(model=3)) == (
+      'model: expected a registered name or a callable, got 3 (int)')
+  assert error_of(check, base_config(optimizer=fixed_lr)) == (
+      f'optimizer: expected a registered name or a class, got {fixed_lr!r} (function)')
+
+
+def test_bad_values():
+  assert error_of(check, base_config(batch_size_per_gpu=0)) == 'batch_size_per_gpu: must be > 0, got 0'
+  assert error_of(check, base_config(iter_size=0)) == 'iter_size: must be >= 1, got 0'
+  assert error_of(check, base_config(label_smoothing=1.0)) == (
+      'label_smoothing: must be in [0, 1), got 1.0')
+  assert error_of(check, base_config(save_checkpoint_steps=0)) == (
+      'save_checkpoint_steps: must be > 0, got 0')
+  assert error_of(check, base_config(bench_warmup_steps=-1)) == (
+      'bench_warmup_steps: must be >= 0, got -1')
+  assert error_of(check, base_config(max_grad_norm=0.0)) == 'max_grad_norm: must be > 0, got 0.0'
+
+
+def test_bad_choice_suggests_the_closest():
+  assert error_of(check, base_config(dtype='flaot16')) == (
+      "dtype: 'flaot16' is not allowed (did you mean 'float16'?); "
+      "allowed: 'float32', 'float16', 'mixed', 'mixed_bfloat16'")
+  assert error_of(check, base_config(regularizer='L2')) == (
+      "regularizer: 'L2' is not allowed (did you mean 'l2'?); allowed: 'l2'")
+  assert error_of(check, base_config(regularizer='l1')) == "regularizer: 'l1' is not allowed; allowed: 'l2'"
+
+
+def test_missing_required_key():
+  config = base_config()
+  del config['batch_size_per_gpu']
+  assert error_of(check, config) == (
+      'batch_size_per_gpu: required key is missing (examples per replica per micro-batch)')
+  assert error_of(check, base_config(model=None)) == (
+      'model: expected a registered name or a callable, got None (NoneType)')
+
+
+def test_exactly_one_of_num_epochs_and_max_steps():
+  assert error_of(check, base_config(max_steps=100)) == (
+      'num_epochs, max_steps: give exactly one of them, got both')
+  assert error_of(check, base_config(num_epochs=None)) == (
+      'num_epochs, max_steps: give exactly one of them, got neither')
+  result = check(base_config(num_epochs=None, max_steps=100))
+  assert (result['num_epochs'], result['max_steps']) == (None, 100)
+  assert check(base_config(num_epochs=0.5))['num_epochs'] == 0.5
+
+
+def test_optional_step_counts_accept_none():
+  result = check(base_config(save_checkpoint_steps=None, save_summaries_steps=None, eval_steps=50))
+  assert (result['save_checkpoint_steps'], result['save_summaries_steps'], result['eval_steps']) == (
+      None, None, 50)
+
+
+def test_dtype_from_a_python_config_becomes_its_name():
+  assert check(base_config(dtype=tf.float16))['dtype'] == 'float16'
+  assert check(base_config(dtype='mixed_bfloat16'))['dtype'] == 'mixed_bfloat16'
+  assert error_of(check, base_config(dtype=tf.bfloat16)) == (
+      "dtype: 'bfloat16' is not allowed (did you mean 'float16'?); "
+      "allowed: 'float32', 'float16', 'mixed', 'mixed_bfloat16'")
+
+
+@pytest.mark.parametrize('value', [1024, 0.5, 'Backoff', 'logmax', 'DYNAMIC'])
+def test_loss_scaling_accepts_numbers_and_algorithms(value):
+  assert check(base_config(loss_scaling=value))['loss_scaling'] == value
+
+
+def test_loss_scaling_errors():
+  assert error_of(check, base_config(loss_scaling='Backof')) == (
+      "loss_scaling: 'Backof' is not allowed (did you mean 'Backoff'?); "
+      "allowed: 'Backoff', 'LogMax', 'dynamic'")
+  assert error_of(check, base_config(loss_scaling=0)) == 'loss_scaling: must be > 0, got 0'
+  assert error_of(check, base_config(loss_scaling=None)) == (
+      'loss_scaling: expected a number or a string, got None (NoneType)')
+
+
+def test_summaries_must_be_known_names():
+  assert cfg.SUMMARY_NAMES == ['learning_rate', 'gradients', 'gradient_norm',
+                               'global_gradient_norm', 'variables', 'variable_norm',
+                               'larc_summaries', 'loss_scale']
+  result = check(base_config(summaries=('gradients', 'loss_scale')))
+  assert result['summaries'] == ['gradients', 'loss_scale']
+  allowed = ', '.join(repr(name) for name in cfg.SUMMARY_NAMES)
+  assert error_of(check, base_config(summaries=['learning_rate', 'gradient_norms'])) == (
+      f"summaries.1: 'gradient_norms' is not allowed (did you mean 'gradient_norm'?); "
+      f"allowed: {allowed}")
+  assert error_of(check, base_config(summaries='learning_rate')) == (
+      "summaries: expected a list or tuple, got 'learning_rate' (str)")
+
+
+def test_larc_params():
+  result = check(base_config(larc_params={'larc_eta': 0.002}))
+  assert result['larc_params'] == {'larc_eta': 0.002, 'larc_mode': 'clip', 'min_update': 1e-7,
+                                   'epsilon': 1e-7, 'skip_list': None}
+  result = check(base_config(larc_params={'larc_eta': 1e-3, 'larc_mode': 'scale',
+                                          'skip_list': ['bias', 'batch_normalization']}))
+  assert result['larc_params']['skip_list'] == ['bias', 'batch_normalization']
+  assert error_of(check, base_config(larc_params={'larc_mode': 'clip'})) == (
+      'larc_params.larc_eta: required key is missing (trust coefficient eta)')
+  assert error_of(check, base_config(larc_params={'larc_eta': 0})) == (
+      'larc_params.larc_eta: must be > 0, got 0')
+  assert error_of(check, base_config(larc_params={'larc_eta': 1e-3, 'larc_mode': 'scal'})) == (
+      "larc_params.larc_mode: 'scal' is not allowed (did you mean 'scale'?); allowed: 'clip', 'scale'")
+  assert error_of(check, base_config(larc_params={'larc_eta': 1e-3, 'min_update': -1.0})) == (
+      'larc_params.min_update: must be >= 0, got -1.0')
+  assert error_of(check, base_config(larc_params={'larc_eta': 1e-3, 'skip_list': ['bias', 3]})) == (
+      'larc_params.skip_list.1: expected a string, got 3 (int)')
+  assert error_of(check, base_config(larc_params={'larc_eta': 1e-3, 'larc_eda': 1.0})) == (
+      'larc_params.larc_eda: unknown key (did you mean larc_params.larc_eta?); '
+      'allowed keys: epsilon, larc_eta, larc_mode, min_update, skip_list')
+
+
+def test_regularizer():
+  result = check(base_config(regularizer='l2', regularizer_params={'scale': 5e-4}))
+  assert (result['regularizer'], result['regularizer_params']) == ('l2', {'scale': 5e-4})
+  assert error_of(check, base_config(regularizer='l2')) == (
+      "regularizer_params: required when regularizer is 'l2' (give regularizer_params.scale)")
+  assert error_of(check, base_config(regularizer='l2', regularizer_params={'scale': -1})) == (
+      'regularizer_params.scale: must be >= 0, got -1')
+
+
+def test_horovod_params():
+  result = check(base_config(use_horovod=True, horovod_params={'compression': 'fp16'}))
+  assert result['horovod_params'] == {'compression': 'fp16'}
+  assert error_of(check, base_config(horovod_params={'compression': 'FP16'})) == (
+      "horovod_params.compression: 'FP16' is not allowed (did you mean 'fp16'?); "
+      "allowed: 'none', 'fp16'")
+
+
+def test_free_form_dicts_pass_through():
+  result = check(base_config(agn_params={'communication_period': 4},
+                             loss_scaling='Backoff', loss_scaling_params={'scale_max': 2.0 ** 14}))
+  assert result['agn_params'] == {'communication_period': 4}
+  assert result['loss_scaling_params'] == {'scale_max': 16384.0}
+
+
+# ---------------------------------------------------------------------------
+# validate: names and nested params
+
+def test_unknown_registry_name():
+  assert error_of(check, base_config(model='resnt50')) == (
+      "model: unknown model 'resnt50' (did you mean 'resnet50'?); known: resnet50, resnet_cifar")
+  assert error_of(check, base_config(data_layer='imagenet')) == (
+      "data_layer: unknown data_layer 'imagenet'; known: fake")
+  assert error_of(check, base_config(optimizer='Momentun')) == (
+      "optimizer: unknown optimizer 'Momentun' (did you mean 'Momentum'?); "
+      "known: ChildOpt, KeepsKwargs, Momentum, NeedsBeta, SGD")
+  assert error_of(check, base_config(lr_policy='poly')) == (
+      "lr_policy: unknown lr_policy 'poly'; known: fixed_lr, piecewise_constant, poly_decay")
+
+
+def test_optimizer_names_are_case_insensitive():
+  assert check(base_config(optimizer='momentum'))['optimizer'] == 'momentum'
+
+
+def test_missing_registry_is_a_programming_error():
+  registries = dict(REGISTRIES)
+  del registries['lr_policy']
+  with pytest.raises(ValueError, match="validate: no 'lr_policy' registry given"):
+    cfg.validate(base_config(), registries)
+
+
+def test_model_params_checked_against_model_params_declaration():
+  assert error_of(check, base_config(model_params={'width': 16, 'dept': 50})) == (
+      'model_params.dept: unknown key (did you mean model_params.depth?); '
+      'allowed keys: block, depth, initializer, width')
+  assert error_of(check, base_config(model_params={})) == (
+      'model_params.width: required key is missing (channels of the first block)')
+  assert error_of(check, base_config(model_params={'width': '16'})) == (
+      "model_params.width: expected an integer, got '16' (str)")
+
+
+def test_data_layer_params_checked_against_the_class_params():
+  result = check(base_config(data_layer_params={'augment': True}))
+  assert result['data_layer_params'] == {'image_shape': [28, 28, 1], 'augment': True}
+  assert error_of(check, base_config(data_layer_params={'augmnet': True})) == (
+      'data_layer_params.augmnet: unknown key (did you mean data_layer_params.augment?); '
+      'allowed keys: augment, image_shape')
+
+
+def test_objects_from_a_python_config_skip_the_lookup():
+  class OwnData:  # no PARAMS: its params are not checked
+    pass
+
+  def own_model(params):
+    return params
+
+  result = check(base_config(model=own_model, model_params={'anything': 1}, data_layer=OwnData,
+                             data_layer_params={'whatever': [1]}, optimizer=keras.optimizers.SGD,
+                             lr_policy=poly_decay,
+                             lr_policy_params={'learning_rate': 0.1, 'decay_steps': 10}))
+  assert result['model'] is own_model
+  assert result['model_params'] == {'anything': 1}
+  assert result['data_layer'] is OwnData
+  assert result['data_layer_params'] == {'whatever': [1]}
+  assert result['optimizer'] is keras.optimizers.SGD
+  assert result['lr_policy'] is poly_decay
+  # An object with PARAMS is checked like a registered one.
+  assert error_of(check, base_config(model=fake_model, model_params={'width': 1, 'x': 2})) == (
+      'model_params.x: unknown key; allowed keys: block, depth, initializer, width')
+
+
+def test_optimizer_params_unknown_argument():
+  message = error_of(check, base_config(optimizer_params={'momentun': 0.9}))
+  prefix = ('optimizer_params.momentun: unknown argument of SGD '
+            '(did you mean optimizer_params.momentum?); accepted: ')
+  assert message.startswith(prefix)
+  accepted = message[len(prefix):].split(', ')
+  assert accepted == sorted(accepted)
+  assert {'momentum', 'nesterov', 'weight_decay', 'clipnorm', 'global_clipnorm'} <= set(accepted)
+  assert 'learning_rate' not in accepted
+
+
+def test_optimizer_params_may_name_base_class_arguments():
+  result = check(base_config(optimizer='ChildOpt', optimizer_params={'beta': 0.1, 'decay': 0.5}))
+  assert result['optimizer_params'] == {'beta': 0.1, 'decay': 0.5}
+  assert error_of(check, base_config(optimizer='ChildOpt', optimizer_params={'decy': 0.5})) == (
+      'optimizer_params.decy: unknown argument of ChildOpt (did you mean optimizer_params.decay?); '
+      'accepted: beta, decay, name')
+  # With no base __init__ to pass **kwargs on to, the class takes any name.
+  result = check(base_config(optimizer='KeepsKwargs', optimizer_params={'anything': 1}))
+  assert result['optimizer_params'] == {'anything': 1}
+
+
+def test_optimizer_params_learning_rate_comes_from_the_policy():
+  assert error_of(check, base_config(optimizer_params={'learning_rate': 0.1})) == (
+      'optimizer_params.learning_rate: not allowed, the learning rate comes from the lr policy; '
+      'set lr_policy_params.learning_rate')
+
+
+def test_optimizer_params_missing_required_argument():
+  assert error_of(check, base_config(optimizer='NeedsBeta', optimizer_params={})) == (
+      'optimizer_params.beta: required argument of NeedsBeta is missing')
+  assert check(base_config(optimizer='NeedsBeta', optimizer_params={'beta': 2}))['optimizer'] == (
+      'NeedsBeta')
+
+
+def test_lr_policy_params_learning_rate():
+  assert error_of(check, base_config(lr_policy_params={})) == (
+      'lr_policy_params.learning_rate: required key is missing (base learning rate)')
+  assert error_of(check, base_config(lr_policy_params={'learning_rate': '1e-3'})) == (
+      "lr_policy_params.learning_rate: expected a number, got '1e-3' (str)")
+  assert error_of(check, base_config(lr_policy_params={'learning_rate': 0})) == (
+      'lr_policy_params.learning_rate: must be > 0, got 0')
+
+  def constant(global_step):  # a user's policy need not take a learning rate
+    return 0.1
+
+  assert check(base_config(lr_policy=constant, lr_policy_params={}))['lr_policy_params'] == {}
+
+
+def test_lr_policy_params_checked_against_the_policy_signature():
+  assert error_of(check, base_config(lr_policy='poly_decay',
+                                     lr_policy_params={'learning_rate': 0.1, 'decay_steps': 10,
+                                                       'powr': 2.0})) == (
+      'lr_policy_params.powr: unknown argument of poly_decay (did you mean lr_policy_params.power?); '
+      'accepted: begin_decay_at, begin_decay_at_epochs, decay_epochs, decay_steps, learning_rate, '
+      'min_lr, power, warmup_epochs, warmup_steps')
+  assert error_of(check, base_config(lr_policy='poly_decay',
+                                     lr_policy_params={'learning_rate': 0.1})) == (
+      'lr_policy_params.decay_steps: required argument of poly_decay is missing '
+      '(or give lr_policy_params.decay_epochs)')
+  assert error_of(check, base_config(lr_policy='piecewise_constant',
+                                     lr_policy_params={'learning_rate': 0.1, 'boundaries': [1]})) == (
+      'lr_policy_params.decay_rates: required argument of piecewise_constant is missing')
+  assert error_of(check, base_config(lr_policy_params={'learning_rate': 0.1, 'global_step': 0})) == (
+      'lr_policy_params.global_step: not allowed, the trainer passes the global step')
+
+
+def test_lr_policy_params_in_epochs():
+  params = {'learning_rate': 0.1, 'decay_epochs': 88, 'warmup_epochs': 2.5, 'power': 2.0}
+  result = check(base_config(lr_policy='poly_decay', lr_policy_params=params))
+  assert result['lr_policy_params'] == params  # converted later, by the trainer
+  result = check(base_config(lr_policy='piecewise_constant',
+                             lr_policy_params={'learning_rate': 0.1, 'boundary_epochs': [30, 60],
+                                               'decay_rates': [0.1, 0.01]}))
+  assert result['lr_policy_params']['boundary_epochs'] == [30, 60]
+  assert error_of(check, base_config(lr_policy='poly_decay',
+                                     lr_policy_params={'learning_rate': 0.1, 'decay_steps': 10,
+                                                       'decay_epochs': 2})) == (
+      'lr_policy_params: give decay_steps or decay_epochs, not both')
+  assert error_of(check, base_config(lr_policy_params={'learning_rate': 0.1,
+                                                       'warmup_epochs': 1})) == (
+      'lr_policy_params.warmup_epochs: unknown argument of fixed_lr; accepted: learning_rate')
+  assert error_of(check, base_config(lr_policy='poly_decay',
+                                     lr_policy_params={'learning_rate': 0.1,
+                                                       'decay_epochs': 'ten'})) == (
+      "lr_policy_params.decay_epochs: expected a number >= 0 or a list of them, got 'ten'")
+
+
+def test_lr_policy_with_kwargs_takes_any_key():
+  def custom(global_step, learning_rate, **kwargs):
+    return learning_rate
+
+  params = {'learning_rate': 0.1, 'anything': 3}
+  assert check(base_config(lr_policy=custom, lr_policy_params=params))['lr_policy_params'] == params
+
+
+# ---------------------------------------------------------------------------
+# epochs_to_steps
+
+@pytest.mark.parametrize('params, steps_per_epoch, expected', [
+    ({'learning_rate': 0.1, 'decay_epochs': 90}, 100, {'learning_rate': 0.1, 'decay_steps': 9000}),
+    ({'warmup_epochs': 0.5}, 3, {'warmup_steps': 2}),  # 1.5 rounds up
+    ({'warmup_epochs': 0.4}, 3, {'warmup_steps': 1}),
+    ({'begin_decay_at_epochs': 2.5}, 1, {'begin_decay_at': 3}),  # halves round up, not to even
+    ({'boundary_epochs': [30, 60, 80], 'decay_rates': [0.1, 0.01, 0.001]}, 10,
+     {'boundaries': [300, 600, 800], 'decay_rates': [0.1, 0.01, 0.001]}),
+    ({'warmup_steps': 5, 'power': 2.0}, 10, {'warmup_steps': 5, 'power': 2.0}),
+])
+def test_epochs_to_steps(params, steps_per_epoch, expected):
+  before = copy.deepcopy(params)
+  result = cfg.epochs_to_steps(params, steps_per_epoch)
+  assert result == expected
+  assert list(result) == list(expected)
+  assert params == before
+
+
+def test_epochs_to_steps_keeps_key_positions():
+  result = cfg.epochs_to_steps({'a': 1, 'warmup_epochs': 1, 'b': 2}, 4)
+  assert list(result.items()) == [('a', 1), ('warmup_steps', 4), ('b', 2)]
+
+
+def test_epochs_to_steps_errors():
+  assert error_of(cfg.epochs_to_steps, {'warmup_epochs': 1, 'warmup_steps': 3}, 10) == (
+      'lr_policy_params: give warmup_epochs or warmup_steps, not both')
+  assert error_of(cfg.epochs_to_steps, {'boundary_epochs': [1, None]}, 10) == (
+      'lr_policy_params.boundary_epochs: expected a number >= 0 or a list of them, got [1, None]')
+  with pytest.raises(ValueError, match='steps_per_epoch must be a positive number, got 0'):
+    cfg.epochs_to_steps({'warmup_epochs': 1}, 0)
+
+
+# ---------------------------------------------------------------------------
+# to_yaml, write_config
+
+PY_CONFIG = """
+    import collections
+    import math
+
+    import tensorflow as tf
+
+    batch = 128
+    base_params = {
+        'model': 'resnet50',
+        'model_params': {'width': 16, 'initializer': math.sqrt, 'block': collections.OrderedDict},
+        'data_layer': 'fake',
+        'data_layer_params': {'image_shape': [32, 32, 3]},
+        'batch_size_per_gpu': batch,
+        'num_epochs': 2,
+        'optimizer': 'Momentum',
+        'optimizer_params': {'momentum': 0.9, 'nesterov': True},
+        'lr_policy': 'poly_decay',
+        # Linear scaling from 0.1 at batch 256.
+        'lr_policy_params': {'learning_rate': 0.1 * batch / 256, 'decay_epochs': 2, 'power': 2.0},
+        'dtype': tf.float32,
+        'larc_params': {'larc_eta': 1e-3, 'skip_list': ['bias']},
+        'summaries': ['learning_rate', 'loss_scale'],
+    }
+    train_params = {'data_layer_params': {'augment': True}}
+    eval_params = {'batch_size_per_gpu': 64}
+    """
+
+YAML_CONFIG = """
+    base_params:
+      model: resnet50
+      model_params: {width: 16, initializer: math.sqrt, block: collections.OrderedDict}
+      data_layer: fake
+      data_layer_params:
+        image_shape: [32, 32, 3]
+      batch_size_per_gpu: 128
+      num_epochs: 2
+      optimizer: Momentum
+      optimizer_params: {momentum: 0.9, nesterov: true}
+      lr_policy: poly_decay
+      lr_policy_params: {learning_rate: 0.05, decay_epochs: 2, power: 2.0}
+      dtype: float32
+      larc_params: {larc_eta: 1e-3, skip_list: [bias]}
+      summaries: [learning_rate, loss_scale]
+    train_params:
+      data_layer_params: {augment: true}
+    eval_params:
+      batch_size_per_gpu: 64
+    """
+
+
+@pytest.mark.parametrize('mode', ['train', 'eval'])
+def test_python_and_yaml_configs_give_identical_yaml(tmp_path, mode):
+  outputs = {}
+  for name, text in (('c.py', PY_CONFIG), ('c.yaml', YAML_CONFIG)):
+    raw = cfg.load_config_file(write(tmp_path, name, text))
+    config = cfg.resolve(raw, mode, ['optimizer_params.momentum=0.95'])
+    outputs[name] = (cfg.to_yaml(config), cfg.to_yaml(check(config)))
+  assert outputs['c.py'] == outputs['c.yaml']
+  resolved, validated = outputs['c.py']
+  assert 'dtype: float32\n' in resolved
+  assert 'initializer: math.sqrt\n' in validated
+  assert 'block: collections.OrderedDict\n' in validated
+  assert '  momentum: 0.95\n' in validated
+
+
+def test_to_yaml_text():
+  config = {'b': [1, (2, 3)], 'a': {'lr': 1e-3, 'fn': len, 'dtype': tf.float16, 'off': None}}
+  assert cfg.to_yaml(config) == textwrap.dedent("""\
+      a:
+        dtype: float16
+        fn: builtins.len
+        lr: 0.001
+        'off': null
+      b:
+      - 1
+      - - 2
+        - 3
+      """)
+
+
+def test_to_yaml_refuses_instances():
+  assert error_of(cfg.to_yaml, {'model_params': {'init': object()}}).startswith(
+      'model_params.init: cannot write <object object at ')
+  assert error_of(cfg.to_yaml, {'a': [1, object()]}).endswith(
+      '(object) as YAML; use a name, number, string, list or mapping')
+
+
+def test_write_config_reads_back_to_the_same_config(tmp_path):
+  config = check(base_config(larc_params={'larc_eta': 1e-3}, regularizer='l2',
+                             regularizer_params={'scale': 1e-4}, loss_scaling=2.0 ** 14))
+  path = tmp_path / 'run' / 'logs' / 'config.yaml'
+  cfg.write_config(config, str(path))
+  assert path.read_text() == cfg.to_yaml(config)
+  again = write(tmp_path, 'again.yaml', 'base_params:\n' + textwrap.indent(path.read_text(), '  '))
+  assert check(cfg.resolve(cfg.load_config_file(again), 'train')) == config
+
+
+# ---------------------------------------------------------------------------
+# format_error
+
+def test_format_error():
+  assert cfg.format_error(ConfigError("model: unknown model 'x'")) == "error: model: unknown model 'x'"
+  assert cfg.format_error(ValueError('bad\nvalue')) == 'error: ValueError: bad value'
+  assert cfg.format_error(KeyError()) == 'error: KeyError'
