@@ -1,0 +1,319 @@
+"""ImageNet (ILSVRC-2012) from TFRecord shards of JPEG-encoded examples.
+
+The shards are the usual ones (``train-00000-of-01024``, ``validation-00000-of-00128``)
+whose ``tf.train.Example`` records hold ``image/encoded`` (JPEG bytes) and
+``image/class/label`` (int64, 1-based in the standard conversion).
+
+A TFRecord record is framed as ``uint64 length, uint32 masked_crc32c(length),
+bytes data[length], uint32 masked_crc32c(data)``, all little-endian.
+
+References:
+  He, Zhang, Ren, Sun. "Deep Residual Learning for Image Recognition", 2016.
+  Szegedy et al. "Going Deeper with Convolutions", 2015 (random-resized crop).
+  TFRecord format: https://www.tensorflow.org/tutorials/load_data/tfrecord
+"""
+
+import concurrent.futures
+import logging
+import os
+import struct
+
+import tensorflow as tf
+
+from data import DATA_LAYERS
+from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
+                       check_start_batch, epoch_key, sub_key)
+from framework.params import REQUIRED, Param, non_negative, positive
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATTERN = {'train': 'train-*', 'eval': 'validation-*'}
+DEFAULT_NUM_EXAMPLES = {'train': 1281167, 'eval': 50000}
+# Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+# Eval resizes the shorter side to image_size / 0.875 (256 for 224) before the centre crop.
+CENTER_CROP_FRACTION = 0.875
+# Random-resized-crop ranges (Szegedy et al. 2015): fraction of the image area
+# and width/height ratio of the crop.
+AREA_RANGE = (0.08, 1.0)
+ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
+CROP_ATTEMPTS = 10
+MAX_CYCLE_LENGTH = 16
+READ_BUFFER_BYTES = 8 << 20
+FEATURES = {
+    'image/encoded': tf.io.FixedLenFeature([], tf.string),
+    'image/class/label': tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def _crc32c_table():
+  table = []
+  for byte in range(256):
+    crc = byte
+    for _ in range(8):
+      # 0x82F63B78 is the Castagnoli polynomial in reflected bit order.
+      crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    table.append(crc)
+  return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+  """CRC-32C (Castagnoli) of ``data``; only used on 8-byte record headers."""
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+  return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+  """The rotated and offset CRC that TFRecord stores."""
+  crc = crc32c(data)
+  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def count_records(path):
+  """Walks the record framing of a TFRecord file and returns its number of records.
+
+  Reads only the 12-byte header of each record and checks its CRC, then seeks
+  over the payload, so it costs one small read per record; payload CRCs are
+  not checked.
+
+  Raises:
+    DataError: naming the file, when a header is cut off or corrupt, or the
+      last record runs past the end of the file.
+  """
+  size = tf.io.gfile.stat(path).length
+  opener = tf.io.gfile.GFile if '://' in path else open
+  count = position = 0
+  with opener(path, 'rb') as f:
+    while position < size:
+      header = f.read(12)
+      if len(header) < 12:
+        raise DataError(f'{path}: truncated TFRecord file: the header of record {count} '
+                        f'at byte {position} is cut off')
+      length, length_crc = struct.unpack('<QI', header)
+      if masked_crc32c(header[:8]) != length_crc:
+        raise DataError(f'{path}: corrupt TFRecord file: bad length checksum in record {count} '
+                        f'at byte {position} (not a TFRecord file, or damaged)')
+      position += 12 + length + 4
+      if position > size:
+        raise DataError(f'{path}: truncated TFRecord file: record {count} needs {position} bytes, '
+                        f'the file has {size}')
+      f.seek(position)
+      count += 1
+  return count
+
+
+_RECORD_COUNTS = {}
+
+
+def verified_record_counts(paths):
+  """Record counts of the files, framed in parallel and cached per unchanged file."""
+  def count(path):
+    stat = tf.io.gfile.stat(path)
+    key = (path, stat.length, stat.mtime_nsec)
+    if key not in _RECORD_COUNTS:
+      _RECORD_COUNTS[key] = count_records(path)
+    return _RECORD_COUNTS[key]
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    return list(pool.map(count, paths))
+
+
+def read_records(files):
+  """The serialized records of one file or a list of files, in order."""
+  return tf.data.TFRecordDataset(files, buffer_size=READ_BUFFER_BYTES)
+
+
+def window_shuffle(records, window, key):
+  """Cuts the stream into windows of ``window`` records and permutes each one.
+
+  Unlike ``Dataset.shuffle``, whose seed is combined with TensorFlow's global
+  seed when one is set, the order is a function of ``key`` alone. The next
+  window is read while the current one is consumed.
+  """
+  def permute(index, batch):
+    return tf.random.experimental.stateless_shuffle(batch, seed=sub_key(key, index))
+
+  return records.batch(window).enumerate().map(permute).prefetch(1).unbatch()
+
+
+def normalize(image):
+  """Scales ``[0, 255]`` RGB pixels to zero mean and unit variance per channel."""
+  mean = tf.constant([255.0 * m for m in MEAN])
+  std = tf.constant([255.0 * s for s in STD])
+  return (tf.cast(image, tf.float32) - mean) / std
+
+
+def train_crop_window(image_shape, seed):
+  """Samples a random-resized-crop window ``[y, x, height, width]`` for one image.
+
+  Args:
+    image_shape: ``[height, width, channels]`` of the encoded image.
+    seed: stateless key ``[2] int64``.
+  """
+  whole_image = tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4])
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      image_shape, bounding_boxes=whole_image, seed=seed,
+      # 0 lets the area range alone bound the crop (the box is the whole image).
+      min_object_covered=0.0, aspect_ratio_range=ASPECT_RANGE, area_range=AREA_RANGE,
+      max_attempts=CROP_ATTEMPTS, use_image_if_no_bounding_boxes=True)
+  return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def train_image(encoded, seed, image_size):
+  """Random-resized crop, resize to ``image_size`` and random mirror, decoding only the crop."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  window = train_crop_window(tf.image.extract_jpeg_shape(encoded), crop_seed)
+  image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+  image = tf.image.resize(image, [image_size, image_size], method='bilinear')
+  image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  return normalize(image)
+
+
+def eval_image(encoded, image_size):
+  """Resizes the shorter side to ``image_size / 0.875`` and takes the central square."""
+  image = tf.io.decode_jpeg(encoded, channels=3)
+  shape = tf.cast(tf.shape(image)[:2], tf.float32)
+  target = tf.round(image_size / CENTER_CROP_FRACTION)
+  new_shape = tf.cast(tf.maximum(tf.round(shape * target / tf.reduce_min(shape)), target), tf.int32)
+  image = tf.image.resize(image, new_shape, method='bilinear')
+  top = (new_shape[0] - image_size) // 2
+  left = (new_shape[1] - image_size) // 2
+  image = image[top:top + image_size, left:left + image_size]
+  image.set_shape([image_size, image_size, 3])
+  return normalize(image)
+
+
+@DATA_LAYERS.register('imagenet')
+class ImageNetDataLayer(DataLayer):
+  """ImageNet from TFRecord shards, with the usual ResNet preprocessing.
+
+  Train: files are dealt to workers (worker ``w`` reads files ``w, w + W, ...``
+  of the sorted list), shuffled per epoch, read ``min(16, files)`` at a time,
+  and consecutive windows of ``shuffle_buffer`` records are permuted with
+  stateless keys (memory: about two windows of encoded images); each image
+  gets a random-resized crop (8-100 % of the area, aspect 3/4-4/3), a random
+  mirror and a resize to ``image_size``. Every worker reads exactly
+  ``batches_per_epoch`` batches per epoch: a worker whose files hold fewer
+  records than its share of ``num_examples`` wraps around them. Eval: one
+  ordered pass over the worker's files (so workers get as many batches as
+  their files hold), shorter side resized to ``image_size / 0.875``, centre
+  crop.
+
+  Resuming: the record order of an epoch is a pure function of ``(seed, epoch,
+  worker)`` (fixed cycle length, deterministic interleave, stateless shuffle) and
+  each image's augmentation is keyed by ``(seed, epoch, position)``, so
+  ``start_batch`` is exact. Skipped records are still read from disk (and go
+  through the window shuffle) but are not decoded.
+
+  Corrupt files: with ``verify_files`` (the default) the constructor walks the
+  record framing of every file (one 12-byte read per record, header CRCs
+  checked, files framed in parallel and cached per process) and raises a
+  ``DataError`` naming a truncated or corrupt file. A record whose payload is
+  damaged but whose framing is intact still fails later, inside tf.data, with
+  TensorFlow's ``DataLossError``/``InvalidArgumentError``.
+  """
+
+  PARAMS = {
+      'data_dir': Param(str, REQUIRED, doc='directory holding the TFRecord shards'),
+      'file_pattern': Param(str, None, doc="glob within data_dir; 'train-*' / 'validation-*' by mode"),
+      'image_size': Param(int, 224, check=positive),
+      'num_classes': Param(int, 1000, check=positive),
+      'num_examples': Param(int, None, check=positive,
+                            doc='examples in the split, all workers; 1281167 train / 50000 eval'),
+      'label_offset': Param(int, 1, doc='subtracted from image/class/label (1 for labels 1..1000)'),
+      'shuffle_buffer': Param(int, 10000, check=non_negative,
+                              doc='records permuted together (window shuffle); 0 or 1 disables'),
+      'verify_files': Param(bool, True, doc='check the record framing of every file at construction'),
+  }
+
+  def __init__(self, params, mode, num_workers=1, worker_index=0):
+    super().__init__(params, mode, num_workers, worker_index)
+    data_dir = self.params['data_dir']
+    if not tf.io.gfile.isdir(data_dir):
+      raise DataError(f'imagenet: data directory {data_dir} does not exist')
+    pattern = os.path.join(data_dir, self.params['file_pattern'] or DEFAULT_PATTERN[mode])
+    self.files = sorted(tf.io.gfile.glob(pattern))
+    if not self.files:
+      raise DataError(f'imagenet: no files match {pattern}')
+    if len(self.files) < num_workers:
+      raise DataError(f'imagenet: {len(self.files)} file(s) match {pattern}, fewer than the '
+                      f'{num_workers} workers; each worker needs at least one file')
+    self.worker_files = self.files[worker_index::num_workers]
+    self.num_examples = self.params['num_examples'] or DEFAULT_NUM_EXAMPLES[mode]
+    self.image_shape = (self.params['image_size'], self.params['image_size'], 3)
+    self.num_classes = self.params['num_classes']
+    self.record_counts = None
+    if self.params['verify_files']:
+      self.record_counts = dict(zip(self.files, verified_record_counts(self.files)))
+      total = sum(self.record_counts.values())
+      if total != self.num_examples:
+        log.warning('imagenet: %s holds %d records but num_examples is %d', pattern, total,
+                    self.num_examples)
+      if not sum(self.record_counts[f] for f in self.worker_files):
+        raise DataError(f'imagenet: the files of worker {worker_index} ({self.worker_files[0]}, ...) '
+                        'hold no records')
+
+  def _parse(self, record):
+    example = tf.io.parse_single_example(record, FEATURES)
+    label = tf.cast(example['image/class/label'] - self.params['label_offset'], tf.int32)
+    return example['image/encoded'], label
+
+  def dataset(self, batch_size, seed=0, start_batch=0):
+    check_batch_size(batch_size)
+    check_start_batch(start_batch)
+    image_size = self.params['image_size']
+    if self.mode == 'eval':
+      def decode(record):
+        encoded, label = self._parse(record)
+        return eval_image(encoded, image_size), label
+
+      records = read_records(self.worker_files).skip(start_batch * batch_size)
+      ds = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    def decode(key, record):
+      encoded, label = self._parse(record)
+      return train_image(encoded, key, image_size), label
+
+    ds = self._train_records(batch_size, seed, start_batch)
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+  def _train_records(self, batch_size, seed, start_batch):
+    """An infinite dataset of ``(augmentation key, serialized record)`` for this worker."""
+    batches = self.train_batches_per_epoch(batch_size)
+    records_per_epoch = batches * batch_size
+    first_epoch, first_skip = divmod(start_batch, batches)
+    files = tf.constant(self.worker_files)
+    cycle_length = min(MAX_CYCLE_LENGTH, len(self.worker_files))
+    shuffle_buffer = self.params['shuffle_buffer']
+    workers, worker = self.num_workers, self.worker_index
+
+    def epoch_records(epoch):
+      key = sub_key(epoch_key(seed, epoch), worker)
+      shuffle_key = sub_key(key, SHUFFLE_KEY)
+      order = tf.random.experimental.stateless_shuffle(files, seed=sub_key(shuffle_key, 0))
+      records = tf.data.Dataset.from_tensor_slices(order).interleave(
+          read_records, cycle_length=cycle_length, block_length=1,
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      if shuffle_buffer > 1:
+        records = window_shuffle(records, shuffle_buffer, sub_key(shuffle_key, 1))
+      # Shuffled before repeating, so that an epoch is a permutation whenever
+      # the worker's files hold enough records.
+      records = records.repeat().take(records_per_epoch).enumerate()
+      skip = tf.cast(tf.where(epoch == first_epoch, first_skip * batch_size, 0), tf.int64)
+      aug_key = sub_key(epoch_key(seed, epoch), AUGMENT_KEY)
+
+      def keyed(position, record):
+        # Positions interleave across workers so no two images share a key.
+        return sub_key(aug_key, position * workers + worker), record
+
+      return records.skip(skip).map(keyed)
+
+    return tf.data.Dataset.counter(first_epoch).flat_map(epoch_records)
