@@ -224,7 +224,10 @@ def resolve(raw, mode, overrides=()):
       replaces what was at the path (to change one key of a dict, name the key).
       A segment indexes a list when the target is a list
       (``data_layer_params.image_shape.0=32``); a missing dict on the way is
-      created, and validation later rejects keys that do not exist.
+      created, and validation later rejects keys that do not exist. A path
+      that starts with ``base_params``, ``train_params`` or ``eval_params``
+      edits that part of the file before the overlay (``--set
+      eval_params.batch_size_per_gpu=1000`` changes evaluation only).
 
   Returns:
     A new dict; ``raw`` is not modified.
@@ -234,6 +237,18 @@ def resolve(raw, mode, overrides=()):
       or a malformed override (named in the message).
   """
   _check_mode(mode)
+  if isinstance(overrides, str):
+    overrides = [overrides]
+  overrides = list(overrides or ())
+  sections = [t for t in overrides if isinstance(t, str) and t.split('.', 1)[0] in TOP_LEVEL_KEYS]
+  if sections:
+    raw = copy.deepcopy(raw)
+    for key in TOP_LEVEL_KEYS:
+      if raw.get(key) is None:
+        raw[key] = {}
+    for text in sections:
+      _apply_override(raw, text)
+    overrides = [t for t in overrides if t not in sections]
   base = raw.get('base_params')
   if not isinstance(base, dict):
     raise ConfigError(f'base_params: expected a dict, got {type(base).__name__}')
@@ -242,9 +257,7 @@ def resolve(raw, mode, overrides=()):
   if not isinstance(overlay, dict):
     raise ConfigError(f'{overlay_key}: expected a dict, got {type(overlay).__name__}')
   config = merge(base, overlay)
-  if isinstance(overrides, str):
-    overrides = [overrides]
-  for text in overrides or ():
+  for text in overrides:
     _apply_override(config, text)
   return config
 
@@ -403,6 +416,11 @@ HOROVOD_SCHEMA = {
     'compression': Param(str, 'none', choices=('none', 'fp16'), doc='gradient compression for allreduce'),
 }
 
+AGN_SCHEMA = {
+    'optimizer': Param(str, REQUIRED, doc='the optimizer AGN wraps, e.g. Momentum'),
+    'communication_period': Param(int, 10, check=positive, doc='local steps between center updates'),
+}
+
 _OPTIONAL_INT = (int, type(None))
 
 SCHEMA = {
@@ -438,7 +456,7 @@ SCHEMA = {
     'random_seed': Param(int, 0, doc='seed of Python, NumPy and TensorFlow'),
     'use_horovod': Param(bool, False, doc='one process per device, gradients allreduced'),
     'horovod_params': _DictParam(HOROVOD_SCHEMA, {}, doc='allreduce options'),
-    'agn_params': Param(dict, None, doc='wrap the optimizer in AGN when given'),
+    'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
     'label_smoothing': Param(float, 0.0, check=_probability, doc='for the classification loss'),
     'deterministic': Param(bool, False, doc='enable TensorFlow op determinism'),
     'jit_compile': Param(bool, False, doc='XLA-compile the train step'),
@@ -493,8 +511,17 @@ def validate(config, registries):
     if schema is not None:
       result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
 
-  _check_arguments(result['optimizer_params'], _lookup(result, 'optimizer', registries),
-                   'optimizer_params', _OPTIMIZER_SUPPLIED)
+  optimizer = _lookup(result, 'optimizer', registries)
+  if getattr(optimizer, 'WRAPS_OPTIMIZER', False):
+    # A wrapper (AGN) takes optimizer_params for the optimizer it wraps.
+    result['agn_params'] = check_params(result['agn_params'], AGN_SCHEMA, 'agn_params')
+    inner = {'optimizer': result['agn_params']['optimizer']}
+    optimizer = _lookup(inner, 'optimizer', registries)
+    if getattr(optimizer, 'WRAPS_OPTIMIZER', False):
+      raise ConfigError('agn_params.optimizer: must be a plain optimizer, not another wrapper')
+  elif result['agn_params'] is not None:
+    raise ConfigError('agn_params: only used with optimizer: AGN')
+  _check_arguments(result['optimizer_params'], optimizer, 'optimizer_params', _OPTIMIZER_SUPPLIED)
 
   policy = _lookup(result, 'lr_policy', registries)
   lr_params = result['lr_policy_params']

@@ -93,8 +93,8 @@ def broadcast_variables(variables, root_rank=0):
     target.assign(_HVD.broadcast(tf.convert_to_tensor(target), root_rank=root_rank))
 
 
-def average_scalar(value):
-  """The mean of a Python number over workers."""
+def sum_array(values):
+  """The element-wise sum of a numpy array over workers (float64)."""
   if _HVD is None or _HVD.size() == 1:
-    return float(value)
-  return float(_HVD.allreduce(tf.constant(float(value), tf.float64), op=_HVD.Average).numpy())
+    return values
+  return _HVD.allreduce(tf.constant(values, tf.float64), op=_HVD.Sum).numpy()

@@ -1,5 +1,6 @@
 """Large-batch optimizers, loss scaling, learning-rate policies and ``optimize_loss``."""
 
+from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import AutomaticLossScaler
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer

@@ -24,6 +24,7 @@ from framework import distributed
 from framework.registry import Registry
 from optimizers import stages
 from optimizers import tf1_compat
+from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.lamb import LAMB
@@ -61,7 +62,7 @@ for _name, _cls in (('Adagrad', keras.optimizers.Adagrad), ('Adam', keras.optimi
                     ('Ftrl', keras.optimizers.Ftrl), ('Momentum', MomentumOptimizer),
                     ('RMSProp', keras.optimizers.RMSprop), ('SGD', keras.optimizers.SGD),
                     ('AdamW', keras.optimizers.AdamW), ('LARS', LARSOptimizer),
-                    ('LAMB', LAMB)):
+                    ('LAMB', LAMB), ('AGN', AGNOptimizer)):
   OPTIMIZER_CLS_NAMES.register(_name, _cls)
 
 OPTIMIZER_SUMMARIES = [
@@ -154,8 +155,12 @@ def make_optimizer(optimizer, optimizer_params, learning_rate):
   """
   if isinstance(optimizer, str):
     optimizer = OPTIMIZER_CLS_NAMES[optimizer]
-  if isinstance(optimizer, keras.optimizers.Optimizer):
+  if _is_instance(optimizer):
     return optimizer
+  if getattr(optimizer, 'WRAPS_OPTIMIZER', False):
+    raise ValueError(f'{optimizer.__name__} wraps another optimizer: pass an instance, e.g. '
+                     'AGNOptimizer(MomentumOptimizer(...)), or in a config use optimizer: AGN '
+                     'with agn_params: {optimizer: Momentum}')
   if not callable(optimizer):
     raise ValueError(f'optimizer must be a name ({", ".join(OPTIMIZER_CLS_NAMES)}), a class '
                      f'or an instance, got {optimizer!r}')
@@ -164,6 +169,10 @@ def make_optimizer(optimizer, optimizer_params, learning_rate):
   except TypeError as exc:
     raise ValueError(f'optimizer_params do not fit {getattr(optimizer, "__name__", optimizer)}: '
                      f'{exc}') from None
+
+
+def _is_instance(optimizer):
+  return isinstance(optimizer, (keras.optimizers.Optimizer, AGNOptimizer))
 
 
 def _var_name(var):
@@ -214,8 +223,7 @@ class GradientPipeline(tf.Module):
 
     self.learning_rate_decay_fn = learning_rate_decay_fn
     if learning_rate_decay_fn is None:
-      if 'learning_rate' not in optimizer_params and not isinstance(
-          optimizer, keras.optimizers.Optimizer):
+      if 'learning_rate' not in optimizer_params and not _is_instance(optimizer):
         raise ValueError('optimize_loss: give learning_rate_decay_fn or '
                          "optimizer_params['learning_rate']")
       self._base_lr = optimizer_params.pop('learning_rate', None)
@@ -230,9 +238,14 @@ class GradientPipeline(tf.Module):
       # Allreduce calls, so tests and logs can confirm one per applied update.
       self.allreduce_count = tf.Variable(0, dtype=tf.int64, trainable=False,
                                          name='allreduce_count')
+      # The global norm of the last update's gradients, for logs.
+      self.last_global_norm = tf.Variable(0.0, trainable=False, name='last_global_norm')
       initial_lr = self._current_lr_value()
       self.optimizer = make_optimizer(optimizer, optimizer_params, initial_lr)
-      self._owns_lr = not isinstance(optimizer, keras.optimizers.Optimizer)
+      # The pipeline sets the optimizer's rate each update when it knows it.
+      self._owns_lr = learning_rate_decay_fn is not None or self._base_lr is not None
+      # AGN communicates by itself, once per period, instead of every update.
+      self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
       self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
       mixed = self.dtype in ('mixed', 'mixed_bfloat16')
       self.masters = stages.MasterWeights(self.var_list) if mixed else None
@@ -258,6 +271,32 @@ class GradientPipeline(tf.Module):
   @property
   def loss_scale(self):
     return self.loss_scaler.loss_scale
+
+  def checkpoint_items(self):
+    """The state to checkpoint besides the model, as tf.train.Checkpoint keyword arguments."""
+    # The optimizer's variables are listed rather than the optimizer itself:
+    # tf.train.Checkpoint treats an object with get_slot_names() as a TF 1
+    # optimizer and would save its slots twice.
+    items = {'global_step': self.global_step, 'micro_step': self.micro_step,
+             'optimizer_variables': [tf1_compat.unwrap(v) for v in self.optimizer.variables],
+             'loss_scaler': self.loss_scaler}
+    if self.accumulator is not None:
+      items['accumulators'] = list(self.accumulator.sums)
+    if self.masters is not None and self.masters.has_half:
+      items['master_weights'] = [m for m, v in zip(self.masters.masters, self.masters.model_vars)
+                                 if m is not v]
+    return items
+
+  def state_variables(self):
+    """Every variable of the pipeline's state (optimizer slots included), e.g. to broadcast."""
+    result = [self.global_step, self.micro_step]
+    result += [tf1_compat.unwrap(v) for v in self.optimizer.variables]
+    result += list(self.loss_scaler.variables)
+    if self.accumulator is not None:
+      result += list(self.accumulator.sums)
+    if self.masters is not None:
+      result += [m for m, v in zip(self.masters.masters, self.masters.model_vars) if m is not v]
+    return result
 
   def __call__(self, loss_fn, skip_update=None):
     """One micro-step: gradients of ``loss_fn``, and an update when one is due.
@@ -302,7 +341,7 @@ class GradientPipeline(tf.Module):
 
   def _update(self, grads):
     """Stages 3-7 on one update's gradients; returns (applied, global norm or None)."""
-    if self.on_horovod:
+    if self._allreduce:
       grads = stages.allreduce(grads, self.compression)
       self.allreduce_count.assign_add(1)
     has_nan, amax = gradient_stats(grads)
@@ -312,6 +351,7 @@ class GradientPipeline(tf.Module):
     if (self.clip_gradients is not None or self.log_global_norm
         or 'global_gradient_norm' in self.summaries):
       norm = stages.global_norm(grads)
+      self.last_global_norm.assign(norm)
 
     def apply():
       lr = self.learning_rate()

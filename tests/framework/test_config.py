@@ -610,10 +610,36 @@ def test_horovod_params():
 
 
 def test_free_form_dicts_pass_through():
-  result = check(base_config(agn_params={'communication_period': 4},
-                             loss_scaling='Backoff', loss_scaling_params={'scale_max': 2.0 ** 14}))
-  assert result['agn_params'] == {'communication_period': 4}
+  result = check(base_config(loss_scaling='Backoff', loss_scaling_params={'scale_max': 2.0 ** 14}))
   assert result['loss_scaling_params'] == {'scale_max': 16384.0}
+
+
+class FakeWrapper:
+  """Stands for AGN: a registered optimizer that wraps another one."""
+  WRAPS_OPTIMIZER = True
+
+  def __init__(self, optimizer, communication_period=10):
+    pass
+
+
+def test_wrapper_optimizer_checks_agn_params_and_the_wrapped_optimizer_params():
+  registries = dict(REGISTRIES)
+  optimizers = Registry('optimizer', case_insensitive=True)
+  for name in REGISTRIES['optimizer']:
+    optimizers.register(name, REGISTRIES['optimizer'][name])
+  optimizers.register('AGN', FakeWrapper)
+  registries['optimizer'] = optimizers
+  config = base_config(optimizer='AGN', agn_params={'optimizer': 'Momentum'},
+                       optimizer_params={'momentum': 0.9})
+  result = cfg.validate(config, registries)
+  assert result['agn_params'] == {'optimizer': 'Momentum', 'communication_period': 10}
+  assert error_of(cfg.validate, base_config(optimizer='AGN', optimizer_params={'momentum': 0.9}),
+                  registries).startswith('agn_params.optimizer: required key is missing')
+  bad = base_config(optimizer='AGN', agn_params={'optimizer': 'Momentum'},
+                    optimizer_params={'momentun': 0.9})
+  assert error_of(cfg.validate, bad, registries).startswith('optimizer_params.momentun: unknown argument')
+  assert error_of(check, base_config(agn_params={'optimizer': 'Momentum'})) == (
+      'agn_params: only used with optimizer: AGN')
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""Fashion-MNIST with a CIFAR-style ResNet-8 and momentum SGD: the baseline for LARS.
+
+Launch (about 6 minutes on a 2-core CPU):
+  python run.py --config=configs/fashion_mnist_sgd.py --mode=train_eval --logdir=runs/fashion_mnist_sgd
+
+Recipe (Goyal et al. 2017): momentum 0.9, lr = 0.1·B/256 (linear scaling
+rule) with a linear warm-up, L2 weight decay on the weights only.
+"""
+
+batch_size = 512
+num_epochs = 8
+
+base_params = {
+    'model': 'resnet_cifar',
+    'model_params': {'depth': 8, 'weight_decay': 5e-4},
+    'data_layer': 'fashion_mnist',
+    'data_layer_params': {'augment': False},
+    'batch_size_per_gpu': batch_size,
+    'num_epochs': num_epochs,
+    'optimizer': 'Momentum',
+    'optimizer_params': {'momentum': 0.9},
+    'lr_policy': 'poly_decay',
+    'lr_policy_params': {
+        'learning_rate': 0.1 * batch_size / 256,  # linear scaling rule
+        'power': 2.0,
+        'warmup_epochs': 1,
+        'decay_epochs': num_epochs,
+    },
+    'dtype': 'float32',
+    'random_seed': 0,
+    'save_checkpoint_steps': 200,
+    'num_checkpoints': 3,
+    'print_loss_steps': 20,
+    'save_summaries_steps': 20,
+    'summaries': ['learning_rate', 'global_gradient_norm'],
+}
+
+eval_params = {
+    'batch_size_per_gpu': 1000,
+}

@@ -1,0 +1,418 @@
+"""The trainer: one compiled train step through ``optimize_loss``, eval, checkpoints, logs.
+
+Sections, in the order a run meets them: set-up (seeds, precision, data, model,
+the optimize_loss pipeline, checkpoint), the train loop, evaluation, and the
+benchmark loop. Only the chief worker (Horovod rank 0) writes checkpoints,
+summaries, the resolved config and the progress bar.
+"""
+
+import functools
+import json
+import math
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from data import DATA_LAYERS
+from framework import distributed
+from framework.config import epochs_to_steps
+from framework.params import ConfigError
+from models import MODELS
+from optimizers import optimizers as opt_lib
+from optimizers.agn import AGNOptimizer
+from optimizers.lr_policies import LR_POLICIES
+
+_POLICIES = {'float32': 'float32', 'float16': 'float16', 'mixed': 'mixed_float16',
+             'mixed_bfloat16': 'mixed_bfloat16'}
+# Regularization is L2 on weights, never on batch-norm parameters or biases.
+_NO_DECAY = ('batch_normalization', 'bias')
+
+
+class TrainingError(RuntimeError):
+  """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
+
+
+def _log(message):
+  if distributed.is_chief():
+    print(message, flush=True)
+
+
+class Trainer:
+  """Builds everything a run needs from a validated config.
+
+  Args:
+    config: the validated config of the train (or benchmark) mode, or None for eval only.
+    eval_config: the validated config used for evaluation, or None.
+    logdir: the run directory (checkpoints, TensorBoard events, config.yaml).
+  """
+
+  def __init__(self, config, eval_config, logdir):
+    self.config = config if config is not None else eval_config
+    self.eval_config = eval_config
+    self.logdir = logdir
+    cfg = self.config
+    self.num_workers = distributed.size()
+    self.rank = distributed.rank()
+
+    keras.utils.set_random_seed(cfg['random_seed'])
+    if cfg['deterministic']:
+      tf.config.experimental.enable_op_determinism()
+    keras.mixed_precision.set_dtype_policy(_POLICIES[cfg['dtype']])
+
+    self.train_data = None
+    if config is not None:
+      self.train_data = self._data_layer(config, 'train')
+    self.eval_data = self._data_layer(eval_config, 'eval') if eval_config is not None else None
+    shape_source = self.train_data or self.eval_data
+    self.model = MODELS.resolve(cfg['model'])(cfg['model_params'], shape_source.image_shape,
+                                             shape_source.num_classes)
+
+    self.batch_size = cfg['batch_size_per_gpu']
+    self.iter_size = cfg['iter_size']
+    self.global_batch = self.batch_size * self.num_workers * self.iter_size
+    if self.train_data is not None:
+      micro_per_epoch = self.train_data.train_batches_per_epoch(self.batch_size)
+      self.steps_per_epoch = max(1, micro_per_epoch // self.iter_size)
+    else:
+      self.steps_per_epoch = 1
+    if cfg['max_steps'] is not None:
+      self.max_steps = cfg['max_steps']
+    else:
+      self.max_steps = int(math.ceil(cfg['num_epochs'] * self.steps_per_epoch))
+
+    self.opt_kwargs = self._optimize_loss_arguments(cfg)
+    self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
+    self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
+    # Top-1 accuracy of the last train micro-batch, set inside the loss function.
+    self.batch_accuracy = tf.Variable(0.0, trainable=False, name='batch_accuracy')
+    self.checkpoint = tf.train.Checkpoint(
+        model=self.model, data_position=self.data_position, **self.pipeline.checkpoint_items())
+    self._regularized = [v for v in self.model.trainable_variables
+                         if not any(s in v.path for s in _NO_DECAY)]
+
+  # --- set-up ------------------------------------------------------------------------------
+
+  def _data_layer(self, cfg, mode):
+    layer_cls = DATA_LAYERS.resolve(cfg['data_layer'])
+    return layer_cls(cfg['data_layer_params'], mode, num_workers=self.num_workers,
+                     worker_index=self.rank)
+
+  def _learning_rate_fn(self, cfg):
+    policy = LR_POLICIES.resolve(cfg['lr_policy'])
+    params = epochs_to_steps(cfg['lr_policy_params'], self.steps_per_epoch)
+    try:
+      policy(0, **params)
+    except (TypeError, ValueError) as exc:
+      raise ConfigError(f'lr_policy_params: {exc}') from None
+    return functools.partial(policy, **params)
+
+  def _optimize_loss_arguments(self, cfg):
+    lr_fn = self._learning_rate_fn(cfg)
+    optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
+    if cfg['agn_params'] is not None:
+      agn = cfg['agn_params']
+      inner = opt_lib.make_optimizer(agn['optimizer'], optimizer_params, float(lr_fn(0)))
+      optimizer = AGNOptimizer(inner, communication_period=agn['communication_period'])
+      optimizer_params = {}
+    return dict(
+        optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
+        dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'], summaries=cfg['summaries'],
+        larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
+        loss_scaling_params=cfg['loss_scaling_params'], on_horovod=self.num_workers > 1,
+        iter_size=cfg['iter_size'], model=self.model, horovod_params=cfg['horovod_params'])
+
+  @property
+  def global_step(self):
+    return int(self.pipeline.global_step.numpy())
+
+  def restore(self, path=None):
+    """Restores the latest checkpoint of the logdir (or ``path``); returns its path or None."""
+    if path is None:
+      path = tf.train.latest_checkpoint(self.logdir)
+    if path is None:
+      return None
+    self.checkpoint.restore(path).assert_existing_objects_matched()
+    return path
+
+  def broadcast_state(self):
+    """Makes every worker start from rank 0's variables and optimizer slots."""
+    if self.num_workers == 1:
+      return
+    state = (list(self.model.variables) + list(self.pipeline.state_variables())
+             + [self.data_position])
+    distributed.broadcast_variables(state, root_rank=0)
+
+  def begin(self):
+    """Run once before training, after restore: broadcast, then optimizer hooks (AGN)."""
+    self.broadcast_state()
+    if isinstance(self.pipeline.optimizer, AGNOptimizer):
+      self.pipeline.optimizer.make_session_run_hook(is_chief=distributed.is_chief()).begin()
+
+  # --- the train step ----------------------------------------------------------------------
+
+  def _loss(self, images, labels):
+    cfg = self.config
+    logits = self.model(images, training=True)
+    self.batch_accuracy.assign(tf.reduce_mean(tf.cast(tf.math.in_top_k(
+        labels, tf.cast(logits, tf.float32), 1), tf.float32)))
+    one_hot = tf.one_hot(labels, tf.shape(logits)[-1])
+    loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
+        one_hot, tf.cast(logits, tf.float32), from_logits=True,
+        label_smoothing=cfg['label_smoothing']))
+    model_losses = [tf.cast(l, tf.float32) for l in self.model.losses]
+    if model_losses:
+      loss += tf.add_n(model_losses)
+    if cfg['regularizer'] == 'l2':
+      scale = cfg['regularizer_params']['scale']
+      loss += scale * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in self._regularized])
+    return loss
+
+  def make_train_step(self):
+    """The compiled micro-step: next batch -> optimize_loss -> metrics."""
+    cfg = self.config
+    summary_every = cfg['save_summaries_steps']
+    opt_kwargs = self.opt_kwargs
+    pipeline = self.pipeline
+
+    def step(iterator):
+      images, labels = next(iterator)
+      loss = opt_lib.optimize_loss(lambda: self._loss(images, labels), **opt_kwargs)
+      self.data_position.assign_add(1)
+      return {'loss': loss, 'accuracy': tf.identity(self.batch_accuracy),
+              'learning_rate': pipeline.learning_rate(),
+              'loss_scale': tf.identity(pipeline.loss_scale),
+              'global_norm': tf.identity(pipeline.last_global_norm),
+              'global_step': tf.identity(pipeline.global_step)}
+
+    compiled = tf.function(step, jit_compile=cfg['jit_compile'] or None)
+
+    def run(iterator):
+      if summary_every:
+        record = lambda: tf.equal(pipeline.global_step % summary_every, 0)
+      else:
+        record = False
+      with tf.summary.record_if(record):
+        return compiled(iterator)
+
+    run.compiled = compiled
+    return run
+
+  def train_iterator(self):
+    start = int(self.data_position.numpy())
+    dataset = self.train_data.dataset(self.batch_size, seed=self.config['random_seed'],
+                                      start_batch=start)
+    return iter(dataset)
+
+  # --- training ----------------------------------------------------------------------------
+
+  def train(self, evaluate_every=None):
+    """Trains until max_steps, checkpointing and (optionally) evaluating on the way.
+
+    Args:
+      evaluate_every: evaluate every this many steps and at the end (train_eval mode).
+
+    Returns:
+      The final eval metrics when evaluating, else None.
+    """
+    cfg = self.config
+    chief = distributed.is_chief()
+    manager = tf.train.CheckpointManager(self.checkpoint, self.logdir,
+                                         max_to_keep=cfg['num_checkpoints'],
+                                         checkpoint_name='ckpt') if chief else None
+    best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
+    writer = tf.summary.create_file_writer(self.logdir) if chief else tf.summary.create_noop_writer()
+    eval_writer = (tf.summary.create_file_writer(os.path.join(self.logdir, 'eval'))
+                   if chief else tf.summary.create_noop_writer())
+    step_fn = self.make_train_step()
+    iterator = self.train_iterator()
+    _log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
+         f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
+         f'{self.global_batch} = {self.batch_size} per worker x {self.num_workers} worker(s) '
+         f'x iter_size {self.iter_size}; starting at step {self.global_step}')
+    progress = Progress(self.max_steps, self.global_step, self.steps_per_epoch,
+                        cfg['print_loss_steps'], enabled=chief)
+    images_per_micro = self.batch_size * self.num_workers
+    last_saved = self.global_step
+    last_eval = self.global_step
+    eval_metrics = None
+    window_start, window_images = time.perf_counter(), 0
+    float32 = cfg['dtype'] == 'float32'
+    with writer.as_default():
+      while self.global_step < self.max_steps:
+        metrics = step_fn(iterator)
+        values = {k: v.numpy() for k, v in metrics.items()}
+        step = int(values['global_step'])
+        window_images += images_per_micro
+        if float32 and not np.isfinite(values['loss']):
+          self._save(manager, step)
+          raise TrainingError(
+              f'non-finite loss ({values["loss"]}) at step {step + 1}; the update was not applied '
+              f'and the last good state is saved in {self.logdir}. Lower the learning rate, '
+              'enable clipping (max_grad_norm) or LARC.')
+        elapsed = time.perf_counter() - window_start
+        rate = window_images / elapsed if elapsed > 0 else 0.0
+        progress.update(step, values, rate)
+        if chief and cfg['save_summaries_steps'] and step % cfg['save_summaries_steps'] == 0 \
+            and step != getattr(self, '_last_summary', None):
+          self._last_summary = step
+          self._write_train_summaries(step, values, rate)
+        if elapsed > 10.0:
+          window_start, window_images = time.perf_counter(), 0
+        if cfg['save_checkpoint_steps'] and step - last_saved >= cfg['save_checkpoint_steps']:
+          self._save(manager, step)
+          last_saved = step
+        if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
+          eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
+          last_eval = step
+      progress.close()
+      self._save(manager, self.global_step)
+      if evaluate_every is not None:
+        eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
+    writer.flush()
+    eval_writer.flush()
+    return eval_metrics
+
+  def _save(self, manager, step):
+    if manager is not None:
+      manager.save(checkpoint_number=step)
+
+  def _write_train_summaries(self, step, values, rate):
+    tf.summary.scalar('loss', values['loss'], step=step)
+    tf.summary.scalar('accuracy', values['accuracy'], step=step)
+    tf.summary.scalar('learning_rate', values['learning_rate'], step=step)
+    tf.summary.scalar('global_gradient_norm', values['global_norm'], step=step)
+    tf.summary.scalar('loss_scale', values['loss_scale'], step=step)
+    tf.summary.scalar('images_per_sec', rate * 1.0, step=step)
+
+  def _evaluate_and_keep_best(self, step, eval_writer, best):
+    metrics = self.evaluate()
+    _log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
+         f'top-5 {metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')
+    with eval_writer.as_default():
+      for key in ('loss', 'accuracy', 'top5_accuracy'):
+        tf.summary.scalar(key, metrics[key], step=step)
+    if best is not None:
+      best.offer(step, metrics['accuracy'])
+    return metrics
+
+  # --- evaluation --------------------------------------------------------------------------
+
+  def evaluate(self):
+    """Loss, top-1 and top-5 accuracy over the whole eval split (all workers).
+
+    Returns:
+      dict with ``loss``, ``accuracy``, ``top5_accuracy`` and ``examples``.
+    """
+    if self.eval_data is None:
+      raise ConfigError('eval: no eval data layer is configured')
+    if not hasattr(self, '_eval_step'):
+      model = self.model
+
+      def eval_step(images, labels):
+        logits = tf.cast(model(images, training=False), tf.float32)
+        losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        top1 = tf.cast(tf.math.in_top_k(labels, logits, 1), tf.float32)
+        k = min(5, logits.shape[-1])
+        top5 = tf.cast(tf.math.in_top_k(labels, logits, k), tf.float32)
+        return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(top1), tf.reduce_sum(top5),
+                         tf.cast(tf.shape(labels)[0], tf.float32)])
+
+      self._eval_step = tf.function(eval_step, reduce_retracing=True)
+    totals = np.zeros(4, np.float64)
+    batch = self.eval_config['batch_size_per_gpu']
+    for images, labels in self.eval_data.dataset(batch):
+      totals += self._eval_step(images, labels).numpy()
+    totals = distributed.sum_array(totals)
+    n = max(totals[3], 1.0)
+    return {'loss': totals[0] / n, 'accuracy': totals[1] / n, 'top5_accuracy': totals[2] / n,
+            'examples': int(totals[3])}
+
+  def evaluate_and_report(self):
+    """Evaluates the restored model and prints one line (chief only)."""
+    metrics = self.evaluate()
+    _log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
+         f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
+         f'({metrics["examples"]} examples)')
+    return metrics
+
+  # --- benchmark ---------------------------------------------------------------------------
+
+  def benchmark(self, steps):
+    """Times ``steps`` micro-steps after the configured warm-up; no checkpoints.
+
+    Returns:
+      dict with ``images_per_sec`` (all workers) and ``ms_per_step``.
+    """
+    step_fn = self.make_train_step()
+    iterator = self.train_iterator()
+    with tf.summary.create_noop_writer().as_default():
+      for _ in range(max(1, self.config['bench_warmup_steps'])):
+        result = step_fn(iterator)
+      result['loss'].numpy()
+      start = time.perf_counter()
+      for _ in range(steps):
+        result = step_fn(iterator)
+      result['loss'].numpy()
+      elapsed = time.perf_counter() - start
+    per_step = elapsed / steps
+    images = self.batch_size * self.num_workers * steps
+    return {'images_per_sec': images / elapsed, 'ms_per_step': per_step * 1000.0}
+
+
+class BestCheckpoint:
+  """Keeps the checkpoint with the best eval accuracy in its own directory."""
+
+  def __init__(self, checkpoint, directory):
+    self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
+                                              checkpoint_name='best')
+    self.record = os.path.join(directory, 'best.json')
+    self.best = None
+    if os.path.exists(self.record):
+      with open(self.record) as f:
+        self.best = json.load(f)['accuracy']
+
+  def offer(self, step, accuracy):
+    if self.best is not None and accuracy <= self.best:
+      return
+    self.best = accuracy
+    path = self.manager.save(checkpoint_number=step)
+    with open(self.record, 'w') as f:
+      json.dump({'step': step, 'accuracy': accuracy, 'checkpoint': path}, f)
+
+
+class Progress:
+  """A tqdm progress bar on a terminal; a plain log line every N steps otherwise."""
+
+  def __init__(self, total, initial, steps_per_epoch, every, enabled=True):
+    self.enabled = enabled
+    self.every = every
+    self.steps_per_epoch = steps_per_epoch
+    self.last_printed = initial
+    self.bar = None
+    if enabled and sys.stderr.isatty():
+      from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+      self.bar = tqdm(total=total, initial=initial, unit='step', dynamic_ncols=True)
+    self.position = initial
+
+  def update(self, step, values, rate):
+    if not self.enabled:
+      return
+    epoch = step / self.steps_per_epoch
+    if self.bar is not None:
+      self.bar.update(step - self.position)
+      self.bar.set_postfix(epoch=f'{epoch:.2f}', loss=f'{values["loss"]:.4f}',
+                           lr=f'{values["learning_rate"]:.4g}', img_s=f'{rate:.0f}', refresh=False)
+    elif step - self.last_printed >= self.every:
+      print(f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
+            f'lr {values["learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} '
+            f'loss_scale {values["loss_scale"]:.4g} images/sec {rate:.1f}', flush=True)
+      self.last_printed = step
+    self.position = step
+
+  def close(self):
+    if self.bar is not None:
+      self.bar.close()

@@ -1,0 +1,145 @@
+"""Train, evaluate or benchmark a model described by a config file.
+
+  python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval --logdir=runs/fm_lars
+  python run.py --config=configs/resnet50_lars.py --mode=benchmark --bench_steps=20
+  horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
+
+A config mistake ends with exit status 2 and one line naming the key path and
+what is allowed; nothing is built before the config is valid.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+MODES = ('train', 'eval', 'train_eval', 'benchmark')
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--config', required=True, help='a .py or .yaml/.yml config file')
+  parser.add_argument('--mode', default='train_eval', choices=MODES)
+  parser.add_argument('--logdir', default=None, help='run directory (overrides the config)')
+  parser.add_argument('--continue_learning', action='store_true',
+                      help='resume from the latest checkpoint in logdir')
+  parser.add_argument('--bench_steps', type=int, default=20,
+                      help='timed steps in benchmark mode (after the warm-up)')
+  parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
+                      help='override a config key (value parsed as YAML); repeatable')
+  parser.add_argument('--print_config', action='store_true',
+                      help='print the resolved config and exit')
+  return parser.parse_args(argv)
+
+
+def fail(message, status=2):
+  print(message if message.startswith('error:') else f'error: {message}', file=sys.stderr)
+  sys.exit(status)
+
+
+def load(args):
+  """Reads, overlays, overrides and validates the config(s) for the mode."""
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  registries = registries_for_config()
+  raw = config_lib.load_config_file(args.config)
+  configs = config_lib.resolve_modes(raw, args.mode, args.set)
+  return {mode: (config_lib.validate(cfg, registries) if cfg is not None else None)
+          for mode, cfg in configs.items()}
+
+
+def registries_for_config():
+  from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
+  from models import MODELS  # pylint: disable=import-outside-toplevel
+  from optimizers.lr_policies import LR_POLICIES  # pylint: disable=import-outside-toplevel
+  from optimizers.optimizers import OPTIMIZER_CLS_NAMES  # pylint: disable=import-outside-toplevel
+  return {'model': MODELS, 'data_layer': DATA_LAYERS, 'optimizer': OPTIMIZER_CLS_NAMES,
+          'lr_policy': LR_POLICIES}
+
+
+def choose_logdir(args, cfg):
+  logdir = args.logdir or cfg['logdir']
+  if logdir is None:
+    stem = os.path.splitext(os.path.basename(args.config))[0]
+    logdir = os.path.join('runs', stem)
+  return logdir
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.bench_steps < 1:
+    fail(f'--bench_steps: must be >= 1, got {args.bench_steps}')
+  from framework import quiet  # pylint: disable=import-outside-toplevel
+  quiet.import_tensorflow()
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  try:
+    configs = load(args)
+  except ConfigError as exc:
+    fail(config_lib.format_error(exc))
+  main_cfg = configs['train'] if configs['train'] is not None else configs['eval']
+  if args.print_config:
+    print(config_lib.to_yaml(main_cfg), end='')
+    return 0
+
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  if main_cfg['use_horovod'] or distributed.launched_by_horovodrun():
+    try:
+      distributed.init()
+    except RuntimeError as exc:
+      fail(str(exc))
+  logdir = choose_logdir(args, main_cfg)
+  training = args.mode in ('train', 'train_eval')
+  if training and distributed.is_chief():
+    if os.path.isdir(logdir) and os.listdir(logdir) and not args.continue_learning:
+      fail(f'logdir {logdir} is not empty; pass --continue_learning to resume from it, '
+           'or choose another --logdir')
+  if args.mode == 'eval' and not os.path.isdir(logdir):
+    fail(f'logdir {logdir} does not exist; eval needs a run directory with checkpoints')
+
+  from framework.trainer import Trainer, TrainingError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  try:
+    trainer = Trainer(configs['train'], configs['eval'], logdir)
+    if training and distributed.is_chief():
+      os.makedirs(logdir, exist_ok=True)
+      config_lib.write_config(main_cfg, os.path.join(logdir, 'config.yaml'))
+    if args.mode == 'benchmark':
+      trainer.begin()
+      result = trainer.benchmark(args.bench_steps)
+      if distributed.is_chief():
+        print(f'benchmark: {result["images_per_sec"]:.1f} images/sec, '
+              f'{result["ms_per_step"]:.1f} ms/step over {args.bench_steps} steps '
+              f'(global batch {trainer.batch_size * trainer.num_workers}, '
+              f'{trainer.num_workers} worker(s))', flush=True)
+      return 0
+    restored = trainer.restore() if (args.continue_learning or args.mode == 'eval') else None
+    if args.mode == 'eval' and restored is None:
+      fail(f'no checkpoint found in {logdir}')
+    if restored and distributed.is_chief():
+      print(f'restored {restored} (step {trainer.global_step})', flush=True)
+    trainer.begin()
+    if args.mode == 'eval':
+      trainer.evaluate_and_report()
+      return 0
+    evaluate_every = None
+    if args.mode == 'train_eval':
+      evaluate_every = main_cfg['eval_steps'] or trainer.steps_per_epoch
+    metrics = trainer.train(evaluate_every=evaluate_every)
+    if distributed.is_chief():
+      if metrics is not None:
+        print(f'final test accuracy: {metrics["accuracy"]:.4f} (top-5 {metrics["top5_accuracy"]:.4f}, '
+              f'loss {metrics["loss"]:.4f}) at step {trainer.global_step}', flush=True)
+      print(f'checkpoints: {os.path.abspath(logdir)}  (best by eval accuracy in '
+            f'{os.path.abspath(os.path.join(logdir, "best"))})', flush=True)
+      print(f'TensorBoard: tensorboard --logdir {os.path.abspath(logdir)}', flush=True)
+  except (ConfigError, DataError) as exc:
+    fail(config_lib.format_error(exc) if isinstance(exc, ConfigError) else str(exc))
+  except TrainingError as exc:
+    fail(str(exc), status=1)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,157 @@
+"""End-to-end tests of run.py, run as a user runs it: in a subprocess."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
+LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+
+# A short run: small batches, a few steps, an lr schedule that fits them.
+SHORT = ['--set', 'batch_size_per_gpu=128', '--set', 'num_epochs=null',
+         '--set', 'lr_policy_params={learning_rate: 0.1, power: 1.0, decay_steps: 100}',
+         '--set', 'print_loss_steps=10', '--set', 'save_summaries_steps=5',
+         '--set', 'eval_params.batch_size_per_gpu=2000']
+
+
+def run(*args, check=True):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
+  result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=900)
+  if check and result.returncode != 0:
+    raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
+                         f'{result.stdout}\n{result.stderr}')
+  return result
+
+
+def checkpoint_values(path):
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if not name.startswith('_CHECKPOINTABLE') and 'OBJECT_GRAPH' not in name}
+
+
+def test_short_run_learns_and_writes_checkpoints_and_events(tmp_path):
+  logdir = tmp_path / 'run'
+  result = run('--config', SGD_CONFIG, '--mode', 'train_eval', '--logdir', str(logdir),
+               '--set', 'max_steps=100', '--set', 'eval_steps=50', *SHORT)
+  line = [l for l in result.stdout.splitlines() if l.startswith('final test accuracy')][0]
+  accuracy = float(line.split()[3])
+  assert accuracy > 0.6, result.stdout  # chance is 0.1
+  assert 'eval at step 50' in result.stdout and 'eval at step 100' in result.stdout
+
+  # Checkpoints, the best checkpoint and the resolved config are all there and readable.
+  latest = tf.train.latest_checkpoint(str(logdir))
+  assert latest.endswith('ckpt-100')
+  values = checkpoint_values(latest)
+  assert any(k.startswith('model/') for k in values)
+  assert int(values['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 100
+  assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == 100
+  assert tf.train.latest_checkpoint(str(logdir / 'best')) is not None
+  saved = yaml.safe_load((logdir / 'config.yaml').read_text())
+  assert saved['max_steps'] == 100 and saved['optimizer'] == 'Momentum'
+
+  # TensorBoard's own reader sees the train and eval scalars.
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
+  train = event_accumulator.EventAccumulator(str(logdir), size_guidance={'tensors': 0})
+  train.Reload()
+  tags = set(train.Tags()['tensors'])
+  assert {'loss', 'accuracy', 'learning_rate', 'images_per_sec', 'global_gradient_norm',
+          'loss_scale'} <= tags
+  steps = [e.step for e in train.Tensors('loss')]
+  assert steps[:3] == [5, 10, 15]
+  lr_at_50 = [e for e in train.Tensors('learning_rate') if e.step == 50][0]
+  # poly decay, power 1, from 0.1 over 100 steps; logged with the step it was used at.
+  assert float(tf.make_ndarray(lr_at_50.tensor_proto)) == pytest.approx(0.1 * (1 - 50 / 100), rel=1e-5)
+  evals = event_accumulator.EventAccumulator(str(logdir / 'eval'), size_guidance={'tensors': 0})
+  evals.Reload()
+  acc = [float(tf.make_ndarray(e.tensor_proto)) for e in evals.Tensors('accuracy')]
+  assert len(acc) == 2 and acc[-1] == pytest.approx(accuracy, abs=1e-4)
+
+
+def test_stop_and_resume_equals_straight_through(tmp_path):
+  common = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'deterministic=true',
+            '--set', 'save_checkpoint_steps=4', '--set', 'data_layer_params.augment=true']
+  run(*common, '--logdir', str(tmp_path / 'straight'), '--set', 'max_steps=12')
+  run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=6')
+  refused = run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=12',
+                check=False)
+  assert refused.returncode == 2 and 'not empty' in refused.stderr
+  result = run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=12',
+               '--continue_learning')
+  assert 'step 6' in result.stdout
+  straight = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'straight')))
+  resumed = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'resumed')))
+  assert straight.keys() == resumed.keys()
+  model_keys = [k for k in straight if k.startswith('model/')]
+  assert len(model_keys) > 20
+  for key in straight:
+    # Deterministic ops, the same seed and the saved data position: identical to the bit.
+    np.testing.assert_array_equal(straight[key], resumed[key], err_msg=key)
+
+
+def test_benchmark_mode_prints_a_rate():
+  result = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--mode',
+               'benchmark', '--bench_steps', '2', '--set', 'batch_size_per_gpu=2',
+               '--set', 'bench_warmup_steps=1',
+               '--set', 'data_layer_params.image_shape=[64, 64, 3]')
+  line = [l for l in result.stdout.splitlines() if l.startswith('benchmark:')][0]
+  rate = float(line.split()[1])
+  assert rate > 0 and 'ms/step' in line
+
+
+def test_python_and_yaml_configs_resolve_identically():
+  py = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--print_config')
+  yml = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.yaml'), '--print_config')
+  assert py.stdout == yml.stdout
+  assert yaml.safe_load(py.stdout)['optimizer_params']['skip_list'] == ['batch_normalization',
+                                                                        'bias']
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--set', 'optimizer_params.momentun=0.9'],
+     'optimizer_params.momentun: unknown'),
+    (['--set', 'batch_size_per_gpu=abc'], 'batch_size_per_gpu: expected an integer'),
+    (['--set', 'dtype=float64'], "dtype: 'float64' is not allowed"),
+    (['--set', 'max_steps=100'], 'num_epochs'),
+    (['--set', 'lr_policy=poly_decai'], "did you mean 'poly_decay'"),
+    (['--set', 'larc_params={larc_mode: clip}'], 'larc_params.larc_eta'),
+    (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
+])
+def test_config_mistakes_exit_2_with_one_line(args, message):
+  result = run('--config', LARS_CONFIG, '--mode', 'train', '--logdir', '/nonexistent/x', *args,
+               check=False)
+  assert result.returncode == 2, result.stderr
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert lines[-1].startswith('error: ') and message in lines[-1], result.stderr
+  assert 'Traceback' not in result.stderr
+
+
+def test_missing_config_file_and_bad_data_dir(tmp_path):
+  result = run('--config', str(tmp_path / 'nope.py'), check=False)
+  assert result.returncode == 2 and 'nope.py' in result.stderr
+  assert 'Traceback' not in result.stderr
+  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'r'),
+               '--set', f'data_layer_params.data_dir={tmp_path}', check=False)
+  assert result.returncode == 2 and 'dataset-fashion-mnist' in result.stderr
+  assert 'Traceback' not in result.stderr
+
+
+def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
+  logdir = tmp_path / 'diverge'
+  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SHORT,
+               '--set', 'max_steps=40', '--set', 'save_checkpoint_steps=2',
+               '--set', 'lr_policy_params={learning_rate: 1.0e+6, power: 1.0, decay_steps: 100}',
+               check=False)
+  assert result.returncode == 1, result.stdout + result.stderr
+  last = [l for l in result.stderr.splitlines() if l.strip()][-1]
+  assert last.startswith('error: non-finite loss') and 'at step' in last
+  assert 'Traceback' not in result.stderr
+  latest = tf.train.latest_checkpoint(str(logdir))
+  values = checkpoint_values(latest)
+  assert all(np.all(np.isfinite(v)) for k, v in values.items() if k.startswith('model/'))
