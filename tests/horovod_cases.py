@@ -1,0 +1,123 @@
+"""Training cases run under ``horovodrun -np 2`` by tests/test_horovod.py (and in-process as references).
+
+Each case trains a small model through ``optimize_loss`` on a fixed data set:
+under Horovod, rank r takes rows r::size of every batch; a single process takes
+the whole batch. Results go to ``<out>/<case>.rank<r>.npz``.
+
+Usage: python tests/horovod_cases.py OUT_DIR CASE [CASE ...]
+"""
+
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from framework import distributed  # noqa: E402
+from optimizers import optimizers as opt_lib  # noqa: E402
+from optimizers.agn import AGNOptimizer  # noqa: E402
+from optimizers.optimizers import MomentumOptimizer  # noqa: E402
+
+BATCH = 16
+STEPS = 6
+
+CASES = {
+    'momentum': dict(optimizer='Momentum', optimizer_params={'momentum': 0.9}, lr=0.1),
+    'lars_larc_scaling': dict(
+        optimizer='LARS', lr=2.0,
+        optimizer_params={'momentum': 0.9, 'weight_decay': 1e-3, 'eeta': 0.01,
+                          'skip_list': ['bias']},
+        larc_params={'larc_eta': 0.05, 'larc_mode': 'clip'}, loss_scaling='Backoff',
+        loss_scaling_params={'scale_max': 256.0}, clip_gradients=10.0),
+    'momentum_iter3': dict(optimizer='Momentum', optimizer_params={'momentum': 0.9}, lr=0.1,
+                           iter_size=3),
+}
+
+
+def data(steps, batch):
+  rng = np.random.default_rng(7)
+  x = rng.normal(size=(steps * batch, 6)).astype(np.float32)
+  y = np.tanh(x @ rng.normal(size=(6, 3))).astype(np.float32)
+  return x, y
+
+
+def model():
+  keras.utils.set_random_seed(11)
+  return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation='tanh'),
+                           keras.layers.Dense(3)], name='net')
+
+
+def my_rows(x):
+  """This worker's rows of a batch: all of them in a single process."""
+  return x[distributed.rank()::distributed.size()]
+
+
+def train_case(name):
+  """Trains one case; returns a dict of numpy results."""
+  case = dict(CASES[name])
+  lr = case.pop('lr')
+  iter_size = case.get('iter_size', 1)
+  opt_lib.clear_pipelines()
+  net = model()
+  kwargs = dict(case, optimizer_params=dict(case['optimizer_params'], learning_rate=lr),
+                model=net, on_horovod=distributed.size() > 1)
+  kwargs.pop('optimizer')
+  pipeline = opt_lib.get_pipeline(case['optimizer'], learning_rate_decay_fn=None, **kwargs)
+
+  @tf.function
+  def step(xb, yb):
+    return opt_lib.optimize_loss(lambda: tf.reduce_mean(tf.square(net(xb) - yb)),
+                                 case['optimizer'], learning_rate_decay_fn=None, **kwargs)
+
+  x, y = data(STEPS * iter_size, BATCH)
+  for i in range(STEPS * iter_size):
+    rows = slice(i * BATCH, (i + 1) * BATCH)
+    step(tf.constant(my_rows(x[rows])), tf.constant(my_rows(y[rows])))
+  result = {f'w{i}': v.numpy() for i, v in enumerate(net.trainable_variables)}
+  result['global_step'] = pipeline.global_step.numpy()
+  result['allreduce_count'] = pipeline.allreduce_count.numpy()
+  result['loss_scale'] = pipeline.loss_scale.numpy()
+  return result
+
+
+def agn_case(period, steps=7, lr=0.1, momentum=0.5):
+  """AGN around Momentum on a quadratic; per rank, rows rank::size of a fixed data set."""
+  keras.utils.set_random_seed(3)
+  w = keras.Variable(np.array([1.0, -1.0, 0.5], np.float32), name='w')
+  rng = np.random.default_rng(5)
+  a = rng.normal(size=(steps, 4, 3)).astype(np.float32)
+  b = rng.normal(size=(steps, 4)).astype(np.float32)
+  inner = MomentumOptimizer(lr, momentum=momentum)
+  agn = AGNOptimizer(inner, communication_period=period)
+  agn.build([w])
+  agn.get_init_op()
+  gs = tf.Variable(0, dtype=tf.int64)
+  for t in range(steps):
+    at, bt = my_rows(a[t]), my_rows(b[t])
+    loss = lambda at=at, bt=bt: 0.5 * tf.reduce_mean(tf.square(tf.linalg.matvec(at, w) - bt))
+    agn.minimize(loss, global_step=gs, var_list=[w])
+  return {'w': w.numpy(), 'center': agn.center[0].numpy(), 'global_step': gs.numpy()}
+
+
+def run(name):
+  if name.startswith('agn'):
+    return agn_case(int(name[len('agn'):]))
+  return train_case(name)
+
+
+def main(out_dir, names):
+  distributed.init()
+  for name in names:
+    result = run(name)
+    np.savez(os.path.join(out_dir, f'{name}.rank{distributed.rank()}.npz'), **result)
+  print(f'rank {distributed.rank()} of {distributed.size()}: done {", ".join(names)}', flush=True)
+
+
+if __name__ == '__main__':
+  main(sys.argv[1], sys.argv[2:])

@@ -1,0 +1,185 @@
+"""Multi-worker behaviour with real processes: ``horovodrun -np 2 --gloo`` on this machine."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'tests'))
+
+import horovod_cases  # noqa: E402  pylint: disable=wrong-import-position
+
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
+SHORT = ['--set', 'batch_size_per_gpu=64', '--set', 'num_epochs=null',
+         '--set', 'lr_policy_params={learning_rate: 0.05, power: 1.0, decay_steps: 100}',
+         '--set', 'print_loss_steps=5', '--set', 'eval_params.batch_size_per_gpu=2000']
+
+
+def env():
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, OMP_NUM_THREADS='1')
+
+
+def horovodrun(*args, timeout=600, check=True):
+  cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, *args]
+  result = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+  if check and result.returncode != 0:
+    raise AssertionError(f'{" ".join(cmd)} exited {result.returncode}:\n{result.stdout}\n'
+                         f'{result.stderr}')
+  return result
+
+
+@pytest.fixture(scope='module')
+def two_workers(tmp_path_factory):
+  """Runs every case once under two workers; returns the output directory."""
+  out = tmp_path_factory.mktemp('horovod')
+  horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(out), 'momentum',
+             'lars_larc_scaling', 'momentum_iter3', 'agn3')
+  return out
+
+
+def load(out, name, rank):
+  return dict(np.load(os.path.join(out, f'{name}.rank{rank}.npz')))
+
+
+@pytest.mark.parametrize('name', ['momentum', 'lars_larc_scaling', 'momentum_iter3'])
+def test_two_half_batches_equal_one_whole_batch(two_workers, name):
+  ranks = [load(two_workers, name, r) for r in (0, 1)]
+  single = horovod_cases.train_case(name)  # this process: one worker, whole batches
+  weights = [k for k in single if k.startswith('w')]
+  assert len(weights) == 4
+  for key in weights:
+    # Both ranks applied the same averaged gradients: identical to the bit.
+    np.testing.assert_array_equal(ranks[0][key], ranks[1][key])
+    # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
+    np.testing.assert_allclose(ranks[0][key], single[key], rtol=2e-5, atol=2e-6)
+  assert int(ranks[0]['global_step']) == int(single['global_step']) == horovod_cases.STEPS
+
+
+def test_allreduce_runs_once_per_applied_update(two_workers):
+  result = load(two_workers, 'momentum_iter3', 0)
+  # 18 micro-batches, iter_size 3: six updates, six allreduces (not eighteen).
+  assert int(result['global_step']) == 6
+  assert int(result['allreduce_count']) == 6
+
+
+def test_loss_scaling_state_is_identical_on_both_ranks(two_workers):
+  a, b = (load(two_workers, 'lars_larc_scaling', r) for r in (0, 1))
+  assert float(a['loss_scale']) == float(b['loss_scale']) == 256.0
+
+
+def numpy_agn(period, workers, steps=7, lr=0.1, momentum=0.5):
+  """SPEC.md's AGN with Keras-style momentum (v ← m·v − lr·g; w ← w + v) in float64."""
+  rng = np.random.default_rng(5)
+  a = rng.normal(size=(steps, 4, 3))
+  b = rng.normal(size=(steps, 4))
+  center = np.array([1.0, -1.0, 0.5])
+  center_v = np.zeros(3)
+  local = [center.copy() for _ in range(workers)]
+  local_v = [np.zeros(3) for _ in range(workers)]
+  acc = [np.zeros(3) for _ in range(workers)]
+  global_step = 0
+  for t in range(steps):
+    for r in range(workers):
+      ar, br = a[t][r::workers], b[t][r::workers]
+      g = ar.T @ (ar @ local[r] - br) / len(br)
+      local_v[r] = momentum * local_v[r] - lr * g
+      local[r] = local[r] + local_v[r]
+      acc[r] = acc[r] + g
+    if (t + 1) % period == 0:
+      mean = sum(x / period for x in acc) / workers
+      center_v = momentum * center_v - lr * mean
+      center = center + center_v
+      global_step += 1
+      local = [center.copy() for _ in range(workers)]
+      acc = [np.zeros(3) for _ in range(workers)]
+  return local, center, global_step
+
+
+def test_agn_two_workers_period_3_match_numpy(two_workers):
+  local, center, global_step = numpy_agn(3, 2)
+  for r in (0, 1):
+    result = load(two_workers, 'agn3', r)
+    np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
+    assert int(result['global_step']) == global_step == 2
+  # After step 7 the two workers have each taken one local step from the same center.
+  assert not np.allclose(load(two_workers, 'agn3', 0)['w'], load(two_workers, 'agn3', 1)['w'])
+
+
+def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():
+  agn = horovod_cases.agn_case(1)
+  local, center, global_step = numpy_agn(1, 1)
+  np.testing.assert_allclose(agn['w'], local[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(agn['center'], center, rtol=1e-5, atol=1e-6)
+  # The plain optimizer on the same data: Keras momentum, no AGN at all.
+  rng = np.random.default_rng(5)
+  a, b = rng.normal(size=(7, 4, 3)), rng.normal(size=(7, 4))
+  w, v = np.array([1.0, -1.0, 0.5]), np.zeros(3)
+  for t in range(7):
+    v = 0.5 * v - 0.1 * a[t].T @ (a[t] @ w - b[t]) / 4
+    w = w + v
+  np.testing.assert_allclose(agn['w'], w, rtol=1e-5, atol=1e-6)
+  assert int(agn['global_step']) == 7
+
+
+def test_run_py_train_eval_under_two_workers_writes_one_run_and_resumes(tmp_path):
+  logdir = tmp_path / 'hvd'
+  first = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode',
+                     'train_eval', '--logdir', str(logdir), *SHORT, '--set', 'max_steps=20',
+                     '--set', 'eval_steps=10')
+  assert 'global batch 128 = 64 per worker x 2 worker(s) x iter_size 1' in first.stdout
+  # Only rank 0 reports: one final line, one set of checkpoints and event files.
+  assert first.stdout.count('final test accuracy') == 1
+  assert first.stdout.count('eval at step 10') == 1
+  assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
+      ['ckpt-20.index']
+  assert len(glob.glob(str(logdir / 'events.out.tfevents.*'))) == 1
+  assert (logdir / 'config.yaml').exists()
+  # Eval covers the whole test split across the two workers.
+  assert '(10000 examples)' in first.stdout
+
+  second = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train',
+                      '--logdir', str(logdir), *SHORT, '--set', 'max_steps=30',
+                      '--continue_learning')
+  assert 'starting at step 20' in second.stdout
+  assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-30')
+
+
+def test_a_killed_worker_ends_the_job_non_zero_and_keeps_the_checkpoint(tmp_path):
+  logdir = tmp_path / 'killed'
+  cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable,
+         os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train', '--logdir',
+         str(logdir), *SHORT, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5']
+  proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  try:
+    deadline = time.time() + 300
+    while tf.train.latest_checkpoint(str(logdir)) is None:
+      assert time.time() < deadline and proc.poll() is None, 'no checkpoint was written'
+      time.sleep(1)
+    workers = subprocess.run(['pgrep', '-f', f'run.py.*{logdir}'], capture_output=True,
+                             text=True).stdout.split()
+    workers = [int(p) for p in workers if int(p) != proc.pid]
+    assert len(workers) >= 2, workers
+    killed_at = time.time()
+    os.kill(max(workers), signal.SIGKILL)
+    status = proc.wait(timeout=180)
+    waited = time.time() - killed_at
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+  assert status != 0
+  assert waited < 120, f'the job took {waited:.0f} s to end after a worker died'
+  latest = tf.train.latest_checkpoint(str(logdir))
+  reader = tf.train.load_checkpoint(latest)
+  assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) >= 5
