@@ -38,26 +38,11 @@ import numbers
 import tensorflow as tf
 
 from framework.registry import closest
+from optimizers import checks
 
 _STATE_DTYPE = tf.float64
 
 _LOSS_SCALING_ALLOWED = "allowed: a positive number, 'Backoff', 'LogMax', 'dynamic'"
-
-
-def _number(name, value, positive=False, minimum=None, below=None):
-  """Returns ``value`` as a float after checking it; raises ValueError naming ``name``."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise ValueError(f'{name}: expected a number, got {value!r} ({type(value).__name__})')
-  value = float(value)
-  if not math.isfinite(value):
-    raise ValueError(f'{name}: must be finite, got {value!r}')
-  if positive and value <= 0:
-    raise ValueError(f'{name}: must be > 0, got {value!r}')
-  if minimum is not None and value < minimum:
-    raise ValueError(f'{name}: must be >= {minimum}, got {value!r}')
-  if below is not None and value >= below:
-    raise ValueError(f'{name}: must be < {below}, got {value!r}')
-  return value
 
 
 def _count(name, value):
@@ -69,8 +54,8 @@ def _count(name, value):
 
 def _scale_range(scale_min, scale_max):
   """Returns (scale_min, scale_max) as floats after checking 0 < scale_min <= scale_max."""
-  scale_min = _number('scale_min', scale_min, positive=True)
-  scale_max = _number('scale_max', scale_max, positive=True)
+  scale_min = checks.number('scale_min', scale_min, positive=True)
+  scale_max = checks.number('scale_max', scale_max, positive=True)
   if scale_max < scale_min:
     raise ValueError(f'scale_max: must be >= scale_min ({scale_min!r}), got {scale_max!r}')
   return scale_min, scale_max
@@ -175,7 +160,7 @@ class StaticLossScaler(LossScaler):
 
   def __init__(self, scale, name=None):
     super().__init__(name=name)
-    self._scale = _number('scale', scale, positive=True)
+    self._scale = checks.number('scale', scale, positive=True)
 
   @property
   def loss_scale(self):
@@ -233,12 +218,12 @@ class DynamicLossScaler(LossScaler):
   def __init__(self, initial_scale=2.0 ** 15, growth_steps=2000, multiplier=2.0, min_scale=1.0,
                name=None):
     super().__init__(name=name)
-    self.initial_scale = _number('initial_scale', initial_scale, positive=True)
+    self.initial_scale = checks.number('initial_scale', initial_scale, positive=True)
     self.growth_steps = _count('growth_steps', growth_steps)
-    self.multiplier = _number('multiplier', multiplier)
+    self.multiplier = checks.number('multiplier', multiplier)
     if self.multiplier <= 1:
       raise ValueError(f'multiplier: must be > 1, got {multiplier!r}')
-    self.min_scale = _number('min_scale', min_scale, positive=True)
+    self.min_scale = checks.number('min_scale', min_scale, positive=True)
     if self.initial_scale < self.min_scale:
       raise ValueError(f'initial_scale: must be >= min_scale ({self.min_scale!r}), got {initial_scale!r}')
     self.scale = _state_variable(self.initial_scale, _STATE_DTYPE, 'scale')
@@ -306,7 +291,7 @@ class BackoffScaler(LossScaler):
                name=None):
     super().__init__(name=name)
     self.scale_min, self.scale_max = _scale_range(scale_min, scale_max)
-    self.step_factor = _number('step_factor', step_factor)
+    self.step_factor = checks.number('step_factor', step_factor)
     if self.step_factor <= 1:
       raise ValueError(f'step_factor: must be > 1, got {step_factor!r}')
     self.step_window = _count('step_window', step_window)
@@ -400,10 +385,10 @@ class LogMaxScaler(LossScaler):
                overflow_std_dev=3.09, name=None):
     super().__init__(name=name)
     self.scale_min, self.scale_max = _scale_range(scale_min, scale_max)
-    self.log_max = _number('log_max', log_max)
-    self.beta1 = _number('beta1', beta1, minimum=0.0, below=1.0)
-    self.beta2 = _number('beta2', beta2, minimum=0.0, below=1.0)
-    self.overflow_std_dev = _number('overflow_std_dev', overflow_std_dev, minimum=0.0)
+    self.log_max = checks.number('log_max', log_max)
+    self.beta1 = checks.number('beta1', beta1, minimum=0.0, below=1.0)
+    self.beta2 = checks.number('beta2', beta2, minimum=0.0, below=1.0)
+    self.overflow_std_dev = checks.number('overflow_std_dev', overflow_std_dev, minimum=0.0)
     self.scale = _state_variable(1.0, _STATE_DTYPE, 'scale')
     self.t = _state_variable(0.0, _STATE_DTYPE, 't')
     self.x_hat = _state_variable(0.0, _STATE_DTYPE, 'x_hat')
