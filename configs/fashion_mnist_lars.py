@@ -1,17 +1,18 @@
 """Fashion-MNIST with a CIFAR-style ResNet-8 and LARS: the framework's main job.
 
-Launch (about 6 minutes on a 2-core CPU):
+Launch (under 9 minutes on a 2-core CPU, evaluations included):
   python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval --logdir=runs/fashion_mnist_lars
 
 Expected result (measured on a 2-core machine, see the README): test top-1
-accuracy of at least 90 % after 8 epochs.
+accuracy 90.96 % (top-5 99.82 %) after 8 epochs; 8 min 50 s with the machine
+under other load.
 
 Recipe (You, Gitman, Ginsburg 2017): LARS with momentum 0.9, weight decay
 folded into the LARS gradient, batch-norm and bias variables skipped, a linear
 warm-up then polynomial decay of power 2.
 """
 
-batch_size = 512
+batch_size = 256
 num_epochs = 8
 
 base_params = {
