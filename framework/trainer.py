@@ -6,9 +6,7 @@ benchmark loop. Only the chief worker (Horovod rank 0) writes checkpoints,
 summaries, the resolved config and the progress bar.
 """
 
-import functools
 import json
-import math
 import os
 import sys
 import time
@@ -19,17 +17,19 @@ import tensorflow as tf
 
 from data import DATA_LAYERS
 from framework import distributed
-from framework.config import epochs_to_steps
+from framework import schedule
 from framework.params import ConfigError
 from models import MODELS
 from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
-from optimizers.lr_policies import LR_POLICIES
 
 _POLICIES = {'float32': 'float32', 'float16': 'float16', 'mixed': 'mixed_float16',
              'mixed_bfloat16': 'mixed_bfloat16'}
 # Regularization is L2 on weights, never on batch-norm parameters or biases.
 _NO_DECAY = ('batch_normalization', 'bias')
+_TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
+# Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
+_MAX_SKIPPED_UPDATES = 50
 
 
 class TrainingError(RuntimeError):
@@ -75,14 +75,11 @@ class Trainer:
     self.iter_size = cfg['iter_size']
     self.global_batch = self.batch_size * self.num_workers * self.iter_size
     if self.train_data is not None:
-      micro_per_epoch = self.train_data.train_batches_per_epoch(self.batch_size)
-      self.steps_per_epoch = max(1, micro_per_epoch // self.iter_size)
+      self.steps_per_epoch = schedule.steps_per_epoch(self.train_data, self.batch_size,
+                                                      self.iter_size)
     else:
       self.steps_per_epoch = 1
-    if cfg['max_steps'] is not None:
-      self.max_steps = cfg['max_steps']
-    else:
-      self.max_steps = int(math.ceil(cfg['num_epochs'] * self.steps_per_epoch))
+    self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
@@ -101,17 +98,8 @@ class Trainer:
     return layer_cls(cfg['data_layer_params'], mode, num_workers=self.num_workers,
                      worker_index=self.rank)
 
-  def _learning_rate_fn(self, cfg):
-    policy = LR_POLICIES.resolve(cfg['lr_policy'])
-    params = epochs_to_steps(cfg['lr_policy_params'], self.steps_per_epoch)
-    try:
-      policy(0, **params)
-    except (TypeError, ValueError) as exc:
-      raise ConfigError(f'lr_policy_params: {exc}') from None
-    return functools.partial(policy, **params)
-
   def _optimize_loss_arguments(self, cfg):
-    lr_fn = self._learning_rate_fn(cfg)
+    lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
     optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
     if cfg['agn_params'] is not None:
       agn = cfg['agn_params']
@@ -120,7 +108,9 @@ class Trainer:
       optimizer_params = {}
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
-        dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'], summaries=cfg['summaries'],
+        dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'],
+        # The trainer writes these itself, every save_summaries_steps.
+        summaries=[s for s in cfg['summaries'] if s not in _TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], on_horovod=self.num_workers > 1,
         iter_size=cfg['iter_size'], model=self.model, horovod_params=cfg['horovod_params'])
@@ -240,19 +230,30 @@ class Trainer:
     last_eval = self.global_step
     eval_metrics = None
     window_start, window_images = time.perf_counter(), 0
-    float32 = cfg['dtype'] == 'float32'
+    # With float32 and a fixed loss scale a non-finite loss or gradient will not
+    # go away by itself: stop at once. An adaptive loss scale skips such steps
+    # and lowers the scale; stop only when no update lands for many steps.
+    fail_fast = cfg['dtype'] == 'float32' and not isinstance(cfg['loss_scaling'], str)
+    stall_limit = self.iter_size * (1 if fail_fast else _MAX_SKIPPED_UPDATES)
+    last_step, stalled = self.global_step, 0
     with writer.as_default():
       while self.global_step < self.max_steps:
         metrics = step_fn(iterator)
         values = {k: v.numpy() for k, v in metrics.items()}
         step = int(values['global_step'])
         window_images += images_per_micro
-        if float32 and not np.isfinite(values['loss']):
-          self._save(manager, step)
+        stalled = stalled + 1 if step == last_step else 0
+        last_step = step
+        if (fail_fast and not np.isfinite(values['loss'])) or stalled >= stall_limit:
+          # Not saved now: the forward passes may have left non-finite batch-norm
+          # statistics; the last periodic checkpoint is the last good state.
+          what = 'loss' if not np.isfinite(values['loss']) else 'gradients'
+          kept = manager.latest_checkpoint if manager is not None else None
           raise TrainingError(
-              f'non-finite loss ({values["loss"]}) at step {step + 1}; the update was not applied '
-              f'and the last good state is saved in {self.logdir}. Lower the learning rate, '
-              'enable clipping (max_grad_norm) or LARC.')
+              f'non-finite {what} (loss {values["loss"]}) at step {step + 1}, '
+              f'{stalled} micro-step(s) without an applied update; last checkpoint kept: '
+              f'{kept or "none yet"}. Lower the learning rate, enable clipping (max_grad_norm) '
+              'or LARC.')
         elapsed = time.perf_counter() - window_start
         rate = window_images / elapsed if elapsed > 0 else 0.0
         progress.update(step, values, rate)

@@ -23,7 +23,7 @@ SHORT = ['--set', 'batch_size_per_gpu=128', '--set', 'num_epochs=null',
 def run(*args, check=True):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=900)
+                          env=env, capture_output=True, text=True, timeout=600)
   if check and result.returncode != 0:
     raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
                          f'{result.stdout}\n{result.stderr}')
@@ -150,7 +150,7 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
                check=False)
   assert result.returncode == 1, result.stdout + result.stderr
   last = [l for l in result.stderr.splitlines() if l.strip()][-1]
-  assert last.startswith('error: non-finite loss') and 'at step' in last
+  assert last.startswith('error: non-finite ') and 'at step' in last
   assert 'Traceback' not in result.stderr
   latest = tf.train.latest_checkpoint(str(logdir))
   values = checkpoint_values(latest)

@@ -259,7 +259,7 @@ def test_summaries_are_written(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs,match', [
-    ({'optimizer': 'Adamm'}, "unknown optimizer 'Adamm'.*known: Adagrad, Adam"),
+    ({'optimizer': 'Adamm'}, "unknown optimizer 'Adamm'.*known: .*Adagrad, Adam, AdamW"),
     ({'larc_params': {'larc_eta': 0.1, 'eta': 1}}, "larc_params: unknown key 'eta'"),
     ({'larc_params': {'larc_eta': 0.1, 'larc_mode': 'cap'}}, 'larc_mode.*clip, scale'),
     ({'larc_params': {'larc_mode': 'clip'}}, 'larc_eta is required'),
