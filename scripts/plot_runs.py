@@ -1,0 +1,169 @@
+"""Plot the train and eval curves of one or more runs from their TensorBoard event files.
+
+  python scripts/plot_runs.py runs/fashion_mnist_sgd runs/fashion_mnist_lars --out curves.png
+  python scripts/plot_runs.py runs/sweep_bs/* --tags loss,accuracy,learning_rate --out curves.png
+
+Each LOGDIR is a run directory of run.py: train scalars (loss, accuracy,
+learning_rate, global_gradient_norm, loss_scale, images_per_sec) are in
+LOGDIR, eval scalars (loss, accuracy, top5_accuracy) in LOGDIR/eval. One
+subplot per tag, one colour per run (labelled with the logdir's name), train
+curves solid and eval curves dashed with markers. Prints the last value of
+each curve.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SPLITS = ('train', 'eval')
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('logdirs', nargs='+', metavar='LOGDIR', help='run directories of run.py')
+  parser.add_argument('--out', default='curves.png', help='the PNG to write')
+  parser.add_argument('--tags', default='loss,accuracy',
+                      help='comma-separated scalar tags, one subplot each')
+  return parser.parse_args(argv)
+
+
+def read_scalars(directory):
+  """Reads the scalar summaries of the event files directly in ``directory``.
+
+  ``tf.summary`` (v2) writes scalars as tensors; TF 1 ``scalars`` are read too.
+  When a step was written twice (a run resumed from an earlier checkpoint),
+  the later write wins.
+
+  Returns:
+    ``{tag: (steps list, values list)}`` sorted by step; ``{}`` when the
+    directory holds no events.
+  """
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=C0415
+  from tensorboard.util import tensor_util  # pylint: disable=import-outside-toplevel
+  if not os.path.isdir(directory):
+    return {}
+  accumulator = event_accumulator.EventAccumulator(
+      directory, size_guidance={event_accumulator.TENSORS: 0, event_accumulator.SCALARS: 0})
+  accumulator.Reload()
+  tags = accumulator.Tags()
+  series = {}
+  for tag in tags.get(event_accumulator.TENSORS, []):
+    points = []
+    for event in accumulator.Tensors(tag):
+      value = tensor_util.make_ndarray(event.tensor_proto)
+      if value.size != 1 or value.dtype.kind not in 'fiub':
+        break  # not a scalar summary (text, image, histogram)
+      points.append((event.wall_time, event.step, float(value.reshape(()))))
+    else:
+      series[tag] = points
+  for tag in tags.get(event_accumulator.SCALARS, []):
+    series.setdefault(tag, [(e.wall_time, e.step, float(e.value))
+                            for e in accumulator.Scalars(tag)])
+  result = {}
+  for tag, points in series.items():
+    if not points:
+      continue
+    by_step = {}
+    for _, step, value in sorted(points):
+      by_step[step] = value
+    steps = sorted(by_step)
+    result[tag] = (steps, [by_step[s] for s in steps])
+  return result
+
+
+def read_run(logdir):
+  """``{'train': scalars of logdir, 'eval': scalars of logdir/eval}``."""
+  return {'train': read_scalars(logdir), 'eval': read_scalars(os.path.join(logdir, 'eval'))}
+
+
+def run_labels(logdirs):
+  """The logdirs' base names; parent/name where two runs share a base name."""
+  paths = [os.path.normpath(os.path.abspath(d)) for d in logdirs]
+  names = [os.path.basename(p) for p in paths]
+  return [os.path.join(os.path.basename(os.path.dirname(p)), n) if names.count(n) > 1 else n
+          for p, n in zip(paths, names)]
+
+
+def plot(runs, labels, tags, path):
+  """One subplot per tag; train solid, eval dashed with markers; one colour per run."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  columns = min(len(tags), 3)
+  rows = (len(tags) + columns - 1) // columns
+  figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
+  colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
+  for index, tag in enumerate(tags):
+    ax = axes[index // columns][index % columns]
+    for number, (run, label) in enumerate(zip(runs, labels)):
+      color = colors[number % len(colors)]
+      if tag in run['train']:
+        steps, values = run['train'][tag]
+        ax.plot(steps, values, color=color, linewidth=1.2, label=f'{label} (train)')
+      if tag in run['eval']:
+        steps, values = run['eval'][tag]
+        ax.plot(steps, values, color=color, linestyle='--', marker='o', markersize=4,
+                label=f'{label} (eval)')
+    ax.set_title(tag)
+    ax.set_xlabel('step')
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize='small')
+  for index in range(len(tags), rows * columns):
+    axes[index // columns][index % columns].set_visible(False)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  tags = [t.strip() for t in args.tags.split(',') if t.strip()]
+  if not tags:
+    print('error: --tags: give at least one tag', file=sys.stderr)
+    return 2
+  # TensorBoard's reader loads TensorFlow when it is installed; keep its banner quiet.
+  from framework import quiet  # pylint: disable=import-outside-toplevel
+  quiet.import_tensorflow()
+  runs = []
+  for logdir in args.logdirs:
+    if not os.path.isdir(logdir):
+      print(f'error: {logdir}: no such directory', file=sys.stderr)
+      return 2
+    run = read_run(logdir)
+    if not run['train'] and not run['eval']:
+      print(f'error: {logdir}: no TensorBoard scalars in it or in {os.path.join(logdir, "eval")}',
+            file=sys.stderr)
+      return 2
+    runs.append(run)
+  labels = run_labels(args.logdirs)
+
+  available = sorted({tag for run in runs for split in SPLITS for tag in run[split]})
+  missing = [tag for tag in tags if tag not in available]
+  if len(missing) == len(tags):
+    print(f'error: --tags: none of {", ".join(tags)} was written; available: '
+          f'{", ".join(available)}', file=sys.stderr)
+    return 2
+  for tag in missing:
+    print(f'warning: no run wrote {tag!r}; available: {", ".join(available)}', file=sys.stderr)
+
+  for run, label in zip(runs, labels):
+    for split in SPLITS:
+      for tag in tags:
+        if tag in run[split]:
+          steps, values = run[split][tag]
+          print(f'{label} {split} {tag}: {values[-1]:.6g} at step {steps[-1]} '
+                f'({len(steps)} points)')
+  out_dir = os.path.dirname(os.path.abspath(args.out))
+  os.makedirs(out_dir, exist_ok=True)
+  plot(runs, labels, [t for t in tags if t not in missing], args.out)
+  print(f'wrote {args.out}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,291 @@
+"""Tests of scripts/sweep.py: grid expansion, derived values, the tables, and a real sweep."""
+
+import csv
+import importlib.util
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, 'scripts', 'sweep.py')
+SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def load_script(path, name):
+  # scripts/ is not a package; load the file itself so no other 'scripts' can shadow it.
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+sweep = load_script(SCRIPT, 'sweep_under_test')
+
+
+def check_png(path):
+  import matplotlib.image  # pylint: disable=import-outside-toplevel
+  with open(path, 'rb') as f:
+    assert f.read(8) == PNG_SIGNATURE
+  assert os.path.getsize(path) > 1000
+  image = matplotlib.image.imread(path)
+  assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+  return image
+
+
+# ---------------------------------------------------------------------------
+# Derived values
+
+@pytest.mark.parametrize('batch,expected', [(256, 0.1), (1024, 0.4), (4096, 1.6), (32, 0.0125)])
+def test_linear_scaling_rule(batch, expected):
+  derive = sweep.Derivation('lr_policy_params.learning_rate', '0.1*batch_size_per_gpu/256')
+  assert derive.evaluate({'batch_size_per_gpu': batch}) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize('expression,expected', [
+    ('optimizer_params.momentum * 2 + seed', 0.9 * 2 + 3),
+    ('sqrt(batch_size_per_gpu / 256) * 0.1', 0.2),       # square-root scaling
+    ('min(2048, batch_size_per_gpu) // 2', 512),
+    ('-(2 ** 3) % 5', 2),
+    ('max(1, round(log2(batch_size_per_gpu)))', 10),
+])
+def test_derived_arithmetic(expression, expected):
+  values = {'optimizer_params.momentum': 0.9, 'batch_size_per_gpu': 1024, 'seed': 3}
+  result = sweep.Derivation('x', expression).evaluate(values)
+  assert result == pytest.approx(expected, rel=1e-12)
+  assert isinstance(result, type(expected))
+
+
+@pytest.mark.parametrize('expression,message', [
+    ("__import__('os').system('true')", 'only calls of'),
+    ('open("x")', 'only calls of'),
+    ('(lambda: 1)()', 'only calls of'),
+    ('[1, 2][0]', 'Subscript is not allowed'),
+    ('b if b else 1', 'IfExp is not allowed'),
+    ("'a' * 3", 'only numbers are allowed'),
+    ('b.__class__', "unknown name 'b.__class__'"),
+    ('b.real', "unknown name 'b.real'"),
+    ('b[0]', 'Subscript is not allowed'),
+    ('10 ** 10 ** 10', 'exponent'),
+    ('b / (b - 4)', 'ZeroDivisionError'),
+    ('nope * 2', "unknown name 'nope'; known: b, name"),
+    ('name * 2', "name is 'LARS', not a number"),
+    ('b +', 'cannot parse'),
+])
+def test_derived_refuses_anything_but_arithmetic_on_numbers(expression, message):
+  with pytest.raises(sweep.SweepError, match=re.escape(message)):
+    sweep.Derivation('x', expression).evaluate({'b': 4, 'name': 'LARS'})
+
+
+# ---------------------------------------------------------------------------
+# The grid
+
+def test_points_are_the_product_times_the_seeds_with_overrides_in_order(tmp_path):
+  args = sweep.parse_args([
+      '--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'optimizer=Momentum,LARS',
+      '--grid', 'batch_size_per_gpu=256,1024,4096', '--seeds', '0,1',
+      '--derive', 'lr_policy_params.learning_rate=0.1*batch_size_per_gpu/256'])
+  points = sweep.build_points(args)
+  assert len(points) == 2 * 3 * 2
+  assert len({p.name for p in points}) == 12
+  first = points[0]
+  assert first.name == 'optimizer=Momentum__batch_size_per_gpu=256__seed=0'
+  assert first.overrides == ['optimizer=Momentum', 'batch_size_per_gpu=256',
+                             'lr_policy_params.learning_rate=0.1', 'random_seed=0']
+  lars_4096_seed_1 = points[-1]
+  assert lars_4096_seed_1.overrides == ['optimizer=LARS', 'batch_size_per_gpu=4096',
+                                        'lr_policy_params.learning_rate=1.6', 'random_seed=1']
+  assert lars_4096_seed_1.group() == ('LARS', '4096')
+
+
+def test_grid_values_split_at_top_level_commas_and_read_as_yaml():
+  key, values = sweep.parse_grid_argument(
+      'optimizer_params={momentum: 0.9, eeta: 1e-3},{momentum: 0.95},[1, 2]')
+  assert key == 'optimizer_params'
+  assert [v for _, v in values] == [{'momentum': 0.9, 'eeta': 0.001}, {'momentum': 0.95}, [1, 2]]
+  assert values[0][0] == '{momentum: 0.9, eeta: 1e-3}'  # given to run.py as written
+  _, numbers = sweep.parse_grid_argument('lr=1e-3,0.5,2,null,true')
+  assert [v for _, v in numbers] == [0.001, 0.5, 2, None, True]
+
+
+def test_grid_file_with_derived_gives_the_same_points_as_the_command_line(tmp_path):
+  grid_file = tmp_path / 'grid.yaml'
+  grid_file.write_text('optimizer: [Momentum, LARS]\n'
+                       'lr_policy_params.min_lr: [1e-4, 0.001]\n'
+                       'derived:\n'
+                       '  lr_policy_params.learning_rate: 100 * lr_policy_params.min_lr\n')
+  from_file = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid-file', str(grid_file)]))
+  from_flags = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'optimizer=Momentum,LARS',
+       '--grid', 'lr_policy_params.min_lr=0.0001,0.001',
+       '--derive', 'lr_policy_params.learning_rate=100*lr_policy_params.min_lr']))
+  assert [p.overrides for p in from_file] == [p.overrides for p in from_flags]
+  assert from_file[0].overrides == ['optimizer=Momentum', 'lr_policy_params.min_lr=0.0001',
+                                    'lr_policy_params.learning_rate=0.01']
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--grid', 'optimizer=LARS,LARS'], 'value LARS is given twice'),
+    (['--grid', 'a=1', '--derive', 'a=2'], 'is also a grid key'),
+    (['--grid', 'a=1', '--derive', 'b=c*2'], "unknown name 'c'"),
+    (['--grid', 'a'], 'expected key.path=value1,value2'),
+    ([], 'nothing to sweep'),
+    (['--seeds', '0,x'], 'comma-separated integers'),
+])
+def test_sweep_argument_mistakes(tmp_path, argv, message):
+  args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(tmp_path), *argv])
+  with pytest.raises(sweep.SweepError, match=re.escape(message)):
+    sweep.build_points(args)
+
+
+def test_metrics_are_read_from_the_last_lines_of_run_py():
+  log = ('training resnet_cifar for 3 steps (1875 steps/epoch), ...\n'
+         'eval at step 2: loss 2.5000, top-1 0.0500, top-5 0.4000 (10000 examples)\n'
+         'eval at step 3: loss 2.3045, top-1 0.0886, top-5 0.5061 (10000 examples)\n'
+         'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
+  assert sweep.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
+                                      'steps': 3}
+  assert sweep.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
+                                                      'loss': None, 'steps': 3}
+
+
+# ---------------------------------------------------------------------------
+# Tables and plot from known rows
+
+def fake_rows(points, accuracies):
+  rows = []
+  for point, accuracy in zip(points, accuracies):
+    row = {k: text for k, (text, _) in point.grid.items()}
+    row.update(point.derived, seed=point.seed, status='ok' if accuracy is not None else 'failed',
+               accuracy=accuracy, top5=None if accuracy is None else 0.99, loss=None,
+               steps=None if accuracy is None else 100, wall_s=10.0, logdir=f'/x/{point.name}',
+               error='' if accuracy is not None else 'error: boom')
+    rows.append(row)
+  return rows
+
+
+def test_markdown_gives_mean_and_std_over_seeds_and_lists_failures(tmp_path):
+  points = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
+       '--seeds', '0,1']))
+  rows = fake_rows(points, [0.8, 0.9, 0.5, None])
+  text = sweep.markdown(rows, points, ['batch_size_per_gpu'], True, '# sweep')
+  std = statistics.stdev([0.8, 0.9])
+  assert f'| 256 | 2/2 | 0.8500 ± {std:.4f} |' in text
+  assert '| 4096 | 1/2 | 0.5000 |' in text
+  assert 'batch_size_per_gpu=4096__seed=1`: failed — error: boom' in text
+  plain = sweep.markdown(rows, points, ['batch_size_per_gpu'], False, '# sweep')
+  assert plain.count('| 256 | ok | 0.') == 2 and '| 4096 | failed | n/a |' in plain
+
+
+@pytest.mark.parametrize('values,scale', [
+    ([256, 1024, 4096], 'log'), ([0.9, 0.95], 'linear'), ([1, 10], 'linear'),
+    ([-1, 100], 'linear'), (['Momentum', 'LARS'], 'category'), ([1, True], 'category')])
+def test_x_scale(values, scale):
+  assert sweep.x_scale(values) == scale
+
+
+def test_accuracy_plot_from_known_rows(tmp_path):
+  points = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
+       '--grid', 'optimizer=Momentum,LARS', '--seeds', '0,1']))
+  rows = fake_rows(points, [0.8, 0.9, 0.85, 0.86, 0.5, None, 0.7, 0.72])
+  path = tmp_path / 'accuracy.png'
+  assert sweep.plot_accuracy(points, rows, str(path), 'test')
+  check_png(path)
+  assert not sweep.plot_accuracy(points, fake_rows(points, [None] * 8), str(tmp_path / 'n.png'),
+                                 'test')
+  assert not (tmp_path / 'n.png').exists()
+
+
+# ---------------------------------------------------------------------------
+# A real sweep: two short runs and a point whose config is invalid
+
+# Three steps on a small synthetic set shaped like Fashion-MNIST: each run.py costs a few
+# seconds of start-up, and evaluating the real 10,000 test images would add as much again.
+SYNTHETIC = '{image_shape: [28, 28, 1], num_classes: 10, num_examples: 500}'
+SHORT = ['--set', 'max_steps=3', '--set', 'num_epochs=null', '--set', 'data_layer=synthetic',
+         '--set', f'data_layer_params={SYNTHETIC}',
+         '--set', 'lr_policy_params={learning_rate: 0.1, power: 1.0, decay_steps: 10}',
+         '--set', 'optimizer_params={momentum: 0.9}', '--set', 'eval_params.batch_size_per_gpu=500']
+
+
+def run_sweep(*args):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  return subprocess.run([sys.executable, SCRIPT, '--config', SGD_CONFIG, *args, *SHORT], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=600)
+
+
+def read_csv(path):
+  with open(path, newline='', encoding='utf-8') as f:
+    return list(csv.DictReader(f))
+
+
+def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
+  out = tmp_path / 'sweep'
+  grid_file = tmp_path / 'grid.yaml'
+  # Nope is no optimizer: run.py rejects the config, the sweep must say so and exit 1.
+  grid_file.write_text('optimizer: [Momentum, LARS, Nope]\n'
+                       'batch_size_per_gpu: [32]\n'
+                       'derived:\n'
+                       '  lr_policy_params.learning_rate: 0.025 * batch_size_per_gpu / 16\n')
+  first = run_sweep('--grid-file', str(grid_file), '--out', str(out), '--jobs', '3')
+  assert first.returncode == 1, first.stdout + first.stderr
+  assert re.search(r'FAILED optimizer=Nope__batch_size_per_gpu=32 \(exit status 2\): '
+                   r"error: optimizer: unknown optimizer 'Nope'", first.stdout), first.stdout
+  assert '3/3 done (0 skipped, 1 failed), 0 running, 0 left' in first.stdout
+
+  rows = {row['optimizer']: row for row in read_csv(out / 'results.csv')}
+  assert list(rows) == ['Momentum', 'LARS', 'Nope']
+  for name in ('Momentum', 'LARS'):
+    row = rows[name]
+    logdir = out / f'optimizer={name}__batch_size_per_gpu=32'
+    assert row['status'] == 'ok' and row['logdir'] == str(logdir) and row['error'] == ''
+    final = [l for l in (logdir / 'run.log').read_text().splitlines()
+             if l.startswith('final test accuracy')][-1]
+    accuracy, top5, loss, step = re.match(
+        r'final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)', final).groups()
+    assert float(row['accuracy']) == float(accuracy) and 0.0 <= float(accuracy) <= 1.0
+    assert float(row['top5']) == float(top5) and float(row['loss']) == float(loss)
+    assert row['steps'] == step == '3'
+    assert float(row['wall_s']) > 1.0
+    # The derived rate reached the run: 0.025 * 32 / 16, not the 0.1 of --set.
+    resolved = yaml.safe_load((logdir / 'config.yaml').read_text())
+    assert resolved['lr_policy_params']['learning_rate'] == pytest.approx(0.05)
+    assert resolved['optimizer'] == name and resolved['batch_size_per_gpu'] == 32
+    assert resolved['max_steps'] == 3 and row['lr_policy_params.learning_rate'] == '0.05'
+  failed = rows['Nope']
+  assert failed['status'] == 'failed' and failed['accuracy'] == ''
+  assert failed['error'].startswith("error: optimizer: unknown optimizer 'Nope'")
+  error_txt = out / 'optimizer=Nope__batch_size_per_gpu=32' / 'error.txt'
+  assert error_txt.read_text().strip() == failed['error']
+  markdown = (out / 'results.md').read_text()
+  assert f'| Momentum | 32 | 0.05 | ok | {float(rows["Momentum"]["accuracy"]):.4f} |' in markdown
+  assert "Nope__batch_size_per_gpu=32`: failed — error: optimizer: unknown" in markdown
+  check_png(out / 'accuracy.png')
+
+  # Again, from the command line: finished points are skipped, untouched; the failed one reruns.
+  logs = {name: out / f'optimizer={name}__batch_size_per_gpu=32' / 'run.log'
+          for name in ('Momentum', 'LARS', 'Nope')}
+  before = {name: (path.stat().st_mtime_ns, path.read_text()) for name, path in logs.items()}
+  second = run_sweep('--grid', 'optimizer=Momentum,LARS,Nope', '--grid', 'batch_size_per_gpu=32',
+                     '--derive', 'lr_policy_params.learning_rate=0.025*batch_size_per_gpu/16',
+                     '--out', str(out), '--jobs', '3')
+  assert second.returncode == 1, second.stdout + second.stderr
+  for name in ('Momentum', 'LARS'):
+    assert re.search(rf'skipped optimizer={name}__batch_size_per_gpu=32: finished before '
+                     rf'\(accuracy {float(rows[name]["accuracy"]):.4f}\)', second.stdout)
+    assert (logs[name].stat().st_mtime_ns, logs[name].read_text()) == before[name]
+  assert 'started optimizer=Nope__batch_size_per_gpu=32' in second.stdout
+  assert 'started optimizer=Momentum' not in second.stdout
+  assert logs['Nope'].stat().st_mtime_ns != before['Nope'][0]
+  assert '3/3 done (2 skipped, 1 failed)' in second.stdout
+  again = {row['optimizer']: row for row in read_csv(out / 'results.csv')}
+  assert again['Momentum']['accuracy'] == rows['Momentum']['accuracy']
+  assert again['Nope']['status'] == 'failed'
