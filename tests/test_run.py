@@ -73,6 +73,56 @@ def test_short_run_learns_and_writes_checkpoints_and_events(tmp_path):
   acc = [float(tf.make_ndarray(e.tensor_proto)) for e in evals.Tensors('accuracy')]
   assert len(acc) == 2 and acc[-1] == pytest.approx(accuracy, abs=1e-4)
 
+  # --mode=eval restores the latest checkpoint and measures the same accuracy.
+  evaluated = run('--config', SGD_CONFIG, '--mode', 'eval', '--logdir', str(logdir), *SHORT,
+                  '--set', 'max_steps=100')
+  assert 'restored' in evaluated.stdout and 'ckpt-100' in evaluated.stdout
+  assert f'top-1 {accuracy:.4f}' in evaluated.stdout
+
+
+def write_imagenet_shards(directory, pattern, shards, per_shard, seed):
+  """ImageNet-format TFRecords of random JPEGs, labels 1..10 as in the standard files."""
+  rng = np.random.default_rng(seed)
+  for shard in range(shards):
+    path = os.path.join(directory, f'{pattern}-{shard:05d}-of-{shards:05d}')
+    with tf.io.TFRecordWriter(path) as writer:
+      for _ in range(per_shard):
+        height, width = rng.integers(40, 64, size=2)
+        pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+        feature = {
+            'image/encoded': tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[tf.io.encode_jpeg(pixels).numpy()])),
+            'image/class/label': tf.train.Feature(int64_list=tf.train.Int64List(
+                value=[int(rng.integers(1, 11))])),
+        }
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        writer.write(example.SerializeToString())
+
+
+def test_imagenet_tfrecords_train_and_eval_through_run_py(tmp_path):
+  data_dir = tmp_path / 'imagenet'
+  data_dir.mkdir()
+  write_imagenet_shards(str(data_dir), 'train', 2, 24, seed=0)
+  write_imagenet_shards(str(data_dir), 'validation', 1, 10, seed=1)
+  params = (f'{{data_dir: {data_dir}, image_size: 32, num_classes: 10, num_examples: 48, '
+            'shuffle_buffer: 16}')
+  eval_params = (f'{{data_dir: {data_dir}, image_size: 32, num_classes: 10, num_examples: 10}}')
+  result = run('--config', SGD_CONFIG, '--mode', 'train_eval', '--logdir', str(tmp_path / 'r'),
+               *SHORT, '--set', 'data_layer=imagenet', '--set', f'data_layer_params={params}',
+               '--set', f'eval_params.data_layer_params={eval_params}',
+               '--set', 'batch_size_per_gpu=8', '--set', 'max_steps=8', '--set', 'eval_steps=4',
+               '--set', 'model_params={depth: 8}')
+  assert '(6 steps/epoch)' in result.stdout
+  assert result.stdout.count('(10 examples)') == 2
+  # A corrupt shard is named in a one-line error, before any training.
+  with open(data_dir / 'train-00001-of-00002', 'r+b') as f:
+    f.truncate(os.path.getsize(data_dir / 'train-00001-of-00002') - 7)
+  broken = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'b'), *SHORT,
+               '--set', 'data_layer=imagenet', '--set', f'data_layer_params={params}',
+               '--set', 'max_steps=2', '--set', 'batch_size_per_gpu=8', check=False)
+  assert broken.returncode == 2 and 'train-00001-of-00002' in broken.stderr.splitlines()[-1]
+  assert 'Traceback' not in broken.stderr
+
 
 def test_stop_and_resume_equals_straight_through(tmp_path):
   common = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'deterministic=true',

@@ -289,3 +289,30 @@ def test_regularization_loss_sums_model_losses():
   assert float(opt_lib.get_regularization_loss(model)) == pytest.approx(0.5 * 2.0)
   with pytest.raises(ValueError, match='Keras model'):
     opt_lib.get_regularization_loss()
+
+
+def test_mixed_bfloat16_model_trains_with_float32_variables():
+  keras.mixed_precision.set_dtype_policy('mixed_bfloat16')
+  try:
+    model = make_linear_model()
+  finally:
+    keras.mixed_precision.set_dtype_policy('float32')
+  assert all(v.dtype == tf.float32 for v in model.trainable_variables)
+  x, y = linear_data(32)
+  loss = lambda: tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y))
+  first = float(loss())
+  for _ in range(20):
+    optimize_loss(loss, 'Momentum', {'learning_rate': 0.05}, None, model=model,
+                  dtype='mixed_bfloat16')
+  pipeline = opt_lib.get_pipeline('Momentum', {}, None, model=model)
+  assert not pipeline.masters.has_half  # Keras' policy already keeps float32 masters
+  assert float(loss()) < 0.5 * first
+
+
+def test_float16_dtype_updates_float16_variables_directly():
+  var = tf.Variable(tf.constant([1.0, 2.0], tf.float16), name='w16')
+  optimize_loss(lambda: tf.reduce_sum(tf.square(var)), 'SGD', {'learning_rate': 0.25}, None,
+                var_list=[var], dtype=tf.float16, loss_scaling=128.0)
+  # w − 0.25·2w = 0.5·w, exact in float16.
+  np.testing.assert_array_equal(var.numpy(), np.array([0.5, 1.0], np.float16))
+  assert var.dtype == tf.float16
