@@ -32,6 +32,7 @@ from framework.params import REQUIRED
 from framework.params import check_params
 from framework.params import non_negative
 from framework.params import positive
+from framework.params import reject_unknown_keys
 from framework.registry import UnknownNameError
 from framework.registry import closest
 
@@ -486,11 +487,7 @@ def validate(config, registries):
   if not isinstance(config, dict):
     raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
   config = copy.deepcopy(config)
-  for key in config:
-    if key not in SCHEMA:
-      guess = closest(key, SCHEMA)
-      hint = f' (did you mean {guess}?)' if guess is not None else ''
-      raise ConfigError(f'{key}: unknown key{hint}; allowed keys: {", ".join(sorted(SCHEMA))}')
+  reject_unknown_keys(config, SCHEMA, '')
   result = {}
   for key, spec in SCHEMA.items():
     if key in config:

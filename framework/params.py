@@ -108,6 +108,23 @@ def non_negative(value):
   return None if value >= 0 else 'must be >= 0'
 
 
+def reject_unknown_keys(params, allowed, path, error=ConfigError, what=None):
+  """Raises ``error`` for the first key of ``params`` not in ``allowed``.
+
+  The message names the key path, the closest allowed key and all of them:
+  ``path.key: unknown key (did you mean path.other?); allowed keys: ...``
+  (``key: ...`` when ``path`` is empty; ``unknown key for <what>`` when given).
+  """
+  prefix = f'{path}.' if path else ''
+  for key in params:
+    if key not in allowed:
+      guess = closest(key, allowed)
+      hint = f' (did you mean {prefix}{guess}?)' if guess is not None else ''
+      owner = f' for {what}' if what else ''
+      names = ', '.join(sorted(allowed)) or 'none'
+      raise error(f'{prefix}{key}: unknown key{owner}{hint}; allowed keys: {names}')
+
+
 def check_params(params, schema, path):
   """Validates ``params`` against ``schema`` and fills in defaults.
 
@@ -127,12 +144,7 @@ def check_params(params, schema, path):
     params = {}
   if not isinstance(params, dict):
     raise ConfigError(f'{path}: expected a mapping, got {params!r}')
-  for key in params:
-    if key not in schema:
-      guess = closest(key, schema)
-      hint = f' (did you mean {path}.{guess}?)' if guess is not None else ''
-      allowed = ', '.join(sorted(schema)) or 'none'
-      raise ConfigError(f'{path}.{key}: unknown key{hint}; allowed keys: {allowed}')
+  reject_unknown_keys(params, schema, path)
   result = {}
   for key, spec in schema.items():
     if key in params:

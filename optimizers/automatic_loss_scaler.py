@@ -37,7 +37,7 @@ import numbers
 
 import tensorflow as tf
 
-from framework.registry import closest
+from framework.params import reject_unknown_keys
 from optimizers import checks
 
 _STATE_DTYPE = tf.float64
@@ -73,12 +73,7 @@ def _checked_params(params, allowed, path, what):
     return {}
   if not isinstance(params, dict):
     raise ValueError(f'{path}: expected a mapping, got {params!r}')
-  for key in params:
-    if key not in allowed:
-      guess = closest(key, allowed)
-      hint = f' (did you mean {path}.{guess}?)' if guess is not None else ''
-      raise ValueError(f'{path}.{key}: unknown key for {what}{hint}; '
-                       f'allowed keys: {", ".join(sorted(allowed))}')
+  reject_unknown_keys(params, allowed, path, error=ValueError, what=what)
   return dict(params)
 
 
