@@ -1,5 +1,11 @@
 """LAMB: layer-wise adaptive moments for large-batch training.
 
+``update_step`` is the per-variable reference path. With ``fused=True`` (the
+default) ``apply`` updates the moments of all variables and returns their
+directions u in one XLA launch, takes ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
+kernels, and applies w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
+``lamb_apply_all``); see docs/performance.md.
+
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.
   Large Batch Optimization for Deep Learning: Training BERT in 76 minutes.
@@ -9,6 +15,7 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import fused
 from optimizers import tf1_compat
 
 
@@ -21,6 +28,58 @@ def lamb_trust_ratio(w_norm, u_norm):
   """‖w‖/‖u‖, or 1 when either norm is 0."""
   usable = tf.logical_and(w_norm > 0.0, u_norm > 0.0)
   return tf.where(usable, w_norm / tf.where(usable, u_norm, 1.0), tf.ones_like(w_norm))
+
+
+def lamb_moments_all(variables, ms, vs, grads, step, decays, beta_1, beta_2, epsilon,
+                     weight_decay):
+  """Updates the moments of many variables and returns their LAMB directions.
+
+  Args:
+    variables: the tf.Variables being trained.
+    ms, vs: their first- and second-moment tf.Variables.
+    grads: their dense gradients.
+    step: the 1-based step t (float32 scalar).
+    decays: one bool per variable, whether it gets weight decay.
+    beta_1, beta_2, epsilon, weight_decay: as ``LAMB``.
+
+  Returns:
+    The float32 directions u = m̂/(√v̂ + ε) + wd·w, one per variable.
+  """
+  directions = []
+  for var, m, v, g, decay in zip(variables, ms, vs, grads, decays):
+    g = tf.cast(g, tf.float32)
+    m.assign(beta_1 * m + (1.0 - beta_1) * tf.cast(g, m.dtype))
+    v.assign(beta_2 * v + (1.0 - beta_2) * tf.cast(tf.square(g), v.dtype))
+    m_hat = tf.cast(m, tf.float32) / (1.0 - tf.pow(beta_1, step))
+    v_hat = tf.cast(v, tf.float32) / (1.0 - tf.pow(beta_2, step))
+    directions.append(lamb_direction(m_hat, v_hat, tf.cast(var, tf.float32), epsilon,
+                                     weight_decay if decay else 0.0))
+  return directions
+
+
+def lamb_apply_all(variables, directions, adapts, learning_rate, w_squared, u_squared):
+  """w ← w − lr·ratio·u for many variables; ratio = ‖w‖/‖u‖ for adapted ones, else 1.
+
+  Args:
+    variables: the tf.Variables to update.
+    directions: their float32 directions u (``lamb_moments_all``).
+    adapts: one bool per variable, whether it gets the trust ratio.
+    learning_rate: the learning rate (scalar).
+    w_squared, u_squared: float32 vectors of ‖w‖² and ‖u‖² of the adapted variables.
+
+  Returns:
+    The trust ratios of the adapted variables (float32 vector).
+  """
+  lr = tf.cast(learning_rate, tf.float32)
+  ratios = lamb_trust_ratio(tf.sqrt(w_squared), tf.sqrt(u_squared))
+  k = 0
+  for var, u, adapt in zip(variables, directions, adapts):
+    ratio = 1.0
+    if adapt:
+      ratio = ratios[k]
+      k += 1
+    var.assign_sub(tf.cast(lr * ratio * u, var.dtype))
+  return ratios
 
 
 class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
@@ -41,12 +100,14 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     exclude_from_layer_adaptation: strings; variables whose name or path contains
       one use a trust ratio of 1. Defaults to ``exclude_from_weight_decay``.
     name: the optimizer's name.
+    fused: update all variables in two XLA launches with the norms taken in
+      between (same math; False runs ``update_step`` variable by variable).
     **kwargs: other Keras optimizer arguments.
   """
 
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                weight_decay=0.0, exclude_from_weight_decay=None,
-               exclude_from_layer_adaptation=None, name='LAMB', **kwargs):
+               exclude_from_layer_adaptation=None, name='LAMB', fused=True, **kwargs):
     for key, value in (('learning_rate', learning_rate), ('weight_decay', weight_decay),
                        ('epsilon', epsilon)):
       if isinstance(value, (int, float)) and value < 0:
@@ -65,6 +126,7 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     else:
       self.adaptation_exclusions = list(exclude_from_layer_adaptation)
     self._explicit_adaptation_exclusions = exclude_from_layer_adaptation is not None
+    self.fused = bool(fused)
 
   def build(self, var_list):
     if self.built:
@@ -99,6 +161,25 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
       ratio = 1.0
     var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
 
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    if not (self.fused and fused.fusable(grads)):
+      return super()._backend_update_step(grads, trainable_variables, learning_rate)
+    indices = [self._get_variable_index(v) for v in trainable_variables]
+    variables = [tf1_compat.unwrap(v) for v in trainable_variables]
+    ms = [tf1_compat.unwrap(self._m[i]) for i in indices]
+    vs = [tf1_compat.unwrap(self._v[i]) for i in indices]
+    decays = [self._decays[i] for i in indices]
+    adapts = [self._adapts[i] for i in indices]
+    directions = fused.jit_for(self, lamb_moments_all)(
+        variables, ms, vs, list(grads), tf.cast(self.iterations + 1, tf.float32), tuple(decays),
+        self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
+    adapted = [k for k, a in enumerate(adapts) if a]
+    w_squared = fused.squared_norms([variables[k] for k in adapted])
+    u_squared = fused.squared_norms([directions[k] for k in adapted])
+    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts),
+                                        tf.cast(learning_rate, tf.float32), w_squared, u_squared)
+    return None
+
   def get_slot_names(self):
     """The names of the per-variable slots: ``['m', 'v']``."""
     return ['m', 'v']
@@ -116,5 +197,6 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
         'exclude_from_weight_decay': self.decay_exclusions or None,
         'exclude_from_layer_adaptation': (self.adaptation_exclusions
                                           if self._explicit_adaptation_exclusions else None),
+        'fused': self.fused,
     })
     return config

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from framework import distributed
 from framework.registry import Registry
+from optimizers import fused
 from optimizers import stages
 from optimizers import tf1_compat
 from optimizers.agn import AGNOptimizer
@@ -31,11 +32,13 @@ from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 
 
-class MomentumOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.SGD):
+class MomentumOptimizer(fused.XlaUpdateMixin, tf1_compat.TF1OptimizerMixin,
+                        keras.optimizers.SGD):
   """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
 
   Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
-  constant learning rate.
+  constant learning rate. The updates of all variables run as one XLA launch
+  (``fused.XlaUpdateMixin``).
   """
 
   def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
@@ -376,6 +379,12 @@ class GradientPipeline(tf.Module):
   def _write_summaries(self, lr, grads, norm, larc_factors):
     if not self.summaries:
       return
+    # Written inside the update's tf.cond; reset the name scope so the tags
+    # are the plain names ('learning_rate', not 'cond/learning_rate').
+    with tf.compat.v1.name_scope(None):
+      self._write_summaries_unscoped(lr, grads, norm, larc_factors)
+
+  def _write_summaries_unscoped(self, lr, grads, norm, larc_factors):
     step = self.global_step
     names = [_var_name(v) for v in self.var_list]
     wanted = set(self.summaries)

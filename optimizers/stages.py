@@ -5,10 +5,16 @@ loss scaling -> accumulation -> allreduce -> finite check -> global-norm
 clipping -> LARC -> the optimizer's update. Each stage here is a plain tensor
 function (or a tf.Module holding only that stage's variables) so it can be
 tested on its own.
+
+The norms of the clipping and LARC stages are taken with one
+``tf.nn.l2_loss`` kernel per tensor (``fused.squared_norms``); ``norms`` and
+``larc_reference`` keep the one-``tf.norm``-per-tensor form they are checked
+against.
 """
 
 import tensorflow as tf
 
+from optimizers import fused
 from optimizers import tf1_compat
 
 LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None}
@@ -58,11 +64,7 @@ def norms(tensors):
 
 def global_norm(grads):
   """The float32 global L2 norm of the non-None gradients."""
-  present = [g for g in grads if g is not None]
-  if not present:
-    return tf.constant(0.0)
-  squares = [tf.square(n) for n in norms(present)]
-  return tf.sqrt(tf.add_n(squares))
+  return fused.global_norm([g for g in grads if g is not None])
 
 
 def clip_by_global_norm(grads, clip_norm, use_norm=None):
@@ -125,6 +127,10 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
 def larc(grads, var_list, learning_rate, params):
   """Applies LARC to the gradients.
 
+  The norms of all adapted gradients and variables are taken in one go
+  (``fused.norms``); ``larc_reference`` is the same stage with one ``tf.norm``
+  per tensor.
+
   Args:
     grads: gradients (None entries pass through).
     var_list: the matching variables.
@@ -134,12 +140,21 @@ def larc(grads, var_list, learning_rate, params):
   Returns:
     (new gradients, {variable index: LARC factor}) for the adapted variables.
   """
+  return _larc(grads, var_list, learning_rate, params, fused.norms)
+
+
+def larc_reference(grads, var_list, learning_rate, params):
+  """``larc`` with the norms taken one ``tf.norm`` at a time (the reference path)."""
+  return _larc(grads, var_list, learning_rate, params, lambda ts: tf.stack(norms(ts)))
+
+
+def _larc(grads, var_list, learning_rate, params, norms_fn):
   adapted = [i for i, (g, v) in enumerate(zip(grads, var_list))
              if g is not None and not tf1_compat.matches_any(v, params['skip_list'])]
   if not adapted:
     return list(grads), {}
-  g_norms = tf.stack(norms([grads[i] for i in adapted]))
-  v_norms = tf.stack(norms([tf1_compat.unwrap(var_list[i]) for i in adapted]))
+  g_norms = norms_fn([grads[i] for i in adapted])
+  v_norms = norms_fn([tf1_compat.unwrap(var_list[i]) for i in adapted])
   factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
                               params['larc_mode'], params['min_update'], params['epsilon'])
   result = list(grads)

@@ -1,0 +1,154 @@
+"""Optimizer-update benchmark on ResNet-50's variables (issue 5).
+
+  .venv/bin/python scripts/bench_optimizers.py [--rounds 15] [--calls 3]
+
+Times one update of all 161 trainable variables of ResNet-50 (25.6 M
+parameters) with fixed random gradients, for the framework's LARS, Momentum +
+LARC and LAMB, against Keras 3 ``SGD(momentum=0.9)`` applied inside a
+``tf.function(jit_compile=True)``. Every round runs each candidate in turn
+(``--calls`` updates, the mean taken), so all of them see the same load on a
+shared machine; a row reports the median over rounds of the time and of the
+per-round ratio to the baseline.
+
+Memory bandwidth is measured in the same rounds with an XLA-compiled triad
+a = b + s·c over three float32 arrays larger than the caches, counting 12
+bytes per element. The bandwidth bound of an update is the bytes it must move
+(LARS and Momentum + LARC: read w, g, m and write w, m; LAMB: read w, g, m, v
+and write w, m, v) divided by that bandwidth; "of bound" is bound / time.
+
+The last lines give one PASS/FAIL per goal: time ratio <= 1.25 and
+bandwidth efficiency >= 50 %.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from models import MODELS  # noqa: E402
+from optimizers import stages  # noqa: E402
+from optimizers.lamb import LAMB  # noqa: E402
+from optimizers.lars import LARSOptimizer  # noqa: E402
+from optimizers.optimizers import MomentumOptimizer  # noqa: E402
+
+MAX_RATIO = 1.25
+MIN_EFFICIENCY = 0.5
+TRIAD_ELEMENTS = 32 * 1024 * 1024  # 128 MB per array, four times the L3 cache
+SKIP = ['batch_normalization', 'bias']  # as in configs/resnet50_lars.py
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--rounds', type=int, default=15, help='interleaved rounds (median taken)')
+  parser.add_argument('--calls', type=int, default=3, help='updates timed per candidate per round')
+  parser.add_argument('--reference', action='store_true',
+                      help='also time the per-variable reference paths (slower run)')
+  return parser.parse_args()
+
+
+def triad_fn():
+  b = tf.Variable(tf.random.uniform([TRIAD_ELEMENTS]))
+  c = tf.Variable(tf.random.uniform([TRIAD_ELEMENTS]))
+  a = tf.Variable(tf.zeros([TRIAD_ELEMENTS]))
+
+  @tf.function(jit_compile=True)
+  def triad():
+    a.assign(b + 1.5 * c)
+
+  return triad
+
+
+def update_fn(optimizer, grads, variables, jit_compile=False, larc=None):
+  """A tf.function applying ``grads`` with ``optimizer`` (after LARC when given)."""
+  optimizer.build(variables)
+
+  def step():
+    update = grads
+    if larc is not None:
+      update, _ = stages.larc(update, variables, optimizer.learning_rate, larc)
+    optimizer.apply(update, variables)
+
+  return tf.function(step, jit_compile=jit_compile)
+
+
+def main():
+  args = parse_args()
+  keras.utils.set_random_seed(0)
+  model = MODELS.resolve('resnet50')({}, (224, 224, 3), 1000)
+  variables = model.trainable_variables
+  elements = sum(int(np.prod(v.shape)) for v in variables)
+  grads = [tf.random.normal(v.shape, stddev=1e-3) for v in variables]
+  larc = stages.check_larc_params({'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': SKIP})
+  print(f'ResNet-50: {len(variables)} variables, {elements / 1e6:.2f} M parameters; '
+        f'{args.rounds} rounds x {args.calls} calls; TF {tf.__version__}, Keras {keras.__version__}')
+
+  baseline = 'keras SGD(momentum=0.9), jit_compile=True'
+  candidates = {
+      'triad a = b + s*c (jit)': triad_fn(),
+      baseline: update_fn(keras.optimizers.SGD(0.1, momentum=0.9), grads, variables,
+                          jit_compile=True),
+      'LARS (fused)': update_fn(LARSOptimizer(0.1, skip_list=SKIP), grads, variables),
+      'Momentum + LARC (fused)': update_fn(MomentumOptimizer(0.1, momentum=0.9), grads, variables,
+                                           larc=larc),
+      'LAMB (fused)': update_fn(LAMB(1e-3, weight_decay=1e-4, exclude_from_weight_decay=SKIP),
+                                grads, variables),
+      'keras Lamb, jit_compile=True': update_fn(keras.optimizers.Lamb(1e-3), grads, variables,
+                                                jit_compile=True),
+  }
+  if args.reference:
+    candidates['LARS (reference, per variable)'] = update_fn(
+        LARSOptimizer(0.1, skip_list=SKIP, fused=False), grads, variables)
+    candidates['LAMB (reference, per variable)'] = update_fn(
+        LAMB(1e-3, weight_decay=1e-4, exclude_from_weight_decay=SKIP, fused=False), grads,
+        variables)
+  # Bytes each update must move, in float32 arrays of the parameters' size.
+  arrays = {'LARS (fused)': 5, 'Momentum + LARC (fused)': 5, 'LAMB (fused)': 7,
+            'keras Lamb, jit_compile=True': 7, baseline: 5,
+            'LARS (reference, per variable)': 5, 'LAMB (reference, per variable)': 7}
+
+  for fn in candidates.values():  # compile and warm up
+    fn()
+    fn()
+  times = {name: [] for name in candidates}
+  for _ in range(args.rounds):
+    for name, fn in candidates.items():
+      start = time.perf_counter()
+      for _ in range(args.calls):
+        fn()
+      times[name].append((time.perf_counter() - start) / args.calls)
+
+  triad = np.array(times['triad a = b + s*c (jit)'])
+  bandwidth = 3 * 4 * TRIAD_ELEMENTS / triad  # bytes/s, per round
+  base = np.array(times[baseline])
+  print(f'memory bandwidth (triad): {statistics.median(bandwidth) / 1e9:.1f} GB/s (median)')
+  print(f'{"candidate":40s} {"ms":>8s} {"ratio to baseline":>18s} {"bound ms":>9s} {"of bound":>9s}')
+  results = {}
+  for name, values in times.items():
+    values = np.array(values)
+    ratio = statistics.median(values / base)
+    line = f'{name:40s} {statistics.median(values) * 1e3:8.2f} {ratio:18.3f}'
+    if name in arrays:
+      bound = arrays[name] * 4 * elements / bandwidth
+      efficiency = statistics.median(bound / values)
+      line += f' {statistics.median(bound) * 1e3:9.2f} {efficiency:9.1%}'
+      results[name] = (ratio, efficiency)
+    print(line)
+  print(f'baseline: {baseline}; ratios and efficiencies are medians of per-round values')
+  for name in ('LARS (fused)', 'Momentum + LARC (fused)', 'LAMB (fused)'):
+    ratio, efficiency = results[name]
+    print(f'{"PASS" if ratio <= MAX_RATIO else "FAIL"} {name} time vs {baseline}: '
+          f'{ratio:.3f}x (goal <= {MAX_RATIO}x)')
+    print(f'{"PASS" if efficiency >= MIN_EFFICIENCY else "FAIL"} {name} memory-bandwidth '
+          f'efficiency: {efficiency:.1%} of bound (goal >= {MIN_EFFICIENCY:.0%})')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,224 @@
+"""Train-step and train-loop benchmark on the Fashion-MNIST ResNet (issue 5).
+
+  .venv/bin/python scripts/bench_train.py [--rounds 12] [--steps 3] [--loop_steps 40]
+
+Model and batch are those of configs/fashion_mnist_lars.py: the CIFAR-style
+ResNet-8 (16/32/64 channels) on 28x28x1 images, batch 256. Three comparisons,
+each measured in the same run:
+
+1. One train step, on a fixed batch: ``optimize_loss`` with Backoff loss
+   scaling, global-norm clipping, LARC and LARS (summaries off) against a bare
+   Keras 3 step (``GradientTape`` + ``keras.optimizers.SGD(momentum=0.9)``
+   ``apply``) on an identical model. Rounds interleave the candidates; a row
+   is the median over rounds of the time per step and of the per-round ratio
+   to the bare step. Goal: ratio <= 1.05.
+2. The same ``optimize_loss`` step with ``dtype: mixed_bfloat16`` (model built
+   under the ``mixed_bfloat16`` policy) against float32. Goal: faster.
+3. The framework's train mode (``Trainer.train`` with the config as is:
+   summaries every 20 steps, progress lines, the Fashion-MNIST data layer)
+   against ``model.fit`` on the same model, optimizer, loss and
+   ``tf.data`` pipeline, in images/sec over the steps after the first
+   ``--skip`` (tracing and warm-up). Goal: train mode >= model.fit.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import run as run_lib  # noqa: E402
+from data import DATA_LAYERS  # noqa: E402
+from framework import trainer as trainer_lib  # noqa: E402
+from models import MODELS  # noqa: E402
+from optimizers import optimizers as opt_lib  # noqa: E402
+from optimizers.lars import LARSOptimizer  # noqa: E402
+
+CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+MAX_STEP_RATIO = 1.05
+LARC = {'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': ['batch_normalization', 'bias']}
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--rounds', type=int, default=12, help='interleaved rounds of the step timing')
+  parser.add_argument('--steps', type=int, default=3, help='steps per candidate per round')
+  parser.add_argument('--loop_steps', type=int, default=40, help='steps of each train-loop run')
+  parser.add_argument('--skip', type=int, default=8, help='train-loop steps not timed')
+  parser.add_argument('--loop_repeats', type=int, default=3, help='runs of each train loop')
+  return parser.parse_args()
+
+
+def load_config(overrides=()):
+  args = argparse.Namespace(config=CONFIG, mode='train', set=list(overrides))
+  return run_lib.load(args)['train']
+
+
+def build_model(cfg, policy='float32'):
+  keras.mixed_precision.set_dtype_policy(policy)
+  try:
+    keras.utils.set_random_seed(cfg['random_seed'])
+    return MODELS.resolve(cfg['model'])(cfg['model_params'], (28, 28, 1), 10)
+  finally:
+    keras.mixed_precision.set_dtype_policy('float32')
+
+
+def cross_entropy(model, images, labels):
+  logits = tf.cast(model(images, training=True), tf.float32)
+  return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits,
+                                                                     from_logits=True))
+
+
+def bare_keras_step(cfg):
+  model = build_model(cfg)
+  optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+
+  @tf.function
+  def step(images, labels):
+    with tf.GradientTape() as tape:
+      loss = cross_entropy(model, images, labels)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply(grads, model.trainable_variables)
+    return loss
+
+  return step
+
+
+def framework_step(cfg, dtype='float32'):
+  """optimize_loss with loss scaling, clipping, LARC and the config's LARS; no summaries."""
+  policy = {'float32': 'float32', 'mixed_bfloat16': 'mixed_bfloat16'}[dtype]
+  model = build_model(cfg, policy)
+  lr = cfg['lr_policy_params']['learning_rate']
+
+  @tf.function
+  def step(images, labels):
+    return opt_lib.optimize_loss(
+        lambda: cross_entropy(model, images, labels), cfg['optimizer'],
+        dict(cfg['optimizer_params']), lambda _: tf.constant(lr, tf.float32), model=model,
+        dtype=dtype, clip_gradients=5.0, larc_params=LARC, loss_scaling='Backoff', summaries=None)
+
+  return step
+
+
+def time_steps(candidates, batch, rounds, steps):
+  for fn in candidates.values():  # trace, compile, warm up
+    for _ in range(2):
+      fn(*batch).numpy()
+  times = {name: [] for name in candidates}
+  for _ in range(rounds):
+    for name, fn in candidates.items():
+      start = time.perf_counter()
+      for _ in range(steps):
+        loss = fn(*batch)
+      loss.numpy()
+      times[name].append((time.perf_counter() - start) / steps)
+  return {name: np.array(values) for name, values in times.items()}
+
+
+class TimedTrainer(trainer_lib.Trainer):
+  """The framework's Trainer, recording when each train step returns."""
+
+  def make_train_step(self):
+    run = super().make_train_step()
+    self.stamps = []
+
+    def timed(iterator):
+      result = run(iterator)
+      self.stamps.append(time.perf_counter())
+      return result
+
+    return timed
+
+
+class Stamps(keras.callbacks.Callback):
+
+  def __init__(self):
+    super().__init__()
+    self.stamps = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.stamps.append(time.perf_counter())
+
+
+def rate(stamps, skip, batch_size):
+  """Images/sec between the end of step ``skip`` and the last step."""
+  return (len(stamps) - skip) * batch_size / (stamps[-1] - stamps[skip - 1])
+
+
+def train_mode_rate(steps, skip):
+  with tempfile.TemporaryDirectory() as logdir:
+    cfg = load_config(['num_epochs=null', f'max_steps={steps}', f'logdir={logdir}'])
+    trainer = TimedTrainer(cfg, None, logdir)
+    trainer.begin()
+    trainer.train()
+    result = rate(trainer.stamps, skip, cfg['batch_size_per_gpu'])
+  opt_lib.clear_pipelines()
+  return result
+
+
+def model_fit_rate(steps, skip):
+  cfg = load_config()
+  data = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train')
+  model = build_model(cfg)
+  lr = cfg['lr_policy_params']['learning_rate']
+  model.compile(optimizer=LARSOptimizer(lr, **cfg['optimizer_params']),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=['accuracy'])
+  stamps = Stamps()
+  dataset = data.dataset(cfg['batch_size_per_gpu'], seed=cfg['random_seed'])
+  model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[stamps])
+  return rate(stamps.stamps, skip, cfg['batch_size_per_gpu'])
+
+
+def main():
+  args = parse_args()
+  cfg = load_config()
+  batch_size = cfg['batch_size_per_gpu']
+  data = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train')
+  batch = next(iter(data.dataset(batch_size, seed=0)))
+  print(f'model {cfg["model"]} {cfg["model_params"]}, batch {batch_size} of 28x28x1; '
+        f'{args.rounds} rounds x {args.steps} steps; TF {tf.__version__}, Keras {keras.__version__}')
+
+  bare = 'bare Keras step (GradientTape + SGD apply)'
+  full = 'optimize_loss: Backoff + clip + LARC + LARS'
+  bf16 = 'optimize_loss, dtype mixed_bfloat16'
+  candidates = {bare: bare_keras_step(cfg), full: framework_step(cfg),
+                bf16: framework_step(cfg, 'mixed_bfloat16')}
+  times = time_steps(candidates, batch, args.rounds, args.steps)
+  print(f'{"candidate":48s} {"ms/step":>8s} {"ratio to bare":>14s} {"ratio to float32":>17s}')
+  for name, values in times.items():
+    print(f'{name:48s} {statistics.median(values) * 1e3:8.1f} '
+          f'{statistics.median(values / times[bare]):14.3f} '
+          f'{statistics.median(values / times[full]):17.3f}')
+  step_ratio = statistics.median(times[full] / times[bare])
+  bf16_ratio = statistics.median(times[bf16] / times[full])
+
+  fit_rates, train_rates = [], []
+  for _ in range(args.loop_repeats):
+    train_rates.append(train_mode_rate(args.loop_steps, args.skip))
+    fit_rates.append(model_fit_rate(args.loop_steps, args.skip))
+  loop_ratio = statistics.median(np.array(train_rates) / np.array(fit_rates))
+  print(f'{"train loop":48s} {"images/sec":>10s}  (median of {args.loop_repeats} runs of '
+        f'{args.loop_steps} steps, first {args.skip} not timed)')
+  print(f'{"framework train mode (Trainer.train)":48s} {statistics.median(train_rates):10.1f}')
+  print(f'{"model.fit (same model, LARS, data layer)":48s} {statistics.median(fit_rates):10.1f}')
+
+  print(f'{"PASS" if step_ratio <= MAX_STEP_RATIO else "FAIL"} train step, optimize_loss vs bare '
+        f'Keras step: {step_ratio:.3f}x the time (goal <= {MAX_STEP_RATIO}x)')
+  print(f'{"PASS" if loop_ratio >= 1.0 else "FAIL"} train mode vs model.fit: {loop_ratio:.3f}x '
+        'the images/sec (goal >= 1.0x)')
+  print(f'{"PASS" if bf16_ratio < 1.0 else "FAIL"} mixed_bfloat16 vs float32 train step: '
+        f'{bf16_ratio:.3f}x the time, {1.0 / bf16_ratio:.2f}x the speed (goal: faster)')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,247 @@
+"""The fused optimizer paths give the numbers of the per-variable reference paths.
+
+The fused paths take the norms with ``tf.nn.l2_loss`` and let XLA fuse the
+element-wise updates, so they may differ from the reference paths in the
+last bits of a float32 sum or product; every comparison here uses
+rtol = 1e-6 (plus an atol of 1e-8 for values that pass through zero).
+"""
+
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+
+from optimizers import fused
+from optimizers import lars as lars_lib
+from optimizers import optimizers as opt_lib
+from optimizers import stages
+from optimizers.lamb import LAMB
+from optimizers.lars import LARSOptimizer
+from optimizers.optimizers import MomentumOptimizer
+from optimizers.optimizers import optimize_loss
+
+RTOL = 1e-6
+ATOL = 1e-8
+SHAPES = {'dense/kernel': (6, 5), 'dense/bias': (5,), 'conv/kernel': (3, 3, 2, 4),
+          'batch_normalization/gamma': (4,), 'zero/kernel': (3, 2)}
+STEPS = 4
+
+
+@pytest.fixture(autouse=True)
+def fresh_pipelines():
+  opt_lib.clear_pipelines()
+  yield
+  opt_lib.clear_pipelines()
+
+
+def make_variables(seed=0):
+  """Keras variables named like a model's, one of them all zeros (trust ratio 1)."""
+  rng = np.random.default_rng(seed)
+  variables = []
+  for path, shape in SHAPES.items():
+    value = np.zeros(shape) if path.startswith('zero') else rng.normal(size=shape)
+    layer, name = path.split('/')
+    with keras.name_scope(layer):
+      variables.append(keras.Variable(value.astype(np.float32), name=name))
+  return variables
+
+
+def make_gradients(step, seed=1):
+  rng = np.random.default_rng(seed + step)
+  grads = []
+  for path, shape in SHAPES.items():
+    g = rng.normal(scale=0.1, size=shape).astype(np.float32)
+    if path == 'conv/kernel' and step == 1:
+      g[:] = 0.0  # a zero gradient norm: trust ratio 1
+    grads.append(tf.constant(g))
+  return grads
+
+
+def run(optimizer, steps=STEPS, in_function=True):
+  variables = make_variables()
+  optimizer.build(variables)
+
+  def step(grads):
+    optimizer.apply(grads, variables)
+
+  step = tf.function(step) if in_function else step
+  for i in range(steps):
+    step(make_gradients(i))
+  return variables
+
+
+def assert_same(fused_values, reference_values):
+  for got, want in zip(fused_values, reference_values):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+
+
+def slot_values(optimizer, variables, name):
+  return [optimizer.get_slot(v, name).numpy() for v in variables]
+
+
+@pytest.mark.parametrize('nesterov', [False, True])
+@pytest.mark.parametrize('skip_list', [None, ['batch_normalization', 'bias']])
+def test_lars_fused_matches_reference(nesterov, skip_list):
+  kwargs = dict(momentum=0.9, weight_decay=0.01, eeta=0.02, epsilon=1e-5,
+                use_nesterov=nesterov, skip_list=skip_list)
+  fused_opt = LARSOptimizer(0.5, **kwargs)
+  reference_opt = LARSOptimizer(0.5, fused=False, **kwargs)
+  fused_vars = run(fused_opt)
+  reference_vars = run(reference_opt)
+  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+  assert_same(slot_values(fused_opt, fused_vars, 'momentum'),
+              slot_values(reference_opt, reference_vars, 'momentum'))
+
+
+def test_lars_fused_eager_matches_reference():
+  fused_vars = run(LARSOptimizer(0.3, weight_decay=0.01, eeta=0.05), steps=2, in_function=False)
+  reference_vars = run(LARSOptimizer(0.3, weight_decay=0.01, eeta=0.05, fused=False), steps=2,
+                       in_function=False)
+  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+
+
+def test_lars_fused_update_is_traced_once():
+  optimizer = LARSOptimizer(0.1)
+  variables = make_variables()
+  optimizer.build(variables)
+  step = tf.function(lambda grads: optimizer.apply(grads, variables))
+  step(make_gradients(0))
+  update = fused.jit_for(optimizer, lars_lib.lars_update_all, 'lars_update_all_0')
+  assert update.experimental_get_tracing_count() == 1
+  for i in range(1, 4):
+    step(make_gradients(i))
+  assert step.experimental_get_tracing_count() == 1
+  assert update.experimental_get_tracing_count() == 1
+
+
+def test_a_second_model_of_the_same_shapes_trains_after_the_first_is_deleted():
+  """Each optimizer keeps its own compiled update (a shared trace would point at dead variables)."""
+  for _ in range(2):
+    variables = make_variables()
+    optimizer = LARSOptimizer(0.1)
+    tf.function(lambda grads: optimizer.apply(grads, variables))(make_gradients(0))
+    del variables, optimizer
+
+
+def test_lars_sparse_gradient_takes_the_reference_path():
+  var = keras.Variable(np.arange(8, dtype=np.float32).reshape(4, 2), name='embedding')
+  dense = keras.Variable(np.ones((2, 2), np.float32), name='kernel')
+  optimizers = [LARSOptimizer(0.1, momentum=0.5), LARSOptimizer(0.1, momentum=0.5, fused=False)]
+  results = []
+  for optimizer in optimizers:
+    var.assign(np.arange(8, dtype=np.float32).reshape(4, 2))
+    dense.assign(np.ones((2, 2), np.float32))
+    sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([1]), tf.constant([4, 2]))
+    optimizer.apply_gradients([(sparse, var), (tf.constant([[0.1, 0.2], [0.3, 0.4]]), dense)])
+    results.append((var.numpy().copy(), dense.numpy().copy()))
+  assert_same(results[0], results[1])
+
+
+@pytest.mark.parametrize('exclusions', [None, ['bias'], ['bias', 'gamma']])
+def test_lamb_fused_matches_reference(exclusions):
+  kwargs = dict(beta_1=0.9, beta_2=0.99, epsilon=1e-6, weight_decay=0.1,
+                exclude_from_weight_decay=exclusions,
+                exclude_from_layer_adaptation=['gamma'] if exclusions else None)
+  fused_opt = LAMB(0.01, **kwargs)
+  reference_opt = LAMB(0.01, fused=False, **kwargs)
+  fused_vars = run(fused_opt)
+  reference_vars = run(reference_opt)
+  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+  for name in ('m', 'v'):
+    assert_same(slot_values(fused_opt, fused_vars, name),
+                slot_values(reference_opt, reference_vars, name))
+
+
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_momentum_xla_update_matches_keras_sgd(nesterov):
+  fused_vars = run(MomentumOptimizer(0.1, momentum=0.9, use_nesterov=nesterov))
+  reference_vars = run(keras.optimizers.SGD(0.1, momentum=0.9, nesterov=nesterov))
+  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+
+
+@pytest.mark.parametrize('mode', ['clip', 'scale'])
+@pytest.mark.parametrize('skip_list', [None, ['bias']])
+def test_larc_fused_matches_reference(mode, skip_list):
+  variables = make_variables()
+  grads = make_gradients(0)
+  params = stages.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'skip_list': skip_list})
+  got, got_factors = stages.larc(grads, variables, 0.5, params)
+  want, want_factors = stages.larc_reference(grads, variables, 0.5, params)
+  assert sorted(got_factors) == sorted(want_factors)
+  assert_same([got_factors[i].numpy() for i in sorted(got_factors)],
+              [want_factors[i].numpy() for i in sorted(want_factors)])
+  assert_same([g.numpy() for g in got], [g.numpy() for g in want])
+
+
+def test_squared_norms_and_global_norm_match_numpy():
+  rng = np.random.default_rng(3)
+  tensors = [rng.normal(size=s).astype(np.float32) for s in [(7,), (3, 4), (2, 2, 5), (0,)]]
+  got = fused.squared_norms([tf.constant(t) for t in tensors]).numpy()
+  want = [np.sum(t.astype(np.float64) ** 2) for t in tensors]
+  np.testing.assert_allclose(got, want, rtol=RTOL)
+  sparse = tf.IndexedSlices(tf.constant(tensors[1]), tf.constant([0, 2, 3]), tf.constant([5, 4]))
+  np.testing.assert_allclose(fused.norms([sparse]).numpy(), [np.sqrt(want[1])], rtol=RTOL)
+  np.testing.assert_allclose(stages.global_norm([tf.constant(t) for t in tensors] + [None]).numpy(),
+                             np.sqrt(sum(want)), rtol=RTOL)
+  assert fused.squared_norms([]).shape == (0,)
+
+
+def pipeline_run(monkeypatch, fused_paths):
+  """Three steps of optimize_loss with loss scaling, clipping, LARC and LARS."""
+  if not fused_paths:
+    monkeypatch.setattr(stages, 'larc', stages.larc_reference)
+  variables = make_variables()
+  targets = [tf.constant(np.full(v.shape, 0.5, np.float32)) for v in variables]
+
+  def loss():
+    return tf.add_n([tf.reduce_sum(tf.square(v - t) * (i + 1.0))
+                     for i, (v, t) in enumerate(zip(variables, targets))])
+
+  optimizer = LARSOptimizer(0.5, momentum=0.9, weight_decay=1e-3, eeta=0.01, epsilon=1e-6,
+                            skip_list=['batch_normalization', 'bias'], fused=fused_paths)
+
+  @tf.function
+  def step():
+    return optimize_loss(loss, optimizer, {}, lambda s: 0.5 / (1.0 + tf.cast(s, tf.float32)),
+                         var_list=variables, clip_gradients=4.0, loss_scaling=128.0,
+                         larc_params={'larc_eta': 0.05, 'larc_mode': 'clip',
+                                      'skip_list': ['batch_normalization']})
+
+  for _ in range(3):
+    step()
+  opt_lib.clear_pipelines()
+  return [v.numpy() for v in variables] + slot_values(optimizer, variables, 'momentum')
+
+
+def test_optimize_loss_fused_matches_reference(monkeypatch):
+  fused_result = pipeline_run(monkeypatch, fused_paths=True)
+  reference_result = pipeline_run(monkeypatch, fused_paths=False)
+  assert_same(fused_result, reference_result)
+
+
+def fit_weights(optimizer):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(64, 6)).astype(np.float32)
+  y = (x @ rng.normal(size=(6, 1))).astype(np.float32)
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation='relu'),
+                            keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+  model.compile(optimizer=optimizer, loss='mse')
+  model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+  return model.get_weights()
+
+
+def test_model_fit_fused_matches_reference():
+  kwargs = dict(momentum=0.9, weight_decay=1e-3, eeta=0.01,
+                skip_list=['batch_normalization', 'bias'], use_nesterov=True)
+  assert_same(fit_weights(LARSOptimizer(0.1, **kwargs)),
+              fit_weights(LARSOptimizer(0.1, fused=False, **kwargs)))
+  assert_same(fit_weights(LAMB(0.01, weight_decay=0.01, exclude_from_weight_decay=['bias'])),
+              fit_weights(LAMB(0.01, weight_decay=0.01, exclude_from_weight_decay=['bias'],
+                               fused=False)))
+
+
+def test_fused_flag_round_trips_through_config():
+  for optimizer in (LARSOptimizer(0.1, fused=False), LAMB(0.1, fused=False)):
+    clone = type(optimizer).from_config(optimizer.get_config())
+    assert clone.fused is False
