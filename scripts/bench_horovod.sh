@@ -56,9 +56,15 @@ for ((i = 1; i <= REPEATS; i++)); do
   fi
   ratio=$("$PY" -c "print(f'{$two / $one:.3f}')")
   ratios+=("$ratio")
-  pair=$( ("$PY" run.py --config="$CONFIG" --mode=benchmark --bench_steps="$STEPS" 2>&1 | images_per_sec &
+  both=$( ("$PY" run.py --config="$CONFIG" --mode=benchmark --bench_steps="$STEPS" 2>&1 | images_per_sec &
            "$PY" run.py --config="$CONFIG" --mode=benchmark --bench_steps="$STEPS" 2>&1 | images_per_sec
-           wait) | paste -sd+ - | "$PY" -c "print(f'{eval(input()):.1f}')")
+           wait) )
+  if [[ $(wc -w <<< "$both") != 2 ]]; then
+    echo "FAIL an independent benchmark run printed no result ('${both}')"
+    exit 1
+  fi
+  # shellcheck disable=SC2086  # the two numbers become two arguments
+  pair=$("$PY" -c "import sys; print(f'{sum(map(float, sys.argv[1:])):.1f}')" $both)
   independent=$("$PY" -c "print(f'{$pair / $one:.3f}')")
   independent_ratios+=("$independent")
   printf '%-8s %15s %16s %9s %18s %9s\n' "$i" "$one" "$two" "$ratio" "$pair" "$independent"
