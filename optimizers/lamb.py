@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from optimizers import fused
+from optimizers import native
 from optimizers import tf1_compat
 
 
@@ -170,6 +171,11 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     vs = [tf1_compat.unwrap(self._v[i]) for i in indices]
     decays = [self._decays[i] for i in indices]
     adapts = [self._adapts[i] for i in indices]
+    if native.applies(variables, ms + vs, grads):
+      native.lamb(variables, ms, vs, grads, tf.cast(learning_rate, tf.float32),
+                  tf.cast(self.iterations + 1, tf.float32), decays, adapts, self.beta_1,
+                  self.beta_2, self.epsilon, self.weight_decay)
+      return None
     directions = fused.jit_for(self, lamb_moments_all)(
         variables, ms, vs, list(grads), tf.cast(self.iterations + 1, tf.float32), tuple(decays),
         self.beta_1, self.beta_2, self.epsilon, self.weight_decay)

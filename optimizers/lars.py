@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 
 from optimizers import fused
+from optimizers import native
 from optimizers import tf1_compat
 
 
@@ -233,6 +234,11 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     slots = [tf1_compat.unwrap(self._momentums[i]) for i in indices]
     adapt = [not self._skipped[i] for i in indices]
     learning_rate = tf.cast(learning_rate, tf.float32)
+    if native.applies(variables, slots, grads):
+      native.trust_momentum(variables, slots, grads, learning_rate, adapt, 'lars', self.momentum,
+                            self.weight_decay, self.eeta, self.epsilon,
+                            use_nesterov=self.use_nesterov)
+      return None
 
     def norms(group):
       adapted = [k for k in group if adapt[k]]

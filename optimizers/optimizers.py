@@ -23,6 +23,7 @@ import tensorflow as tf
 from framework import distributed
 from framework.registry import Registry
 from optimizers import fused
+from optimizers import native
 from optimizers import stages
 from optimizers import tf1_compat
 from optimizers.agn import AGNOptimizer
@@ -53,6 +54,51 @@ class MomentumOptimizer(fused.XlaUpdateMixin, tf1_compat.TF1OptimizerMixin,
 
   def _slot_lists(self):
     return {'momentum': self.momentums}
+
+  def fused_larc_applies(self, grads, variables):
+    """Whether ``apply_with_larc`` can run LARC and this update as one native kernel.
+
+    It can for dense float32 gradients of float32 variables on the CPU when
+    nothing of Keras' own runs between LARC and the update (no ``clipnorm``,
+    ``clipvalue``, ``global_clipnorm``, ``weight_decay``, EMA or gradient
+    accumulation) and momentum > 0 (Keras keeps no slots without it).
+    """
+    if (self.clipnorm is not None or self.clipvalue is not None
+        or self.global_clipnorm is not None or self.weight_decay or self.use_ema
+        or self.gradient_accumulation_steps or not self.momentum > 0):
+      return False
+    return native.applies([tf1_compat.unwrap(v) for v in variables], [], grads)
+
+  def apply_with_larc(self, grads, variables, larc_params):
+    """LARC (``stages.larc`` at this optimizer's learning rate), then ``apply``, in one kernel.
+
+    Call only where ``fused_larc_applies`` is true. Same math as
+    ``stages.larc`` followed by ``apply``: each adapted variable's gradient is
+    scaled by its LARC factor c, then v ← m·v − lr·c·g; w ← w + v.
+
+    Returns:
+      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+    """
+    # Plain attributes (not tracked by Keras), read by _backend_update_step.
+    self.__dict__['_pending_larc'] = larc_params
+    try:
+      self.apply(grads, variables)
+    finally:
+      self.__dict__['_pending_larc'] = None
+    return self.__dict__.pop('_larc_factors')
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    params = self.__dict__.get('_pending_larc')
+    if params is None:
+      return super()._backend_update_step(grads, trainable_variables, learning_rate)
+    slots = [tf1_compat.unwrap(self.momentums[self._get_variable_index(v)])
+             for v in trainable_variables]
+    adapt = [not tf1_compat.matches_any(v, params['skip_list']) for v in trainable_variables]
+    self.__dict__['_larc_factors'] = native.trust_momentum(
+        [tf1_compat.unwrap(v) for v in trainable_variables], slots, grads, learning_rate, adapt,
+        'larc_' + params['larc_mode'], self.momentum, eeta=params['larc_eta'],
+        epsilon=params['epsilon'], min_update=params['min_update'], use_nesterov=self.nesterov)
+    return None
 
   def get_config(self):
     config = super().get_config()
@@ -180,6 +226,41 @@ def _is_instance(optimizer):
 
 def _var_name(var):
   return str(getattr(var, 'path', None) or var.name).replace(':', '_')
+
+
+def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=True):
+  """Stages 6-7: LARC (when ``larc_params``), then ``optimizer.apply``.
+
+  When ``fuse`` and the optimizer can (``MomentumOptimizer.fused_larc_applies``)
+  both run as one native kernel that reads each variable once; otherwise
+  ``stages.larc`` scales the gradients first. ``fuse`` requires that the
+  optimizer's learning rate is ``learning_rate``.
+
+  Args:
+    optimizer: a Keras optimizer.
+    grads: gradients (None entries are left out of the update).
+    var_list: the matching variables.
+    learning_rate: the current base learning rate.
+    larc_params: checked ``larc_params`` or None.
+    fuse: whether the fused path may be taken.
+
+  Returns:
+    {variable index: LARC factor} for the adapted variables.
+  """
+  present = [i for i, g in enumerate(grads) if g is not None]
+  if (larc_params is not None and fuse and present
+      and getattr(optimizer, 'fused_larc_applies', None) is not None
+      and optimizer.fused_larc_applies([grads[i] for i in present],
+                                       [var_list[i] for i in present])):
+    factors = optimizer.apply_with_larc([grads[i] for i in present],
+                                        [var_list[i] for i in present], larc_params)
+    return {i: factors[k] for k, i in enumerate(present)
+            if not tf1_compat.matches_any(var_list[i], larc_params['skip_list'])}
+  factors = {}
+  if larc_params is not None:
+    grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)
+  optimizer.apply([grads[i] for i in present], [var_list[i] for i in present])
+  return factors
 
 
 class GradientPipeline(tf.Module):
@@ -361,13 +442,10 @@ class GradientPipeline(tf.Module):
       update = grads
       if self.clip_gradients is not None:
         update, _ = stages.clip_by_global_norm(update, self.clip_gradients, norm)
-      larc_factors = {}
-      if self.larc_params is not None:
-        update, larc_factors = stages.larc(update, self.update_vars, lr, self.larc_params)
       if self._owns_lr:
         self.optimizer.learning_rate = lr
-      present = [(g, v) for g, v in zip(update, self.update_vars) if g is not None]
-      self.optimizer.apply([g for g, _ in present], [v for _, v in present])
+      larc_factors = larc_and_apply(self.optimizer, update, self.update_vars, lr,
+                                    self.larc_params, fuse=self._owns_lr)
       if self.masters is not None:
         self.masters.copy_back()
       self._write_summaries(lr, grads, norm, larc_factors)

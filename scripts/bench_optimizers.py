@@ -38,6 +38,7 @@ from optimizers import stages  # noqa: E402
 from optimizers.lamb import LAMB  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 from optimizers.optimizers import MomentumOptimizer  # noqa: E402
+from optimizers.optimizers import larc_and_apply  # noqa: E402
 
 MAX_RATIO = 1.25
 MIN_EFFICIENCY = 0.5
@@ -71,10 +72,10 @@ def update_fn(optimizer, grads, variables, jit_compile=False, larc=None):
   optimizer.build(variables)
 
   def step():
-    update = grads
     if larc is not None:
-      update, _ = stages.larc(update, variables, optimizer.learning_rate, larc)
-    optimizer.apply(update, variables)
+      larc_and_apply(optimizer, grads, variables, optimizer.learning_rate, larc)
+    else:
+      optimizer.apply(grads, variables)
 
   return tf.function(step, jit_compile=jit_compile)
 

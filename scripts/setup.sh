@@ -84,7 +84,13 @@ if [[ "${LARGEBATCH_SKIP_HOROVOD:-0}" != 1 ]]; then
   bash "$REPO/scripts/build_horovod.sh"
 fi
 
-# --- 4. Summary ---------------------------------------------------------------
+# --- 4. The optimizers' native CPU kernels (optimizers/native.py) --------------
+# Built once per source, TensorFlow version and compiler flags; a no-op after.
+(cd "$REPO" && TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c \
+  'from optimizers import native; print("[setup] native kernels:", native.build())') \
+  || die "building optimizers/kernels/largebatch_ops.cc failed (see above); g++ is required"
+
+# --- 5. Summary ---------------------------------------------------------------
 "$VENV/bin/python" - "$VENV" <<'EOF'
 import importlib.metadata as md, platform, sys
 def v(name):

@@ -1,10 +1,15 @@
 """The fused optimizer paths give the numbers of the per-variable reference paths.
 
-The fused paths take the norms with ``tf.nn.l2_loss`` and let XLA fuse the
-element-wise updates, so they may differ from the reference paths in the
-last bits of a float32 sum or product; every comparison here uses
-rtol = 1e-6 (plus an atol of 1e-8 for values that pass through zero).
+Every test runs twice: with the native kernels (``optimizers/native.py``,
+the default on a CPU) and with them turned off, which leaves the XLA path
+(``fused.py``). Both take the norms in another summation order than
+``tf.norm`` and the XLA path may contract a multiply-add, so they may differ
+from the reference paths in the last bits of a float32 sum or product;
+every comparison here uses rtol = 1e-6, and for values that pass through
+zero an atol of 1e-6 times the largest value of the array.
 """
+
+
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ import keras
 import tensorflow as tf
 
 from optimizers import fused
+from optimizers import native
 from optimizers import lars as lars_lib
 from optimizers import optimizers as opt_lib
 from optimizers import stages
@@ -32,6 +38,15 @@ def fresh_pipelines():
   opt_lib.clear_pipelines()
   yield
   opt_lib.clear_pipelines()
+
+
+@pytest.fixture(autouse=True, params=['native', 'xla'])
+def fused_path(request, monkeypatch):
+  """Runs each test on the native kernels and on the XLA path."""
+  monkeypatch.setenv(native.ENV_SWITCH, '1' if request.param == 'native' else '0')
+  if request.param == 'native':
+    assert native.load() is not None, native.error()
+  return request.param
 
 
 def make_variables(seed=0):
@@ -71,12 +86,26 @@ def run(optimizer, steps=STEPS, in_function=True):
 
 
 def assert_same(fused_values, reference_values):
+  """Equal within RTOL of each value, or of the array's largest value for values near zero.
+
+  An element that is the difference of two numbers of the array's scale (w − v
+  after cancellation) carries their rounding, one float32 ulp of that scale.
+  """
   for got, want in zip(fused_values, reference_values):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+    want = np.asarray(want)
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL + RTOL * scale)
 
 
 def slot_values(optimizer, variables, name):
   return [optimizer.get_slot(v, name).numpy() for v in variables]
+
+
+def momentum_values(optimizer, variables):
+  """The momentum slots of a Keras SGD or of a framework optimizer."""
+  if isinstance(optimizer, keras.optimizers.SGD):
+    return [optimizer.momentums[optimizer._get_variable_index(v)].numpy() for v in variables]
+  return slot_values(optimizer, variables, 'momentum')
 
 
 @pytest.mark.parametrize('nesterov', [False, True])
@@ -100,7 +129,8 @@ def test_lars_fused_eager_matches_reference():
   assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
 
 
-def test_lars_fused_update_is_traced_once():
+def test_lars_fused_update_is_traced_once(monkeypatch):
+  monkeypatch.setenv(native.ENV_SWITCH, '0')  # the XLA launches are what is traced
   optimizer = LARSOptimizer(0.1)
   variables = make_variables()
   optimizer.build(variables)
@@ -173,6 +203,45 @@ def test_larc_fused_matches_reference(mode, skip_list):
   assert_same([g.numpy() for g in got], [g.numpy() for g in want])
 
 
+def larc_step(optimizer, larc, variables, params):
+  """A step applying LARC then the optimizer (``larc_and_apply`` for a MomentumOptimizer)."""
+
+  def step(grads):
+    if isinstance(optimizer, MomentumOptimizer):
+      return opt_lib.larc_and_apply(optimizer, grads, variables, 0.5, params)
+    grads, factors = larc(grads, variables, 0.5, params)
+    optimizer.apply(grads, variables)
+    return factors
+
+  return step
+
+
+@pytest.mark.parametrize('mode', ['clip', 'scale'])
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
+  """``larc_and_apply`` (one kernel with native kernels on) against LARC then Keras' SGD."""
+  params = stages.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'min_update': 0.05,
+                                     'skip_list': ['bias']})
+  results = []
+  for optimizer, larc in ((MomentumOptimizer(0.5, momentum=0.9, use_nesterov=nesterov),
+                           stages.larc),
+                          (keras.optimizers.SGD(0.5, momentum=0.9, nesterov=nesterov),
+                           stages.larc_reference)):
+    variables = make_variables()
+    optimizer.build(variables)
+    step = tf.function(larc_step(optimizer, larc, variables, params))
+    for i in range(STEPS):
+      factors = step(make_gradients(i))
+    results.append(([v.numpy() for v in variables],
+                    momentum_values(optimizer, variables),
+                    {i: f.numpy() for i, f in factors.items()}))
+  (got_w, got_m, got_f), (want_w, want_m, want_f) = results
+  assert_same(got_w, want_w)
+  assert_same(got_m, want_m)
+  assert sorted(got_f) == sorted(want_f) == [0, 2, 3, 4]
+  assert_same([got_f[i] for i in sorted(got_f)], [want_f[i] for i in sorted(want_f)])
+
+
 def test_squared_norms_and_global_norm_match_numpy():
   rng = np.random.default_rng(3)
   tensors = [rng.normal(size=s).astype(np.float32) for s in [(7,), (3, 4), (2, 2, 5), (0,)]]
@@ -186,8 +255,8 @@ def test_squared_norms_and_global_norm_match_numpy():
   assert fused.squared_norms([]).shape == (0,)
 
 
-def pipeline_run(monkeypatch, fused_paths):
-  """Three steps of optimize_loss with loss scaling, clipping, LARC and LARS."""
+def pipeline_run(monkeypatch, fused_paths, optimizer_name='LARS'):
+  """Three steps of optimize_loss with loss scaling, clipping, LARC and LARS (or Momentum)."""
   if not fused_paths:
     monkeypatch.setattr(stages, 'larc', stages.larc_reference)
   variables = make_variables()
@@ -197,8 +266,13 @@ def pipeline_run(monkeypatch, fused_paths):
     return tf.add_n([tf.reduce_sum(tf.square(v - t) * (i + 1.0))
                      for i, (v, t) in enumerate(zip(variables, targets))])
 
-  optimizer = LARSOptimizer(0.5, momentum=0.9, weight_decay=1e-3, eeta=0.01, epsilon=1e-6,
-                            skip_list=['batch_normalization', 'bias'], fused=fused_paths)
+  if optimizer_name == 'LARS':
+    optimizer = LARSOptimizer(0.5, momentum=0.9, weight_decay=1e-3, eeta=0.01, epsilon=1e-6,
+                              skip_list=['batch_normalization', 'bias'], fused=fused_paths)
+  elif fused_paths:
+    optimizer = MomentumOptimizer(0.5, momentum=0.9)
+  else:
+    optimizer = keras.optimizers.SGD(0.5, momentum=0.9)
 
   @tf.function
   def step():
@@ -210,12 +284,13 @@ def pipeline_run(monkeypatch, fused_paths):
   for _ in range(3):
     step()
   opt_lib.clear_pipelines()
-  return [v.numpy() for v in variables] + slot_values(optimizer, variables, 'momentum')
+  return [v.numpy() for v in variables] + momentum_values(optimizer, variables)
 
 
-def test_optimize_loss_fused_matches_reference(monkeypatch):
-  fused_result = pipeline_run(monkeypatch, fused_paths=True)
-  reference_result = pipeline_run(monkeypatch, fused_paths=False)
+@pytest.mark.parametrize('optimizer_name', ['LARS', 'Momentum'])
+def test_optimize_loss_fused_matches_reference(monkeypatch, optimizer_name):
+  fused_result = pipeline_run(monkeypatch, True, optimizer_name)
+  reference_result = pipeline_run(monkeypatch, False, optimizer_name)
   assert_same(fused_result, reference_result)
 
 

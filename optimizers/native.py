@@ -1,0 +1,186 @@
+"""The framework's CPU kernels for LARS, Momentum + LARC and LAMB, built from source.
+
+``optimizers/kernels/largebatch_ops.cc`` holds two TensorFlow ops that update
+many float32 variables and their slots in place, taking each variable's norms
+and applying its update while the variable is still in the cache (see the
+file for the math). LARS and Momentum + LARC then move about the bytes of a
+plain momentum step, where the XLA path (``fused.py``) needs 1.5-1.7x that
+(docs/performance.md).
+
+The library is compiled with the TensorFlow headers and flags of the running
+installation (``tf.sysconfig``) into ``optimizers/kernels/build/``, keyed by a
+hash of the source, the TensorFlow version and the compiler flags;
+``scripts/setup.sh`` builds it, and ``load`` builds it on first use when it is
+missing. Where it cannot be used (no C++ compiler, a GPU, another dtype,
+an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``) the optimizers
+take the XLA path (``fused.py``), which has the same math.
+"""
+
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(_HERE, 'kernels', 'largebatch_ops.cc')
+BUILD_DIR = os.path.join(_HERE, 'kernels', 'build')
+ENV_SWITCH = 'LARGEBATCH_NATIVE_KERNELS'
+# -march=native: the library is built on the machine that runs it (setup.sh,
+# or first use). -ffp-contract=off keeps a·b + c as two roundings, as the
+# reference tf ops compute it.
+CXXFLAGS = ['-O3', '-march=native', '-ffp-contract=off', '-fno-math-errno', '-fPIC', '-shared',
+            '-Wno-deprecated-declarations']
+
+_state = {'module': None, 'error': None}
+
+
+class BuildError(RuntimeError):
+  """The kernel library could not be compiled."""
+
+
+def library_path():
+  """Where the library for this source, TensorFlow and flags lives."""
+  digest = hashlib.sha256()
+  with open(SOURCE, 'rb') as f:
+    digest.update(f.read())
+  digest.update(tf.__version__.encode())
+  digest.update(' '.join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
+  return os.path.join(BUILD_DIR, f'largebatch_ops_{digest.hexdigest()[:16]}.so')
+
+
+def build(force=False):
+  """Compiles the library if it is missing (or ``force``); returns its path.
+
+  Concurrent builders (several Horovod workers) wait on a lock file and the
+  library appears atomically.
+
+  Raises:
+    BuildError: no C++ compiler, or the compiler failed (its output is kept in
+      the message).
+  """
+  path = library_path()
+  if os.path.exists(path) and not force:
+    return path
+  compiler = os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
+  if compiler is None:
+    raise BuildError('no C++ compiler (g++) on PATH to build ' + SOURCE)
+  os.makedirs(BUILD_DIR, exist_ok=True)
+  with open(os.path.join(BUILD_DIR, '.lock'), 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(path) and not force:
+      return path
+    partial = f'{path}.{os.getpid()}.tmp'
+    command = ([compiler] + CXXFLAGS + tf.sysconfig.get_compile_flags() + [SOURCE, '-o', partial]
+               + tf.sysconfig.get_link_flags())
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+      raise BuildError(f'building {SOURCE} failed:\n{shlex.join(command)}\n{result.stderr[-4000:]}')
+    os.replace(partial, path)
+  return path
+
+
+def load():
+  """The loaded op module, building the library first when needed (or None).
+
+  None means the kernels are turned off (``LARGEBATCH_NATIVE_KERNELS=0``) or
+  could not be built or loaded; ``error()`` says why.
+  """
+  if os.environ.get(ENV_SWITCH, '1') == '0':
+    return None
+  if _state['module'] is None and _state['error'] is None:
+    try:
+      _state['module'] = tf.load_op_library(build())
+    except (BuildError, OSError, tf.errors.NotFoundError) as e:
+      _state['error'] = str(e)
+      print(f'warning: native optimizer kernels unavailable, using the XLA path: '
+            f'{str(e).splitlines()[0]}', file=sys.stderr)
+  return _state['module']
+
+
+def error():
+  """Why ``load`` returned None (None if it did not)."""
+  if os.environ.get(ENV_SWITCH, '1') == '0':
+    return f'{ENV_SWITCH}=0'
+  return _state['error']
+
+
+def applies(variables, slots, grads):
+  """Whether the kernels can update these: all float32, dense, on the CPU, and they load.
+
+  Inside an XLA-compiled function (``jit_compile=True``) they cannot run, and
+  the optimizers take the XLA path.
+  """
+  if tf.config.list_logical_devices('GPU') or tf.distribute.has_strategy():
+    return False
+  if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    return False
+  for tensor in list(variables) + list(slots) + list(grads):
+    if isinstance(tensor, tf.IndexedSlices) or tensor.dtype != tf.float32:
+      return False
+  return load() is not None
+
+
+def trust_momentum(variables, slots, grads, learning_rate, adapt, mode, momentum,
+                   weight_decay=0.0, eeta=0.001, epsilon=0.0, min_update=0.0,
+                   use_nesterov=False):
+  """Runs the LargebatchTrustMomentum op (see trust_momentum.cc for the math).
+
+  Args:
+    variables: float32 tf.Variables (resource variables), updated in place.
+    slots: their momentum tf.Variables.
+    grads: their dense float32 gradients.
+    learning_rate: scalar base learning rate.
+    adapt: one bool per variable; False for a skipped one.
+    mode: 'lars' (LARSOptimizer's update), 'larc_clip' or 'larc_scale' (the
+      LARC stage followed by Keras' momentum SGD).
+    momentum, weight_decay, eeta, epsilon, min_update, use_nesterov: as the
+      optimizer and ``larc_params`` (eeta is larc_eta for the LARC modes).
+
+  Returns:
+    A float32 vector: each variable's trust ratio or LARC factor (1 if skipped).
+  """
+  module = load()
+  if module is None:
+    raise RuntimeError(f'native kernel unavailable: {error()}')
+  return module.largebatch_trust_momentum(
+      variables=[v.handle for v in variables], slots=[s.handle for s in slots],
+      gradients=[tf.convert_to_tensor(g) for g in grads],
+      learning_rate=tf.cast(learning_rate, tf.float32), adapt=[bool(a) for a in adapt],
+      mode=mode, momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
+      epsilon=float(epsilon), min_update=float(min_update), use_nesterov=bool(use_nesterov))
+
+
+def lamb(variables, first_moments, second_moments, grads, learning_rate, step, decay, adapt,
+         beta_1, beta_2, epsilon, weight_decay):
+  """Runs the LargebatchLamb op: ``LAMB``'s update of many variables (see largebatch_ops.cc).
+
+  Args:
+    variables, first_moments, second_moments: float32 tf.Variables, updated in place.
+    grads: the dense float32 gradients.
+    learning_rate: scalar learning rate.
+    step: the 1-based step t (float32 scalar); the bias corrections 1 − β^t
+      are computed here with the same tf ops as ``LAMB.update_step``.
+    decay, adapt: one bool per variable: weight decay in u, trust ratio.
+    beta_1, beta_2, epsilon, weight_decay: as ``LAMB``.
+
+  Returns:
+    A float32 vector, the trust ratio of each variable (1 where not adapted).
+  """
+  module = load()
+  if module is None:
+    raise RuntimeError(f'native kernel unavailable: {error()}')
+  corrections = tf.stack([1.0 - tf.pow(beta_1, step), 1.0 - tf.pow(beta_2, step)])
+  return module.largebatch_lamb(
+      variables=[v.handle for v in variables], first_moments=[m.handle for m in first_moments],
+      second_moments=[v.handle for v in second_moments],
+      gradients=[tf.convert_to_tensor(g) for g in grads],
+      learning_rate=tf.cast(learning_rate, tf.float32), corrections=corrections,
+      decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
+      one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
+      epsilon=float(epsilon), weight_decay=float(weight_decay))
