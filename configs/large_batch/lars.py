@@ -10,46 +10,31 @@ by square-root scaling, lr = 2.0·sqrt(B/256):
 This file alone is the batch-256 point:
   python run.py --config=configs/large_batch/lars.py --mode=train_eval --logdir=runs/lb_lars_256
 
-Recipe (You, Gitman, Ginsburg 2017): LARS with momentum 0.9, eeta 0.001,
-weight decay 5e-4 folded into the LARS gradient, batch-norm and bias
-variables skipped; a linear warm-up over the first 2 epochs, then
-polynomial decay of power 2 to 0.
+Recipe: the main job's (configs/fashion_mnist_lars.py: LARS with momentum
+0.9, eeta 0.001, weight decay 5e-4 folded into the LARS gradient, batch-norm
+and bias variables skipped, polynomial decay of power 2 to 0) with 12 epochs
+instead of 8 and a linear warm-up over the first 2 of them.
 """
 
-batch_size = 256
+import copy
+
+from configs import fashion_mnist_lars as _main
+
 num_epochs = 12
 
-base_params = {
-    'model': 'resnet_cifar',
-    'model_params': {'depth': 8, 'weight_decay': 0.0},
-    'data_layer': 'fashion_mnist',
-    'data_layer_params': {'augment': False},
-    'batch_size_per_gpu': batch_size,
+base_params = copy.deepcopy(_main.base_params)
+base_params.update({
     'num_epochs': num_epochs,
-    'optimizer': 'LARS',
-    'optimizer_params': {
-        'momentum': 0.9,
-        'weight_decay': 5e-4,
-        'eeta': 0.001,
-        'skip_list': ['batch_normalization', 'bias'],
-    },
-    'lr_policy': 'poly_decay',
-    'lr_policy_params': {
-        'learning_rate': 2.0 * (batch_size / 256) ** 0.5,  # the grid file re-derives it per batch
-        'power': 2.0,
-        'warmup_epochs': 2,
-        'decay_epochs': num_epochs,
-        'min_lr': 0.0,
-    },
-    'dtype': 'float32',
-    'random_seed': 0,
     'save_checkpoint_steps': 500,
     'num_checkpoints': 2,
     'print_loss_steps': 10,
     'save_summaries_steps': 5,
     'summaries': ['learning_rate', 'global_gradient_norm'],
-}
+})
+base_params['lr_policy_params'].update({
+    'learning_rate': 2.0,  # at batch 256; lars_grid.yaml re-derives it per batch
+    'warmup_epochs': 2,
+    'decay_epochs': num_epochs,
+})
 
-eval_params = {
-    'batch_size_per_gpu': 1000,
-}
+eval_params = copy.deepcopy(_main.eval_params)
