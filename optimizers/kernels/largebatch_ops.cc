@@ -54,6 +54,14 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::Var;
 
+// The output of both ops: one float per variable.
+absl::Status OneValuePerVariable(::tensorflow::shape_inference::InferenceContext* c) {
+  int n = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+  c->set_output(0, c->Vector(n));
+  return absl::OkStatus();
+}
+
 REGISTER_OP("LargebatchTrustMomentum")
     .Input("variables: N * resource")
     .Input("slots: N * resource")
@@ -70,12 +78,7 @@ REGISTER_OP("LargebatchTrustMomentum")
     .Attr("min_update: float = 0.0")
     .Attr("use_nesterov: bool = false")
     .SetIsStateful()
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
-      int n = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      c->set_output(0, c->Vector(n));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(OneValuePerVariable);
 
 namespace {
 
@@ -94,6 +97,16 @@ double SquaredSum(const float* __restrict x, int64_t n) {
   double sum = 0;
   for (int k = 0; k < kLanes; ++k) sum += acc[k];
   return sum;
+}
+
+// The variables behind the first ``count`` inputs (resource handles).
+absl::Status LookupVariables(OpKernelContext* ctx, int count,
+                             std::vector<::tensorflow::core::RefCountPtr<Var>>* vars) {
+  vars->resize(count);
+  for (int i = 0; i < count; ++i) {
+    TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, i), &(*vars)[i]));
+  }
+  return absl::OkStatus();
 }
 
 // Locks every distinct variable once, in address order (no deadlock with
@@ -212,10 +225,8 @@ class TrustMomentumOp : public OpKernel {
                 absl::InvalidArgumentError("learning_rate must be a scalar"));
     const float lr = lr_tensor.flat<float>()(0);
 
-    std::vector<::tensorflow::core::RefCountPtr<Var>> vars(2 * n_);
-    for (int i = 0; i < 2 * n_; ++i) {
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
-    }
+    std::vector<::tensorflow::core::RefCountPtr<Var>> vars;
+    OP_REQUIRES_OK(ctx, LookupVariables(ctx, 2 * n_, &vars));
     VariableLocks locks(vars);
     OP_REQUIRES_OK(ctx, PrivateFloatBuffers(ctx, vars, "LargebatchTrustMomentum"));
     std::vector<Job> jobs(n_);
@@ -345,12 +356,7 @@ REGISTER_OP("LargebatchLamb")
     .Attr("epsilon: float")
     .Attr("weight_decay: float")
     .SetIsStateful()
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
-      int n = 0;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      c->set_output(0, c->Vector(n));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(OneValuePerVariable);
 
 namespace {
 
@@ -391,10 +397,8 @@ class LambOp : public OpKernel {
     const float c1 = corrections.flat<float>()(0);
     const float c2 = corrections.flat<float>()(1);
 
-    std::vector<::tensorflow::core::RefCountPtr<Var>> vars(3 * n_);
-    for (int i = 0; i < 3 * n_; ++i) {
-      OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
-    }
+    std::vector<::tensorflow::core::RefCountPtr<Var>> vars;
+    OP_REQUIRES_OK(ctx, LookupVariables(ctx, 3 * n_, &vars));
     VariableLocks locks(vars);
     OP_REQUIRES_OK(ctx, PrivateFloatBuffers(ctx, vars, "LargebatchLamb"));
     std::vector<LambJob> jobs(n_);
