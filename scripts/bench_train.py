@@ -1,6 +1,6 @@
 """Train-step and train-loop benchmark on the Fashion-MNIST ResNet (issue 5).
 
-  .venv/bin/python scripts/bench_train.py [--rounds 12] [--steps 3] [--loop_steps 40]
+  .venv/bin/python scripts/bench_train.py [--rounds 12] [--steps 3] [--loop_steps 120]
 
 Model and batch are those of configs/fashion_mnist_lars.py: the CIFAR-style
 ResNet-8 (16/32/64 channels) on 28x28x1 images, batch 256. Three comparisons,
@@ -52,9 +52,9 @@ def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=12, help='interleaved rounds of the step timing')
   parser.add_argument('--steps', type=int, default=3, help='steps per candidate per round')
-  parser.add_argument('--loop_steps', type=int, default=40, help='steps of each train-loop run')
-  parser.add_argument('--skip', type=int, default=8, help='train-loop steps not timed')
-  parser.add_argument('--loop_repeats', type=int, default=3, help='runs of each train loop')
+  parser.add_argument('--loop_steps', type=int, default=120, help='steps of each train-loop run')
+  parser.add_argument('--skip', type=int, default=10, help='train-loop steps not timed')
+  parser.add_argument('--loop_repeats', type=int, default=5, help='runs of each train loop')
   return parser.parse_args()
 
 
