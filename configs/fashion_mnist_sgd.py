@@ -6,7 +6,7 @@ Launch (under 9 minutes on a 2-core CPU):
 Expected result (measured on a 2-core machine, see the README): test top-1
 accuracy 91.70 % (top-5 99.87 %) after 8 epochs; 9 min 22 s with the machine
 under other load. At this small batch momentum SGD is slightly ahead of LARS
-(90.91 %); the large-batch study compares them as the batch grows.
+(90.88 %); the large-batch study compares them as the batch grows.
 
 Recipe (Goyal et al. 2017): momentum 0.9, lr = 0.1·B/256 (linear scaling
 rule) with a linear warm-up, L2 weight decay on the weights only.
