@@ -752,7 +752,8 @@ def parse_args(argv):
   parser.add_argument('--out', required=True,
                       help='the sweep directory; one run directory per point')
   parser.add_argument('--grid', action='append', default=[], metavar='KEY.PATH=V1,V2,...',
-                      help='values of one config key (each read as YAML); repeatable')
+                      help='values of one config key (each read as YAML); repeatable; '
+                           "replaces that key's values from --grid-file")
   parser.add_argument('--grid-file',
                       help='YAML file: {key.path: [values]}, optional derived: {key.path: expr}')
   parser.add_argument('--derive', action='append', default=[], metavar='KEY.PATH=EXPRESSION',
@@ -773,11 +774,13 @@ def build_points(args):
   grid, derivations = {}, []
   if args.grid_file:
     grid, derivations = load_grid_file(args.grid_file)
+  given = set()
   for text in args.grid:
     key, values = parse_grid_argument(text)
-    if key in grid:
+    if key in given:
       raise SweepError(f'--grid {key}: the key is given twice')
-    grid[key] = values
+    given.add(key)
+    grid[key] = values  # replaces the grid file's values of that key, in place
   derivations += [parse_derive_argument(text) for text in args.derive]
   seeds = None
   if args.seeds is not None:

@@ -130,6 +130,26 @@ def test_grid_file_with_derived_gives_the_same_points_as_the_command_line(tmp_pa
                                     'lr_policy_params.learning_rate=0.01']
 
 
+def test_a_grid_flag_narrows_the_grid_file_and_keeps_its_derived_values(tmp_path):
+  grid_file = tmp_path / 'grid.yaml'
+  grid_file.write_text('batch_size_per_gpu: [256, 1024, 8192]\n'
+                       'optimizer: [Momentum]\n'
+                       'derived:\n'
+                       '  lr_policy_params.learning_rate: 0.1 * batch_size_per_gpu / 256\n')
+  points = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid-file', str(grid_file),
+       '--grid', 'batch_size_per_gpu=8192,256', '--seeds', '1']))
+  assert [p.overrides for p in points] == [
+      ['batch_size_per_gpu=8192', 'optimizer=Momentum', 'lr_policy_params.learning_rate=3.2',
+       'random_seed=1'],
+      ['batch_size_per_gpu=256', 'optimizer=Momentum', 'lr_policy_params.learning_rate=0.1',
+       'random_seed=1']]
+  with pytest.raises(sweep.SweepError, match='given twice'):
+    sweep.build_points(sweep.parse_args(
+        ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid-file', str(grid_file),
+         '--grid', 'optimizer=SGD', '--grid', 'optimizer=LARS']))
+
+
 @pytest.mark.parametrize('argv,message', [
     (['--grid', 'optimizer=LARS,LARS'], 'value LARS is given twice'),
     (['--grid', 'a=1', '--derive', 'a=2'], 'is also a grid key'),
