@@ -1,10 +1,11 @@
 """LAMB: layer-wise adaptive moments for large-batch training.
 
 ``update_step`` is the per-variable reference path. With ``fused=True`` (the
-default) ``apply`` updates the moments of all variables and returns their
-directions u in one XLA launch, takes ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
-kernels, and applies w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
-``lamb_apply_all``); see docs/performance.md.
+default) ``apply`` runs the native CPU kernel (``native.lamb``: moments, norms
+and update of each variable in one visit), or where it does not apply the XLA
+path: the moments of all variables and their directions u in one XLA launch,
+‖w‖ and ‖u‖ with ``tf.nn.l2_loss`` kernels, and w ← w − lr·ratio·u in a second
+launch (``lamb_moments_all``, ``lamb_apply_all``); see docs/performance.md.
 
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.

@@ -7,11 +7,12 @@ works) that also keeps the TF 1 optimizer methods users port code with:
 
 The math lives in plain tensor functions (``trust_ratio``, ``lars_momentum_update``)
 so it can be tested and fused independently of the class. ``update_step`` and
-``compute_lr`` are the per-variable reference path; with ``fused=True`` (the
-default) ``apply`` takes the norms with ``tf.nn.l2_loss`` kernels and runs the
-element-wise updates as XLA launches over groups of variables
-(``lars_update_all``, ``fused.pipelined``), about twice as fast on ResNet-50
-(docs/performance.md).
+``compute_lr`` are the per-variable reference path. With ``fused=True`` (the
+default) ``apply`` runs the native CPU kernel (``native.trust_momentum``: each
+variable's norms and update in one visit, about the cost of plain momentum),
+or where it does not apply the XLA path: norms with ``tf.nn.l2_loss`` kernels
+and the element-wise updates as XLA launches over groups of variables
+(``lars_update_all``, ``fused.pipelined``); see docs/performance.md.
 
 References:
   You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
