@@ -102,8 +102,9 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     exclude_from_layer_adaptation: strings; variables whose name or path contains
       one use a trust ratio of 1. Defaults to ``exclude_from_weight_decay``.
     name: the optimizer's name.
-    fused: update all variables in two XLA launches with the norms taken in
-      between (same math; False runs ``update_step`` variable by variable).
+    fused: update all variables together: the native CPU kernel where it
+      applies, else two XLA launches with the norms taken in between (same
+      math; False runs ``update_step`` variable by variable).
     **kwargs: other Keras optimizer arguments.
   """
 
@@ -172,19 +173,20 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     vs = [tf1_compat.unwrap(self._v[i]) for i in indices]
     decays = [self._decays[i] for i in indices]
     adapts = [self._adapts[i] for i in indices]
+    learning_rate = tf.cast(learning_rate, tf.float32)
+    step = tf.cast(self.iterations + 1, tf.float32)
     if native.applies(variables, ms + vs, grads):
-      native.lamb(variables, ms, vs, grads, tf.cast(learning_rate, tf.float32),
-                  tf.cast(self.iterations + 1, tf.float32), decays, adapts, self.beta_1,
+      native.lamb(variables, ms, vs, grads, learning_rate, step, decays, adapts, self.beta_1,
                   self.beta_2, self.epsilon, self.weight_decay)
       return None
     directions = fused.jit_for(self, lamb_moments_all)(
-        variables, ms, vs, list(grads), tf.cast(self.iterations + 1, tf.float32), tuple(decays),
-        self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
+        variables, ms, vs, list(grads), step, tuple(decays), self.beta_1, self.beta_2,
+        self.epsilon, self.weight_decay)
     adapted = [k for k, a in enumerate(adapts) if a]
     w_squared = fused.squared_norms([variables[k] for k in adapted])
     u_squared = fused.squared_norms([directions[k] for k in adapted])
-    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts),
-                                        tf.cast(learning_rate, tf.float32), w_squared, u_squared)
+    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts), learning_rate,
+                                        w_squared, u_squared)
     return None
 
   def get_slot_names(self):

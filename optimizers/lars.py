@@ -144,9 +144,9 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     skip_list: strings; a variable whose name or path contains one of them gets
       neither the trust ratio nor weight decay (e.g. ``['batch_normalization', 'bias']``).
     use_nesterov: use Nesterov momentum.
-    fused: take the norms with ``tf.nn.l2_loss`` and run the dense updates as
-      a few XLA launches (same math; False runs ``update_step`` variable by
-      variable).
+    fused: update all variables together: the native CPU kernel where it
+      applies, else ``tf.nn.l2_loss`` norms and a few XLA launches (same math;
+      False runs ``update_step`` variable by variable).
     **kwargs: other Keras optimizer arguments (``clipnorm``, ``global_clipnorm``, ...).
 
   Raises:

@@ -33,7 +33,8 @@ BUILD_DIR = os.path.join(_HERE, 'kernels', 'build')
 ENV_SWITCH = 'LARGEBATCH_NATIVE_KERNELS'
 # -march=native: the library is built on the machine that runs it (setup.sh,
 # or first use). -ffp-contract=off keeps a·b + c as two roundings, as the
-# reference tf ops compute it.
+# reference tf ops compute it. -fno-math-errno lets sqrt vectorise (it is
+# correctly rounded either way).
 CXXFLAGS = ['-O3', '-march=native', '-ffp-contract=off', '-fno-math-errno', '-fPIC', '-shared',
             '-Wno-deprecated-declarations']
 

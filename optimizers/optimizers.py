@@ -93,7 +93,7 @@ class MomentumOptimizer(fused.XlaUpdateMixin, tf1_compat.TF1OptimizerMixin,
       return super()._backend_update_step(grads, trainable_variables, learning_rate)
     slots = [tf1_compat.unwrap(self.momentums[self._get_variable_index(v)])
              for v in trainable_variables]
-    adapt = [not tf1_compat.matches_any(v, params['skip_list']) for v in trainable_variables]
+    adapt = [stages.larc_adapts(v, params) for v in trainable_variables]
     self.__dict__['_larc_factors'] = native.trust_momentum(
         [tf1_compat.unwrap(v) for v in trainable_variables], slots, grads, learning_rate, adapt,
         'larc_' + params['larc_mode'], self.momentum, eeta=params['larc_eta'],
@@ -255,7 +255,7 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=
     factors = optimizer.apply_with_larc([grads[i] for i in present],
                                         [var_list[i] for i in present], larc_params)
     return {i: factors[k] for k, i in enumerate(present)
-            if not tf1_compat.matches_any(var_list[i], larc_params['skip_list'])}
+            if stages.larc_adapts(var_list[i], larc_params)}
   factors = {}
   if larc_params is not None:
     grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)

@@ -124,6 +124,11 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
   return tf.maximum(larc_eta * var_norms / (grad_norms + epsilon), min_update)
 
 
+def larc_adapts(var, params):
+  """Whether LARC adapts ``var``: it matches nothing in ``params['skip_list']``."""
+  return not tf1_compat.matches_any(var, params['skip_list'])
+
+
 def larc(grads, var_list, learning_rate, params):
   """Applies LARC to the gradients.
 
@@ -150,7 +155,7 @@ def larc_reference(grads, var_list, learning_rate, params):
 
 def _larc(grads, var_list, learning_rate, params, norms_fn):
   adapted = [i for i, (g, v) in enumerate(zip(grads, var_list))
-             if g is not None and not tf1_compat.matches_any(v, params['skip_list'])]
+             if g is not None and larc_adapts(v, params)]
   if not adapted:
     return list(grads), {}
   g_norms = norms_fn([grads[i] for i in adapted])
