@@ -6,6 +6,7 @@ Keras 3 variables are passed to Horovod as their underlying tf.Variables
 (Horovod's own Keras helpers do not accept Keras 3 variables).
 """
 
+import contextlib
 import os
 
 import tensorflow as tf
@@ -44,6 +45,21 @@ def init():
 def horovod():
   """The initialised horovod.tensorflow module, or None in a single-process job."""
   return _HVD
+
+
+@contextlib.contextmanager
+def single_process():
+  """Inside the block this worker acts as a one-worker job: size 1, rank 0, no collectives.
+
+  Graphs traced in the block contain no Horovod ops, so a benchmark can time one
+  worker and the whole Horovod job in the same processes (scripts/bench_horovod.py).
+  """
+  global _HVD
+  saved, _HVD = _HVD, None
+  try:
+    yield
+  finally:
+    _HVD = saved
 
 
 def size():

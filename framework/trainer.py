@@ -32,6 +32,18 @@ _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
 _MAX_SKIPPED_UPDATES = 50
 
 
+def _check_jit_compile(cfg, opt_kwargs):
+  """Rejects what XLA cannot compile into the train step, naming the config key."""
+  if opt_kwargs['on_horovod']:
+    raise ConfigError('jit_compile: XLA cannot compile Horovod\'s collectives into the train '
+                      'step; set jit_compile: false for multi-worker runs')
+  if opt_kwargs['summaries']:
+    raise ConfigError(f'jit_compile: summaries {opt_kwargs["summaries"]} are written inside the '
+                      'train step, which XLA cannot compile; keep only learning_rate, '
+                      'global_gradient_norm and loss_scale (written by the trainer), or set '
+                      'jit_compile: false')
+
+
 class TrainingError(RuntimeError):
   """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
 
@@ -82,6 +94,8 @@ class Trainer:
     self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
+    if cfg['jit_compile']:
+      _check_jit_compile(cfg, self.opt_kwargs)
     self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
     # Top-1 accuracy of the last train micro-batch, set inside the loss function.
@@ -162,14 +176,17 @@ class Trainer:
     return loss
 
   def make_train_step(self):
-    """The compiled micro-step: next batch -> optimize_loss -> metrics."""
+    """The compiled micro-step: next batch -> optimize_loss -> metrics.
+
+    With ``jit_compile`` the batch is taken outside the XLA cluster (XLA has
+    no kernel for the iterator) and the rest of the step is compiled by XLA.
+    """
     cfg = self.config
     summary_every = cfg['save_summaries_steps']
     opt_kwargs = self.opt_kwargs
     pipeline = self.pipeline
 
-    def step(iterator):
-      images, labels = next(iterator)
+    def update(images, labels):
       loss = opt_lib.optimize_loss(lambda: self._loss(images, labels), **opt_kwargs)
       self.data_position.assign_add(1)
       return {'loss': loss, 'accuracy': tf.identity(self.batch_accuracy),
@@ -178,7 +195,14 @@ class Trainer:
               'global_norm': tf.identity(pipeline.last_global_norm),
               'global_step': tf.identity(pipeline.global_step)}
 
-    compiled = tf.function(step, jit_compile=cfg['jit_compile'] or None)
+    if cfg['jit_compile']:
+      update = tf.function(update, jit_compile=True)
+
+    def step(iterator):
+      images, labels = next(iterator)
+      return update(images, labels)
+
+    compiled = tf.function(step)
 
     def run(iterator):
       if summary_every:

@@ -105,9 +105,20 @@ def agn_case(period, steps=7, lr=0.1, momentum=0.5):
   return {'w': w.numpy(), 'center': agn.center[0].numpy(), 'global_step': gs.numpy()}
 
 
+def single_process_case(name):
+  """Trains case ``name`` inside ``distributed.single_process()`` (as benchmarks time one worker)."""
+  with distributed.single_process():
+    result = train_case(name)
+    result['size_inside'] = np.array(distributed.size())
+  result['size_after'] = np.array(distributed.size())
+  return result
+
+
 def run(name):
   if name.startswith('agn'):
     return agn_case(int(name[len('agn'):]))
+  if name.startswith('single_'):
+    return single_process_case(name[len('single_'):])
   return train_case(name)
 
 

@@ -42,7 +42,7 @@ def two_workers(tmp_path_factory):
   """Runs every case once under two workers; returns the output directory."""
   out = tmp_path_factory.mktemp('horovod')
   horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(out), 'momentum',
-             'lars_larc_scaling', 'momentum_iter3', 'agn3')
+             'lars_larc_scaling', 'momentum_iter3', 'agn3', 'single_momentum')
   return out
 
 
@@ -62,6 +62,17 @@ def test_two_half_batches_equal_one_whole_batch(two_workers, name):
     # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
     np.testing.assert_allclose(ranks[0][key], single[key], rtol=2e-5, atol=2e-6)
   assert int(ranks[0]['global_step']) == int(single['global_step']) == horovod_cases.STEPS
+
+
+def test_a_worker_inside_single_process_trains_like_a_one_process_job(two_workers):
+  # scripts/bench_horovod.py times one worker this way inside the two-worker job.
+  single = horovod_cases.train_case('momentum')  # this process: whole batches, no Horovod
+  for rank in (0, 1):
+    result = load(two_workers, 'single_momentum', rank)
+    assert int(result['size_inside']) == 1 and int(result['size_after']) == 2
+    assert int(result['allreduce_count']) == 0  # no collectives were traced
+    for key in (k for k in single if k.startswith('w')):
+      np.testing.assert_allclose(result[key], single[key], rtol=1e-6, atol=1e-7)
 
 
 def test_allreduce_runs_once_per_applied_update(two_workers):
