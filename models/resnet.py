@@ -23,6 +23,7 @@ import keras
 
 from framework.params import Param, check_params, non_negative, positive
 from models import MODELS
+from models.batch_norm import BatchNormalization
 
 CIFAR_DEPTHS = (8, 14, 20, 32, 44, 56, 110)
 RESNET50_STAGES = ((3, 64), (4, 128), (6, 256), (3, 512))  # (blocks, bottleneck width)
@@ -87,7 +88,7 @@ class _Builder:
         kernel_initializer='he_normal', kernel_regularizer=self.regularizer, name=name)(x)
 
   def batch_norm(self, x, name, zero_gamma=False):
-    return keras.layers.BatchNormalization(
+    return BatchNormalization(
         momentum=self.params['bn_momentum'], epsilon=self.params['bn_epsilon'],
         gamma_initializer='zeros' if zero_gamma else 'ones', name=name)(x)
 
