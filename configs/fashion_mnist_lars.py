@@ -1,11 +1,11 @@
 """Fashion-MNIST with a CIFAR-style ResNet-8 and LARS: the framework's main job.
 
-Launch (about 8 minutes on a busy 2-core CPU, evaluations included):
+Launch (about 3 minutes on an idle 2-core CPU, evaluations included):
   python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval --logdir=runs/fashion_mnist_lars
 
 Expected result (measured on a 2-core machine, see the README): test top-1
-accuracy 90.88 % (top-5 99.82 %) after 8 epochs; 7 min 36 s wall time
-(7 min 17 s of CPU) with the test suite running on the same two cores.
+accuracy 90.69 % (top-5 99.79 %) after 8 epochs; 3 min 8 s wall time
+(5 min 27 s of CPU) on an otherwise idle machine.
 
 Recipe (You, Gitman, Ginsburg 2017): LARS with momentum 0.9, weight decay
 folded into the LARS gradient, batch-norm and bias variables skipped, a linear
