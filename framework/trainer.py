@@ -302,8 +302,24 @@ class Trainer:
     return eval_metrics
 
   def _save(self, manager, step):
-    if manager is not None:
-      manager.save(checkpoint_number=step)
+    """Saves a checkpoint (chief only), never one holding non-finite model variables.
+
+    A diverging run can overflow the batch-norm statistics while its loss is
+    still finite; such a state is not saved and the run stops, keeping the
+    last good checkpoint.
+
+    Raises:
+      TrainingError: when a model variable holds NaN or infinity.
+    """
+    if manager is None:
+      return
+    bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
+    if bad:
+      raise TrainingError(
+          f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
+          f'last checkpoint kept: {manager.latest_checkpoint or "none yet"}. Lower the learning '
+          'rate, enable clipping (max_grad_norm) or LARC.')
+    manager.save(checkpoint_number=step)
 
   def _write_train_summaries(self, step, values, rate):
     tf.summary.scalar('loss', values['loss'], step=step)
