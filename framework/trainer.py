@@ -32,7 +32,7 @@ _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
 _MAX_SKIPPED_UPDATES = 50
 
 
-def _check_jit_compile(cfg, opt_kwargs):
+def _check_jit_compile(opt_kwargs):
   """Rejects what XLA cannot compile into the train step, naming the config key."""
   if opt_kwargs['on_horovod']:
     raise ConfigError('jit_compile: XLA cannot compile Horovod\'s collectives into the train '
@@ -95,7 +95,7 @@ class Trainer:
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
-      _check_jit_compile(cfg, self.opt_kwargs)
+      _check_jit_compile(self.opt_kwargs)
     self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
     # Top-1 accuracy of the last train micro-batch, set inside the loss function.
