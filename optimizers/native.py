@@ -37,6 +37,11 @@ ENV_SWITCH = 'LARGEBATCH_NATIVE_KERNELS'
 # correctly rounded either way).
 CXXFLAGS = ['-O3', '-march=native', '-ffp-contract=off', '-fno-math-errno', '-fPIC', '-shared',
             '-Wno-deprecated-declarations']
+# Added when the compiler knows them. -mno-avx512fp16: on CPUs with AVX512-FP16
+# (Intel Sapphire Rapids and later) -march=native enables it, and the Eigen
+# headers TensorFlow 2.21 ships then fail to compile with GCC 12; the kernels
+# compute in float32 and never need it.
+OPTIONAL_CXXFLAGS = ['-mno-avx512fp16']
 
 _state = {'module': None, 'error': None}
 
@@ -45,13 +50,33 @@ class BuildError(RuntimeError):
   """The kernel library could not be compiled."""
 
 
-def library_path():
+def _compiler():
+  return os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
+
+
+def compile_flags(compiler=None):
+  """CXXFLAGS, the OPTIONAL_CXXFLAGS the compiler accepts, and TensorFlow's compile flags."""
+  compiler = compiler or _compiler()
+  flags = list(CXXFLAGS)
+  for flag in OPTIONAL_CXXFLAGS:
+    if compiler is not None and _accepts(compiler, flag):
+      flags.append(flag)
+  return flags + tf.sysconfig.get_compile_flags()
+
+
+def _accepts(compiler, flag):
+  probe = subprocess.run([compiler, flag, '-x', 'c++', '-fsyntax-only', os.devnull],
+                         capture_output=True, check=False)
+  return probe.returncode == 0
+
+
+def library_path(flags=None):
   """Where the library for this source, TensorFlow and flags lives."""
   digest = hashlib.sha256()
   with open(SOURCE, 'rb') as f:
     digest.update(f.read())
   digest.update(tf.__version__.encode())
-  digest.update(' '.join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
+  digest.update(' '.join(flags if flags is not None else compile_flags()).encode())
   return os.path.join(BUILD_DIR, f'largebatch_ops_{digest.hexdigest()[:16]}.so')
 
 
@@ -65,10 +90,11 @@ def build(force=False):
     BuildError: no C++ compiler, or the compiler failed (its output is kept in
       the message).
   """
-  path = library_path()
+  compiler = _compiler()
+  flags = compile_flags(compiler)
+  path = library_path(flags)
   if os.path.exists(path) and not force:
     return path
-  compiler = os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
   if compiler is None:
     raise BuildError('no C++ compiler (g++) on PATH to build ' + SOURCE)
   os.makedirs(BUILD_DIR, exist_ok=True)
@@ -77,11 +103,14 @@ def build(force=False):
     if os.path.exists(path) and not force:
       return path
     partial = f'{path}.{os.getpid()}.tmp'
-    command = ([compiler] + CXXFLAGS + tf.sysconfig.get_compile_flags() + [SOURCE, '-o', partial]
-               + tf.sysconfig.get_link_flags())
+    command = [compiler] + flags + [SOURCE, '-o', partial] + tf.sysconfig.get_link_flags()
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-      raise BuildError(f'building {SOURCE} failed:\n{shlex.join(command)}\n{result.stderr[-4000:]}')
+      # The compiler's own error lines first: its warnings about TensorFlow's
+      # headers can fill the tail.
+      errors = [l for l in result.stderr.splitlines() if 'error' in l][:20]
+      raise BuildError(f'building {SOURCE} failed:\n{shlex.join(command)}\n'
+                       + '\n'.join(errors) + '\n...\n' + result.stderr[-2000:])
     os.replace(partial, path)
   return path
 
