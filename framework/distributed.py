@@ -31,12 +31,33 @@ def import_horovod():
 
 _HVD = None
 
+CYCLE_TIME_VARIABLE = 'HOROVOD_CYCLE_TIME'
+# Horovod's background thread runs a negotiation round, a collective between
+# all workers, every HOROVOD_CYCLE_TIME ms (default 1), even when there is
+# nothing to reduce; on busy CPU cores those rounds cost training time. The
+# Horovod that scripts/build_horovod.sh builds also wakes the thread when a
+# tensor is enqueued, so there the cycle only paces idle rounds and a long one
+# costs no latency (docs/performance.md has the measurements).
+IDLE_CYCLE_TIME_MS = 50
+
+
+def wakes_on_enqueue():
+  """Whether this Horovod build wakes its background thread on enqueue (build_horovod.sh)."""
+  from horovod.tensorflow.mpi_ops import _basics  # pylint: disable=import-outside-toplevel
+  return hasattr(_basics.MPI_LIB_CTYPES, 'horovod_wakes_on_enqueue')
+
 
 def init():
-  """Initialises Horovod once and returns the module."""
+  """Initialises Horovod once and returns the module.
+
+  With a Horovod that wakes on enqueue and no HOROVOD_CYCLE_TIME in the
+  environment, the cycle is set to IDLE_CYCLE_TIME_MS first.
+  """
   global _HVD
   if _HVD is None:
     hvd = import_horovod()
+    if CYCLE_TIME_VARIABLE not in os.environ and wakes_on_enqueue():
+      os.environ[CYCLE_TIME_VARIABLE] = str(IDLE_CYCLE_TIME_MS)
     hvd.init()
     _HVD = hvd
   return _HVD

@@ -106,7 +106,8 @@ def main():
             f'TF_NUM_INTRAOP_THREADS={os.environ.get("TF_NUM_INTRAOP_THREADS", "default")} '
             f'TF_NUM_INTEROP_THREADS={os.environ.get("TF_NUM_INTEROP_THREADS", "default")} '
             f'OMP_NUM_THREADS={os.environ.get("OMP_NUM_THREADS", "default")} '
-            f'HOROVOD_CYCLE_TIME={os.environ.get("HOROVOD_CYCLE_TIME", "default")}', flush=True)
+            f'HOROVOD_CYCLE_TIME={os.environ.get("HOROVOD_CYCLE_TIME", "default")} '
+            f'(wakes on enqueue: {"yes" if distributed.wakes_on_enqueue() else "no"})', flush=True)
       print(f'{"round":>5s} {"1 worker img/s":>15s} {"2 workers img/s":>16s} {"speed-up":>9s} '
             f'{"2 independent img/s":>20s} {"speed-up":>9s}', flush=True)
     images = batch * args.steps

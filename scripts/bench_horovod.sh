@@ -18,10 +18,9 @@ cd "$REPO"
 # One thread per worker for TensorFlow's op pools and for oneDNN's OpenMP.
 export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1
 export TF_CPP_MIN_LOG_LEVEL=3
-# Horovod's background thread runs a negotiation round every cycle, which on
-# two busy cores takes time from the workers; with one grouped allreduce per
-# step a 5 ms cycle measured best here (2-40 ms tried, docs/performance.md).
-export HOROVOD_CYCLE_TIME="${HOROVOD_CYCLE_TIME:-5}"
+# HOROVOD_CYCLE_TIME is left to framework/distributed.py (a long idle cycle
+# for the Horovod of build_horovod.sh, which wakes on enqueue); set it to
+# compare (docs/performance.md).
 
 # Rank 0 prints the table; the prefix horovodrun puts on its lines is dropped.
 # On a failure the end of the whole log (both ranks, stderr too) is shown.

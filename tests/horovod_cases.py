@@ -114,7 +114,31 @@ def single_process_case(name):
   return result
 
 
+def late_rank_case(rounds=10, late_seconds=0.05):
+  """Allreduces to which rank 1 comes ``late_seconds`` after rank 0, timed on every rank.
+
+  Run with a long HOROVOD_CYCLE_TIME: a Horovod whose background thread only
+  wakes once a cycle needs about a cycle per allreduce; one that wakes on
+  enqueue finishes each soon after the late rank arrives.
+  """
+  import time  # pylint: disable=import-outside-toplevel
+  reduce = tf.function(lambda x: distributed.allreduce_average([x])[0])
+  value = tf.constant([float(distributed.rank() + 1), 10.0])
+  reduce(value)  # trace, and let both workers meet once
+  start = time.perf_counter()
+  results = []
+  for _ in range(rounds):
+    if distributed.rank() == 1:
+      time.sleep(late_seconds)
+    results.append(reduce(value).numpy())
+  return {'seconds': np.array(time.perf_counter() - start), 'results': np.array(results),
+          'cycle_time': np.array(float(os.environ.get(distributed.CYCLE_TIME_VARIABLE, 'nan'))),
+          'wakes_on_enqueue': np.array(distributed.wakes_on_enqueue())}
+
+
 def run(name):
+  if name == 'late_rank':
+    return late_rank_case()
   if name.startswith('agn'):
     return agn_case(int(name[len('agn'):]))
   if name.startswith('single_'):

@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import horovod_cases  # noqa: E402  pylint: disable=wrong-import-position
+from framework import distributed  # noqa: E402  pylint: disable=wrong-import-position
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
@@ -23,14 +24,16 @@ SHORT = ['--set', 'batch_size_per_gpu=64', '--set', 'num_epochs=null',
          '--set', 'print_loss_steps=5', '--set', 'eval_params.batch_size_per_gpu=2000']
 
 
-def env():
-  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, OMP_NUM_THREADS='1')
+def env(**extra):
+  """The workers' environment: this one's, without a HOROVOD_CYCLE_TIME unless ``extra`` has one."""
+  base = {k: v for k, v in os.environ.items() if k != distributed.CYCLE_TIME_VARIABLE}
+  return dict(base, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, OMP_NUM_THREADS='1', **extra)
 
 
-def horovodrun(*args, timeout=600, check=True):
+def horovodrun(*args, timeout=600, check=True, extra_env=None):
   cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, *args]
-  result = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+  result = subprocess.run(cmd, cwd=ROOT, env=env(**(extra_env or {})), capture_output=True,
+                          text=True, timeout=timeout)
   if check and result.returncode != 0:
     raise AssertionError(f'{" ".join(cmd)} exited {result.returncode}:\n{result.stdout}\n'
                          f'{result.stderr}')
@@ -42,7 +45,7 @@ def two_workers(tmp_path_factory):
   """Runs every case once under two workers; returns the output directory."""
   out = tmp_path_factory.mktemp('horovod')
   horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(out), 'momentum',
-             'lars_larc_scaling', 'momentum_iter3', 'agn3', 'single_momentum')
+             'lars_larc_scaling', 'momentum_iter3', 'agn3', 'single_momentum', 'late_rank')
   return out
 
 
@@ -73,6 +76,27 @@ def test_a_worker_inside_single_process_trains_like_a_one_process_job(two_worker
     assert int(result['allreduce_count']) == 0  # no collectives were traced
     for key in (k for k in single if k.startswith('w')):
       np.testing.assert_allclose(result[key], single[key], rtol=1e-6, atol=1e-7)
+
+
+def test_horovod_wakes_on_enqueue_so_the_cycle_adds_no_latency(tmp_path):
+  # With a 2 s cycle, Horovod as published needs a cycle or more for each of the
+  # 10 allreduces (20 s or more); the build of scripts/build_horovod.sh wakes its
+  # background thread on enqueue, so each ends soon after the late rank (50 ms).
+  horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(tmp_path), 'late_rank',
+             extra_env={'HOROVOD_CYCLE_TIME': '2000'})
+  for rank in (0, 1):
+    result = load(tmp_path, 'late_rank', rank)
+    assert bool(result['wakes_on_enqueue'])
+    assert float(result['cycle_time']) == 2000.0  # the user's setting is kept
+    np.testing.assert_array_equal(result['results'], [[1.5, 10.0]] * 10)
+    assert float(result['seconds']) < 5.0, float(result['seconds'])
+
+
+def test_the_framework_sets_a_long_idle_cycle_for_a_horovod_that_wakes_on_enqueue(two_workers):
+  # two_workers ran without HOROVOD_CYCLE_TIME in the environment (env()).
+  for rank in (0, 1):
+    result = load(two_workers, 'late_rank', rank)
+    assert float(result['cycle_time']) == distributed.IDLE_CYCLE_TIME_MS
 
 
 def test_allreduce_runs_once_per_applied_update(two_workers):
