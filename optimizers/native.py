@@ -80,6 +80,7 @@ def library_path(flags=None):
   return os.path.join(BUILD_DIR, f'largebatch_ops_{digest.hexdigest()[:16]}.so')
 
 
+@tf.autograph.experimental.do_not_convert
 def build(force=False):
   """Compiles the library if it is missing (or ``force``); returns its path.
 
@@ -115,6 +116,7 @@ def build(force=False):
   return path
 
 
+@tf.autograph.experimental.do_not_convert
 def load():
   """The loaded op module, building the library first when needed (or None).
 
@@ -140,6 +142,7 @@ def error():
   return _state['error']
 
 
+@tf.autograph.experimental.do_not_convert
 def applies(variables, slots, grads):
   """Whether the kernels can update these: all float32, dense, on the CPU, and they load.
 
@@ -214,3 +217,20 @@ def lamb(variables, first_moments, second_moments, grads, learning_rate, step, d
       decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
       one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
       epsilon=float(epsilon), weight_decay=float(weight_decay))
+
+
+def gradient_stats(grads):
+  """Runs the LargebatchGradientStats op on dense float32 gradients.
+
+  Returns:
+    (has_nan, amax, global_norm): a bool scalar, True when any element is NaN
+    or infinite; the largest |g| as float32 (+inf when has_nan, 0 for no
+    elements); the float32 L2 norm of all the gradients together (summed in
+    double).
+  """
+  module = load()
+  if module is None:
+    raise RuntimeError(f'native kernel unavailable: {error()}')
+  all_finite, amax, norm = module.largebatch_gradient_stats(
+      gradients=[tf.convert_to_tensor(g) for g in grads])
+  return tf.logical_not(all_finite), amax, norm

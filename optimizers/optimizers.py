@@ -27,7 +27,6 @@ from optimizers import native
 from optimizers import stages
 from optimizers import tf1_compat
 from optimizers.agn import AGNOptimizer
-from optimizers.automatic_loss_scaler import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
@@ -428,13 +427,11 @@ class GradientPipeline(tf.Module):
     if self._allreduce:
       grads = stages.allreduce(grads, self.compression)
       self.allreduce_count.assign_add(1)
-    has_nan, amax = gradient_stats(grads)
+    with_norm = (self.clip_gradients is not None or self.log_global_norm
+                 or 'global_gradient_norm' in self.summaries)
+    has_nan, amax, norm = stages.gradient_statistics(grads, with_norm)
     self.loss_scaler.update_op(has_nan, amax)
-
-    norm = None
-    if (self.clip_gradients is not None or self.log_global_norm
-        or 'global_gradient_norm' in self.summaries):
-      norm = stages.global_norm(grads)
+    if norm is not None:
       self.last_global_norm.assign(norm)
 
     def apply():

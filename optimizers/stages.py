@@ -14,7 +14,9 @@ against.
 
 import tensorflow as tf
 
+from optimizers import automatic_loss_scaler
 from optimizers import fused
+from optimizers import native
 from optimizers import tf1_compat
 
 LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None}
@@ -43,10 +45,18 @@ def scaled_gradients(loss_fn, var_list, loss_scale):
   half-precision gradients do not underflow; the gradients are cast to float32
   and multiplied by 1/loss_scale there, where they are representable.
   """
+  # A fixed scale of 1 (the default) multiplies nothing: leave the two
+  # multiplies per gradient out of the graph (x·1 is exact, so the gradients
+  # are the same to the bit).
+  unit = tf.get_static_value(loss_scale) == 1.0
   with tf.GradientTape() as tape:
     loss = loss_fn()
-    scaled = tf.cast(loss, tf.float32) * loss_scale
+    scaled = tf.cast(loss, tf.float32)
+    if not unit:
+      scaled = scaled * loss_scale
   grads = tape.gradient(scaled, var_list)
+  if unit:
+    return tf.cast(loss, tf.float32), to_float32(grads)
   inverse = 1.0 / loss_scale
   grads = [_map_dense(lambda g: tf.cast(g, tf.float32) * inverse, g) for g in grads]
   return tf.cast(loss, tf.float32), grads
@@ -65,6 +75,30 @@ def norms(tensors):
 def global_norm(grads):
   """The float32 global L2 norm of the non-None gradients."""
   return fused.global_norm([g for g in grads if g is not None])
+
+
+def gradient_statistics(grads, with_norm):
+  """The finite check, the largest |g| and, if ``with_norm``, the global norm of the gradients.
+
+  One native kernel pass (``native.gradient_stats``) when the gradients are
+  dense float32 on the CPU; otherwise the tensor ops of
+  ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
+  same flag and maximum and the same norm up to float32 summation order.
+
+  Returns:
+    (has_nan, amax, norm): as ``gradient_stats``; norm is None unless ``with_norm``.
+  """
+  present = [g for g in grads if g is not None]
+  if present and native.applies([], [], present):
+    has_nan, amax, norm = native.gradient_stats(present)
+    return has_nan, amax, (norm if with_norm else None)
+  return gradient_statistics_reference(grads, with_norm)
+
+
+def gradient_statistics_reference(grads, with_norm):
+  """``gradient_statistics`` with the tensor ops only (the reference path)."""
+  has_nan, amax = automatic_loss_scaler.gradient_stats(grads)
+  return has_nan, amax, (global_norm(grads) if with_norm else None)
 
 
 def clip_by_global_norm(grads, clip_norm, use_norm=None):

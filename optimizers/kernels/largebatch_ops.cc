@@ -1,5 +1,6 @@
 // The framework's CPU kernels for layer-wise updates: LARS, Momentum + LARC
-// (LargebatchTrustMomentum) and LAMB (LargebatchLamb, at the end of the file).
+// (LargebatchTrustMomentum) and LAMB (LargebatchLamb, further down), and the
+// gradient statistics of optimize_loss (LargebatchGradientStats, at the end).
 //
 // Each op updates many variables in one call, in place, one variable at a
 // time per thread, so that a variable's second pass finds it in the cache.
@@ -35,6 +36,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -491,5 +493,102 @@ class LambOp : public OpKernel {
 }  // namespace
 
 REGISTER_KERNEL_BUILDER(Name("LargebatchLamb").Device(::tensorflow::DEVICE_CPU), LambOp);
+
+
+// The statistics optimize_loss takes of one update's gradients before it is
+// applied (SPEC.md stages 4 and 5), for N float32 tensors in one pass each:
+//   all_finite   no element is NaN or ±inf
+//   amax         max |g| over all elements (+inf unless all_finite; 0 for none)
+//   global_norm  √(Σ g²) over all elements, summed in double
+// The tensor-op path (automatic_loss_scaler.gradient_stats and
+// stages.global_norm) takes three passes and a few ops per tensor for the same.
+REGISTER_OP("LargebatchGradientStats")
+    .Input("gradients: N * float")
+    .Output("all_finite: bool")
+    .Output("amax: float")
+    .Output("global_norm: float")
+    .Attr("N: int >= 0")
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->Scalar());
+      return absl::OkStatus();
+    });
+
+namespace {
+
+struct TensorStats {
+  bool finite = true;
+  float amax = 0.0f;
+  double squares = 0.0;
+};
+
+// One tensor's statistics. |x| <= FLT_MAX is false for NaN and ±inf, so the
+// finite test is a comparison the compiler can vectorise with the rest.
+TensorStats Stats(const float* __restrict x, int64_t n) {
+  constexpr int kLanes = 16;
+  constexpr float kLargest = std::numeric_limits<float>::max();
+  double acc[kLanes] = {};
+  float top[kLanes] = {};
+  int bad[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float a = std::fabs(x[i + k]);
+      bad[k] |= !(a <= kLargest);
+      top[k] = a > top[k] ? a : top[k];
+      acc[k] += static_cast<double>(x[i + k]) * x[i + k];
+    }
+  }
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    bad[0] |= !(a <= kLargest);
+    top[0] = a > top[0] ? a : top[0];
+    acc[0] += static_cast<double>(x[i]) * x[i];
+  }
+  TensorStats stats;
+  for (int k = 0; k < kLanes; ++k) {
+    stats.finite = stats.finite && !bad[k];
+    stats.amax = std::max(stats.amax, top[k]);
+    stats.squares += acc[k];
+  }
+  return stats;
+}
+
+class GradientStatsOp : public OpKernel {
+ public:
+  explicit GradientStatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<TensorStats> stats(n_);
+    std::vector<int64_t> sizes(n_);
+    for (int i = 0; i < n_; ++i) sizes[i] = ctx->input(i).NumElements();
+    RunLargestFirst(ctx, sizes, [&](int i) {
+      stats[i] = Stats(ctx->input(i).flat<float>().data(), sizes[i]);
+    });
+    TensorStats total;
+    for (const auto& s : stats) {
+      total.finite = total.finite && s.finite;
+      total.amax = std::max(total.amax, s.amax);
+      total.squares += s.squares;
+    }
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
+    out->scalar<bool>()() = total.finite;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {}, &out));
+    out->scalar<float>()() =
+        total.finite ? total.amax : std::numeric_limits<float>::infinity();
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, {}, &out));
+    out->scalar<float>()() = static_cast<float>(std::sqrt(total.squares));
+  }
+
+ private:
+  int n_ = 0;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("LargebatchGradientStats").Device(::tensorflow::DEVICE_CPU),
+                        GradientStatsOp);
 
 }  // namespace largebatch

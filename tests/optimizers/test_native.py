@@ -134,3 +134,116 @@ def test_switch_off_by_environment():
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
                        check=True, cwd=ROOT).stdout
   assert out.strip().splitlines()[-1] == f'True {native.ENV_SWITCH}=0'
+
+
+def test_first_use_inside_a_traced_step_loads_quietly(tmp_path):
+  # The library is first loaded while a step is traced; AutoGraph must not try
+  # to convert the loader (it warns about every os and subprocess call it meets).
+  code = ('import keras, tensorflow as tf\n'
+          'from optimizers import optimizers as opt_lib\n'
+          'model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n'
+          'x = tf.ones((4, 3))\n'
+          '@tf.function\n'  # a def, which AutoGraph converts with what it calls
+          'def step():\n'
+          '  return opt_lib.optimize_loss(\n'
+          '      lambda: tf.reduce_mean(model(x) ** 2), "LARS", {"momentum": 0.9},\n'
+          '      lambda _: tf.constant(0.1), model=model, clip_gradients=1.0)\n'
+          'print(float(step()) >= 0.0)\n')
+  env = dict(os.environ, **{native.ENV_SWITCH: '1', 'PYTHONPATH': ROOT,
+                            'TF_CPP_MIN_LOG_LEVEL': '3'})
+  script = tmp_path / 'step.py'  # a file: AutoGraph converts only code whose source it can read
+  script.write_text(code)
+  result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                          check=True, cwd=ROOT)
+  assert result.stdout.strip().splitlines()[-1] == 'True'
+  assert 'do_not_convert' not in result.stderr and 'AutoGraph' not in result.stderr, result.stderr
+
+
+def random_gradients(seed=0):
+  """float32 gradients of assorted shapes, a 0-d and an empty one among them."""
+  rng = np.random.default_rng(seed)
+  shapes = [(3, 3, 16, 16), (64,), (), (0,), (100003,), (7, 5)]
+  return [rng.normal(scale=10.0 ** rng.integers(-4, 3), size=s).astype(np.float32)
+          for s in shapes]
+
+
+def stats_of(grads, fn):
+  has_nan, amax, norm = fn([tf.constant(g) for g in grads], True)
+  return bool(has_nan), float(amax), float(norm)
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_gradient_stats_kernel_matches_numpy_and_the_tensor_ops(seed):
+  grads = random_gradients(seed)
+  flat = np.concatenate([g.ravel() for g in grads]).astype(np.float64)
+  native_stats = stats_of(grads, stages.gradient_statistics)
+  reference = stats_of(grads, stages.gradient_statistics_reference)
+  assert native_stats[0] is False and reference[0] is False
+  # The largest magnitude is exact in any order.
+  assert native_stats[1] == reference[1] == float(np.max(np.abs(flat)))
+  # The norm is summed in double: within float32 rounding of numpy's float64 norm.
+  np.testing.assert_allclose(native_stats[2], np.sqrt(np.sum(flat ** 2)), rtol=1e-7)
+  np.testing.assert_allclose(native_stats[2], reference[2], rtol=1e-6)
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+# Tensor and element: the middle of the 2304- and the 100003-element tensors
+# (the kernel's vector loop), the last of the 35-element one and the 0-d one
+# (its remainder loop).
+@pytest.mark.parametrize('where, index', [(0, 1152), (4, 50001), (5, 34), (2, 0)])
+def test_gradient_stats_kernel_flags_any_non_finite_element(bad, where, index):
+  grads = random_gradients()
+  grads[where] = np.array(grads[where])
+  grads[where].flat[index] = bad
+  for fn in (stages.gradient_statistics, stages.gradient_statistics_reference):
+    has_nan, amax, _ = stats_of(grads, fn)
+    assert has_nan is True and amax == np.inf
+
+
+def test_gradient_stats_kernel_edge_values():
+  largest = np.finfo(np.float32).max
+  # The largest float32 is finite. Its square overflows float32 but not the
+  # kernel's double sum, so its norm is exact where the tensor ops' is inf.
+  grads = [np.array([largest, -1.0], np.float32)]
+  has_nan, amax, norm = stats_of(grads, stages.gradient_statistics)
+  assert has_nan is False and amax == float(largest) and norm == float(largest)
+  assert stats_of(grads, stages.gradient_statistics_reference) == (False, float(largest), np.inf)
+  empty = native.gradient_stats([])
+  assert (bool(empty[0]), float(empty[1]), float(empty[2])) == (False, 0.0, 0.0)
+  zeros = stats_of([np.zeros((0, 3), np.float32), np.zeros(5, np.float32)],
+                   stages.gradient_statistics)
+  assert zeros == (False, 0.0, 0.0)
+
+
+def test_optimize_loss_takes_its_gradient_statistics_from_the_kernel():
+  variables, grads = variables_and_grads()
+
+  def step():
+    has_nan, amax, norm = stages.gradient_statistics(grads, True)
+    return has_nan, amax, norm
+
+  types = op_types(step)
+  assert 'LargebatchGradientStats' in types and 'IsFinite' not in types and 'L2Loss' not in types
+  del variables
+
+
+def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
+  variables, _ = variables_and_grads()
+  x = tf.constant(np.random.default_rng(3).normal(size=(5, 4)).astype(np.float32))
+  loss_fn = lambda: tf.reduce_sum(tf.tanh(tf.matmul(x, variables[0]) + variables[1]))
+
+  def gradients(scale):
+    return stages.scaled_gradients(loss_fn, variables, tf.constant(scale, tf.float32))[1]
+
+  unit = [g.numpy() for g in tf.function(lambda: gradients(1.0))()]
+  # Scaling by a power of two and back is exact: the multiplying path gives the same bits.
+  for scale in (2.0, 1024.0):
+    scaled = [g.numpy() for g in tf.function(lambda s=scale: gradients(s))()]
+    for a, b in zip(unit, scaled):
+      np.testing.assert_array_equal(a, b)
+
+  def count_mul(scale):
+    graph = tf.function(lambda: gradients(scale)).get_concrete_function().graph
+    return sum(op.type == 'Mul' for op in graph.get_operations())
+  # The loss by the scale and its gradient, and one 1/scale per gradient.
+  assert count_mul(2.0) - count_mul(1.0) == 2 + len(variables)
