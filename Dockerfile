@@ -63,7 +63,8 @@ RUN python3.11 -m venv /opt/venv \
 # The CUDA driver stub is registered with the dynamic linker only for the build
 # and check (there is no driver at build time), as Horovod's own images do.
 # build_horovod.sh applies the TF 2.21 source fixes, including the GPU-only ones
-# (AsGpuStreamValue, xla::StatusOr), and fails unless `horovodrun --check-build`
+# (AsGpuStreamValue, xla::StatusOr), and the wake-on-enqueue patch of the
+# background loop (as on CPU), and fails unless `horovodrun --check-build`
 # shows TensorFlow, Gloo and NCCL.
 COPY scripts/build_horovod.sh /workspace/scripts/build_horovod.sh
 RUN if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST}" ]; then unset HOROVOD_BUILD_CUDA_CC_LIST; fi \
