@@ -54,14 +54,10 @@ def _compiler():
   return os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
 
 
-def compile_flags(compiler=None):
-  """CXXFLAGS, the OPTIONAL_CXXFLAGS the compiler accepts, and TensorFlow's compile flags."""
-  compiler = compiler or _compiler()
-  flags = list(CXXFLAGS)
-  for flag in OPTIONAL_CXXFLAGS:
-    if compiler is not None and _accepts(compiler, flag):
-      flags.append(flag)
-  return flags + tf.sysconfig.get_compile_flags()
+def compile_flags(compiler):
+  """CXXFLAGS, the OPTIONAL_CXXFLAGS ``compiler`` accepts, and TensorFlow's compile flags."""
+  accepted = [flag for flag in OPTIONAL_CXXFLAGS if _accepts(compiler, flag)]
+  return CXXFLAGS + accepted + tf.sysconfig.get_compile_flags()
 
 
 def _accepts(compiler, flag):
@@ -70,13 +66,17 @@ def _accepts(compiler, flag):
   return probe.returncode == 0
 
 
-def library_path(flags=None):
-  """Where the library for this source, TensorFlow and flags lives."""
+def library_path():
+  """Where the library for this source, TensorFlow and flags lives.
+
+  The key names the optional flags as candidates: which of them the compiler
+  accepts is asked only when the library is built, not at every load.
+  """
   digest = hashlib.sha256()
   with open(SOURCE, 'rb') as f:
     digest.update(f.read())
   digest.update(tf.__version__.encode())
-  digest.update(' '.join(flags if flags is not None else compile_flags()).encode())
+  digest.update(' '.join(CXXFLAGS + OPTIONAL_CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
   return os.path.join(BUILD_DIR, f'largebatch_ops_{digest.hexdigest()[:16]}.so')
 
 
@@ -91,11 +91,10 @@ def build(force=False):
     BuildError: no C++ compiler, or the compiler failed (its output is kept in
       the message).
   """
-  compiler = _compiler()
-  flags = compile_flags(compiler)
-  path = library_path(flags)
+  path = library_path()
   if os.path.exists(path) and not force:
     return path
+  compiler = _compiler()
   if compiler is None:
     raise BuildError('no C++ compiler (g++) on PATH to build ' + SOURCE)
   os.makedirs(BUILD_DIR, exist_ok=True)
@@ -104,7 +103,8 @@ def build(force=False):
     if os.path.exists(path) and not force:
       return path
     partial = f'{path}.{os.getpid()}.tmp'
-    command = [compiler] + flags + [SOURCE, '-o', partial] + tf.sysconfig.get_link_flags()
+    command = ([compiler] + compile_flags(compiler) + [SOURCE, '-o', partial]
+               + tf.sysconfig.get_link_flags())
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
       # The compiler's own error lines first: its warnings about TensorFlow's

@@ -250,9 +250,8 @@ static inline GpuStreamHandle HorovodGpuStreamHandle(stream_executor::Stream* st
   # wakes as soon as a tensor is enqueued, and waits at most 1 ms (the default
   # cycle) while its tensors wait for other workers, so the cycle only paces
   # idle rounds (framework/distributed.py sets a longer default for this
-  # build). The
-  # exported marker symbol horovod_wakes_on_enqueue tells an installed build
-  # has it (the library exports only names matching *horovod*).
+  # build). The exported marker symbol horovod_wakes_on_enqueue tells an
+  # installed build has it (the library exports only names matching *horovod*).
   "$PY" - "$SRC/horovod/common" >>"$LOG" 2>&1 <<'EOF' || fail "could not apply the wake-up patch"
 import pathlib, sys
 common = pathlib.Path(sys.argv[1])
