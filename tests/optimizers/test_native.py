@@ -97,6 +97,50 @@ def test_kernels_are_not_used_inside_xla_and_results_agree():
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+# LargebatchLamb keeps u for its second pass for variables up to this many
+# elements and recomputes it above (kMaxStored in largebatch_ops.cc).
+LAMB_MAX_STORED = 1 << 22
+
+
+def lamb_steps(values, grads, names, steps=2, **kwargs):
+  """Applies LAMB ``steps`` times to fresh variables; returns their values and the optimizer."""
+  variables = [keras.Variable(v, name=n) for v, n in zip(values, names)]
+  optimizer = LAMB(0.01, beta_1=0.9, beta_2=0.99, weight_decay=0.1, **kwargs)
+  optimizer.build(variables)
+  step = tf.function(lambda: optimizer.apply(grads, variables))
+  for _ in range(steps):
+    step()
+  return [v.numpy() for v in variables]
+
+
+def test_lamb_stored_and_recomputed_second_pass_give_identical_values():
+  """Without layer adaptation each element's update depends on that element alone.
+
+  So a variable just above the kernel's limit (u recomputed) and one of its
+  first LAMB_MAX_STORED elements (u stored) must agree bit for bit.
+  """
+  rng = np.random.default_rng(3)
+  big = rng.normal(size=LAMB_MAX_STORED + 19).astype(np.float32)
+  grad = rng.normal(size=big.shape).astype(np.float32)
+  small, small_grad = big[:LAMB_MAX_STORED], grad[:LAMB_MAX_STORED]
+  got = lamb_steps([big, small], [tf.constant(grad), tf.constant(small_grad)],
+                   ['big_kernel', 'small_kernel'], exclude_from_layer_adaptation=['kernel'])
+  np.testing.assert_array_equal(got[0][:LAMB_MAX_STORED], got[1])
+
+
+def test_lamb_kernel_on_both_sides_of_the_stored_limit_matches_the_reference():
+  rng = np.random.default_rng(4)
+  sizes = (LAMB_MAX_STORED + 19, LAMB_MAX_STORED, 1001)
+  values = [rng.normal(size=n).astype(np.float32) for n in sizes]
+  grads = [tf.constant(rng.normal(size=n).astype(np.float32)) for n in sizes]
+  names = ['above', 'at_limit', 'small']
+  got = lamb_steps(values, grads, names)
+  want = lamb_steps(values, grads, names, fused=False)
+  for g, w, initial in zip(got, want, values):
+    assert np.abs(g - initial).max() > 1e-4  # the update landed
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6 * np.abs(w).max())
+
+
 def test_a_value_read_before_the_update_keeps_its_old_contents():
   """The kernel writes in place only into a buffer no tensor shares (copy on write)."""
   variables, grads = variables_and_grads()
