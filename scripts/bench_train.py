@@ -15,10 +15,11 @@ each measured in the same run:
 2. The same ``optimize_loss`` step with ``dtype: mixed_bfloat16`` (model built
    under the ``mixed_bfloat16`` policy) against float32. Goal: faster. Whether
    it can be depends on the CPU: the script prints the CPU's bfloat16
-   features and, as the hardware's own ratio, a 2048x2048 bfloat16 matmul
-   against float32 (oneDNN, the same rounds). AMD Zen 4 doubles the bfloat16
-   dot-product rate (measured: the step 1.41x faster); Intel CPUs without AMX
-   match float32's FMA rate at best, and there the step is slower.
+   features, a 2048x2048 bfloat16 matmul against float32 (oneDNN, the same
+   rounds), and one core's peak rates of the two multiply-add instructions
+   (scripts/cpu_peak.c). On AMD Zen 4 the step was 1.41x faster in bfloat16;
+   on the Intel Xeon without AMX, vdpbf16ps reaches half the GFLOP/s of
+   float32 FMA (86 against 176 per core), and the step is slower.
 3. The framework's train mode (``Trainer.train`` with the config as is:
    summaries every 20 steps, progress lines, the Fashion-MNIST data layer)
    against ``model.fit`` on the same model, optimizer, loss and ``tf.data``
@@ -36,6 +37,7 @@ each measured in the same run:
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -138,6 +140,25 @@ def cpu_description():
     pass
   features = [f for f in ('avx512_bf16', 'amx_bf16') if f in flags]
   return f'{model}; bfloat16 features: {", ".join(features) or "none"}'
+
+
+def cpu_peak():
+  """The line of scripts/cpu_peak.c: one core's float32 FMA and bfloat16 dot-product rates.
+
+  Built with the system C compiler when the CPU reports avx512_bf16; otherwise
+  (or if the build fails) says why.
+  """
+  with open('/proc/cpuinfo') as f:
+    if 'avx512_bf16' not in f.read().split():
+      return 'no avx512_bf16 on this CPU: the probe needs it'
+  with tempfile.TemporaryDirectory() as tmp:
+    binary = os.path.join(tmp, 'cpu_peak')
+    build = subprocess.run(['cc', '-O2', '-mavx512f', '-mavx512bf16',
+                            os.path.join(ROOT, 'scripts', 'cpu_peak.c'), '-o', binary],
+                           capture_output=True, text=True, check=False)
+    if build.returncode != 0:
+      return f'probe not built: {(build.stderr.strip().splitlines() or ["cc failed"])[-1]}'
+    return subprocess.run([binary], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def matmul_candidates(size=2048):
@@ -315,6 +336,7 @@ def main():
   gemm_ratio = statistics.median(gemm_bf16 / gemm_f32)
   print(f'{"the CPU: 2048x2048 matmul, bfloat16 vs float32":48s} {statistics.median(gemm_bf16) * 1e3:8.1f} '
         f'{"":14s} {gemm_ratio:17.3f}')
+  print(f'the CPU, one core (scripts/cpu_peak.c): {cpu_peak()}')
 
   train_turns, fit_turns = interleaved_loops(args.loop_steps)
   count = min(len(train_turns), len(fit_turns)) - args.skip
