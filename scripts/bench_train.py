@@ -153,9 +153,12 @@ def cpu_peak():
       return 'no avx512_bf16 on this CPU: the probe needs it'
   with tempfile.TemporaryDirectory() as tmp:
     binary = os.path.join(tmp, 'cpu_peak')
-    build = subprocess.run(['cc', '-O2', '-mavx512f', '-mavx512bf16',
-                            os.path.join(ROOT, 'scripts', 'cpu_peak.c'), '-o', binary],
-                           capture_output=True, text=True, check=False)
+    try:
+      build = subprocess.run(['cc', '-O2', '-mavx512f', '-mavx512bf16',
+                              os.path.join(ROOT, 'scripts', 'cpu_peak.c'), '-o', binary],
+                             capture_output=True, text=True, check=False)
+    except OSError as exc:
+      return f'probe not built: {exc}'
     if build.returncode != 0:
       return f'probe not built: {(build.stderr.strip().splitlines() or ["cc failed"])[-1]}'
     return subprocess.run([binary], capture_output=True, text=True, check=True).stdout.strip()

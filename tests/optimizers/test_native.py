@@ -103,7 +103,7 @@ LAMB_MAX_STORED = 1 << 22
 
 
 def lamb_steps(values, grads, names, steps=2, **kwargs):
-  """Applies LAMB ``steps`` times to fresh variables; returns their values and the optimizer."""
+  """Applies LAMB ``steps`` times to fresh variables; returns their values."""
   variables = [keras.Variable(v, name=n) for v, n in zip(values, names)]
   optimizer = LAMB(0.01, beta_1=0.9, beta_2=0.99, weight_decay=0.1, **kwargs)
   optimizer.build(variables)
