@@ -125,8 +125,8 @@ def framework_step(cfg, dtype='float32'):
   return step
 
 
-def cpu_description():
-  """The CPU model and its bfloat16 features, from /proc/cpuinfo (Linux)."""
+def cpu_info():
+  """The CPU's model name and flags, from /proc/cpuinfo (Linux; unknown and none elsewhere)."""
   model, flags = 'unknown CPU', set()
   try:
     with open('/proc/cpuinfo') as f:
@@ -138,19 +138,23 @@ def cpu_description():
           flags = set(value.split())
   except OSError:
     pass
+  return model, flags
+
+
+def cpu_description(model, flags):
+  """The CPU model and its bfloat16 features."""
   features = [f for f in ('avx512_bf16', 'amx_bf16') if f in flags]
   return f'{model}; bfloat16 features: {", ".join(features) or "none"}'
 
 
-def cpu_peak():
+def cpu_peak(flags):
   """The line of scripts/cpu_peak.c: one core's float32 FMA and bfloat16 dot-product rates.
 
-  Built with the system C compiler when the CPU reports avx512_bf16; otherwise
-  (or if the build fails) says why.
+  Built with the system C compiler when ``flags`` (the CPU's) include
+  avx512_bf16; otherwise (or if the build fails) says why.
   """
-  with open('/proc/cpuinfo') as f:
-    if 'avx512_bf16' not in f.read().split():
-      return 'no avx512_bf16 on this CPU: the probe needs it'
+  if 'avx512_bf16' not in flags:
+    return 'no avx512_bf16 on this CPU: the probe needs it'
   with tempfile.TemporaryDirectory() as tmp:
     binary = os.path.join(tmp, 'cpu_peak')
     try:
@@ -319,7 +323,8 @@ def main():
   batch = next(iter(data.dataset(batch_size, seed=0)))
   print(f'model {cfg["model"]} {cfg["model_params"]}, batch {batch_size} of 28x28x1; '
         f'{args.rounds} rounds x {args.steps} steps; TF {tf.__version__}, Keras {keras.__version__}')
-  print(f'CPU: {cpu_description()}')
+  model, flags = cpu_info()
+  print(f'CPU: {cpu_description(model, flags)}')
 
   bare = 'bare Keras step (GradientTape + SGD apply)'
   full = 'optimize_loss: Backoff + clip + LARC + LARS'
@@ -339,7 +344,7 @@ def main():
   gemm_ratio = statistics.median(gemm_bf16 / gemm_f32)
   print(f'{"the CPU: 2048x2048 matmul, bfloat16 vs float32":48s} {statistics.median(gemm_bf16) * 1e3:8.1f} '
         f'{"":14s} {gemm_ratio:17.3f}')
-  print(f'the CPU, one core (scripts/cpu_peak.c): {cpu_peak()}')
+  print(f'the CPU, one core (scripts/cpu_peak.c): {cpu_peak(flags)}')
 
   train_turns, fit_turns = interleaved_loops(args.loop_steps)
   count = min(len(train_turns), len(fit_turns)) - args.skip

@@ -342,9 +342,9 @@ REGISTER_KERNEL_BUILDER(Name("LargebatchTrustMomentum").Device(::tensorflow::DEV
 // cache: the variable's w and u were just touched) and writes w. Keeping u
 // rather than recomputing it saves the second pass two divisions and a square
 // root per element, and it reads u and w instead of m, v and w (a fifth of the
-// update's time on ResNet-50). A variable above kMaxStored elements recomputes u instead,
-// which bounds the buffers at 16 MB per thread; the values are the same either
-// way. Output: r of every variable.
+// update's time on ResNet-50). A variable above kMaxStored elements recomputes
+// u instead, which bounds the buffers at 16 MB per thread; the values are the
+// same either way. Output: r of every variable.
 REGISTER_OP("LargebatchLamb")
     .Input("variables: N * resource")
     .Input("first_moments: N * resource")
