@@ -41,6 +41,9 @@ COMMON_PARAMS = {
                                 doc='start the last batch-norm gamma of each residual block at 0'),
     'bn_momentum': Param(float, 0.9, check=_momentum_check, doc='moving-statistics decay'),
     'bn_epsilon': Param(float, 1e-5, check=positive),
+    'ghost_batch_size': Param(int, None, check=positive,
+                              doc='ghost batch norm: statistics over groups of this many examples '
+                                  'of a training batch (None: the whole batch)'),
 }
 
 
@@ -90,6 +93,7 @@ class _Builder:
   def batch_norm(self, x, name, zero_gamma=False):
     return BatchNormalization(
         momentum=self.params['bn_momentum'], epsilon=self.params['bn_epsilon'],
+        ghost_batch_size=self.params['ghost_batch_size'],
         gamma_initializer='zeros' if zero_gamma else 'ones', name=name)(x)
 
   def conv_bn_relu(self, x, filters, kernel, stride, prefix, index):
