@@ -57,6 +57,11 @@ except ImportError:
 # number of steps per epoch.
 EPOCH_KEYS = {'warmup_epochs': 'warmup_steps', 'decay_epochs': 'decay_steps',
               'begin_decay_at_epochs': 'begin_decay_at', 'boundary_epochs': 'boundaries'}
+# ... or as a fraction of the run's length in updates (warmup_fraction: 0.1 is
+# the first tenth of training), converted once the trainer knows that length.
+FRACTION_KEYS = {'warmup_fraction': 'warmup_steps', 'decay_fraction': 'decay_steps',
+                 'begin_decay_at_fraction': 'begin_decay_at', 'boundary_fractions': 'boundaries'}
+DURATION_KEYS = {**EPOCH_KEYS, **FRACTION_KEYS}
 
 # Arguments the framework passes itself; a config giving them would fight it.
 _OPTIMIZER_SUPPLIED = {
@@ -417,6 +422,13 @@ HOROVOD_SCHEMA = {
     'compression': Param(str, 'none', choices=('none', 'fp16'), doc='gradient compression for allreduce'),
 }
 
+PRECISE_BN_SCHEMA = {
+    'num_batches': Param(int, 20, check=positive, doc='training batches averaged'),
+    'batch_size': Param(int, None, check=positive,
+                        doc='images per batch (default: batch_size_per_gpu)'),
+    'before_each_eval': Param(bool, True, doc='also recompute before every evaluation'),
+}
+
 AGN_SCHEMA = {
     'optimizer': Param(str, REQUIRED, doc='the optimizer AGN wraps, e.g. Momentum'),
     'communication_period': Param(int, 10, check=positive, doc='local steps between center updates'),
@@ -459,6 +471,9 @@ SCHEMA = {
     'horovod_params': _DictParam(HOROVOD_SCHEMA, {}, doc='allreduce options'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
     'label_smoothing': Param(float, 0.0, check=_probability, doc='for the classification loss'),
+    'precise_bn': _DictParam(PRECISE_BN_SCHEMA, None,
+                             doc='recompute batch-norm moving statistics as a plain average '
+                                 'over training batches after training'),
     'deterministic': Param(bool, False, doc='enable TensorFlow op determinism'),
     'jit_compile': Param(bool, False, doc='XLA-compile the train step'),
     'bench_warmup_steps': Param(int, 5, check=non_negative, doc='steps not timed in benchmark mode'),
@@ -529,9 +544,20 @@ def validate(config, registries):
     raise ConfigError('lr_policy_params.learning_rate: required key is missing (base learning rate)')
   for key in EPOCH_KEYS:
     if key in lr_params:
-      _epochs_to_int(lr_params[key], 1, f'lr_policy_params.{key}')
+      _to_steps(lr_params[key], 1, f'lr_policy_params.{key}')
+  for key in FRACTION_KEYS:
+    if key in lr_params:
+      _to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
   _check_arguments(lr_params, policy, 'lr_policy_params', _LR_POLICY_SUPPLIED, epoch_keys=True)
 
+  ghost = result['model_params'].get('ghost_batch_size')
+  if ghost is not None:
+    batches = {'batch_size_per_gpu': result['batch_size_per_gpu']}
+    if result['precise_bn'] is not None and result['precise_bn']['batch_size'] is not None:
+      batches['precise_bn.batch_size'] = result['precise_bn']['batch_size']
+    for key, size in batches.items():
+      if size % ghost:
+        raise ConfigError(f'model_params.ghost_batch_size: {ghost} must divide {key} ({size})')
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
@@ -565,12 +591,12 @@ def _check_arguments(params, target, path, supplied, epoch_keys=False):
   who = getattr(target, '__name__', type(target).__name__)
   allowed = [n for n in names if n not in supplied]
   if epoch_keys:
-    allowed += [epoch for epoch, step in EPOCH_KEYS.items() if step in allowed]
+    allowed += [alias for alias, step in DURATION_KEYS.items() if step in allowed]
   given = {}
   for key in params:
     if key in supplied:
       raise ConfigError(f'{path}.{key}: not allowed, {supplied[key]}')
-    argument = EPOCH_KEYS.get(key, key) if epoch_keys else key
+    argument = DURATION_KEYS.get(key, key) if epoch_keys else key
     if argument in given:
       raise ConfigError(f'{path}: give {given[argument]} or {key}, not both')
     if argument not in names and not accepts_any:
@@ -581,8 +607,8 @@ def _check_arguments(params, target, path, supplied, epoch_keys=False):
     given[argument] = key
   for name in required:
     if name not in given and name not in supplied:
-      epoch = [e for e, s in EPOCH_KEYS.items() if s == name] if epoch_keys else []
-      alternative = f' (or give {path}.{epoch[0]})' if epoch else ''
+      alias = [a for a, s in DURATION_KEYS.items() if s == name] if epoch_keys else []
+      alternative = f' (or give {path}.{alias[0]})' if alias else ''
       raise ConfigError(f'{path}.{name}: required argument of {who} is missing{alternative}')
 
 
@@ -633,46 +659,60 @@ def _base_init_names(cls):
   return names
 
 
-def epochs_to_steps(lr_policy_params, steps_per_epoch):
-  """Turns the epoch-valued keys of ``EPOCH_KEYS`` into their step-valued keys.
+def epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps=None):
+  """Turns the epoch- and fraction-valued keys of ``DURATION_KEYS`` into their step-valued keys.
 
   ``{'warmup_epochs': 5, 'boundary_epochs': [30, 60]}`` with 100 steps per
-  epoch gives ``{'warmup_steps': 500, 'boundaries': [3000, 6000]}``. Steps are
-  rounded to the nearest integer (halves up); other keys are copied as they
-  are, in their place.
+  epoch gives ``{'warmup_steps': 500, 'boundaries': [3000, 6000]}``;
+  ``{'warmup_fraction': 0.25}`` in a run of 1000 steps gives
+  ``{'warmup_steps': 250}``. Steps are rounded to the nearest integer (halves
+  up); other keys are copied as they are, in their place.
 
   Args:
     lr_policy_params: the validated ``lr_policy_params`` (not modified).
     steps_per_epoch: a positive number.
+    total_steps: the run's length in updates; needed for ``*_fraction`` keys.
 
   Returns:
     A new dict.
 
   Raises:
-    ConfigError: when both an epoch key and its step key are given, or an
-      epoch value is not a number or a list of numbers.
-    ValueError: for a steps_per_epoch that is not positive.
+    ConfigError: when two keys give the same duration, or a value is not a
+      number (a fraction in [0, 1]) or a list of them.
+    ValueError: for a steps_per_epoch that is not positive, or fraction keys
+      without total_steps.
   """
   if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, float)) \
       or steps_per_epoch <= 0:
     raise ValueError(f'steps_per_epoch must be a positive number, got {steps_per_epoch!r}')
   result = {}
   for key, value in (lr_policy_params or {}).items():
-    step_key = EPOCH_KEYS.get(key)
+    step_key = DURATION_KEYS.get(key)
     if step_key is None:
       result[key] = copy.deepcopy(value)
       continue
-    if step_key in lr_policy_params:
-      raise ConfigError(f'lr_policy_params: give {key} or {step_key}, not both')
-    result[step_key] = _epochs_to_int(value, steps_per_epoch, f'lr_policy_params.{key}')
+    others = [k for k in lr_policy_params if k != key and DURATION_KEYS.get(k, k) == step_key]
+    if others:
+      raise ConfigError(f'lr_policy_params: give {key} or {others[0]}, not both')
+    path = f'lr_policy_params.{key}'
+    if key in FRACTION_KEYS:
+      if total_steps is None:
+        raise ValueError(f'{path}: a fraction of the run needs total_steps')
+      result[step_key] = _to_steps(value, total_steps, path, fraction=True)
+    else:
+      result[step_key] = _to_steps(value, steps_per_epoch, path)
   return result
 
 
-def _epochs_to_int(value, steps_per_epoch, path):
-  def convert(epochs):
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs < 0:
-      raise ConfigError(f'{path}: expected a number >= 0 or a list of them, got {value!r}')
-    return int(math.floor(epochs * steps_per_epoch + 0.5))
+def _to_steps(value, unit, path, fraction=False):
+  """``value`` (a number or list of numbers, in epochs or fractions of the run) × ``unit``, rounded."""
+  upper = 1 if fraction else math.inf
+
+  def convert(x):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= upper:
+      what = 'a fraction in [0, 1]' if fraction else 'a number >= 0'
+      raise ConfigError(f'{path}: expected {what} or a list of them, got {value!r}')
+    return int(math.floor(x * unit + 0.5))
 
   if isinstance(value, (list, tuple)):
     return [convert(v) for v in value]

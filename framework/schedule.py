@@ -26,13 +26,14 @@ def total_steps(cfg, per_epoch):
 
 
 def learning_rate_fn(cfg, per_epoch):
-  """``f(global_step) -> lr`` for the config's policy, durations in epochs converted to steps.
+  """``f(global_step) -> lr`` for the config's policy, durations in epochs or fractions of the
+  run converted to steps.
 
   Raises:
     ConfigError: when the policy rejects its parameters.
   """
   policy = LR_POLICIES.resolve(cfg['lr_policy'])
-  params = epochs_to_steps(cfg['lr_policy_params'], per_epoch)
+  params = epochs_to_steps(cfg['lr_policy_params'], per_epoch, total_steps(cfg, per_epoch))
   try:
     policy(0, **params)
   except (TypeError, ValueError) as exc:

@@ -137,7 +137,7 @@ def main(argv=None):
   print(f'{policy}: {total} steps = {total / per_epoch:.4g} epochs of {per_epoch} steps, '
         f'global batch {global_batch} = {cfg["batch_size_per_gpu"]} per worker x '
         f'{args.workers} worker(s) x iter_size {cfg["iter_size"]}')
-  params = config_lib.epochs_to_steps(cfg['lr_policy_params'], per_epoch)
+  params = config_lib.epochs_to_steps(cfg['lr_policy_params'], per_epoch, total)
   print(f'{"step":>10} {"epoch":>8}  learning rate')
   for step in landmarks(last, params):
     print(f'{step:>10} {step / per_epoch:>8.3f}  {rates[step]:.6g}')

@@ -448,6 +448,7 @@ def test_validate_fills_defaults():
       'horovod_params': {'compression': 'none'},
       'agn_params': None,
       'label_smoothing': 0.0,
+      'precise_bn': None,
       'deterministic': False,
       'jit_compile': False,
       'bench_warmup_steps': 5,
@@ -762,8 +763,9 @@ def test_lr_policy_params_checked_against_the_policy_signature():
                                      lr_policy_params={'learning_rate': 0.1, 'decay_steps': 10,
                                                        'powr': 2.0})) == (
       'lr_policy_params.powr: unknown argument of poly_decay (did you mean lr_policy_params.power?); '
-      'accepted: begin_decay_at, begin_decay_at_epochs, decay_epochs, decay_steps, learning_rate, '
-      'min_lr, power, warmup_epochs, warmup_steps')
+      'accepted: begin_decay_at, begin_decay_at_epochs, begin_decay_at_fraction, decay_epochs, '
+      'decay_fraction, decay_steps, learning_rate, min_lr, power, warmup_epochs, warmup_fraction, '
+      'warmup_steps')
   assert error_of(check, base_config(lr_policy='poly_decay',
                                      lr_policy_params={'learning_rate': 0.1})) == (
       'lr_policy_params.decay_steps: required argument of poly_decay is missing '
@@ -836,6 +838,59 @@ def test_epochs_to_steps_errors():
       'lr_policy_params.boundary_epochs: expected a number >= 0 or a list of them, got [1, None]')
   with pytest.raises(ValueError, match='steps_per_epoch must be a positive number, got 0'):
     cfg.epochs_to_steps({'warmup_epochs': 1}, 0)
+
+
+def test_fractions_of_the_run_become_steps():
+  params = {'learning_rate': 0.1, 'warmup_fraction': 0.15, 'decay_fraction': 0.85,
+            'boundary_fractions': [0.5, 0.75]}
+  assert cfg.epochs_to_steps(params, 7, total_steps=224) == {
+      'learning_rate': 0.1, 'warmup_steps': 34, 'decay_steps': 190,  # 33.6 and 190.4
+      'boundaries': [112, 168]}
+  assert cfg.epochs_to_steps({'begin_decay_at_fraction': 0.5}, 3, total_steps=5) == {
+      'begin_decay_at': 3}  # 2.5 rounds up
+
+
+def test_fraction_errors():
+  assert error_of(cfg.epochs_to_steps, {'warmup_epochs': 1, 'warmup_fraction': 0.1}, 10, 100) == (
+      'lr_policy_params: give warmup_epochs or warmup_fraction, not both')
+  assert error_of(cfg.epochs_to_steps, {'warmup_fraction': 1.5}, 10, 100) == (
+      'lr_policy_params.warmup_fraction: expected a fraction in [0, 1] or a list of them, got 1.5')
+  with pytest.raises(ValueError, match='needs total_steps'):
+    cfg.epochs_to_steps({'warmup_fraction': 0.1}, 10)
+  assert error_of(check, base_config(
+      lr_policy='poly_decay', lr_policy_params={'learning_rate': 0.1, 'decay_fraction': 2})) == (
+          'lr_policy_params.decay_fraction: expected a fraction in [0, 1] or a list of them, got 2')
+  assert error_of(check, base_config(
+      lr_policy='poly_decay', lr_policy_params={'learning_rate': 0.1, 'decay_steps': 9,
+                                                'decay_fraction': 0.5})) == (
+          'lr_policy_params: give decay_steps or decay_fraction, not both')
+
+
+def test_learning_rate_fn_converts_fractions_with_the_run_length():
+  from framework import schedule  # pylint: disable=import-outside-toplevel
+  config = check(base_config(lr_policy='poly_decay', max_steps=100, num_epochs=None,
+                             lr_policy_params={'learning_rate': 2.0, 'power': 1.0,
+                                               'warmup_fraction': 0.1, 'decay_fraction': 0.9}))
+  rate = schedule.learning_rate_fn(config, per_epoch=7)
+  # Linear warm-up over 10 steps, then linear decay over the other 90 to 0 at the last step.
+  for step, expected in [(0, 0.0), (5, 1.0), (10, 2.0), (55, 1.0), (100, 0.0)]:
+    assert float(rate(step)) == pytest.approx(expected, abs=1e-6), step
+
+
+def test_ghost_batch_size_must_divide_the_batches():
+  def model(params, image_shape, num_classes):  # no PARAMS: model_params passed as they are
+    return None
+
+  model_params = {'ghost_batch_size': 12}
+  assert error_of(check, base_config(model=model, model_params=model_params)) == (
+      'model_params.ghost_batch_size: 12 must divide batch_size_per_gpu (32)')
+  model_params['ghost_batch_size'] = 8
+  assert error_of(check, base_config(model=model, model_params=model_params,
+                                     precise_bn={'batch_size': 20})) == (
+      'model_params.ghost_batch_size: 8 must divide precise_bn.batch_size (20)')
+  result = check(base_config(model=model, model_params=model_params,
+                             precise_bn={'num_batches': 4}))
+  assert result['precise_bn'] == {'num_batches': 4, 'batch_size': None, 'before_each_eval': True}
 
 
 # ---------------------------------------------------------------------------
