@@ -6,6 +6,7 @@ benchmark loop. Only the chief worker (Horovod rank 0) writes checkpoints,
 summaries, the resolved config and the progress bar.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ from framework import distributed
 from framework import schedule
 from framework.params import ConfigError
 from models import MODELS
+from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
 
@@ -291,15 +293,55 @@ class Trainer:
           self._save(manager, step)
           last_saved = step
         if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
-          eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
+          with self.precise_bn(step, keep=False, when=cfg['precise_bn'] and
+                               cfg['precise_bn']['before_each_eval']):
+            eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
           last_eval = step
       progress.close()
-      self._save(manager, self.global_step)
-      if evaluate_every is not None:
-        eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
+      with self.precise_bn(self.global_step, keep=True, when=cfg['precise_bn']):
+        self._save(manager, self.global_step)
+        if evaluate_every is not None:
+          eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
     writer.flush()
     eval_writer.flush()
     return eval_metrics
+
+  @contextlib.contextmanager
+  def precise_bn(self, step, keep, when=True):
+    """Recomputes the batch-norm moving statistics over training batches (``precise_bn``).
+
+    Inside the block the model's moving mean and variance are the plain
+    averages over ``precise_bn.num_batches`` training batches, drawn with a
+    seed made from the run's seed and ``step`` (so a resumed run draws the
+    same ones) without moving the run's data position. Unless ``keep``, the
+    statistics training had are put back after the block, so an evaluation in
+    the middle of training leaves the training state as it was.
+
+    Args:
+      step: the global step, part of the batches' seed.
+      keep: keep the recomputed statistics after the block (the end of training).
+      when: a false value skips the recomputation.
+    """
+    spec = self.config['precise_bn']
+    if not when or spec is None or self.train_data is None:
+      yield
+      return
+    moving = [v for layer in batch_norm_layers(self.model)
+              for v in (layer.moving_mean, layer.moving_variance)]
+    saved = None if keep else [v.numpy() for v in moving]
+    batch = spec['batch_size'] or self.batch_size
+    batches = self.train_data.dataset(batch, seed=self.config['random_seed'] + 1 + step)
+    count = precise_statistics(
+        self.model, batches.take(spec['num_batches']),
+        all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
+    if keep:
+      _log(f'precise batch norm: moving statistics averaged over {count} batches of {batch}')
+    try:
+      yield
+    finally:
+      if saved is not None:
+        for variable, value in zip(moving, saved):
+          variable.assign(value)
 
   def _save(self, manager, step):
     """Saves a checkpoint (chief only), never one holding non-finite model variables.

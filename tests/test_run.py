@@ -226,3 +226,40 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp
   latest = tf.train.latest_checkpoint(str(logdir))
   values = checkpoint_values(latest)
   assert all(np.all(np.isfinite(v)) for k, v in values.items() if k.startswith('model/'))
+
+
+def test_precise_bn_recomputes_the_statistics_and_leaves_training_alone(tmp_path):
+  common = ['--config', SGD_CONFIG, '--mode', 'train_eval', *SHORT, '--set', 'deterministic=true',
+            '--set', 'max_steps=8', '--set', 'eval_steps=4',
+            '--set', 'model_params.ghost_batch_size=32']
+  run(*common, '--logdir', str(tmp_path / 'plain'))
+  result = run(*common, '--logdir', str(tmp_path / 'precise'),
+               '--set', 'precise_bn={num_batches: 3, batch_size: 64}')
+  assert 'precise batch norm: moving statistics averaged over 3 batches of 64' in result.stdout
+  path = tf.train.latest_checkpoint(str(tmp_path / 'precise'))
+  plain = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'plain')))
+  precise = checkpoint_values(path)
+  moving = [k for k in plain if 'moving_' in k]
+  assert len(moving) == 14  # ResNet-8: 7 batch-norm layers
+  for key in plain:
+    if key in moving:
+      assert not np.array_equal(plain[key], precise[key]), key
+    else:
+      # The recomputation before the eval at step 4 put the training statistics back.
+      np.testing.assert_array_equal(plain[key], precise[key], err_msg=key)
+
+  # The saved statistics are the averages over the 3 batches the run documents:
+  # batches of 64 drawn with seed random_seed + 1 + the final step.
+  from data.fashion_mnist import FashionMnistDataLayer  # pylint: disable=import-outside-toplevel
+  from models.batch_norm import precise_statistics  # pylint: disable=import-outside-toplevel
+  from models.resnet import build_resnet_cifar  # pylint: disable=import-outside-toplevel
+  model = build_resnet_cifar({'depth': 8, 'weight_decay': 5e-4, 'ghost_batch_size': 32},
+                             (28, 28, 1), 10)
+  tf.train.Checkpoint(model=model).restore(path).expect_partial()
+  moving_variables = [v for v in model.non_trainable_variables if 'moving_' in v.path]
+  assert len(moving_variables) == 14
+  saved = [v.numpy() for v in moving_variables]
+  data = FashionMnistDataLayer({'augment': False}, 'train')
+  precise_statistics(model, data.dataset(64, seed=0 + 1 + 8).take(3))
+  for variable, value in zip(moving_variables, saved):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6, err_msg=variable.path)
