@@ -12,34 +12,74 @@ from tests.scripts.test_plots import load_script
 study_report = load_script('study_report')
 
 
-def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0):
-  """A point directory as scripts/sweep.py leaves it (result.json, or error.txt)."""
-  logdir = os.path.join(sweep_dir, f'batch_size_per_gpu={batch}__seed={seed}')
+def write_events(directory, start, evals=()):
+  """A TensorBoard event file whose first event is at ``start``, then eval accuracies."""
+  from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2  # pylint: disable=import-outside-toplevel
+  from tensorboard.summary.writer.record_writer import RecordWriter  # pylint: disable=import-outside-toplevel
+  os.makedirs(directory, exist_ok=True)
+  stream = open(os.path.join(directory, f'events.out.tfevents.{int(start)}.test'), 'wb')
+  writer = RecordWriter(stream)
+  writer.write(event_pb2.Event(wall_time=start, file_version='brain.Event:2').SerializeToString())
+  for step, accuracy, seconds in evals:
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[accuracy],
+                                    tensor_shape=tensor_shape_pb2.TensorShapeProto())
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'))
+    value = summary_pb2.Summary.Value(tag='accuracy', tensor=tensor, metadata=metadata)
+    writer.write(event_pb2.Event(wall_time=start + seconds, step=step,
+                                 summary=summary_pb2.Summary(value=[value])).SerializeToString())
+  writer.close()
+
+
+def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, lr=None,
+                curve=()):
+  """A point directory as scripts/sweep.py leaves it (result.json, or error.txt).
+
+  ``curve``: ``(step, accuracy, seconds since the start)`` of its evaluations,
+  written to run.log and to TensorBoard events as the trainer writes them.
+  """
+  name = f'batch_size_per_gpu={batch}__seed={seed}'
+  if lr is not None:
+    name = f'batch_size_per_gpu={batch}__lr_policy_params.learning_rate={lr:g}__seed={seed}'
+  logdir = os.path.join(sweep_dir, name)
   os.makedirs(logdir)
   if error is not None:
     with open(os.path.join(logdir, 'error.txt'), 'w') as f:
       f.write(error + '\n')
     return
+  lr = 0.1 * batch / 256 if lr is None else lr
   result = {'point': {'batch_size_per_gpu': batch},
-            'derived': {'lr_policy_params.learning_rate': 0.1 * batch / 256},
+            'derived': {'lr_policy_params.learning_rate': lr},
             'seed': seed, 'overrides': [f'batch_size_per_gpu={batch}', f'random_seed={seed}'],
             'metrics': {'accuracy': accuracy, 'top5': 0.99, 'loss': 0.3,
                         'steps': 12 * 60000 // batch},
             'wall_s': wall}
   with open(os.path.join(logdir, 'result.json'), 'w') as f:
     json.dump(result, f)
+  with open(os.path.join(logdir, 'run.log'), 'w') as f:
+    f.write('training resnet_cifar for 100 steps\n')
+    for step, acc, _ in curve:
+      f.write(f'eval at step {step}: loss 0.3000, top-1 {acc:.4f}, top-5 0.9900 (10000 examples)\n')
+  if curve:
+    start = 1.7e9 + 1000.0 * seed
+    write_events(logdir, start)
+    write_events(os.path.join(logdir, 'eval'), start, curve)
 
 
 @pytest.fixture
 def study(tmp_path):
   sgd, lars = tmp_path / 'sgd', tmp_path / 'lars'
-  write_point(sgd, 256, 0, 0.91, wall=300.0)
-  write_point(sgd, 256, 1, 0.93, wall=500.0)
-  write_point(sgd, 8192, 0, 0.70)
+  # SGD at 256: a grid of two learning rates; 0.1 (two seeds) is the better one.
+  write_point(sgd, 256, 0, 0.91, wall=300.0, lr=0.1,
+              curve=[(250, 0.85, 30.0), (500, 0.905, 61.0), (750, 0.91, 90.0)])
+  write_point(sgd, 256, 1, 0.93, wall=500.0, lr=0.1,
+              curve=[(350, 0.88, 40.0), (700, 0.92, 79.0)])
+  write_point(sgd, 256, 0, 0.90, lr=0.2, curve=[(300, 0.90, 35.0)])
+  write_point(sgd, 8192, 0, 0.70, curve=[(40, 0.6, 20.0), (87, 0.70, 44.0)])
   write_point(sgd, 16384, 0, error='diverged: loss is NaN at step 5')
-  write_point(lars, 256, 0, 0.90)
-  write_point(lars, 8192, 0, 0.88)
-  write_point(lars, 8192, 1, 0.86)
+  write_point(lars, 256, 0, 0.90, curve=[(2000, 0.9, 500.0)])
+  write_point(lars, 8192, 0, 0.88, curve=[(40, 0.89, 20.0), (87, 0.905, 44.0)])
+  write_point(lars, 8192, 1, 0.86, curve=[(87, 0.86, 41.0)])
   os.makedirs(lars / 'batch_size_per_gpu=16384__seed=0')  # still running: left out
   return tmp_path
 
@@ -50,11 +90,17 @@ def test_report_groups_seeds_and_lists_failures(study, capsys):
                             '--key', 'batch_size_per_gpu', '--out', str(out)])
   assert code == 0
   table = (out / 'study.md').read_text()
+  main_table = table.split('Learning-rate grids')[0]
   rows = {tuple(c.strip() for c in line.strip('|').split('|')[:2]): line
-          for line in table.splitlines() if line.startswith('| ') and '---' not in line}
-  # mean ± sample std over seeds, the lr read back from the run, wall time per run
-  assert '| 256 | SGD | 0.1 | 2/2 | 0.9200 ± 0.0141 | 2812 | 400 ± 141 |' in table
-  assert '| 8192 | LARS | 3.2 | 2/2 | 0.8700 ± 0.0141 | 87 |' in rows[('8192', 'LARS')]
+          for line in main_table.splitlines() if line.startswith('| ') and '---' not in line}
+  # The best lr of the grid: mean ± sample std over seeds, gap to the best at 256,
+  # updates and seconds to 90 % (first eval at or above it: 500 and 700 steps,
+  # 61 and 79 s), wall time per run.
+  assert ('| 256 | SGD | 0.1 | 2/2 | 0.9200 ± 0.0141 | +0.00 | 2812 | 600 ± 141 | 70 ± 13 '
+          '| 400 ± 141 |') in table
+  assert ('| 8192 | LARS | 3.2 | 2/2 | 0.8700 ± 0.0141 | -5.00 | 87 | 87 (1/2 reached) '
+          '| 44 (1/2 reached) |') in rows[('8192', 'LARS')]
+  assert '| 8192 | SGD | 3.2 | 1/1 | 0.7000 | -22.00 | 87 | not reached |' in rows[('8192', 'SGD')]
   assert '| 16384 | SGD | n/a | 0/1 | n/a |' in rows[('16384', 'SGD')]
   assert 'diverged: loss is NaN at step 5' in table
   assert ('16384', 'LARS') not in rows
@@ -62,12 +108,28 @@ def test_report_groups_seeds_and_lists_failures(study, capsys):
   order = [key for key in rows if key[0] != 'batch_size_per_gpu']
   assert order == [('256', 'SGD'), ('256', 'LARS'), ('8192', 'SGD'), ('8192', 'LARS'),
                    ('16384', 'SGD')]
+  # The grid table lists both learning rates at 256, the chosen one in bold.
+  grid = table.split('Learning-rate grids')[1]
+  assert '| 256 | SGD | **0.1** | 2/2 | 0.9200 ± 0.0141 | 600 ± 141 |' in grid
+  assert '| 256 | SGD | 0.2 | 1/1 | 0.9000 | 300 |' in grid
   with open(out / 'study.csv') as f:
     runs = list(csv.DictReader(f))
-  assert len(runs) == 7
+  assert len(runs) == 8
   assert sum(r['status'] == 'failed' for r in runs) == 1
   check_png(out / 'study.png')
-  assert 'study.png' in capsys.readouterr().out
+  check_png(out / 'steps.png')
+  assert 'study.png, steps.png' in capsys.readouterr().out
+
+
+def test_steps_to_target_takes_the_fewest_over_the_grid(study):
+  runs = study_report.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
+  at_256 = [r for r in runs if r['batch_size_per_gpu'] == 256]
+  # lr 0.1: seeds at 500 and 700 (mean 600); lr 0.2: 300. Shallue et al.'s steps to result.
+  assert study_report.steps_to_target(at_256) == 300
+  at_8k = [r for r in study_report.read_runs('LARS', str(study / 'lars'), 'batch_size_per_gpu')
+           if r['batch_size_per_gpu'] == 8192]
+  assert study_report.steps_to_target(at_8k) is None  # one seed never reached 90 %
+  assert study_report.to_target(at_8k[0]['logdir'], 0.9) == (87, 44.0)
 
 
 def test_report_refuses_a_bad_arm(study, capsys):
@@ -77,3 +139,23 @@ def test_report_refuses_a_bad_arm(study, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert err[0].startswith("error: --arm 'no-equals-sign': expected LABEL=DIR")
   assert 'is not a directory' in err[1]
+
+
+def test_best_lr_and_global_batch(study, capsys, tmp_path):
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
+                            '--out', str(tmp_path), '--best-lr', '256']) == 0
+  assert capsys.readouterr().out.strip() == '0.1'
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
+                            '--out', str(tmp_path), '--best-lr', '16384']) == 3  # only failed
+  # 16K as two micro-batches of 8K: the global batch tells it from 8K.
+  sixteen = study / 'lars16'
+  logdir = sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=0'
+  os.makedirs(logdir)
+  (logdir / 'result.json').write_text(json.dumps({
+      'point': {'batch_size_per_gpu': 8192, 'iter_size': 2}, 'seed': 0,
+      'overrides': ['batch_size_per_gpu=8192', 'iter_size=2'],
+      'metrics': {'accuracy': 0.9, 'steps': 72}, 'wall_s': 10.0}))
+  os.makedirs(sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=1')
+  (sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=1' / 'error.txt').write_text('boom\n')
+  runs = study_report.read_runs('LARS', str(sixteen), study_report.GLOBAL_BATCH)
+  assert [(r['global_batch'], r['status']) for r in runs] == [(16384, 'ok'), (16384, 'failed')]
