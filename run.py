@@ -45,7 +45,7 @@ def load(args):
   registries = registries_for_config()
   raw = config_lib.load_config_file(args.config)
   configs = config_lib.resolve_modes(raw, args.mode, args.set)
-  return {mode: (config_lib.validate(cfg, registries) if cfg is not None else None)
+  return {mode: (config_lib.validate(cfg, registries, mode) if cfg is not None else None)
           for mode, cfg in configs.items()}
 
 

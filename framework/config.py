@@ -483,13 +483,15 @@ SCHEMA = {
 # ---------------------------------------------------------------------------
 # Validation
 
-def validate(config, registries):
+def validate(config, registries, mode='train'):
   """Checks a resolved config before anything is built.
 
   Args:
     config: a dict from :func:`resolve`.
     registries: ``{'model': Registry, 'data_layer': Registry, 'optimizer':
       Registry, 'lr_policy': Registry}`` in which names are looked up.
+    mode: 'train' or 'eval', the view ``config`` is; an eval view skips what
+      only training batches must satisfy (ghost batch groups).
 
   Returns:
     A new dict holding every key of ``SCHEMA``, defaults filled in, including
@@ -551,7 +553,7 @@ def validate(config, registries):
   _check_arguments(lr_params, policy, 'lr_policy_params', _LR_POLICY_SUPPLIED, epoch_keys=True)
 
   ghost = result['model_params'].get('ghost_batch_size')
-  if ghost is not None:
+  if ghost is not None and mode != 'eval':
     batches = {'batch_size_per_gpu': result['batch_size_per_gpu']}
     if result['precise_bn'] is not None and result['precise_bn']['batch_size'] is not None:
       batches['precise_bn.batch_size'] = result['precise_bn']['batch_size']

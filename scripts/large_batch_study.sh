@@ -3,39 +3,116 @@
 #
 #   bash scripts/large_batch_study.sh [OUT]        (default OUT: runs/large_batch)
 #
-# Two sweeps over batch_size_per_gpu = 256, 1K, 4K, 8K, 16K on Fashion-MNIST
-# with ResNet-8, 12 epochs each: momentum SGD with linear lr scaling
-# (configs/large_batch/sgd.py + sgd_grid.yaml) and LARS with square-root lr
-# scaling (configs/large_batch/lars.py + lars_grid.yaml). Every point runs
-# with the seeds of SEEDS (default 0); the batch sizes of MORE_SEEDS_AT
-# (default 256,8192) also run with the seeds of MORE_SEEDS (default 1). The
-# defaults are the 14 runs of docs/large_batch.md; SEEDS=0,1 MORE_SEEDS= runs
-# two seeds everywhere. Then scripts/study_report.py writes OUT/study.md,
-# study.csv and study.png over both arms.
+# Fashion-MNIST, ResNet-8, the same epochs at every global batch size G = 256,
+# 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
+# shared recipe of configs/large_batch/common.py. Three arms:
+#   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
+#         with seed 0; the best lr of the grid then runs with seed 1
+#   lars  LARS, lr = 2.0*sqrt(G/256), seeds 0 and 1
+#   lamb  LAMB, lr = 0.005*sqrt(G/256), seeds 0 and 1
+# and a budget check: each arm's batch-256 point (SGD at its best lr) again
+# with half the epochs (OUT/<arm>_half).
 #
-# Resumable: run it again with the same OUT and finished runs are skipped.
-# 6-10 minutes per run on a 2-core CPU; the 16K point needs about 13 GB of
-# memory.
+# Points run in order of importance (LARS at 8K and the batch-256 baselines
+# first), so a partial study already answers the main question. It is
+# resumable: run it again with the same OUT and finished runs are skipped (a
+# run cut off half-way starts again). Each run takes 10-15 minutes on an idle
+# 2-core CPU; all 46 runs (6 of them at half length), about 8-9 hours. 8K and
+# 16K need about 7 GB of
+# memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py
+# writes OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also
+# puts the table into docs/large_batch.md and the plots into docs/images.
+# DRY_RUN=1 prints the run.py commands of the points instead of running them.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 OUT="${1:-runs/large_batch}"
-SEEDS="${SEEDS:-0}"
-MORE_SEEDS="${MORE_SEEDS-1}"
-MORE_SEEDS_AT="${MORE_SEEDS_AT:-256,8192}"
-
-bash scripts/setup.sh
+PY=.venv/bin/python
 status=0
-for arm in lars sgd; do
-  sweep=(.venv/bin/python scripts/sweep.py --config "configs/large_batch/$arm.py"
-         --grid-file "configs/large_batch/${arm}_grid.yaml" --out "$OUT/$arm")
-  "${sweep[@]}" --seeds "$SEEDS" || status=$?
-  if [[ -n "$MORE_SEEDS" ]]; then
-    "${sweep[@]}" --grid "batch_size_per_gpu=$MORE_SEEDS_AT" --seeds "$MORE_SEEDS" || status=$?
+
+DRY_RUN="${DRY_RUN:-0}"
+if [[ "${REPORT_ONLY:-0}" != 1 && "$DRY_RUN" != 1 ]]; then
+  bash scripts/setup.sh
+fi
+
+# value EXPRESSION: a learning rate from an expression in G, to 4 significant digits.
+value() { "$PY" -c "import math; G = $G; print(f'{($1):.4g}')"; }
+
+# sweep ARM SEEDS LR[,LR...] [extra sweep.py arguments]: one sweep of an arm at
+# the current global batch G.
+sweep() {
+  local arm=$1 seeds=$2 lrs=$3
+  shift 3
+  local batch=$G iter=1
+  if ((G > 8192)); then
+    batch=8192
+    iter=$((G / 8192))
   fi
+  "$PY" scripts/sweep.py --config "configs/large_batch/${arm%_half}.py" --out "$OUT/$arm" \
+      --grid "batch_size_per_gpu=$batch" --grid "iter_size=$iter" \
+      --grid "lr_policy_params.learning_rate=$lrs" --seeds "$seeds" "$@" \
+      $([[ "$DRY_RUN" == 1 ]] && echo --dry-run) || status=$?
+}
+
+# best_lr ARM: the learning rate of ARM's grid with the best mean accuracy at G.
+best_lr() {
+  [[ -d "$OUT/$1" ]] || return 3
+  "$PY" scripts/study_report.py --arm "$1=$OUT/$1" --key global_batch --out "$OUT" \
+      --best-lr "$G"
+}
+
+lars() { sweep lars 0,1 "$(value '2.0 * math.sqrt(G / 256)')"; }
+lamb() { sweep lamb 0,1 "$(value '0.005 * math.sqrt(G / 256)')"; }
+sgd() {
+  local base
+  base="$(value '0.1 * math.sqrt(G / 256)')"
+  sweep sgd 0 "$(value "0.5 * $base"),$base,$(value "2 * $base")"
+  local best
+  if best="$(best_lr sgd)"; then
+    sweep sgd 1 "$best"
+  fi
+}
+half() {
+  local epochs
+  epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs / 2)')"
+  G=256
+  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$epochs"
+  sweep lamb_half 0,1 "$(value '0.005 * math.sqrt(G / 256)')" --set "num_epochs=$epochs"
+  local best
+  if best="$(best_lr sgd)"; then
+    sweep sgd_half 0,1 "$best" --set "num_epochs=$epochs"
+  fi
+}
+
+if [[ "$DRY_RUN" == 1 ]]; then
+  trap 'exit "$status"' EXIT
+fi
+if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
+  G=8192; lars
+  G=256; sgd; lars
+  G=16384; lars
+  G=8192; sgd
+  G=256; lamb
+  G=8192; lamb
+  G=16384; sgd; lamb
+  for G in 1024 4096; do lars; sgd; lamb; done
+  half
+fi
+if [[ "$DRY_RUN" == 1 ]]; then
+  exit "$status"
+fi
+
+arms=()
+for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epochs' \
+           lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs'; do
+  [[ -d "$OUT/${arm%%:*}" ]] && arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
 done
-.venv/bin/python scripts/study_report.py --key batch_size_per_gpu --out "$OUT" \
-    --title 'Fashion-MNIST, ResNet-8, 12 epochs' \
-    --arm 'SGD, linear lr scaling'="$OUT/sgd" --arm 'LARS, sqrt lr scaling'="$OUT/lars"
+epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs)')"
+report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --out "$OUT"
+        --title "Fashion-MNIST, ResNet-8, $epochs epochs")
+if [[ "${DOC:-0}" == 1 ]]; then
+  report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch)
+fi
+"${report[@]}" || status=$?
 exit "$status"

@@ -884,6 +884,9 @@ def test_ghost_batch_size_must_divide_the_batches():
   model_params = {'ghost_batch_size': 12}
   assert error_of(check, base_config(model=model, model_params=model_params)) == (
       'model_params.ghost_batch_size: 12 must divide batch_size_per_gpu (32)')
+  # An eval view normalises with the moving statistics: its batches need not divide.
+  assert cfg.validate(base_config(model=model, model_params=model_params), REGISTRIES,
+                      'eval')['model_params'] == {'ghost_batch_size': 12}
   model_params['ghost_batch_size'] = 8
   assert error_of(check, base_config(model=model, model_params=model_params,
                                      precise_bn={'batch_size': 20})) == (

@@ -1,0 +1,31 @@
+"""Large-batch study, arm (c): LAMB with square-root learning-rate scaling.
+
+LAMB (You et al. 2020) with beta_1 0.9, beta_2 0.999 and decoupled weight
+decay 0.01; the batch-norm and bias variables get neither weight decay nor the
+layer-wise trust ratio. On the study's shared recipe (``common.py``).
+``scripts/large_batch_study.sh`` sets lr = 0.005·sqrt(B/256) at batch size B.
+This file alone is the batch-256 point:
+
+  python run.py --config=configs/large_batch/lamb.py --mode=train_eval --logdir=runs/lb_lamb_256
+
+Results: docs/large_batch.md.
+"""
+
+import copy
+
+from configs.large_batch import common
+
+base_params = copy.deepcopy(common.base_params)
+base_params.update({
+    'optimizer': 'LAMB',
+    'optimizer_params': {
+        'beta_1': 0.9,
+        'beta_2': 0.999,
+        'weight_decay': 0.01,
+        'exclude_from_weight_decay': ['batch_normalization', 'bias'],
+        'exclude_from_layer_adaptation': ['batch_normalization', 'bias'],
+    },
+})
+base_params['lr_policy_params']['learning_rate'] = 0.005  # 0.005·sqrt(B/256)
+
+eval_params = copy.deepcopy(common.eval_params)

@@ -1,0 +1,61 @@
+"""Tests of scripts/large_batch_study.sh: which runs the study makes, in which order."""
+
+import json
+import os
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def dry_run(out):
+  result = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'large_batch_study.sh'), str(out)],
+                          cwd=ROOT, env=dict(os.environ, DRY_RUN='1'), capture_output=True,
+                          text=True, timeout=300, check=True)
+  runs = []
+  for line in result.stdout.splitlines():
+    config = re.search(r'configs/large_batch/(\w+)\.py', line).group(1)
+    sets = dict(s.split('=', 1) for s in re.findall(r'--set (\S+)', line))
+    runs.append((os.path.basename(os.path.dirname(re.search(r'--logdir (\S+)', line).group(1))),
+                 config, int(sets['batch_size_per_gpu']) * int(sets['iter_size']),
+                 float(sets['lr_policy_params.learning_rate']), int(sets['random_seed']),
+                 sets.get('num_epochs')))
+  return runs
+
+
+def test_the_study_runs_lars_8k_first_and_every_arm_at_every_batch(tmp_path):
+  runs = dry_run(tmp_path / 'study')
+  assert runs[:2] == [('lars', 'lars', 8192, 11.31, 0, None), ('lars', 'lars', 8192, 11.31, 1, None)]
+  # LARS and LAMB: sqrt scaling, two seeds at every global batch.
+  for arm, base in (('lars', 2.0), ('lamb', 0.005)):
+    points = sorted((g, lr, seed) for d, _, g, lr, seed, _ in runs if d == arm)
+    assert points == sorted((g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
+                            for g in (256, 1024, 4096, 8192, 16384) for seed in (0, 1))
+  # SGD: the three-point grid with seed 0; no second seed before the grid has results.
+  sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
+  assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
+                       for g in (256, 1024, 4096, 8192, 16384) for m in (0.5, 1, 2))
+  assert ('sgd', 'sgd', 16384, 0.8, 0, None) in runs
+  # The budget check: each arm's batch-256 point with half the epochs.
+  half = [r for r in runs if r[0].endswith('_half')]
+  assert [(d, g, lr, e) for d, _, g, lr, _, e in half] == [
+      ('lars_half', 256, 2.0, '12.0'), ('lars_half', 256, 2.0, '12.0'),
+      ('lamb_half', 256, 0.005, '12.0'), ('lamb_half', 256, 0.005, '12.0')]
+  assert len(runs) == 10 + 10 + 15 + 4
+
+
+def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
+  out = tmp_path / 'study'
+  for lr, accuracy in ((0.05, 0.90), (0.1, 0.92), (0.2, 0.91)):
+    logdir = out / 'sgd' / f'batch_size_per_gpu=256__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed=0'
+    os.makedirs(logdir)
+    (logdir / 'result.json').write_text(json.dumps({
+        'point': {'batch_size_per_gpu': 256, 'iter_size': 1, 'lr_policy_params.learning_rate': lr},
+        'seed': 0, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': 5616},
+        'wall_s': 600.0}))
+  runs = dry_run(out)
+  sgd_256 = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'sgd' and g == 256]
+  # The grid (listed by the dry run, skipped by a real one), then its best rate with seed 1.
+  assert sgd_256 == [(0.05, 0), (0.1, 0), (0.2, 0), (0.1, 1)]
+  assert [(d, lr, seed, e) for d, _, _, lr, seed, e in runs if d == 'sgd_half'] == [
+      ('sgd_half', 0.1, 0, '12.0'), ('sgd_half', 0.1, 1, '12.0')]
