@@ -32,6 +32,7 @@ import csv
 import glob
 import json
 import os
+import shutil
 import statistics
 import sys
 
@@ -43,6 +44,8 @@ DEFAULT_TARGET = 0.90
 # Not a config key: batch_size_per_gpu x iter_size (one worker), so that 16K
 # run as two micro-batches of 8K is told apart from 8K.
 GLOBAL_BATCH = 'global_batch'
+DOC_BEGIN = '<!-- study_report: begin -->'
+DOC_END = '<!-- study_report: end -->'
 
 
 def parse_args(argv):
@@ -56,6 +59,11 @@ def parse_args(argv):
   parser.add_argument('--title', default='', help='plot title')
   parser.add_argument('--target', type=float, default=DEFAULT_TARGET,
                       help='test accuracy (a fraction) for updates and time to accuracy')
+  parser.add_argument('--doc', metavar='FILE.md',
+                      help=f'also put the table into FILE.md, between the lines {DOC_BEGIN} '
+                           f'and {DOC_END}')
+  parser.add_argument('--doc-images', metavar='PREFIX',
+                      help='also copy the plots to PREFIX_accuracy.png and PREFIX_steps.png')
   parser.add_argument('--best-lr', metavar='VALUE',
                       help='print only the learning rate with the best mean accuracy at this '
                            'key value (one --arm), and exit (status 3 when none finished)')
@@ -363,6 +371,22 @@ def plot_steps(runs, key, arms, path, title, target):
   return True
 
 
+def write_into_doc(path, table):
+  """Replaces the text between the DOC_BEGIN and DOC_END lines of ``path`` with ``table``.
+
+  Raises:
+    ValueError: when the file lacks the two lines, in that order.
+  """
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
+  if begin < 0 or end < begin:
+    raise ValueError(f'{path}: no {DOC_BEGIN} ... {DOC_END} block to write the table into')
+  begin += len(DOC_BEGIN)
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text[:begin] + '\n' + table + text[end:])
+
+
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   arms, runs = [], []
@@ -403,6 +427,17 @@ def main(argv=None):
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)
   plotted_steps = plot_steps(runs, args.key, arms, os.path.join(args.out, 'steps.png'),
                              args.title, args.target)
+  if args.doc:
+    try:
+      write_into_doc(args.doc, table)
+    except (OSError, ValueError) as exc:
+      print(f'error: --doc: {exc}', file=sys.stderr)
+      return 2
+  if args.doc_images:
+    for name, plotted_now in (('accuracy', plotted), ('steps', plotted_steps)):
+      source = os.path.join(args.out, 'study.png' if name == 'accuracy' else 'steps.png')
+      if plotted_now:
+        shutil.copyfile(source, f'{args.doc_images}_{name}.png')
   print(table, end='')
   print(f'wrote {os.path.join(args.out, "study.csv")}, study.md'
         + (', study.png' if plotted else ' (nothing to plot)')

@@ -159,3 +159,22 @@ def test_best_lr_and_global_batch(study, capsys, tmp_path):
   (sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=1' / 'error.txt').write_text('boom\n')
   runs = study_report.read_runs('LARS', str(sixteen), study_report.GLOBAL_BATCH)
   assert [(r['global_batch'], r['status']) for r in runs] == [(16384, 'ok'), (16384, 'failed')]
+
+
+def test_doc_block_and_images_are_written_from_the_runs(study, tmp_path):
+  doc = tmp_path / 'page.md'
+  doc.write_text('# Study\n\n<!-- study_report: begin -->\nold table\n<!-- study_report: end -->\n'
+                 '\nHistory.\n')
+  out = tmp_path / 'report'
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
+                            '--out', str(out), '--doc', str(doc),
+                            '--doc-images', str(tmp_path / 'img')]) == 0
+  text = doc.read_text()
+  assert 'old table' not in text and text.endswith('<!-- study_report: end -->\n\nHistory.\n')
+  assert (out / 'study.md').read_text() in text
+  check_png(tmp_path / 'img_accuracy.png')
+  check_png(tmp_path / 'img_steps.png')
+  doc.write_text('no markers\n')
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
+                            '--out', str(out), '--doc', str(doc)]) == 2
+  assert doc.read_text() == 'no markers\n'
