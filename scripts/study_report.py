@@ -371,8 +371,11 @@ def plot_steps(runs, key, arms, path, title, target):
   return True
 
 
-def write_into_doc(path, table):
+def write_into_doc(path, table, images=()):
   """Replaces the text between the DOC_BEGIN and DOC_END lines of ``path`` with ``table``.
+
+  ``images``: ``(alt text, image path)`` pairs, linked after the table
+  relative to the page.
 
   Raises:
     ValueError: when the file lacks the two lines, in that order.
@@ -383,8 +386,10 @@ def write_into_doc(path, table):
   if begin < 0 or end < begin:
     raise ValueError(f'{path}: no {DOC_BEGIN} ... {DOC_END} block to write the table into')
   begin += len(DOC_BEGIN)
+  links = ''.join(f'\n![{alt}]({os.path.relpath(image, os.path.dirname(os.path.abspath(path)))})\n'
+                  for alt, image in images)
   with open(path, 'w', encoding='utf-8') as f:
-    f.write(text[:begin] + '\n' + table + text[end:])
+    f.write(text[:begin] + '\n' + table + links + text[end:])
 
 
 def main(argv=None):
@@ -427,17 +432,22 @@ def main(argv=None):
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)
   plotted_steps = plot_steps(runs, args.key, arms, os.path.join(args.out, 'steps.png'),
                              args.title, args.target)
+  images = []
+  if args.doc_images:
+    for name, alt, plotted_now in (('accuracy', 'test accuracy against batch size', plotted),
+                                   ('steps', f'updates to {args.target * 100:g} % test accuracy '
+                                             'against batch size', plotted_steps)):
+      if plotted_now:
+        image = f'{args.doc_images}_{name}.png'
+        shutil.copyfile(os.path.join(args.out, 'study.png' if name == 'accuracy' else 'steps.png'),
+                        image)
+        images.append((alt, os.path.abspath(image)))
   if args.doc:
     try:
-      write_into_doc(args.doc, table)
+      write_into_doc(args.doc, table, images)
     except (OSError, ValueError) as exc:
       print(f'error: --doc: {exc}', file=sys.stderr)
       return 2
-  if args.doc_images:
-    for name, plotted_now in (('accuracy', plotted), ('steps', plotted_steps)):
-      source = os.path.join(args.out, 'study.png' if name == 'accuracy' else 'steps.png')
-      if plotted_now:
-        shutil.copyfile(source, f'{args.doc_images}_{name}.png')
   print(table, end='')
   print(f'wrote {os.path.join(args.out, "study.csv")}, study.md'
         + (', study.png' if plotted else ' (nothing to plot)')

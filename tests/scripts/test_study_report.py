@@ -172,6 +172,7 @@ def test_doc_block_and_images_are_written_from_the_runs(study, tmp_path):
   text = doc.read_text()
   assert 'old table' not in text and text.endswith('<!-- study_report: end -->\n\nHistory.\n')
   assert (out / 'study.md').read_text() in text
+  assert '![updates to 90 % test accuracy against batch size](img_steps.png)' in text
   check_png(tmp_path / 'img_accuracy.png')
   check_png(tmp_path / 'img_steps.png')
   doc.write_text('no markers\n')
