@@ -22,6 +22,8 @@ two micro-batches of 8K, ``iter_size: 2``) and the learning rate per point.
 - **Label smoothing 0.1** on the training loss.
 """
 
+import copy
+
 num_epochs = 24
 warmup_fraction = 0.15
 
@@ -56,3 +58,18 @@ base_params = {
 eval_params = {
     'batch_size_per_gpu': 1000,
 }
+
+
+def arm(optimizer, optimizer_params, learning_rate, weight_decay=0.0):
+  """``base_params`` of one arm: the shared recipe with its optimizer and lr at batch 256.
+
+  Args:
+    optimizer, optimizer_params: the arm's optimizer and its parameters.
+    learning_rate: the peak learning rate at batch 256.
+    weight_decay: ``model_params.weight_decay`` (L2 on conv and dense kernels).
+  """
+  params = copy.deepcopy(base_params)
+  params.update({'optimizer': optimizer, 'optimizer_params': copy.deepcopy(optimizer_params)})
+  params['model_params']['weight_decay'] = weight_decay
+  params['lr_policy_params']['learning_rate'] = learning_rate
+  return params

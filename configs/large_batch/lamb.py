@@ -15,17 +15,13 @@ import copy
 
 from configs.large_batch import common
 
-base_params = copy.deepcopy(common.base_params)
-base_params.update({
-    'optimizer': 'LAMB',
-    'optimizer_params': {
-        'beta_1': 0.9,
-        'beta_2': 0.999,
-        'weight_decay': 0.01,
-        'exclude_from_weight_decay': ['batch_normalization', 'bias'],
-        'exclude_from_layer_adaptation': ['batch_normalization', 'bias'],
-    },
-})
-base_params['lr_policy_params']['learning_rate'] = 0.005  # 0.005·sqrt(B/256)
+_EXCLUDED = ['batch_normalization', 'bias']
 
+base_params = common.arm('LAMB', {
+    'beta_1': 0.9,
+    'beta_2': 0.999,
+    'weight_decay': 0.01,
+    'exclude_from_weight_decay': _EXCLUDED,
+    'exclude_from_layer_adaptation': _EXCLUDED,
+}, 0.005)  # lr 0.005·sqrt(B/256)
 eval_params = copy.deepcopy(common.eval_params)

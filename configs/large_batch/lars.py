@@ -14,18 +14,9 @@ Results: docs/large_batch.md.
 
 import copy
 
+from configs import fashion_mnist_lars as _main
 from configs.large_batch import common
 
-base_params = copy.deepcopy(common.base_params)
-base_params.update({
-    'optimizer': 'LARS',
-    'optimizer_params': {
-        'momentum': 0.9,
-        'weight_decay': 5e-4,
-        'eeta': 0.001,
-        'skip_list': ['batch_normalization', 'bias'],
-    },
-})
-base_params['lr_policy_params']['learning_rate'] = 2.0  # 2.0·sqrt(B/256)
-
+# The main job's LARS settings; lr 2.0·sqrt(B/256).
+base_params = common.arm(_main.base_params['optimizer'], _main.base_params['optimizer_params'], 2.0)
 eval_params = copy.deepcopy(common.eval_params)

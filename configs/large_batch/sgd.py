@@ -14,14 +14,11 @@ Results: docs/large_batch.md.
 
 import copy
 
+from configs import fashion_mnist_sgd as _baseline
 from configs.large_batch import common
 
-base_params = copy.deepcopy(common.base_params)
-base_params.update({
-    'optimizer': 'Momentum',
-    'optimizer_params': {'momentum': 0.9},
-})
-base_params['model_params']['weight_decay'] = 5e-4
-base_params['lr_policy_params']['learning_rate'] = 0.1
-
+# The main SGD baseline's optimizer and weight decay.
+base_params = common.arm(_baseline.base_params['optimizer'],
+                         _baseline.base_params['optimizer_params'], 0.1,
+                         weight_decay=_baseline.base_params['model_params']['weight_decay'])
 eval_params = copy.deepcopy(common.eval_params)
