@@ -149,13 +149,28 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
   """The LARC factor c for each variable, from float32 norms.
 
   clip: c = min(1, max(eta·‖v‖ / (lr·(‖g‖ + eps)), min_update));
-  scale: c = max(eta·‖v‖ / (‖g‖ + eps), min_update).
+  scale: c = max(eta·‖v‖ / (‖g‖ + eps), min_update);
+  and c = 1 (the gradient passes unchanged) when ‖v‖ = 0 or ‖g‖ = 0, and in
+  clip mode when lr = 0, as LARS's trust ratio does.
+
+  OpenSeq2Seq applies the formulas unconditionally. A zero-initialised bias or
+  batch-norm beta then gets 0/0 = NaN in clip mode while a warm-up starts at
+  lr 0, which poisons the whole update, and c = min_update otherwise, so it
+  barely ever moves away from zero. With the rule above no factor is ever
+  non-finite and such a variable trains at the base learning rate until its
+  norm is positive.
   """
   lr = tf.cast(learning_rate, tf.float32)
+  usable = tf.logical_and(var_norms > 0.0, grad_norms > 0.0)
   if larc_mode == 'clip':
-    return tf.minimum(tf.maximum(larc_eta * var_norms / (lr * (grad_norms + epsilon)), min_update),
-                      1.0)
-  return tf.maximum(larc_eta * var_norms / (grad_norms + epsilon), min_update)
+    usable = tf.logical_and(usable, lr > 0.0)
+    # Unusable entries divide by 1: no 0/0 or x/0 is evaluated at all.
+    denominator = tf.where(usable, lr * (grad_norms + epsilon), 1.0)
+    factors = tf.minimum(tf.maximum(larc_eta * var_norms / denominator, min_update), 1.0)
+  else:
+    denominator = tf.where(usable, grad_norms + epsilon, 1.0)
+    factors = tf.maximum(larc_eta * var_norms / denominator, min_update)
+  return tf.where(usable, factors, tf.ones_like(factors))
 
 
 def larc_adapts(var, params):

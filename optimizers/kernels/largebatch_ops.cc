@@ -27,6 +27,8 @@
 //   mode "larc_clip" / "larc_scale", adapted variable:
 //     clip:  c = min(max(eeta·‖w‖ / (lr·(‖g‖ + eps)), min_update), 1)
 //     scale: c = max(eeta·‖w‖ / (‖g‖ + eps), min_update)
+//     (c = 1 when ‖w‖ or ‖g‖ is 0, and in clip mode when lr is 0: no 0/0,
+//     and a zero-initialised variable is not frozen at min_update)
 //     v ← m·v − lr·c·g;  w ← w + v   (Nesterov: w ← w + m·v − lr·c·g)
 //   mode "larc_*", skipped variable: c = 1.
 //
@@ -264,9 +266,11 @@ class TrustMomentumOp : public OpKernel {
         if (!(w_norm > 0.0f && g_norm > 0.0f)) return 1.0f;
         return eeta_ * w_norm / (g_norm + weight_decay_ * w_norm + epsilon_);
       case Mode::kLarcClip:
+        if (!(w_norm > 0.0f && g_norm > 0.0f && lr > 0.0f)) return 1.0f;
         return std::min(std::max(eeta_ * w_norm / (lr * (g_norm + epsilon_)), min_update_),
                         1.0f);
       case Mode::kLarcScale:
+        if (!(w_norm > 0.0f && g_norm > 0.0f)) return 1.0f;
         return std::max(eeta_ * w_norm / (g_norm + epsilon_), min_update_);
     }
     return 1.0f;
