@@ -412,6 +412,8 @@ LARC_SCHEMA = {
     'epsilon': Param(float, 1e-7, check=non_negative, doc='added to the gradient norm'),
     'skip_list': _ListParam(Param(str, REQUIRED), None,
                             doc='variables whose name or path contains one of these are not adapted'),
+    'exclude_from_layer_adaptation': _ListParam(Param(str, REQUIRED), None,
+                                                doc='the same as skip_list (the LARS/LAMB name)'),
 }
 
 REGULARIZER_SCHEMA = {

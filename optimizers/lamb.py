@@ -16,6 +16,7 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
@@ -84,33 +85,41 @@ def lamb_apply_all(variables, directions, adapts, learning_rate, w_squared, u_sq
   return ratios
 
 
-class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
+@keras.saving.register_keras_serializable(package='largebatch')
+class LAMB(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
+           keras.optimizers.Optimizer):
   """LAMB: Adam moments with bias correction and a layer-wise trust ratio.
 
   With t the 1-based step: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g²,
   m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), u = m̂/(√v̂+ε) + wd·w,
   w ← w − lr·(‖w‖/‖u‖)·u (the ratio is 1 when a norm is 0).
 
+  Registered for Keras serialization (``largebatch>LAMB``), as ``LARSOptimizer``.
+
   Args:
     learning_rate: a float, a Keras LearningRateSchedule, or a zero-argument callable.
     beta_1: decay of the first moment, in [0, 1).
     beta_2: decay of the second moment, in [0, 1).
     epsilon: added to √v̂ (> 0).
-    weight_decay: coefficient of w in u (>= 0).
+    weight_decay: coefficient of w in u (>= 0); None (the default, as in Keras) means 0.
     exclude_from_weight_decay: strings; variables whose name or path contains one
-      get no weight decay.
+      get no weight decay. Keras' ``exclude_from_weight_decay(var_names=...)``
+      method works too.
     exclude_from_layer_adaptation: strings; variables whose name or path contains
-      one use a trust ratio of 1. Defaults to ``exclude_from_weight_decay``.
+      one use a trust ratio of 1. Defaults to the weight-decay exclusions.
     name: the optimizer's name.
     fused: update all variables together: the native CPU kernel where it
       applies, else two XLA launches with the norms taken in between (same
       math; False runs ``update_step`` variable by variable).
+    skip_list: the ``tf.contrib`` spelling: excluded from both (see ``exclusions.py``).
     **kwargs: other Keras optimizer arguments.
   """
 
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-               weight_decay=0.0, exclude_from_weight_decay=None,
-               exclude_from_layer_adaptation=None, name='LAMB', fused=True, **kwargs):
+               weight_decay=None, exclude_from_weight_decay=None,
+               exclude_from_layer_adaptation=None, name='LAMB', fused=True, skip_list=None,
+               **kwargs):
+    weight_decay = 0.0 if weight_decay is None else weight_decay
     for key, value in (('learning_rate', learning_rate), ('weight_decay', weight_decay),
                        ('epsilon', epsilon)):
       if isinstance(value, (int, float)) and value < 0:
@@ -123,12 +132,7 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     self.beta_2 = float(beta_2)
     self.epsilon = float(epsilon)
     self.weight_decay = float(weight_decay)
-    self.decay_exclusions = list(exclude_from_weight_decay or [])
-    if exclude_from_layer_adaptation is None:
-      self.adaptation_exclusions = list(self.decay_exclusions)
-    else:
-      self.adaptation_exclusions = list(exclude_from_layer_adaptation)
-    self._explicit_adaptation_exclusions = exclude_from_layer_adaptation is not None
+    self._set_exclusions(exclude_from_weight_decay, exclude_from_layer_adaptation, skip_list)
     self.fused = bool(fused)
 
   def build(self, var_list):
@@ -137,8 +141,8 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     super().build(var_list)
     self._m = self.add_optimizer_variables(var_list, 'm')
     self._v = self.add_optimizer_variables(var_list, 'v')
-    self._decays = [not tf1_compat.matches_any(v, self.decay_exclusions) for v in var_list]
-    self._adapts = [not tf1_compat.matches_any(v, self.adaptation_exclusions) for v in var_list]
+    self._decays = [self.decays(v) for v in var_list]
+    self._adapts = [self.adapts(v) for v in var_list]
 
   def _apply_weight_decay(self, variables):
     # Weight decay is part of the LAMB direction u, before the trust ratio.
@@ -203,9 +207,7 @@ class LAMB(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
         'beta_2': self.beta_2,
         'epsilon': self.epsilon,
         'weight_decay': self.weight_decay,
-        'exclude_from_weight_decay': self.decay_exclusions or None,
-        'exclude_from_layer_adaptation': (self.adaptation_exclusions
-                                          if self._explicit_adaptation_exclusions else None),
         'fused': self.fused,
+        **self._exclusion_config(),
     })
     return config

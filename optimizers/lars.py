@@ -22,6 +22,7 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
@@ -68,7 +69,7 @@ def lars_momentum_update(var, momentum_slot, grad, scaled_lr, momentum, use_nest
     var.assign_sub(velocity)
 
 
-def lars_update_all(variables, slots, grads, adapt, learning_rate, w_squared, g_squared,
+def lars_update_all(variables, slots, grads, adapt, decay, learning_rate, w_squared, g_squared,
                     momentum, weight_decay, eeta, epsilon, use_nesterov):
   """The LARS update of many variables, given the squared norms of the adapted ones.
 
@@ -79,8 +80,8 @@ def lars_update_all(variables, slots, grads, adapt, learning_rate, w_squared, g_
     variables: the tf.Variables to update.
     slots: their momentum tf.Variables.
     grads: their dense gradients.
-    adapt: one bool per variable, False for a skipped one (no trust ratio, no
-      weight decay).
+    adapt: one bool per variable, False for one without the trust ratio.
+    decay: one bool per variable, False for one without weight decay.
     learning_rate: the base learning rate (scalar).
     w_squared: float32 vector, ‖w‖² of each adapted variable, in order.
     g_squared: float32 vector, ‖g‖² of each adapted variable's gradient.
@@ -90,14 +91,17 @@ def lars_update_all(variables, slots, grads, adapt, learning_rate, w_squared, g_
     The trust ratios of the adapted variables (float32 vector).
   """
   lr = tf.cast(learning_rate, tf.float32)
-  ratios = trust_ratio(tf.sqrt(w_squared), tf.sqrt(g_squared), eeta, weight_decay, epsilon)
+  decays = tf.constant([weight_decay if d else 0.0 for a, d in zip(adapt, decay) if a],
+                       tf.float32, shape=[sum(bool(a) for a in adapt)])
+  ratios = trust_ratio(tf.sqrt(w_squared), tf.sqrt(g_squared), eeta, decays, epsilon)
   k = 0
-  for var, slot, grad, adapted in zip(variables, slots, grads, adapt):
+  for var, slot, grad, adapted, decayed in zip(variables, slots, grads, adapt, decay):
     scaled_lr = lr
     if adapted:
       scaled_lr = lr * ratios[k]
-      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
       k += 1
+    if decayed:
+      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
     lars_momentum_update(var, slot, grad, scaled_lr, momentum, use_nesterov)
   return ratios
 
@@ -126,49 +130,67 @@ def _check_non_negative(**values):
       raise ValueError(f'LARSOptimizer: {name} must be >= 0, got {value!r}')
 
 
-class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
+@keras.saving.register_keras_serializable(package='largebatch')
+class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
+                    keras.optimizers.Optimizer):
   """Layer-wise Adaptive Rate Scaling with momentum.
 
-  For each variable w with gradient g that is not skipped:
-  trust = eeta·‖w‖ / (‖g‖ + weight_decay·‖w‖ + epsilon) (1 when a norm is 0),
-  g' = g + weight_decay·w, v ← momentum·v + lr·trust·g', w ← w − v.
-  Skipped variables (``skip_list``) use lr and g unchanged.
+  For each variable w with gradient g: trust = eeta·‖w‖ / (‖g‖ + weight_decay·‖w‖
+  + epsilon) (1 when a norm is 0), g' = g + weight_decay·w,
+  v ← momentum·v + lr·trust·g', w ← w − v. A variable excluded from the
+  layer adaptation uses trust = 1; one excluded from weight decay uses g' = g
+  (and no decay term in the trust ratio).
+
+  The defaults follow Keras' conventions: ``learning_rate=0.01`` as Keras'
+  ``SGD``, and no weight decay unless it is asked for (``weight_decay=None``
+  or 0). ``tf.contrib.opt.LARSOptimizer`` had no default learning rate and a
+  weight decay of 1e-4: pass ``weight_decay=1e-4`` to port code that relied
+  on it.
+
+  Registered for Keras serialization (``largebatch>LARSOptimizer``): a model
+  compiled with it is saved by ``model.save`` and reloaded, slots and step
+  included, by ``keras.models.load_model`` once ``optimizers`` is imported.
 
   Args:
     learning_rate: a float, a Keras LearningRateSchedule, or a zero-argument callable.
     momentum: momentum coefficient (>= 0).
-    weight_decay: L2 coefficient folded into the gradient (>= 0).
+    weight_decay: L2 coefficient folded into the gradient (>= 0); None means 0.
     eeta: LARS coefficient (>= 0), the trust in the layer-wise ratio.
     epsilon: added to the trust-ratio denominator (>= 0).
     name: the optimizer's name.
     skip_list: strings; a variable whose name or path contains one of them gets
-      neither the trust ratio nor weight decay (e.g. ``['batch_normalization', 'bias']``).
+      neither the trust ratio nor weight decay (e.g. ``['batch_normalization', 'bias']``),
+      the ``tf.contrib`` spelling of the two lists below.
     use_nesterov: use Nesterov momentum.
     fused: update all variables together: the native CPU kernel where it
       applies, else ``tf.nn.l2_loss`` norms and a few XLA launches (same math;
       False runs ``update_step`` variable by variable).
+    exclude_from_weight_decay: strings; matching variables get no weight decay.
+      Keras' ``exclude_from_weight_decay(var_names=...)`` method works too.
+    exclude_from_layer_adaptation: strings; matching variables get no trust
+      ratio. Defaults to the weight-decay exclusions (see ``exclusions.py``).
     **kwargs: other Keras optimizer arguments (``clipnorm``, ``global_clipnorm``, ...).
 
   Raises:
-    ValueError: for a negative learning_rate, momentum, weight_decay, eeta or epsilon.
+    ValueError: for a negative learning_rate, momentum, weight_decay, eeta or
+      epsilon, or an exclusion list that is not a list of strings.
   """
 
-  def __init__(self, learning_rate, momentum=0.9, weight_decay=0.0001, eeta=0.001,
+  def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay=None, eeta=0.001,
                epsilon=0.0, name='LARSOptimizer', skip_list=None, use_nesterov=False,
-               fused=True, **kwargs):
+               fused=True, exclude_from_weight_decay=None, exclude_from_layer_adaptation=None,
+               **kwargs):
+    weight_decay = 0.0 if weight_decay is None else weight_decay
     _check_non_negative(learning_rate=learning_rate, momentum=momentum,
                         weight_decay=weight_decay, eeta=eeta, epsilon=epsilon)
-    if skip_list is not None and (isinstance(skip_list, str) or
-                                  not all(isinstance(s, str) for s in skip_list)):
-      raise ValueError(f'LARSOptimizer: skip_list must be a list of strings, got {skip_list!r}')
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    self._set_exclusions(exclude_from_weight_decay, exclude_from_layer_adaptation, skip_list)
     self.momentum = float(momentum)
     # Stored under the Keras name so get_config is familiar; the Keras base
     # class's decoupled decay is disabled below because LARS folds it into g.
     self.weight_decay = float(weight_decay)
     self.eeta = float(eeta)
     self.epsilon = float(epsilon)
-    self.skip_list = list(skip_list) if skip_list is not None else None
     self.use_nesterov = bool(use_nesterov)
     self.fused = bool(fused)
 
@@ -177,23 +199,27 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
       return
     super().build(var_list)
     self._momentums = self.add_optimizer_variables(var_list, 'momentum')
-    self._skipped = [self.is_skipped(v) for v in var_list]
+    self._adapts = [self.adapts(v) for v in var_list]
+    self._decays = [self.decays(v) for v in var_list]
 
   def _apply_weight_decay(self, variables):
     # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
     return
 
   def is_skipped(self, var):
-    """Whether ``var`` is excluded from the trust ratio and weight decay."""
-    return tf1_compat.matches_any(var, self.skip_list)
+    """Whether ``var`` is excluded from both the trust ratio and weight decay."""
+    adapted, decayed = self._masks_for(var)
+    return not adapted and not decayed
 
-  def _skipped_for(self, var):
+  def _masks_for(self, var):
+    """(adapts, decays) of ``var``, from the lists made at build time when it is built."""
     if self.built:
       try:
-        return self._skipped[self._get_variable_index(var)]
+        index = self._get_variable_index(var)
+        return self._adapts[index], self._decays[index]
       except KeyError:
         pass
-    return self.is_skipped(var)
+    return self.adapts(var), self.decays(var)
 
   def compute_lr(self, grad, var, learning_rate=None):
     """Returns (scaled_lr, grad') for one variable, as tf.contrib.opt's LARS does.
@@ -204,18 +230,21 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
       learning_rate: the base learning rate; defaults to the optimizer's current one.
 
     Returns:
-      ``(lr·trust, g + weight_decay·w)`` for a variable that is not skipped,
-      ``(lr, g)`` for a skipped one.
+      ``(lr·trust, g + weight_decay·w)``; ``lr`` for a variable excluded from
+      the adaptation and ``g`` for one excluded from weight decay.
     """
     lr = self.learning_rate if learning_rate is None else learning_rate
     lr = tf.cast(lr, tf.float32)
-    if self._skipped_for(var):
-      return lr, grad
+    adapted, decayed = self._masks_for(var)
+    weight_decay = self.weight_decay if decayed else 0.0
     w = tf.convert_to_tensor(var)
-    w_norm = tf.norm(tf.cast(w, tf.float32))
-    g_norm = tf.norm(tf.cast(grad, tf.float32))
-    ratio = trust_ratio(w_norm, g_norm, self.eeta, self.weight_decay, self.epsilon)
-    return lr * ratio, grad + tf.cast(self.weight_decay, grad.dtype) * tf.cast(w, grad.dtype)
+    if adapted:
+      w_norm = tf.norm(tf.cast(w, tf.float32))
+      g_norm = tf.norm(tf.cast(grad, tf.float32))
+      lr = lr * trust_ratio(w_norm, g_norm, self.eeta, weight_decay, self.epsilon)
+    if decayed:
+      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(w, grad.dtype)
+    return lr, grad
 
   def update_step(self, gradient, variable, learning_rate):
     slot = tf1_compat.unwrap(self._momentums[self._get_variable_index(variable)])
@@ -233,12 +262,13 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     indices = [self._get_variable_index(v) for v in trainable_variables]
     variables = [tf1_compat.unwrap(v) for v in trainable_variables]
     slots = [tf1_compat.unwrap(self._momentums[i]) for i in indices]
-    adapt = [not self._skipped[i] for i in indices]
+    adapt = [self._adapts[i] for i in indices]
+    decay = [self._decays[i] for i in indices]
     learning_rate = tf.cast(learning_rate, tf.float32)
     if native.applies(variables, slots, grads):
       native.trust_momentum(variables, slots, grads, learning_rate, adapt, 'lars', self.momentum,
                             self.weight_decay, self.eeta, self.epsilon,
-                            use_nesterov=self.use_nesterov)
+                            use_nesterov=self.use_nesterov, decay=decay)
       return None
 
     def norms(group):
@@ -249,8 +279,9 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
     def update(n, group, group_norms):
       update_all = fused.jit_for(self, lars_update_all, f'lars_update_all_{n}')
       return update_all([variables[k] for k in group], [slots[k] for k in group],
-                        [grads[k] for k in group], tuple(adapt[k] for k in group), learning_rate,
-                        *group_norms, self.momentum, self.weight_decay, self.eeta, self.epsilon,
+                        [grads[k] for k in group], tuple(adapt[k] for k in group),
+                        tuple(decay[k] for k in group), learning_rate, *group_norms,
+                        self.momentum, self.weight_decay, self.eeta, self.epsilon,
                         self.use_nesterov)
 
     fused.pipelined(fused.split_by_size(variables, fused.PIPELINE_GROUPS), norms, update)
@@ -270,8 +301,8 @@ class LARSOptimizer(tf1_compat.TF1OptimizerMixin, keras.optimizers.Optimizer):
         'weight_decay': self.weight_decay,
         'eeta': self.eeta,
         'epsilon': self.epsilon,
-        'skip_list': self.skip_list,
         'use_nesterov': self.use_nesterov,
         'fused': self.fused,
+        **self._exclusion_config(),
     })
     return config

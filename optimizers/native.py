@@ -161,19 +161,22 @@ def applies(variables, slots, grads):
 
 def trust_momentum(variables, slots, grads, learning_rate, adapt, mode, momentum,
                    weight_decay=0.0, eeta=0.001, epsilon=0.0, min_update=0.0,
-                   use_nesterov=False):
-  """Runs the LargebatchTrustMomentum op (see trust_momentum.cc for the math).
+                   use_nesterov=False, decay=None):
+  """Runs the LargebatchTrustMomentum op (see largebatch_ops.cc for the math).
 
   Args:
     variables: float32 tf.Variables (resource variables), updated in place.
     slots: their momentum tf.Variables.
     grads: their dense float32 gradients.
     learning_rate: scalar base learning rate.
-    adapt: one bool per variable; False for a skipped one.
+    adapt: one bool per variable; False for one that keeps the base lr (no
+      trust ratio or LARC factor).
     mode: 'lars' (LARSOptimizer's update), 'larc_clip' or 'larc_scale' (the
       LARC stage followed by Keras' momentum SGD).
     momentum, weight_decay, eeta, epsilon, min_update, use_nesterov: as the
       optimizer and ``larc_params`` (eeta is larc_eta for the LARC modes).
+    decay: in 'lars' mode, one bool per variable, whether it gets weight
+      decay; None: the same as ``adapt``.
 
   Returns:
     A float32 vector: each variable's trust ratio or LARC factor (1 if skipped).
@@ -185,7 +188,7 @@ def trust_momentum(variables, slots, grads, learning_rate, adapt, mode, momentum
       variables=[v.handle for v in variables], slots=[s.handle for s in slots],
       gradients=[tf.convert_to_tensor(g) for g in grads],
       learning_rate=tf.cast(learning_rate, tf.float32), adapt=[bool(a) for a in adapt],
-      mode=mode, momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
+      decay=[bool(d) for d in (adapt if decay is None else decay)], mode=mode, momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
       epsilon=float(epsilon), min_update=float(min_update), use_nesterov=bool(use_nesterov))
 
 

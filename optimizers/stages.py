@@ -15,11 +15,13 @@ against.
 import tensorflow as tf
 
 from optimizers import automatic_loss_scaler
+from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
 
-LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None}
+LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None,
+                 'exclude_from_layer_adaptation': None}
 LARC_KEYS = ('larc_eta',) + tuple(LARC_DEFAULTS)
 LARC_MODES = ('clip', 'scale')
 
@@ -141,6 +143,8 @@ def check_larc_params(larc_params):
     value = params[key]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
       raise ValueError(f'larc_params.{key}: must be a number >= 0, got {value!r}')
+  for key in ('skip_list', 'exclude_from_layer_adaptation'):
+    params[key] = exclusions.check_names('larc_params', key, params[key])
   return params
 
 
@@ -174,8 +178,13 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
 
 
 def larc_adapts(var, params):
-  """Whether LARC adapts ``var``: it matches nothing in ``params['skip_list']``."""
-  return not tf1_compat.matches_any(var, params['skip_list'])
+  """Whether LARC adapts ``var``: it matches nothing in ``skip_list`` or ``exclude_from_layer_adaptation``.
+
+  The two keys mean the same for LARC (it has no weight decay): the first is
+  the ``tf.contrib`` spelling, the second the name LARS and LAMB use.
+  """
+  return not tf1_compat.matches_any(
+      var, (params['skip_list'] or []) + (params['exclude_from_layer_adaptation'] or []))
 
 
 def larc(grads, var_list, learning_rate, params):

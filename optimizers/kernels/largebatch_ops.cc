@@ -19,11 +19,11 @@
 // (larc_coefficients) followed by Keras' SGD update; see SPEC.md. Norms are
 // summed in double, factors are computed in float32 as the Python paths do.
 //
-//   mode "lars", adapted variable:
+//   mode "lars", with wd the weight decay of the variable (0 where decay is
+//   false) and t its trust ratio (1 where adapt is false):
 //     t = eeta·‖w‖ / (‖g‖ + wd·‖w‖ + eps)   (1 when ‖w‖ or ‖g‖ is 0)
 //     v ← m·v + lr·t·(g + wd·w);  w ← w − v
 //     (Nesterov: w ← w − (lr·t·(g + wd·w) + m·v))
-//   mode "lars", skipped variable: t = 1 and no weight decay.
 //   mode "larc_clip" / "larc_scale", adapted variable:
 //     clip:  c = min(max(eeta·‖w‖ / (lr·(‖g‖ + eps)), min_update), 1)
 //     scale: c = max(eeta·‖w‖ / (‖g‖ + eps), min_update)
@@ -74,6 +74,7 @@ REGISTER_OP("LargebatchTrustMomentum")
     .Output("factors: float")
     .Attr("N: int >= 1")
     .Attr("adapt: list(bool)")
+    .Attr("decay: list(bool) = []")
     .Attr("mode: {'lars', 'larc_clip', 'larc_scale'}")
     .Attr("momentum: float")
     .Attr("weight_decay: float = 0.0")
@@ -201,6 +202,7 @@ struct Job {
   const float* g;
   int64_t n;
   bool adapt;
+  bool decay;
   float factor;
 };
 
@@ -211,6 +213,11 @@ class TrustMomentumOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("adapt", &adapt_));
     OP_REQUIRES(ctx, static_cast<int>(adapt_.size()) == n_,
                 absl::InvalidArgumentError("adapt must have one entry per variable"));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
+    // No decay list: weight decay follows adapt (the variables LARS skips get neither).
+    if (decay_.empty()) decay_ = adapt_;
+    OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
+                absl::InvalidArgumentError("decay must have one entry per variable"));
     std::string mode;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("mode", &mode));
     mode_ = mode == "lars" ? Mode::kLars
@@ -245,7 +252,8 @@ class TrustMomentumOp : public OpKernel {
                       w->shape().DebugString(), ", its slot ", v->shape().DebugString(),
                       " and its gradient ", g.shape().DebugString())));
       jobs[i] = Job{w->flat<float>().data(), v->flat<float>().data(), g.flat<float>().data(),
-                    w->NumElements(), static_cast<bool>(adapt_[i]), 1.0f};
+                    w->NumElements(), static_cast<bool>(adapt_[i]),
+                    static_cast<bool>(decay_[i]), 1.0f};
       sizes[i] = jobs[i].n;
     }
     RunLargestFirst(ctx, sizes, [&](int i) { Update(&jobs[i], lr); });
@@ -264,7 +272,7 @@ class TrustMomentumOp : public OpKernel {
     switch (mode_) {
       case Mode::kLars:
         if (!(w_norm > 0.0f && g_norm > 0.0f)) return 1.0f;
-        return eeta_ * w_norm / (g_norm + weight_decay_ * w_norm + epsilon_);
+        return eeta_ * w_norm / (g_norm + (job.decay ? weight_decay_ : 0.0f) * w_norm + epsilon_);
       case Mode::kLarcClip:
         if (!(w_norm > 0.0f && g_norm > 0.0f && lr > 0.0f)) return 1.0f;
         return std::min(std::max(eeta_ * w_norm / (lr * (g_norm + epsilon_)), min_update_),
@@ -285,7 +293,7 @@ class TrustMomentumOp : public OpKernel {
     const float m = momentum_;
     if (mode_ == Mode::kLars) {
       const float s = job->adapt ? lr * job->factor : lr;
-      const float wd = job->adapt ? weight_decay_ : 0.0f;
+      const float wd = job->decay ? weight_decay_ : 0.0f;
       if (use_nesterov_) {
         for (int64_t i = 0; i < n; ++i) {
           const float step = s * (g[i] + wd * w[i]);
@@ -321,6 +329,7 @@ class TrustMomentumOp : public OpKernel {
 
   int n_ = 0;
   std::vector<bool> adapt_;
+  std::vector<bool> decay_;
   Mode mode_ = Mode::kLars;
   float momentum_ = 0.0f;
   float weight_decay_ = 0.0f;

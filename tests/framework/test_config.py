@@ -574,7 +574,8 @@ def test_summaries_must_be_known_names():
 def test_larc_params():
   result = check(base_config(larc_params={'larc_eta': 0.002}))
   assert result['larc_params'] == {'larc_eta': 0.002, 'larc_mode': 'clip', 'min_update': 1e-7,
-                                   'epsilon': 1e-7, 'skip_list': None}
+                                   'epsilon': 1e-7, 'skip_list': None,
+                                   'exclude_from_layer_adaptation': None}
   result = check(base_config(larc_params={'larc_eta': 1e-3, 'larc_mode': 'scale',
                                           'skip_list': ['bias', 'batch_normalization']}))
   assert result['larc_params']['skip_list'] == ['bias', 'batch_normalization']
@@ -590,7 +591,8 @@ def test_larc_params():
       'larc_params.skip_list.1: expected a string, got 3 (int)')
   assert error_of(check, base_config(larc_params={'larc_eta': 1e-3, 'larc_eda': 1.0})) == (
       'larc_params.larc_eda: unknown key (did you mean larc_params.larc_eta?); '
-      'allowed keys: epsilon, larc_eta, larc_mode, min_update, skip_list')
+      'allowed keys: epsilon, exclude_from_layer_adaptation, larc_eta, larc_mode, min_update, '
+      'skip_list')
 
 
 def test_regularizer():

@@ -61,3 +61,13 @@ def test_config_round_trip_and_errors():
     LAMB(0.1, beta_1=1.5)
   with pytest.raises(ValueError, match='weight_decay'):
     LAMB(0.1, weight_decay=-1.0)
+
+
+def test_weight_decay_none_is_no_decay():
+  assert LAMB().weight_decay == 0.0 and LAMB(0.01, weight_decay=None).weight_decay == 0.0
+  var = keras.Variable(np.array([1.0, -2.0, 0.5], np.float32), name='kernel')
+  opt = LAMB(0.01, beta_1=0.9, beta_2=0.99, epsilon=1e-6, weight_decay=None)
+  for g in GRADS:
+    opt.apply_gradients([(tf.constant(g), var)])
+  want = numpy_lamb([1.0, -2.0, 0.5], GRADS, 0.01, 0.9, 0.99, 1e-6, 0.0, True, True)
+  np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-7)

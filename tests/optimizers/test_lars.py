@@ -9,18 +9,22 @@ from optimizers.lars import LARSOptimizer
 from optimizers.lars import trust_ratio
 
 
-def numpy_lars(w, g_seq, lr, momentum, wd, eeta, eps, nesterov, skipped):
-  """Reference: the update rule of SPEC.md, step by step, in float64."""
+def numpy_lars(w, g_seq, lr, momentum, wd, eeta, eps, nesterov, skipped, decay=True,
+               adapt=True):
+  """Reference: the update rule of SPEC.md, step by step, in float64.
+
+  ``skipped`` (a ``skip_list`` match) turns off both the weight decay and the
+  trust ratio; ``decay`` and ``adapt`` turn off one each.
+  """
   w = np.array(w, np.float64)
   v = np.zeros_like(w)
+  decay, adapt = decay and not skipped, adapt and not skipped
+  wd = wd if decay else 0.0
   for g in g_seq:
     g = np.array(g, np.float64)
-    if skipped:
-      scaled_lr, gp = lr, g
-    else:
-      wn, gn = np.linalg.norm(w), np.linalg.norm(g)
-      trust = eeta * wn / (gn + wd * wn + eps) if wn > 0 and gn > 0 else 1.0
-      scaled_lr, gp = lr * trust, g + wd * w
+    wn, gn = np.linalg.norm(w), np.linalg.norm(g)
+    trust = eeta * wn / (gn + wd * wn + eps) if adapt and wn > 0 and gn > 0 else 1.0
+    scaled_lr, gp = lr * trust, g + wd * w
     v = momentum * v + scaled_lr * gp
     w = w - (scaled_lr * gp + momentum * v) if nesterov else w - v
   return w, v
@@ -167,3 +171,15 @@ def test_inside_tf_function_traces_once():
     step(tf.constant([0.1 * i, 0.2]))
   assert step.experimental_get_tracing_count() == 1
   assert int(opt.iterations.numpy()) == 4
+
+
+def test_keras_convention_defaults():
+  """learning_rate 0.01 as Keras' SGD; weight_decay None (the Keras default) means none."""
+  var = keras.Variable(np.array([1.0, -2.0, 0.5, 3.0], np.float32), name='kernel')
+  opt = LARSOptimizer(weight_decay=None)
+  assert float(np.asarray(opt.learning_rate)) == pytest.approx(0.01)
+  assert opt.weight_decay == 0.0 and LARSOptimizer().weight_decay == 0.0
+  for g in GRADS:
+    opt.apply_gradients([(tf.constant(g), var)])
+  want, _ = numpy_lars([1.0, -2.0, 0.5, 3.0], GRADS, 0.01, 0.9, 0.0, 0.001, 0.0, False, False)
+  np.testing.assert_allclose(var.numpy(), want, rtol=1e-6)
