@@ -32,6 +32,7 @@ from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 
 
+@keras.saving.register_keras_serializable(package='largebatch')
 class MomentumOptimizer(fused.XlaUpdateMixin, tf1_compat.TF1OptimizerMixin,
                         keras.optimizers.SGD):
   """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
