@@ -12,6 +12,7 @@ from optimizers.optimizers import OPTIMIZER_SUMMARIES
 from optimizers.optimizers import GradientPipeline
 from optimizers.optimizers import MomentumOptimizer
 from optimizers.optimizers import clear_pipelines
+from optimizers.optimizers import find_pipeline
 from optimizers.optimizers import get_pipeline
 from optimizers.optimizers import get_regularization_loss
 from optimizers.optimizers import optimize_loss

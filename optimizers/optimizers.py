@@ -13,9 +13,14 @@ The order of the stages is fixed by the numerical contract:
 ``optimize_loss`` keeps the OpenSeq2Seq signature. In TF 2 there is no graph to
 hold state between calls, so the first call for a model (or variable list)
 creates a :class:`GradientPipeline` holding the optimizer, the global step, the
-loss scaler and the accumulators, and later calls reuse it. Wrap the whole
-step in one ``tf.function``; it traces once.
+loss scaler and the accumulators, and later calls reuse it; they must pass the
+same arguments (a call with others is a ValueError naming them). Wrap the
+whole step in one ``tf.function``; it traces once.
 """
+
+import functools
+import numbers
+import types
 
 import keras
 import tensorflow as tf
@@ -489,11 +494,93 @@ class GradientPipeline(tf.Module):
 
 _PIPELINES = {}
 
+# The optimize_loss arguments a pipeline is built from (``loss`` and
+# ``skip_update_ph`` change every call; ``log_global_norm`` only adds a log).
+_PIPELINE_ARGUMENTS = ('optimizer', 'optimizer_params', 'learning_rate_decay_fn', 'var_list',
+                       'dtype', 'clip_gradients', 'summaries', 'larc_params', 'loss_scaling',
+                       'loss_scaling_params', 'on_horovod', 'iter_size', 'horovod_params')
+
 
 def _key(model, var_list):
   if model is not None:
     return ('model', id(model))
   return ('vars',) + tuple(id(v) for v in var_list)
+
+
+def _snapshot(value):
+  """``value`` with its dicts, lists and tuples copied, so later edits by the caller show."""
+  if isinstance(value, dict):
+    return {k: _snapshot(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return type(value)(_snapshot(v) for v in value)
+  return value
+
+
+def _same(a, b, depth=0):
+  """Whether two optimize_loss argument values mean the same.
+
+  Containers compare item by item; variables and other objects by identity;
+  functions by their code, defaults and closure values, so a lambda or
+  ``functools.partial`` re-created on every call with the same content is
+  the same argument.
+  """
+  if a is b:
+    return True
+  # 5 and 5.0, or a numpy and a Python float, are the same value; True is not 1.
+  numeric = (numbers.Number, tf.DType)
+  if (isinstance(a, numeric) and isinstance(b, numeric)
+      and not isinstance(a, bool) and not isinstance(b, bool)):
+    return a == b
+  if depth > 8 or type(a) is not type(b):
+    return False
+  if isinstance(a, dict):
+    return a.keys() == b.keys() and all(_same(a[k], b[k], depth + 1) for k in a)
+  if isinstance(a, (list, tuple)):
+    return len(a) == len(b) and all(_same(x, y, depth + 1) for x, y in zip(a, b))
+  if isinstance(a, functools.partial):
+    return (_same(a.func, b.func, depth + 1) and _same(a.args, b.args, depth + 1)
+            and _same(a.keywords, b.keywords, depth + 1))
+  if isinstance(a, types.MethodType):
+    return a.__func__ is b.__func__ and a.__self__ is b.__self__
+  if isinstance(a, types.FunctionType):
+    return (a.__code__ == b.__code__ and _same(a.__defaults__, b.__defaults__, depth + 1)
+            and _same(a.__kwdefaults__, b.__kwdefaults__, depth + 1)
+            and _same(_closure_values(a), _closure_values(b), depth + 1))
+  if isinstance(a, (str, bytes)):
+    return a == b
+  return False
+
+
+def _closure_values(function):
+  """The values a function closes over, without AutoGraph's own.
+
+  Inside a ``tf.function`` AutoGraph converts a lambda into one that also
+  closes over its module and a scope object made anew on every trace (and a
+  ``tf.function`` traces twice when the first trace creates variables).
+  """
+  values = []
+  for cell in function.__closure__ or ():
+    try:
+      value = cell.cell_contents
+    except ValueError:  # a cell not assigned yet
+      value = cell
+    if isinstance(value, types.ModuleType) or type(value).__module__.startswith(
+        'tensorflow.python.autograph'):
+      continue
+    values.append(value)
+  return tuple(values)
+
+
+def _check_same_arguments(created, given):
+  """Raises ValueError naming each argument that differs from the pipeline's own."""
+  changed = [name for name in _PIPELINE_ARGUMENTS if not _same(created[name], given[name])]
+  if changed:
+    details = ', '.join(f'{name} (created with {created[name]!r}, now {given[name]!r})'
+                        for name in changed)
+    raise ValueError(
+        f'optimize_loss: called again for the same model with different arguments: {details}. '
+        'Its optimizer, slots, global step and loss scaler were built from the first call; pass '
+        'the same arguments, or call optimizers.clear_pipelines() to build a new pipeline.')
 
 
 def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=None,
@@ -503,26 +590,44 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
   """The GradientPipeline ``optimize_loss`` uses for ``model`` (or ``var_list``), created on first use.
 
   Call it eagerly with the same arguments as ``optimize_loss`` to get the
-  pipeline (its global step, optimizer and loss scaler) before the first step,
-  e.g. to restore a checkpoint.
+  pipeline (its ``global_step``, ``optimizer``, ``loss_scaler``, ``learning_rate()``)
+  before the first step, e.g. to restore a checkpoint; ``find_pipeline`` looks
+  an existing one up by model alone.
+
+  Raises:
+    ValueError: when a pipeline exists for ``model`` (or ``var_list``) and was
+      created with different arguments; the message names each of them.
   """
+  if var_list is None and model is None:
+    raise ValueError('optimize_loss: pass var_list or model (TF 2 has no global collection '
+                     'of trainable variables)')
+  given = {name: value for name, value in locals().items() if name in _PIPELINE_ARGUMENTS}
+  given['dtype'] = _normalize_dtype(dtype)
   if var_list is None:
-    if model is None:
-      raise ValueError('optimize_loss: pass var_list or model (TF 2 has no global collection '
-                       'of trainable variables)')
     var_list = model.trainable_variables
   key = _key(model, var_list)
-  pipeline = _PIPELINES.get(key, (None, None))[1]
-  if pipeline is None:
-    pipeline = GradientPipeline(
-        var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
-        clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
-        loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
-        on_horovod=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
-        log_global_norm=log_global_norm)
-    # The owner is kept alive with the entry so its id cannot be reused.
-    _PIPELINES[key] = (model if model is not None else list(var_list), pipeline)
+  if key in _PIPELINES:
+    _, pipeline, created = _PIPELINES[key]
+    _check_same_arguments(created, given)
+    return pipeline
+  pipeline = GradientPipeline(
+      var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
+      clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
+      loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
+      on_horovod=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
+      log_global_norm=log_global_norm)
+  # The owner is kept alive with the entry so its id cannot be reused.
+  _PIPELINES[key] = (model if model is not None else list(var_list), pipeline,
+                     {name: _snapshot(value) for name, value in given.items()})
   return pipeline
+
+
+def find_pipeline(model=None, var_list=None):
+  """The pipeline ``optimize_loss`` created for ``model`` (or ``var_list``), or None."""
+  if model is None and var_list is None:
+    raise ValueError('find_pipeline: pass model or var_list')
+  entry = _PIPELINES.get(_key(model, var_list))
+  return entry[1] if entry is not None else None
 
 
 def clear_pipelines():
@@ -548,7 +653,8 @@ def optimize_loss(loss, optimizer, optimizer_params, learning_rate_decay_fn, var
     clip_gradients: clip the global gradient norm to this value (None: no clipping).
     summaries: names from ``OPTIMIZER_SUMMARIES`` written with ``tf.summary``.
     larc_params: dict with ``larc_eta`` and optional ``larc_mode`` ('clip' or
-      'scale'), ``min_update``, ``epsilon``, ``skip_list``.
+      'scale'), ``min_update``, ``epsilon``, ``skip_list`` or its synonym
+      ``exclude_from_layer_adaptation``.
     loss_scaling: a number (static), ``'Backoff'``, ``'LogMax'`` or ``'dynamic'``.
     loss_scaling_params: parameters of the automatic loss scaler.
     on_horovod: average gradients over Horovod workers once per applied update.
@@ -559,10 +665,14 @@ def optimize_loss(loss, optimizer, optimizer_params, learning_rate_decay_fn, var
     horovod_params: ``{'compression': 'fp16'}`` to send float16 in the allreduce.
 
   Returns:
-    The loss of this micro-batch (float32, unscaled).
+    The loss of this micro-batch (float32, unscaled). The pipeline's state
+    (global step, learning rate, loss scale) is read from ``get_pipeline`` /
+    ``find_pipeline``; calling the pipeline returns all of it as a dict.
 
   Raises:
-    ValueError: for any invalid hyperparameter, naming it and what is allowed.
+    ValueError: for any invalid hyperparameter, naming it and what is allowed,
+      and when called again for the same model (or variables) with different
+      arguments, naming each of them (``clear_pipelines`` starts afresh).
   """
   pipeline = get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=var_list,
                           dtype=dtype, clip_gradients=clip_gradients, summaries=summaries,

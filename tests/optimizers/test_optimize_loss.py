@@ -1,5 +1,10 @@
 """optimize_loss: each stage against numpy, and the order of the stages."""
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import keras
@@ -9,6 +14,8 @@ from optimizers import optimizers as opt_lib
 from optimizers import stages
 from optimizers.lr_policies import poly_decay
 from optimizers.optimizers import optimize_loss
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +36,7 @@ def test_sgd_step_and_global_step():
                        None, var_list=[var])
   assert float(loss) == pytest.approx(2.5)
   np.testing.assert_allclose(var.numpy(), [0.9, 1.8], rtol=1e-6)
-  assert int(opt_lib.get_pipeline('SGD', {}, None, var_list=[var]).global_step.numpy()) == 1
+  assert int(opt_lib.find_pipeline(var_list=[var]).global_step.numpy()) == 1
 
 
 def test_learning_rate_follows_policy_of_global_step():
@@ -130,7 +137,7 @@ def test_non_finite_gradient_skips_update_and_moves_scaler():
   kwargs = dict(var_list=[var], loss_scaling='Backoff',
                 loss_scaling_params={'scale_max': 1024.0, 'step_window': 100})
   optimize_loss(loss, 'Momentum', {'learning_rate': 0.1, 'momentum': 0.9}, None, **kwargs)
-  pipeline = opt_lib.get_pipeline('Momentum', {}, None, **kwargs)
+  pipeline = opt_lib.find_pipeline(var_list=[var])
   after_good = var.numpy().copy()
   slot = pipeline.optimizer.get_slot(var, 'momentum').numpy().copy()
   assert float(pipeline.loss_scale) == 1024.0
@@ -186,7 +193,7 @@ def test_iter_size_4_equals_one_batch_of_4b():
                     model=small, iter_size=4)
   for a, b in zip(big.trainable_variables, small.trainable_variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
-  assert int(opt_lib.get_pipeline('Momentum', params, None, model=small).global_step.numpy()) == 3
+  assert int(opt_lib.find_pipeline(model=small).global_step.numpy()) == 3
 
 
 def test_skip_update_placeholder_controls_accumulation():
@@ -216,7 +223,7 @@ def test_allreduce_runs_once_per_update_after_accumulation_and_before_finite_che
   # Two updates: 2·mean(1,2,3) + 2·mean(4,5,6) = 4 + 10.
   np.testing.assert_allclose(var.numpy(), [14.0])
   assert len(calls) == 2
-  pipeline = opt_lib.get_pipeline('SGD', {}, None, var_list=[var])
+  pipeline = opt_lib.find_pipeline(var_list=[var])
   assert int(pipeline.allreduce_count.numpy()) == 2
 
 
@@ -304,7 +311,7 @@ def test_mixed_bfloat16_model_trains_with_float32_variables():
   for _ in range(20):
     optimize_loss(loss, 'Momentum', {'learning_rate': 0.05}, None, model=model,
                   dtype='mixed_bfloat16')
-  pipeline = opt_lib.get_pipeline('Momentum', {}, None, model=model)
+  pipeline = opt_lib.find_pipeline(model=model)
   assert not pipeline.masters.has_half  # Keras' policy already keeps float32 masters
   assert float(loss()) < 0.5 * first
 
@@ -316,3 +323,62 @@ def test_float16_dtype_updates_float16_variables_directly():
   # w − 0.25·2w = 0.5·w, exact in float16.
   np.testing.assert_array_equal(var.numpy(), np.array([0.5, 1.0], np.float16))
   assert var.dtype == tf.float16
+
+
+def test_a_second_call_with_other_arguments_names_what_changed():
+  var = keras.Variable(np.array([1.0, 2.0], np.float32), name='w')
+  loss = quadratic(var, tf.zeros(2))
+  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1}, None, var_list=[var])
+  # The same arguments made anew (a new dict, a new list) are the same arguments.
+  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1}, None, var_list=[var])
+  with pytest.raises(ValueError, match=r"different arguments: optimizer_params \(created with "
+                                       r"\{'learning_rate': 0.1\}, now \{'learning_rate': 0.2\}\)"):
+    optimize_loss(loss, 'Momentum', {'learning_rate': 0.2}, None, var_list=[var])
+  with pytest.raises(ValueError, match=r"optimizer \(created with 'Momentum', now 'SGD'\), "
+                                       r"optimizer_params .*iter_size \(created with 1, now 2\)"):
+    optimize_loss(loss, 'SGD', {'learning_rate': 0.2}, None, var_list=[var], iter_size=2)
+  assert int(opt_lib.find_pipeline(var_list=[var]).global_step.numpy()) == 2
+  # clear_pipelines (exported by the package) starts afresh with the new arguments.
+  import optimizers  # pylint: disable=import-outside-toplevel
+  optimizers.clear_pipelines()
+  optimize_loss(loss, 'SGD', {'learning_rate': 0.2}, None, var_list=[var], iter_size=2)
+  assert int(optimizers.find_pipeline(var_list=[var]).global_step.numpy()) == 0
+
+
+def test_a_schedule_made_anew_is_the_same_unless_its_values_change():
+  var = keras.Variable(np.array([1.0], np.float32), name='w')
+
+  def schedule(lr):
+    return lambda step: poly_decay(step, lr, decay_steps=10)
+
+  optimize_loss(lambda: tf.reduce_sum(var), 'SGD', {}, schedule(0.1), var_list=[var])
+  optimize_loss(lambda: tf.reduce_sum(var), 'SGD', {}, schedule(0.1), var_list=[var])
+  with pytest.raises(ValueError, match='learning_rate_decay_fn'):
+    optimize_loss(lambda: tf.reduce_sum(var), 'SGD', {}, schedule(0.5), var_list=[var])
+
+
+def readme_block(marker):
+  """The first python code block after ``marker`` in the README."""
+  readme = open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read()
+  text = readme[readme.index(marker):]
+  start = text.index('```python\n') + len('```python\n')
+  return text[start:text.index('```', start)]
+
+
+def test_readme_optimize_loss_loop_runs(tmp_path):
+  """The README's custom loop, run as a user would: its own interpreter, the repository on the path."""
+  script = tmp_path / 'loop.py'
+  script.write_text(readme_block('<!-- the loop below runs in tests -->'))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
+  result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr
+  match = re.search(r'global step (\d+), loss ([\d.]+) -> ([\d.]+), learning rate ([\d.]+), '
+                    r'loss scale (\d+)', result.stdout)
+  assert match, result.stdout
+  step, first, last, lr, scale = (float(v) for v in match.groups())
+  assert step == 40  # 80 micro-batches, iter_size 2, none skipped
+  assert last < 0.1 * first
+  # The rate of the next update: the decay starts after the 5 warm-up steps and lasts 40.
+  assert lr == pytest.approx(float(poly_decay(40, 0.05, decay_steps=40, warmup_steps=5)), abs=1e-4)
+  assert scale == 2 ** 14
