@@ -9,6 +9,11 @@ Without IMAGENET_DIR the data layer is synthetic, for throughput measurements:
   python run.py --config=configs/resnet50_lars.py --mode=benchmark --bench_steps=20 \
       --set batch_size_per_gpu=32
 
+Precision: mixed_float16 (float16 compute, float32 variables, Backoff loss
+scaling) where TensorFlow sees a GPU; float32 on a CPU, which has no float16
+arithmetic (emulated float16 made this benchmark 11x slower than float32 on
+the project's 2-core machine). Override with --set dtype=...
+
 Recipe (MLPerf ResNet-50 LARS, batch < 16K): base lr 10.0 with 5 warm-up
 epochs, polynomial decay of power 2 to 1e-4, LARS eta 0.001, weight decay
 2e-4 folded into LARS, batch-norm and bias variables skipped, label smoothing
@@ -21,7 +26,11 @@ by this project (no GPU cluster); its benchmark mode is measured in the README.
 
 import os
 
+import tensorflow as tf
+
 DATA_DIR = os.environ.get('IMAGENET_DIR')
+# configs/resnet50_lars.yaml says mixed_float16: it is the configuration for GPUs.
+dtype = 'mixed_float16' if tf.config.list_physical_devices('GPU') else 'float32'
 
 num_workers = 32          # the launch above; the global batch scales with it
 batch_size = 256          # per worker
@@ -59,7 +68,7 @@ base_params = {
         'min_lr': 1e-4,
     },
     'label_smoothing': 0.1,
-    'dtype': 'mixed',
+    'dtype': dtype,
     'loss_scaling': 'Backoff',
     'random_seed': 0,
     'save_checkpoint_steps': 1000,

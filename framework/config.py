@@ -26,6 +26,7 @@ import traceback
 
 import yaml
 
+from framework import precision
 from framework.params import ConfigError
 from framework.params import Param
 from framework.params import REQUIRED
@@ -41,7 +42,7 @@ TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')
 YAML_EXTENSIONS = ('.yaml', '.yml')
 CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
 
-DTYPES = ('float32', 'float16', 'mixed', 'mixed_bfloat16')
+DTYPES = precision.DTYPE_NAMES  # Keras' policy names, and OpenSeq2Seq's mixed
 LOSS_SCALING_ALGOS = ('Backoff', 'LogMax', 'dynamic')
 
 # optimize_loss owns the summary names; the literal copy serves when the

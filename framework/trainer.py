@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from data import DATA_LAYERS
 from framework import distributed
+from framework import precision
 from framework import schedule
 from framework.params import ConfigError
 from models import MODELS
@@ -25,8 +26,6 @@ from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
 
-_POLICIES = {'float32': 'float32', 'float16': 'float16', 'mixed': 'mixed_float16',
-             'mixed_bfloat16': 'mixed_bfloat16'}
 # Regularization is L2 on weights, never on batch-norm parameters or biases.
 _NO_DECAY = ('batch_normalization', 'bias')
 _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
@@ -75,7 +74,9 @@ class Trainer:
     keras.utils.set_random_seed(cfg['random_seed'])
     if cfg['deterministic']:
       tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_dtype_policy(_POLICIES[cfg['dtype']])
+    keras.mixed_precision.set_dtype_policy(precision.policy_name(cfg['dtype']))
+    if distributed.is_chief():
+      precision.warn_float16_on_cpu(cfg['dtype'], bool(tf.config.list_physical_devices('GPU')))
 
     self.train_data = None
     if config is not None:

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from framework import distributed
+from framework import precision
 from framework.registry import Registry
 from optimizers import fused
 from optimizers import native
@@ -130,9 +131,6 @@ OPTIMIZER_SUMMARIES = [
     'loss_scale',
 ]
 
-_DTYPES = {'float32': tf.float32, 'float16': tf.float16, 'mixed': 'mixed',
-           'mixed_bfloat16': 'mixed_bfloat16'}
-
 
 def _clip_by_global_norm(t_list, clip_norm, use_norm, name=None):
   """Clips tensors by the ratio clip_norm / max(use_norm, clip_norm), with a precomputed norm.
@@ -188,12 +186,10 @@ def get_regularization_loss(scope=None, name='total_regularization_loss'):
 
 
 def _normalize_dtype(dtype):
+  """The Keras policy name of ``dtype``: a tf.DType or a name of ``precision.DTYPE_NAMES``."""
   if isinstance(dtype, tf.DType):
     dtype = dtype.name
-  if dtype not in _DTYPES:
-    raise ValueError(f'dtype: {dtype!r} is not allowed; allowed: tf.float32, tf.float16, '
-                     "'mixed', 'mixed_bfloat16'")
-  return dtype
+  return precision.policy_name(dtype)
 
 
 def make_optimizer(optimizer, optimizer_params, learning_rate):
@@ -336,7 +332,7 @@ class GradientPipeline(tf.Module):
       # AGN communicates by itself, once per period, instead of every update.
       self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
       self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
-      mixed = self.dtype in ('mixed', 'mixed_bfloat16')
+      mixed = self.dtype.startswith('mixed_')
       self.masters = stages.MasterWeights(self.var_list) if mixed else None
       self.update_vars = self.masters.masters if self.masters is not None else self.var_list
       self.optimizer.build(list(self.update_vars))
@@ -648,8 +644,10 @@ def optimize_loss(loss, optimizer, optimizer_params, learning_rate_decay_fn, var
       only when ``learning_rate_decay_fn`` is None).
     learning_rate_decay_fn: ``f(global_step) -> lr``, e.g. a partial of an lr policy.
     var_list: variables to train; defaults to ``model.trainable_variables``.
-    dtype: ``tf.float32``, ``tf.float16``, ``'mixed'`` or ``'mixed_bfloat16'``
-      (the mixed modes keep float32 master copies of half-precision variables).
+    dtype: a tf.DType or a Keras dtype policy name: ``'float32'``, ``'float16'``,
+      ``'bfloat16'``, ``'mixed_float16'`` (also called ``'mixed'``) or
+      ``'mixed_bfloat16'`` (the mixed ones keep float32 master copies of
+      half-precision variables).
     clip_gradients: clip the global gradient norm to this value (None: no clipping).
     summaries: names from ``OPTIMIZER_SUMMARIES`` written with ``tf.summary``.
     larc_params: dict with ``larc_eta`` and optional ``larc_mode`` ('clip' or

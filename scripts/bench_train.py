@@ -54,6 +54,7 @@ import tensorflow as tf  # noqa: E402
 import run as run_lib  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
 from framework import trainer as trainer_lib  # noqa: E402
+from framework.precision import cpu_info  # noqa: E402
 from models import MODELS  # noqa: E402
 from optimizers import optimizers as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
@@ -123,22 +124,6 @@ def framework_step(cfg, dtype='float32'):
         dtype=dtype, clip_gradients=5.0, larc_params=LARC, loss_scaling='Backoff', summaries=None)
 
   return step
-
-
-def cpu_info():
-  """The CPU's model name and flags, from /proc/cpuinfo (Linux; unknown and none elsewhere)."""
-  model, flags = 'unknown CPU', set()
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        key, _, value = line.partition(':')
-        if key.strip() == 'model name':
-          model = value.strip()
-        elif key.strip() == 'flags':
-          flags = set(value.split())
-  except OSError:
-    pass
-  return model, flags
 
 
 def cpu_description(model, flags):

@@ -175,7 +175,12 @@ def test_benchmark_mode_prints_a_rate():
 
 
 def test_python_and_yaml_configs_resolve_identically():
+  # The Python config picks float32 without a GPU; the YAML one is the GPU configuration.
+  gpu = tf.config.list_physical_devices('GPU')
   py = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--print_config')
+  assert yaml.safe_load(py.stdout)['dtype'] == ('mixed_float16' if gpu else 'float32')
+  py = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--print_config',
+           '--set', 'dtype=mixed_float16')
   yml = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.yaml'), '--print_config')
   assert py.stdout == yml.stdout
   assert yaml.safe_load(py.stdout)['optimizer_params']['skip_list'] == ['batch_normalization',
