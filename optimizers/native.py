@@ -10,8 +10,9 @@ plain momentum step, where the XLA path (``fused.py``) needs 1.5-1.7x that
 The library is compiled with the TensorFlow headers and flags of the running
 installation (``tf.sysconfig``) into ``optimizers/kernels/build/``, keyed by a
 hash of the source, the TensorFlow version and the compiler flags;
-``scripts/setup.sh`` builds it, and ``load`` builds it on first use when it is
-missing. Where it cannot be used (no C++ compiler, a GPU, another dtype,
+``scripts/setup.sh`` builds it, ``python -m optimizers.native`` builds it ahead
+of time, and ``load`` builds it on first use when it is missing (about half a
+minute on two cores), saying so in one line. Where it cannot be used (no C++ compiler, a GPU, another dtype,
 an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``) the optimizers
 take the XLA path (``fused.py``), which has the same math.
 """
@@ -102,6 +103,11 @@ def build(force=False):
     fcntl.flock(lock, fcntl.LOCK_EX)
     if os.path.exists(path) and not force:
       return path
+    # Said once, by the process that builds: the first step would otherwise
+    # seem to hang for the length of the compile.
+    print(f'building the native optimizer kernels (first use of this source, TensorFlow and '
+          f'compiler; once, about half a minute): {path}; build ahead of time with '
+          f'`python -m optimizers.native`', file=sys.stderr, flush=True)
     partial = f'{path}.{os.getpid()}.tmp'
     command = ([compiler] + compile_flags(compiler) + [SOURCE, '-o', partial]
                + tf.sysconfig.get_link_flags())
@@ -237,3 +243,8 @@ def gradient_stats(grads):
   all_finite, amax, norm = module.largebatch_gradient_stats(
       gradients=[tf.convert_to_tensor(g) for g in grads])
   return tf.logical_not(all_finite), amax, norm
+
+
+if __name__ == '__main__':
+  # Building ahead of time: python -m optimizers.native [--force]
+  print(build(force='--force' in sys.argv[1:]))

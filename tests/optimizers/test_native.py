@@ -53,6 +53,33 @@ def test_library_is_built_once_and_reused():
   assert os.path.getmtime(path) == mtime
 
 
+def test_a_build_on_first_use_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+  """The compiler is replaced by one that writes its output file: only the message is tested."""
+  def compiler(command, **kwargs):
+    if '-o' in command:
+      with open(command[command.index('-o') + 1], 'wb') as f:
+        f.write(b'library')
+    return subprocess.CompletedProcess(command, 0, stdout='', stderr='')
+
+  monkeypatch.setattr(native, 'BUILD_DIR', str(tmp_path))
+  monkeypatch.setattr(native.subprocess, 'run', compiler)
+  path = native.build()
+  assert os.path.dirname(path) == str(tmp_path) and os.path.isfile(path)
+  lines = capsys.readouterr().err.splitlines()
+  assert len(lines) == 1 and lines[0].startswith('building the native optimizer kernels')
+  assert path in lines[0] and '`python -m optimizers.native`' in lines[0]
+  assert native.build() == path  # built: no second message
+  assert capsys.readouterr().err == ''
+
+
+def test_python_m_optimizers_native_builds_ahead_of_time():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
+  result = subprocess.run([sys.executable, '-m', 'optimizers.native'], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+  assert result.stdout.strip() == native.library_path()
+  assert os.path.isfile(native.library_path())
+
+
 @pytest.mark.parametrize('make, op', [
     (lambda: LARSOptimizer(0.1, skip_list=['bias']), 'LargebatchTrustMomentum'),
     (lambda: LAMB(0.01, weight_decay=0.01), 'LargebatchLamb'),
