@@ -4,7 +4,9 @@ The TF 2 counterpart of ``tf.train.experimental.MixedPrecisionLossScaleOptimizer
 ``compute_gradients`` multiplies the loss by the loss scale and divides the
 gradients by it; ``apply_gradients`` applies them only when every gradient is
 finite (otherwise no variable changes and ``global_step`` stays), and advances
-the loss scale either way.
+the loss scale either way. It is a ``tf.Module`` for TF 1 style loops; for
+``model.compile`` use ``optimizers.LossScaleOptimizer`` (``keras_loss_scale.py``),
+which takes the same loss scales.
 """
 
 import tensorflow as tf
