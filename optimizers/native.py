@@ -106,7 +106,7 @@ def build(force=False):
     # Said once, by the process that builds: the first step would otherwise
     # seem to hang for the length of the compile.
     print(f'building the native optimizer kernels (first use of this source, TensorFlow and '
-          f'compiler; once, about half a minute): {path}; build ahead of time with '
+          f'compiler; once, 10-40 s on two cores): {path}; build ahead of time with '
           f'`python -m optimizers.native`', file=sys.stderr, flush=True)
     partial = f'{path}.{os.getpid()}.tmp'
     command = ([compiler] + compile_flags(compiler) + [SOURCE, '-o', partial]
