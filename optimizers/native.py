@@ -11,10 +11,10 @@ The library is compiled with the TensorFlow headers and flags of the running
 installation (``tf.sysconfig``) into ``optimizers/kernels/build/``, keyed by a
 hash of the source, the TensorFlow version and the compiler flags;
 ``scripts/setup.sh`` builds it, ``python -m optimizers.native`` builds it ahead
-of time, and ``load`` builds it on first use when it is missing (about half a
-minute on two cores), saying so in one line. Where it cannot be used (no C++ compiler, a GPU, another dtype,
-an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``) the optimizers
-take the XLA path (``fused.py``), which has the same math.
+of time, and ``load`` builds it on first use when it is missing (10-40 s on
+two cores), saying so in one line. Where it cannot be used (no C++ compiler, a
+GPU, another dtype, an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``)
+the optimizers take the XLA path (``fused.py``), which has the same math.
 """
 
 import fcntl
