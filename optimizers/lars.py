@@ -141,11 +141,9 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
   layer adaptation uses trust = 1; one excluded from weight decay uses g' = g
   (and no decay term in the trust ratio).
 
-  The defaults follow Keras' conventions: ``learning_rate=0.01`` as Keras'
-  ``SGD``, and no weight decay unless it is asked for (``weight_decay=None``
-  or 0). ``tf.contrib.opt.LARSOptimizer`` had no default learning rate and a
-  weight decay of 1e-4: pass ``weight_decay=1e-4`` to port code that relied
-  on it.
+  Defaults: ``learning_rate=0.01`` as Keras' ``SGD`` (``tf.contrib.opt.LARSOptimizer``
+  had none) and ``tf.contrib``'s ``weight_decay=1e-4``, so ported code trains
+  the same; ``weight_decay=None`` (or 0) means no weight decay, as Keras accepts it.
 
   Registered for Keras serialization (``largebatch>LARSOptimizer``): a model
   compiled with it is saved by ``model.save`` and reloaded, slots and step
@@ -154,7 +152,8 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
   Args:
     learning_rate: a float, a Keras LearningRateSchedule, or a zero-argument callable.
     momentum: momentum coefficient (>= 0).
-    weight_decay: L2 coefficient folded into the gradient (>= 0); None means 0.
+    weight_decay: L2 coefficient folded into the gradient (>= 0); None means 0. The
+      default, 1e-4, is ``tf.contrib``'s, kept so that ported code trains the same.
     eeta: LARS coefficient (>= 0), the trust in the layer-wise ratio.
     epsilon: added to the trust-ratio denominator (>= 0).
     name: the optimizer's name.
@@ -176,7 +175,7 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
       epsilon, or an exclusion list that is not a list of strings.
   """
 
-  def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay=None, eeta=0.001,
+  def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay=0.0001, eeta=0.001,
                epsilon=0.0, name='LARSOptimizer', skip_list=None, use_nesterov=False,
                fused=True, exclude_from_weight_decay=None, exclude_from_layer_adaptation=None,
                **kwargs):

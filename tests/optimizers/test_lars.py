@@ -174,11 +174,14 @@ def test_inside_tf_function_traces_once():
 
 
 def test_keras_convention_defaults():
-  """learning_rate 0.01 as Keras' SGD; weight_decay None (the Keras default) means none."""
+  """learning_rate 0.01 as Keras' SGD; weight_decay None (as Keras accepts it) means none.
+
+  The default weight decay stays tf.contrib's 1e-4 (the documented signature).
+  """
   var = keras.Variable(np.array([1.0, -2.0, 0.5, 3.0], np.float32), name='kernel')
   opt = LARSOptimizer(weight_decay=None)
   assert float(np.asarray(opt.learning_rate)) == pytest.approx(0.01)
-  assert opt.weight_decay == 0.0 and LARSOptimizer().weight_decay == 0.0
+  assert opt.weight_decay == 0.0 and LARSOptimizer().weight_decay == pytest.approx(1e-4)
   for g in GRADS:
     opt.apply_gradients([(tf.constant(g), var)])
   want, _ = numpy_lars([1.0, -2.0, 0.5, 3.0], GRADS, 0.01, 0.9, 0.0, 0.001, 0.0, False, False)
