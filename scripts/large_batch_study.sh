@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The large-batch study of docs/large_batch.md, in one command:
 #
-#   bash scripts/large_batch_study.sh [OUT]        (default OUT: runs/large_batch)
+#   bash scripts/large_batch_study.sh [OUT]   (default OUT: runs/large_batch_e<epochs>)
 #
 # Fashion-MNIST, ResNet-8, the same epochs at every global batch size G = 256,
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
@@ -27,9 +27,11 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-OUT="${1:-runs/large_batch}"
 PY=.venv/bin/python
 status=0
+# The epoch budget names the default output, so runs of another budget never mix.
+epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs)')"
+OUT="${1:-runs/large_batch_e$epochs}"
 
 DRY_RUN="${DRY_RUN:-0}"
 if [[ "${REPORT_ONLY:-0}" != 1 && "$DRY_RUN" != 1 ]]; then
@@ -74,14 +76,14 @@ sgd() {
   fi
 }
 half() {
-  local epochs
-  epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs / 2)')"
+  local half_epochs
+  half_epochs="$("$PY" -c "print($epochs / 2)")"
   G=256
-  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$epochs"
-  sweep lamb_half 0,1 "$(value '0.005 * math.sqrt(G / 256)')" --set "num_epochs=$epochs"
+  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
+  sweep lamb_half 0,1 "$(value '0.005 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
   local best
   if best="$(best_lr sgd)"; then
-    sweep sgd_half 0,1 "$best" --set "num_epochs=$epochs"
+    sweep sgd_half 0,1 "$best" --set "num_epochs=$half_epochs"
   fi
 }
 
@@ -108,7 +110,6 @@ for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epoc
            lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs'; do
   [[ -d "$OUT/${arm%%:*}" ]] && arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
 done
-epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs)')"
 report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")
 if [[ "${DOC:-0}" == 1 ]]; then
