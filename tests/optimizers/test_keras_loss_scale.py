@@ -71,7 +71,7 @@ def fit(optimizer):
 
 
 def lars():
-  return optimizers.LARSOptimizer(LR, momentum=0.0, eeta=EETA)
+  return optimizers.LARSOptimizer(LR, momentum=0.0, weight_decay=0.0, eeta=EETA)
 
 
 def test_without_loss_scaling_the_small_head_never_learns():
