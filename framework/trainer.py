@@ -9,7 +9,6 @@ summaries, the resolved config and the progress bar.
 import contextlib
 import json
 import os
-import sys
 import time
 
 import keras
@@ -17,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from data import DATA_LAYERS
+from framework import console
 from framework import distributed
 from framework import precision
 from framework import schedule
@@ -51,7 +51,7 @@ class TrainingError(RuntimeError):
 
 def _log(message):
   if distributed.is_chief():
-    print(message, flush=True)
+    console.say(message)
 
 
 class Trainer:
@@ -250,8 +250,9 @@ class Trainer:
          f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
          f'{self.global_batch} = {self.batch_size} per worker x {self.num_workers} worker(s) '
          f'x iter_size {self.iter_size}; starting at step {self.global_step}')
-    progress = Progress(self.max_steps, self.global_step, self.steps_per_epoch,
-                        cfg['print_loss_steps'], enabled=chief)
+    progress = console.Progress(self.max_steps, self.global_step, self.steps_per_epoch,
+                                cfg['print_loss_steps'], enabled=chief,
+                                show_loss_scale=console.loss_scaling_on(cfg))
     images_per_micro = self.batch_size * self.num_workers
     last_saved = self.global_step
     last_eval = self.global_step
@@ -466,37 +467,3 @@ class BestCheckpoint:
     path = self.manager.save(checkpoint_number=step)
     with open(self.record, 'w') as f:
       json.dump({'step': step, 'accuracy': accuracy, 'checkpoint': path}, f)
-
-
-class Progress:
-  """A tqdm progress bar on a terminal; a plain log line every N steps otherwise."""
-
-  def __init__(self, total, initial, steps_per_epoch, every, enabled=True):
-    self.enabled = enabled
-    self.every = every
-    self.steps_per_epoch = steps_per_epoch
-    self.last_printed = initial
-    self.bar = None
-    if enabled and sys.stderr.isatty():
-      from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-      self.bar = tqdm(total=total, initial=initial, unit='step', dynamic_ncols=True)
-    self.position = initial
-
-  def update(self, step, values, rate):
-    if not self.enabled:
-      return
-    epoch = step / self.steps_per_epoch
-    if self.bar is not None:
-      self.bar.update(step - self.position)
-      self.bar.set_postfix(epoch=f'{epoch:.2f}', loss=f'{values["loss"]:.4f}',
-                           lr=f'{values["learning_rate"]:.4g}', img_s=f'{rate:.0f}', refresh=False)
-    elif step - self.last_printed >= self.every:
-      print(f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
-            f'lr {values["learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} '
-            f'loss_scale {values["loss_scale"]:.4g} images/sec {rate:.1f}', flush=True)
-      self.last_printed = step
-    self.position = step
-
-  def close(self):
-    if self.bar is not None:
-      self.bar.close()
