@@ -28,7 +28,14 @@ gets ``error.txt`` (the last line it printed) and runs again, from an empty
 directory, next time. At the end the sweep writes ``results.csv``,
 ``results.md`` (mean and standard deviation over seeds) and ``accuracy.png``
 to OUT, and exits with status 1 when a point failed (2 for a mistake in the
-sweep's own arguments).
+sweep's own arguments). Failed points are listed in the tables and marked with
+a red cross on the plot; its x axis is logarithmic for batch-like keys.
+
+Before any point runs, every point's config is resolved and validated as
+run.py would do it (all in one process, ``python -m framework.check_configs``):
+a point run.py would refuse stops the sweep with exit status 2 and one line
+per such point, naming it and the key. ``--dry-run`` prints the commands
+without checking them.
 
 Derived values are arithmetic on the point's numbers only (``+ - * / // % **``,
 parentheses, ``min max abs round int float sqrt log log2 exp``); names are the
@@ -425,14 +432,19 @@ def parse_metrics(log_text):
   return metrics
 
 
+def last_text_line(text):
+  """The last non-empty line of ``text``, stripped; '' when there is none."""
+  lines = [l.strip() for l in text.splitlines() if l.strip()]
+  return lines[-1] if lines else ''
+
+
 def last_line(path):
   """The last non-empty line of a file: run.py's one-line error, or the exception of a crash."""
   try:
     with open(path, encoding='utf-8', errors='replace') as f:
-      lines = [l.strip() for l in f if l.strip()]
+      return last_text_line(f.read())
   except OSError:
     return ''
-  return lines[-1] if lines else ''
 
 
 def read_result(logdir):
@@ -472,13 +484,43 @@ class Sweep:
   def logdir(self, point):
     return os.path.join(self.out, point.name)
 
+  def overrides(self, point):
+    """The point's ``--set`` values, after the sweep's own."""
+    return list(self.args.set) + point.overrides
+
+  def check_points(self):
+    """Resolves and validates every point's config as run.py would, running nothing.
+
+    One process checks all points, so TensorFlow starts once.
+
+    Raises:
+      SweepError: naming each point whose config run.py would refuse, and why.
+    """
+    request = {'config': self.config, 'mode': self.args.mode,
+               'variants': [self.overrides(p) for p in self.points]}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+    result = subprocess.run([sys.executable, '-m', 'framework.check_configs'], cwd=ROOT, env=env,
+                            input=json.dumps(request), capture_output=True, text=True,
+                            check=False)
+    try:
+      errors = json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+      raise SweepError('the configs could not be checked: '
+                       f'{last_text_line(result.stderr) or f"exit status {result.returncode}"}'
+                       ) from None
+    bad = [(p, e) for p, e in zip(self.points, errors) if e is not None]
+    if bad:
+      raise SweepError('\n'.join(f'point {p.name}: {e.removeprefix("error: ")}' for p, e in bad)
+                       + f'\n{len(bad)} of {len(self.points)} point(s) have a config error; '
+                       'nothing was run')
+
   def command(self, point):
     # run.log is in the run directory before run.py looks at it, and run.py
     # refuses a non-empty directory unless told to continue; the sweep empties
     # the directory first, so there is no checkpoint to continue from.
     command = [sys.executable, RUN_PY, '--config', self.config, '--mode', self.args.mode,
                '--logdir', self.logdir(point), '--continue_learning']
-    for override in list(self.args.set) + point.overrides:
+    for override in self.overrides(point):
       command += ['--set', override]
     return command
 
@@ -500,7 +542,7 @@ class Sweep:
       self.skipped += 1
       accuracy = (result.get('metrics') or {}).get('accuracy')
       _log(f'skipped {point.name}: finished before (accuracy {_format(accuracy)})')
-      if result.get('overrides') != list(self.args.set) + point.overrides:
+      if result.get('overrides') != self.overrides(point):
         _log(f'warning: {point.name} finished with other --set values ({result.get("overrides")}); '
              f'delete {self.logdir(point)} to run it again with the current ones')
     self.progress()
@@ -557,7 +599,7 @@ class Sweep:
       with open(log_path, encoding='utf-8', errors='replace') as f:
         metrics = parse_metrics(f.read())
       result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
-                'seed': point.seed, 'overrides': list(self.args.set) + point.overrides,
+                'seed': point.seed, 'overrides': self.overrides(point),
                 'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
                 'wall_s': round(wall, 2), 'finished': time.strftime('%Y-%m-%d %H:%M:%S')}
       with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
@@ -639,18 +681,21 @@ def markdown(rows, points, swept, with_seeds, header):
   """A markdown table of the results; with seeds, one line per grid point with mean ± std."""
   lines = [header, '']
   if with_seeds:
-    columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)']
+    columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)',
+                       'failed seeds']
     lines += ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
     for group in group_rows(points, rows):
       ok = [r for r in group if r['status'] == 'ok']
       steps = sorted({r['steps'] for r in ok if r['steps'] is not None})
+      failed_seeds = [str(r['seed']) for r in group if r['status'] == 'failed']
       cells = [str(group[0][k]) for k in swept] + [
           f'{len(ok)}/{len(group)}',
           _mean_std_text([r['accuracy'] for r in ok]),
           _mean_std_text([r['top5'] for r in ok]),
           _mean_std_text([r['loss'] for r in ok]),
           ', '.join(map(str, steps)) or 'n/a',
-          _mean_std_text([r['wall_s'] for r in ok], 1)]
+          _mean_std_text([r['wall_s'] for r in ok], 1),
+          ', '.join(failed_seeds) or '']
       lines.append('| ' + ' | '.join(cells) + ' |')
   else:
     columns = swept + ['status', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)']
@@ -668,12 +713,23 @@ def markdown(rows, points, swept, with_seeds, header):
   return '\n'.join(lines) + '\n'
 
 
-def x_scale(values):
-  """'log' for positive numbers spanning more than a factor of 10, 'linear' for other
-  numbers, 'category' for anything else."""
+def is_batch_like(key):
+  """True for keys that count examples or micro-batches (batch sizes, iter_size)."""
+  name = key.rsplit('.', 1)[-1] if key else ''
+  return 'batch' in name or name == 'iter_size'
+
+
+def x_scale(values, key=None):
+  """The x axis for ``values`` of the grid key ``key``.
+
+  'log' for positive numbers spanning more than a factor of 10, or of a
+  batch-like key (batch sizes grow by factors, so equal ratios get equal
+  spacing); 'linear' for other numbers; 'category' for anything else.
+  """
   if not values or not all(is_number(v) for v in values):
     return 'category'
-  if min(values) > 0 and max(values) / min(values) > 10:
+  if min(values) > 0 and (max(values) / min(values) > 10
+                          or (is_batch_like(key) and max(values) > min(values))):
     return 'log'
   return 'linear'
 
@@ -701,16 +757,18 @@ def plot_accuracy(points, rows, path, title):
   for point in points:
     if x_of(point) not in x_values:
       x_values.append(x_of(point))
-  scale = x_scale([v for _, v in x_values])
+  scale = x_scale([v for _, v in x_values], x_key)
   position = {text: (value if scale != 'category' else i)
               for i, (text, value) in enumerate(x_values)}
 
-  lines = {}
+  lines, failed = {}, []
   for point, row in zip(points, rows):
     label = ', '.join(f'{k}={point.grid[k][0]}' for k in line_keys)
     by_x = lines.setdefault(label, {})
     if row['status'] == 'ok' and row['accuracy'] is not None:
       by_x.setdefault(x_of(point)[0], []).append(row['accuracy'])
+    elif row['status'] == 'failed':
+      failed.append(x_of(point)[0])
 
   figure, axes = plt.subplots(figsize=(7, 4.5))
   for label, by_x in lines.items():
@@ -722,6 +780,11 @@ def plot_accuracy(points, rows, path, title):
     # Lines between categories would suggest an order that is not there.
     axes.errorbar([position[x] for x in xs], means, yerr=stds, marker='o', capsize=4,
                   linestyle='none' if scale == 'category' else '-', label=label or None)
+  if failed:
+    # At the foot of the axes, whatever the accuracies: a failed point has none.
+    axes.plot([position[x] for x in failed], [0.02] * len(failed), linestyle='none', marker='x',
+              markersize=9, color='red', transform=axes.get_xaxis_transform(),
+              label=f'failed ({len(failed)})')
   if scale == 'log':
     axes.set_xscale('log')
   if scale == 'category':
@@ -735,7 +798,7 @@ def plot_accuracy(points, rows, path, title):
   axes.set_ylabel('final test accuracy (top-1)')
   axes.set_title(title)
   axes.grid(True, alpha=0.3)
-  if line_keys:
+  if line_keys or failed:
     axes.legend()
   figure.tight_layout()
   figure.savefig(path, dpi=100)
@@ -811,7 +874,12 @@ def main(argv=None):
     for point in points:
       print(shlex.join(sweep.command(point)))
     return 0
-  _log(f'{len(points)} point(s) in {sweep.out}')
+  try:
+    sweep.check_points()
+  except SweepError as exc:
+    print('\n'.join(f'error: {line}' for line in str(exc).splitlines()), file=sys.stderr)
+    return 2
+  _log(f'{len(points)} point(s) in {sweep.out}, all configs valid')
   try:
     failed = sweep.run()
   except KeyboardInterrupt:

@@ -211,6 +211,35 @@ def test_x_scale(values, scale):
   assert sweep.x_scale(values) == scale
 
 
+@pytest.mark.parametrize('key,values,scale', [
+    ('batch_size_per_gpu', [256, 1024], 'log'), ('iter_size', [1, 2, 4], 'log'),
+    ('model_params.ghost_batch_size', [32, 64], 'log'), ('batch_size_per_gpu', [256], 'linear'),
+    ('optimizer_params.momentum', [0.8, 0.9], 'linear'), (None, [256, 1024], 'linear')])
+def test_batch_like_keys_get_a_log_axis(key, values, scale):
+  assert sweep.x_scale(values, key) == scale
+
+
+def red_pixels(path):
+  image = check_png(path)
+  return int(((image[..., 0] > 0.95) & (image[..., 1] < 0.05) & (image[..., 2] < 0.05)).sum())
+
+
+def test_failed_points_are_marked_on_the_plot_and_in_the_table(tmp_path):
+  points = sweep.build_points(sweep.parse_args(
+      ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
+       '--seeds', '0,1']))
+  assert sweep.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, 0.6]),
+                             str(tmp_path / 'ok.png'), 'test')
+  assert sweep.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, None]),
+                             str(tmp_path / 'failed.png'), 'test')
+  assert red_pixels(tmp_path / 'ok.png') == 0 and red_pixels(tmp_path / 'failed.png') > 20
+  text = sweep.markdown(fake_rows(points, [0.8, 0.9, 0.5, None]), points,
+                        ['batch_size_per_gpu'], True, '# sweep')
+  assert '| batch_size_per_gpu | seeds ok |' in text and text.count('failed seeds') == 1
+  assert '| 4096 | 1/2 | 0.5000 | 0.9900 | n/a | 100 | 10.0 | 1 |' in text
+  assert '| 256 | 2/2 |' in text and text.split('| 256 | 2/2 |')[1].splitlines()[0].endswith('|  |')
+
+
 def test_accuracy_plot_from_known_rows(tmp_path):
   points = sweep.build_points(sweep.parse_args(
       ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
@@ -225,7 +254,7 @@ def test_accuracy_plot_from_known_rows(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# A real sweep: two short runs and a point whose config is invalid
+# A real sweep: two short runs, two runs that fail, and configs checked before any run
 
 # Three steps on a small synthetic set shaped like Fashion-MNIST: each run.py costs a few
 # seconds of start-up, and evaluating the real 10,000 test images would add as much again.
@@ -247,25 +276,50 @@ def read_csv(path):
     return list(csv.DictReader(f))
 
 
+def test_every_point_is_checked_before_any_runs(tmp_path):
+  out = tmp_path / 'sweep'
+  result = run_sweep('--grid', 'optimizer=Momentum,Nope', '--grid', 'batch_size_per_gpu=32,-4',
+                     '--out', str(out))
+  assert result.returncode == 2, result.stdout + result.stderr
+  errors = result.stderr.splitlines()
+  assert errors[:3] == [
+      "error: point optimizer=Momentum__batch_size_per_gpu=-4: batch_size_per_gpu: must be > 0, "
+      "got -4",
+      "error: point optimizer=Nope__batch_size_per_gpu=32: optimizer: unknown optimizer 'Nope'; "
+      "known: AGN, Adagrad, Adam, AdamW, Ftrl, LAMB, LARS, Momentum, RMSProp, SGD",
+      # The first mistake in the config's key order, as run.py reports it.
+      "error: point optimizer=Nope__batch_size_per_gpu=-4: batch_size_per_gpu: must be > 0, "
+      "got -4"], errors
+  assert errors[3] == 'error: 3 of 4 point(s) have a config error; nothing was run'
+  assert not out.exists() or not os.listdir(out)
+  assert 'started' not in result.stdout
+
+
 def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   out = tmp_path / 'sweep'
   grid_file = tmp_path / 'grid.yaml'
-  # Nope is no optimizer: run.py rejects the config, the sweep must say so and exit 1.
-  grid_file.write_text('optimizer: [Momentum, LARS, Nope]\n'
-                       'batch_size_per_gpu: [32]\n'
+  # A valid config, but 1024 is more than the 500 examples of the data: these runs fail
+  # when run.py builds the data, and the sweep must say so and exit 1.
+  grid_file.write_text('batch_size_per_gpu: [32, 1024]\n'
+                       'optimizer: [Momentum, LARS]\n'
                        'derived:\n'
                        '  lr_policy_params.learning_rate: 0.025 * batch_size_per_gpu / 16\n')
   first = run_sweep('--grid-file', str(grid_file), '--out', str(out), '--jobs', '3')
   assert first.returncode == 1, first.stdout + first.stderr
-  assert re.search(r'FAILED optimizer=Nope__batch_size_per_gpu=32 \(exit status 2\): '
-                   r"error: optimizer: unknown optimizer 'Nope'", first.stdout), first.stdout
-  assert '3/3 done (0 skipped, 1 failed), 0 running, 0 left' in first.stdout
-
-  rows = {row['optimizer']: row for row in read_csv(out / 'results.csv')}
-  assert list(rows) == ['Momentum', 'LARS', 'Nope']
+  assert '4 point(s) in' in first.stdout and 'all configs valid' in first.stdout
   for name in ('Momentum', 'LARS'):
-    row = rows[name]
-    logdir = out / f'optimizer={name}__batch_size_per_gpu=32'
+    assert re.search(rf'FAILED batch_size_per_gpu=1024__optimizer={name} \(exit status 2\): '
+                     r'error: batch_size: 1024 per worker x 1 worker\(s\) is larger than the 500 '
+                     'examples', first.stdout), first.stdout
+  assert '4/4 done (0 skipped, 2 failed), 0 running, 0 left' in first.stdout
+
+  rows = {(row['batch_size_per_gpu'], row['optimizer']): row
+          for row in read_csv(out / 'results.csv')}
+  assert list(rows) == [('32', 'Momentum'), ('32', 'LARS'), ('1024', 'Momentum'),
+                        ('1024', 'LARS')]
+  for name in ('Momentum', 'LARS'):
+    row = rows['32', name]
+    logdir = out / f'batch_size_per_gpu=32__optimizer={name}'
     assert row['status'] == 'ok' and row['logdir'] == str(logdir) and row['error'] == ''
     final = [l for l in (logdir / 'run.log').read_text().splitlines()
              if l.startswith('final test accuracy')][-1]
@@ -277,35 +331,37 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     assert float(row['wall_s']) > 1.0
     # The derived rate reached the run: 0.025 * 32 / 16, not the 0.1 of --set.
     resolved = yaml.safe_load((logdir / 'config.yaml').read_text())
+    resolved = resolved.get('base_params', resolved)
     assert resolved['lr_policy_params']['learning_rate'] == pytest.approx(0.05)
     assert resolved['optimizer'] == name and resolved['batch_size_per_gpu'] == 32
     assert resolved['max_steps'] == 3 and row['lr_policy_params.learning_rate'] == '0.05'
-  failed = rows['Nope']
-  assert failed['status'] == 'failed' and failed['accuracy'] == ''
-  assert failed['error'].startswith("error: optimizer: unknown optimizer 'Nope'")
-  error_txt = out / 'optimizer=Nope__batch_size_per_gpu=32' / 'error.txt'
-  assert error_txt.read_text().strip() == failed['error']
+    failed = rows['1024', name]
+    assert failed['status'] == 'failed' and failed['accuracy'] == ''
+    assert failed['error'].startswith('error: batch_size: 1024 per worker')
+    error_txt = out / f'batch_size_per_gpu=1024__optimizer={name}' / 'error.txt'
+    assert error_txt.read_text().strip() == failed['error']
   markdown = (out / 'results.md').read_text()
-  assert f'| Momentum | 32 | 0.05 | ok | {float(rows["Momentum"]["accuracy"]):.4f} |' in markdown
-  assert "Nope__batch_size_per_gpu=32`: failed — error: optimizer: unknown" in markdown
+  assert f'| 32 | Momentum | 0.05 | ok | {float(rows["32", "Momentum"]["accuracy"]):.4f} |' in markdown
+  assert '| 1024 | LARS | 1.6 | failed | n/a |' in markdown
+  assert '=1024__optimizer=LARS`: failed — error: batch_size: 1024 per worker' in markdown
   check_png(out / 'accuracy.png')
 
-  # Again, from the command line: finished points are skipped, untouched; the failed one reruns.
-  logs = {name: out / f'optimizer={name}__batch_size_per_gpu=32' / 'run.log'
-          for name in ('Momentum', 'LARS', 'Nope')}
-  before = {name: (path.stat().st_mtime_ns, path.read_text()) for name, path in logs.items()}
-  second = run_sweep('--grid', 'optimizer=Momentum,LARS,Nope', '--grid', 'batch_size_per_gpu=32',
+  # Again, from the command line: finished points are skipped, untouched; failed ones rerun.
+  logs = {key: out / f'batch_size_per_gpu={key[0]}__optimizer={key[1]}' / 'run.log'
+          for key in rows}
+  before = {key: (path.stat().st_mtime_ns, path.read_text()) for key, path in logs.items()}
+  second = run_sweep('--grid', 'batch_size_per_gpu=32,1024', '--grid', 'optimizer=Momentum,LARS',
                      '--derive', 'lr_policy_params.learning_rate=0.025*batch_size_per_gpu/16',
                      '--out', str(out), '--jobs', '3')
   assert second.returncode == 1, second.stdout + second.stderr
   for name in ('Momentum', 'LARS'):
-    assert re.search(rf'skipped optimizer={name}__batch_size_per_gpu=32: finished before '
-                     rf'\(accuracy {float(rows[name]["accuracy"]):.4f}\)', second.stdout)
-    assert (logs[name].stat().st_mtime_ns, logs[name].read_text()) == before[name]
-  assert 'started optimizer=Nope__batch_size_per_gpu=32' in second.stdout
-  assert 'started optimizer=Momentum' not in second.stdout
-  assert logs['Nope'].stat().st_mtime_ns != before['Nope'][0]
-  assert '3/3 done (2 skipped, 1 failed)' in second.stdout
-  again = {row['optimizer']: row for row in read_csv(out / 'results.csv')}
-  assert again['Momentum']['accuracy'] == rows['Momentum']['accuracy']
-  assert again['Nope']['status'] == 'failed'
+    assert re.search(rf'skipped batch_size_per_gpu=32__optimizer={name}: finished before '
+                     rf'\(accuracy {float(rows["32", name]["accuracy"]):.4f}\)', second.stdout)
+    assert (logs['32', name].stat().st_mtime_ns, logs['32', name].read_text()) == before['32', name]
+    assert f'started batch_size_per_gpu=1024__optimizer={name}' in second.stdout
+    assert logs['1024', name].stat().st_mtime_ns != before['1024', name][0]
+  assert 'started batch_size_per_gpu=32' not in second.stdout
+  assert '4/4 done (2 skipped, 2 failed)' in second.stdout
+  again = {(r['batch_size_per_gpu'], r['optimizer']): r for r in read_csv(out / 'results.csv')}
+  assert again['32', 'Momentum']['accuracy'] == rows['32', 'Momentum']['accuracy']
+  assert again['1024', 'LARS']['status'] == 'failed'
