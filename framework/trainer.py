@@ -372,6 +372,9 @@ class Trainer:
     tf.summary.scalar('global_gradient_norm', values['global_norm'], step=step)
     tf.summary.scalar('loss_scale', values['loss_scale'], step=step)
     tf.summary.scalar('images_per_sec', rate * 1.0, step=step)
+    # What plot_runs.py needs to put runs of different batch sizes on one axis.
+    tf.summary.scalar('epoch', step / self.steps_per_epoch, step=step)
+    tf.summary.scalar('images', float(step * self.global_batch), step=step)
 
   def _evaluate_and_keep_best(self, step, eval_writer, best):
     metrics = self.evaluate()

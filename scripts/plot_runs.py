@@ -3,12 +3,21 @@
   python scripts/plot_runs.py runs/fashion_mnist_sgd runs/fashion_mnist_lars --out curves.png
   python scripts/plot_runs.py runs/sweep_bs/* --tags loss,accuracy,learning_rate --out curves.png
 
+  python scripts/plot_runs.py runs/sweep_bs/* --x epochs --out curves.png
+
 Each LOGDIR is a run directory of run.py: train scalars (loss, accuracy,
-learning_rate, global_gradient_norm, loss_scale, images_per_sec) are in
-LOGDIR, eval scalars (loss, accuracy, top5_accuracy) in LOGDIR/eval. One
-subplot per tag, one colour per run (labelled with the logdir's name), train
-curves solid and eval curves dashed with markers. Prints the last value of
-each curve.
+learning_rate, global_gradient_norm, loss_scale, images_per_sec, epoch,
+images) are in LOGDIR, eval scalars (loss, accuracy, top5_accuracy) in
+LOGDIR/eval. Paths that are not run directories (a sweep's results.csv or
+accuracy.png matched by a glob, a directory without events) are skipped with
+a note. One subplot per tag, one colour per run (labelled with the logdir's
+name), train curves solid and eval curves dashed with markers. Prints the last
+value of each curve.
+
+The x axis is the optimizer step, the epoch or the number of training images
+seen (``--x steps|epochs|images``); runs with different batch sizes are only
+comparable per epoch or per image. Epochs and images come from the ``epoch``
+and ``images`` scalars the trainer writes with its other train scalars.
 """
 
 import argparse
@@ -20,6 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 SPLITS = ('train', 'eval')
+# --x: the axis label and the train scalar that maps a step onto it (None: the step itself).
+X_AXES = {'steps': ('step', None), 'epochs': ('epoch', 'epoch'),
+          'images': ('training images seen', 'images')}
 
 
 def parse_args(argv):
@@ -28,6 +40,8 @@ def parse_args(argv):
   parser.add_argument('--out', default='curves.png', help='the PNG to write')
   parser.add_argument('--tags', default='loss,accuracy',
                       help='comma-separated scalar tags, one subplot each')
+  parser.add_argument('--x', default='steps', choices=sorted(X_AXES),
+                      help='the x axis: optimizer steps, epochs or training images seen')
   return parser.parse_args(argv)
 
 
@@ -80,6 +94,32 @@ def read_run(logdir):
   return {'train': read_scalars(logdir), 'eval': read_scalars(os.path.join(logdir, 'eval'))}
 
 
+def step_mapping(run, x):
+  """A function from steps to the ``x`` axis of ``run``, or None when the run lacks its scalar.
+
+  The trainer logs the epoch and the images seen with every train summary;
+  steps between (eval steps) are interpolated, steps past the last summary
+  extrapolated at the last rate, and step 0 is 0 on every axis.
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  tag = X_AXES[x][1]
+  if tag is None:
+    return lambda steps: list(steps)
+  if tag not in run['train']:
+    return None
+  steps, values = run['train'][tag]
+  if steps[0] != 0:
+    steps, values = [0] + steps, [0.0] + values
+  rate = values[-1] / steps[-1] if steps[-1] else 0.0
+
+  def convert(query):
+    query = np.asarray(query, dtype=np.float64)
+    inside = np.interp(query, steps, values)
+    beyond = values[-1] + (query - steps[-1]) * rate
+    return list(np.where(query > steps[-1], beyond, inside))
+  return convert
+
+
 def run_labels(logdirs):
   """The logdirs' base names; parent/name where two runs share a base name."""
   paths = [os.path.normpath(os.path.abspath(d)) for d in logdirs]
@@ -88,36 +128,62 @@ def run_labels(logdirs):
           for p, n in zip(paths, names)]
 
 
-def plot(runs, labels, tags, path):
-  """One subplot per tag; train solid, eval dashed with markers; one colour per run."""
+def plot(runs, labels, tags, path, x='steps'):
+  """Writes the figure of :func:`draw` to the PNG ``path``."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  figure = draw(runs, labels, tags, x)
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def draw(runs, labels, tags, x='steps'):
+  """One subplot per tag; train solid, eval dashed with markers; one colour per run.
+
+  Args:
+    runs: ``read_run`` of each run.
+    labels: the legend label of each run.
+    tags: the scalar tags, one subplot each.
+    x: 'steps', 'epochs' or 'images' (each run must have the scalar of the axis).
+
+  Returns:
+    The matplotlib figure.
+  """
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+  mappings = [step_mapping(run, x) for run in runs]
   columns = min(len(tags), 3)
   rows = (len(tags) + columns - 1) // columns
   figure, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 4 * rows), squeeze=False)
   colors = plt.rcParams['axes.prop_cycle'].by_key()['color']
   for index, tag in enumerate(tags):
     ax = axes[index // columns][index % columns]
-    for number, (run, label) in enumerate(zip(runs, labels)):
+    for number, (run, label, to_x) in enumerate(zip(runs, labels, mappings)):
       color = colors[number % len(colors)]
       if tag in run['train']:
         steps, values = run['train'][tag]
-        ax.plot(steps, values, color=color, linewidth=1.2, label=f'{label} (train)')
+        ax.plot(to_x(steps), values, color=color, linewidth=1.2, label=f'{label} (train)')
       if tag in run['eval']:
         steps, values = run['eval'][tag]
-        ax.plot(steps, values, color=color, linestyle='--', marker='o', markersize=4,
+        ax.plot(to_x(steps), values, color=color, linestyle='--', marker='o', markersize=4,
                 label=f'{label} (eval)')
     ax.set_title(tag)
-    ax.set_xlabel('step')
+    ax.set_xlabel(X_AXES[x][0])
+    ax.set_ylabel(tag)
+    if ax.lines:
+      # Every axis counts from the start of training; a short run keeps whole-step ticks.
+      ax.set_xlim(left=0)
+    if x != 'epochs':
+      # Steps and images are counts: no tick at 2.5 steps.
+      ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     if ax.lines:
       ax.legend(fontsize='small')
   for index in range(len(tags), rows * columns):
     axes[index // columns][index % columns].set_visible(False)
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
-  plt.close(figure)
+  return figure
 
 
 def main(argv=None):
@@ -129,18 +195,27 @@ def main(argv=None):
   # TensorBoard's reader loads TensorFlow when it is installed; keep its banner quiet.
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
-  runs = []
+  runs, logdirs = [], []
   for logdir in args.logdirs:
     if not os.path.isdir(logdir):
-      print(f'error: {logdir}: no such directory', file=sys.stderr)
-      return 2
+      what = 'a file' if os.path.exists(logdir) else 'no such directory'
+      print(f'note: skipping {logdir}: {what}, not a run directory', file=sys.stderr)
+      continue
     run = read_run(logdir)
     if not run['train'] and not run['eval']:
-      print(f'error: {logdir}: no TensorBoard scalars in it or in {os.path.join(logdir, "eval")}',
-            file=sys.stderr)
+      print(f'note: skipping {logdir}: no TensorBoard scalars in it or in '
+            f'{os.path.join(logdir, "eval")}', file=sys.stderr)
+      continue
+    if step_mapping(run, args.x) is None:
+      print(f'error: --x {args.x}: {logdir} has no {X_AXES[args.x][1]!r} train scalar (written '
+            'by run.py with the other train scalars); plot it with --x steps', file=sys.stderr)
       return 2
     runs.append(run)
-  labels = run_labels(args.logdirs)
+    logdirs.append(logdir)
+  if not runs:
+    print('error: none of the paths is a run directory with TensorBoard scalars', file=sys.stderr)
+    return 2
+  labels = run_labels(logdirs)
 
   available = sorted({tag for run in runs for split in SPLITS for tag in run[split]})
   missing = [tag for tag in tags if tag not in available]
@@ -160,7 +235,7 @@ def main(argv=None):
                 f'({len(steps)} points)')
   out_dir = os.path.dirname(os.path.abspath(args.out))
   os.makedirs(out_dir, exist_ok=True)
-  plot(runs, labels, [t for t in tags if t not in missing], args.out)
+  plot(runs, labels, [t for t in tags if t not in missing], args.out, args.x)
   print(f'wrote {args.out}')
   return 0
 

@@ -162,3 +162,48 @@ def test_plot_runs_refuses_a_directory_without_events(runs, tmp_path, capsys):
   assert 'none of nope was written; available: accuracy, learning_rate, loss' in (
       capsys.readouterr().err)
   assert not (tmp_path / 'x.png').exists()
+
+
+def test_plot_runs_puts_runs_of_different_batches_on_epochs_and_images(tmp_path, capsys):
+  # Batch 100 and batch 400 over a 1,000-image epoch: 10 and 2.5 steps per epoch.
+  small, large = tmp_path / 'sweep' / 'bs100', tmp_path / 'sweep' / 'bs400'
+  write_scalars(small, {'loss': [(10, 1.0), (20, 0.5)], 'epoch': [(10, 1.0), (20, 2.0)],
+                        'images': [(10, 1000.0), (20, 2000.0)]})
+  write_scalars(small / 'eval', {'accuracy': [(15, 0.5), (25, 0.75)]})
+  write_scalars(large, {'loss': [(5, 0.75)], 'epoch': [(5, 2.0)], 'images': [(5, 2000.0)]})
+  runs = [plot_runs.read_run(str(d)) for d in (small, large)]
+  epochs = plot_runs.step_mapping(runs[0], 'epochs')
+  # Interpolated between summaries, extrapolated past the last one, 0 at step 0.
+  assert epochs([0, 5, 15, 25]) == pytest.approx([0.0, 0.5, 1.5, 2.5])
+  assert plot_runs.step_mapping(runs[1], 'images')([1, 5, 6]) == pytest.approx([400, 2000, 2400])
+  assert plot_runs.step_mapping(runs[0], 'steps')([3, 7]) == [3, 7]
+
+  figure = plot_runs.draw(runs, ['bs100', 'bs400'], ['loss', 'accuracy'], 'images')
+  loss_axes, accuracy_axes = figure.axes[:2]
+  assert [list(line.get_xdata()) for line in loss_axes.lines] == [[1000.0, 2000.0], [2000.0]]
+  assert list(accuracy_axes.lines[0].get_xdata()) == pytest.approx([1500.0, 2500.0])
+  assert loss_axes.get_xlabel() == 'training images seen' and loss_axes.get_ylabel() == 'loss'
+  assert accuracy_axes.get_ylabel() == 'accuracy'
+  steps_figure = plot_runs.draw(runs[1:], ['bs400'], ['loss'], 'steps')
+  ticks = steps_figure.axes[0].get_xticks()
+  assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
+
+  # A glob over a sweep directory also matches its tables and plot: noted and skipped.
+  (tmp_path / 'sweep' / 'results.csv').write_text('a,b\n')
+  (tmp_path / 'sweep' / 'empty').mkdir()
+  out = tmp_path / 'curves.png'
+  paths = sorted(str(p) for p in (tmp_path / 'sweep').iterdir())
+  assert plot_runs.main([*paths, '--x', 'epochs', '--out', str(out)]) == 0
+  captured = capsys.readouterr()
+  assert f'note: skipping {tmp_path / "sweep" / "results.csv"}: a file, not a run directory' in (
+      captured.err)
+  assert f'note: skipping {tmp_path / "sweep" / "empty"}: no TensorBoard scalars' in captured.err
+  assert 'bs400 train loss: 0.75 at step 5 (1 points)' in captured.out
+  check_png(out)
+
+
+def test_plot_runs_needs_the_epoch_scalar_for_an_epoch_axis(runs, tmp_path, capsys):
+  assert plot_runs.main([str(runs[0]), '--x', 'epochs', '--out', str(tmp_path / 'x.png')]) == 2
+  assert capsys.readouterr().err.strip() == (
+      f"error: --x epochs: {runs[0]} has no 'epoch' train scalar (written by run.py with the "
+      'other train scalars); plot it with --x steps')
