@@ -2,6 +2,8 @@
 
   python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval --logdir=runs/fm_lars
   python run.py --config=configs/resnet50_lars.py --mode=benchmark --bench_steps=20
+  python run.py --config=runs/fm_lars/config.yaml --mode=export --logdir=runs/fm_lars \
+      --export_dir=exports/fm_lars
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
 A config mistake ends with exit status 2 and one line naming the key path and
@@ -15,7 +17,9 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-MODES = ('train', 'eval', 'train_eval', 'benchmark')
+MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export')
+# Modes that read the checkpoints of an existing run directory.
+READING_MODES = ('eval', 'export')
 
 
 def parse_args(argv):
@@ -31,6 +35,8 @@ def parse_args(argv):
                       help='override a config key (value parsed as YAML); repeatable')
   parser.add_argument('--print_config', action='store_true',
                       help='print the resolved config and exit')
+  parser.add_argument('--export_dir', default=None,
+                      help='export mode: the new directory of the SavedModel')
   return parser.parse_args(argv)
 
 
@@ -44,7 +50,8 @@ def load(args):
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   registries = registries_for_config()
   raw = config_lib.load_config_file(args.config)
-  configs = config_lib.resolve_modes(raw, args.mode, args.set)
+  # An export serves the model as it is evaluated: the eval view of the config.
+  configs = config_lib.resolve_modes(raw, 'eval' if args.mode == 'export' else args.mode, args.set)
   return {mode: (config_lib.validate(cfg, registries, mode) if cfg is not None else None)
           for mode, cfg in configs.items()}
 
@@ -66,10 +73,32 @@ def choose_logdir(args, cfg):
   return logdir
 
 
+def export(trainer, export_dir, checkpoint):
+  """Writes the restored model as a SavedModel (chief only) and says how to load it."""
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import export as export_lib  # pylint: disable=import-outside-toplevel
+  if not distributed.is_chief():
+    return
+  try:
+    export_lib.export_saved_model(trainer.model, trainer.eval_data, export_dir,
+                                  {'checkpoint': os.path.abspath(checkpoint),
+                                   'step': trainer.global_step})
+  except export_lib.ExportError as exc:
+    fail(str(exc))
+  spec, _ = trainer.eval_data.serving_input()
+  print(f'exported {checkpoint} (step {trainer.global_step}) to {os.path.abspath(export_dir)}: '
+        f'signature {export_lib.SIGNATURE!r} takes {spec.dtype.name} images '
+        f'{list(spec.shape)}, returns probabilities and classes; load with '
+        f'tf.saved_model.load', flush=True)
+
+
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.bench_steps < 1:
     fail(f'--bench_steps: must be >= 1, got {args.bench_steps}')
+  if (args.mode == 'export') != (args.export_dir is not None):
+    fail('--export_dir: required with --mode=export' if args.export_dir is None
+         else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
@@ -95,8 +124,14 @@ def main(argv=None):
     if os.path.isdir(logdir) and os.listdir(logdir) and not args.continue_learning:
       fail(f'logdir {logdir} is not empty; pass --continue_learning to resume from it, '
            'or choose another --logdir')
-  if args.mode == 'eval' and not os.path.isdir(logdir):
-    fail(f'logdir {logdir} does not exist; eval needs a run directory with checkpoints')
+  if args.mode in READING_MODES and not os.path.isdir(logdir):
+    fail(f'logdir {logdir} does not exist; {args.mode} needs a run directory with checkpoints')
+  if args.mode == 'export':
+    from framework import export as export_lib  # pylint: disable=import-outside-toplevel
+    try:
+      export_lib.check_export_dir(args.export_dir)
+    except export_lib.ExportError as exc:
+      fail(str(exc))
 
   from framework.trainer import Trainer, TrainingError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
@@ -114,11 +149,15 @@ def main(argv=None):
               f'(global batch {trainer.batch_size * trainer.num_workers}, '
               f'{trainer.num_workers} worker(s))', flush=True)
       return 0
-    restored = trainer.restore() if (args.continue_learning or args.mode == 'eval') else None
-    if args.mode == 'eval' and restored is None:
+    restored = (trainer.restore() if (args.continue_learning or args.mode in READING_MODES)
+                else None)
+    if args.mode in READING_MODES and restored is None:
       fail(f'no checkpoint found in {logdir}')
     if restored and distributed.is_chief():
       print(f'restored {restored} (step {trainer.global_step})', flush=True)
+    if args.mode == 'export':
+      export(trainer, args.export_dir, restored)
+      return 0
     trainer.begin()
     if args.mode == 'eval':
       trainer.evaluate_and_report()

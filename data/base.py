@@ -116,6 +116,19 @@ class DataLayer:
           f'the {self.num_examples} examples of the {self.mode} split')
     return batches
 
+  def serving_input(self):
+    """What a served model takes, and how it becomes the model's input.
+
+    The preprocessing is the eval path's, so a served model sees what it was
+    evaluated on. The base class serves images as the model takes them.
+
+    Returns:
+      ``(tf.TensorSpec of a batch of inputs, function from such a batch to
+      float32 [B, H, W, C] model inputs)``.
+    """
+    return (tf.TensorSpec([None, *self.image_shape], tf.float32, name='images'),
+            lambda images: images)
+
   def dataset(self, batch_size, seed=0, start_batch=0):
     """Returns a ``tf.data.Dataset`` of ``(float32 [B, H, W, C], int32 [B])`` batches.
 
@@ -228,21 +241,28 @@ class InMemoryDataLayer(DataLayer):
     self.image_shape = tuple(int(d) for d in self.images.shape[1:])
     self.num_classes = num_classes
 
+  def normalize(self, images):
+    """uint8 pixels -> float32, zero mean and unit variance per channel (``MEAN``, ``STD``)."""
+    scale = tf.constant([255.0 * s for s in self.STD], tf.float32)
+    shift = tf.constant([255.0 * m for m in self.MEAN], tf.float32)
+    return (tf.cast(images, tf.float32) - shift) / scale
+
+  def serving_input(self):
+    """Serves uint8 pixels ``[B, H, W, C]``, as the data set stores them; see the base class."""
+    return (tf.TensorSpec([None, *self.image_shape], tf.uint8, name='images'), self.normalize)
+
   def dataset(self, batch_size, seed=0, start_batch=0):
     check_batch_size(batch_size)
     check_start_batch(start_batch)
     images = tf.convert_to_tensor(self.images)
     labels = tf.convert_to_tensor(self.labels, tf.int32)
-    scale = tf.constant([255.0 * s for s in self.STD], tf.float32)
-    shift = tf.constant([255.0 * m for m in self.MEAN], tf.float32)
     pad = self.PAD
 
     def make_batch(index, offsets=None, flips=None):
       batch = tf.gather(images, index)
       if offsets is not None:
         batch = pad_crop_flip(batch, offsets, flips, pad)
-      batch = (tf.cast(batch, tf.float32) - shift) / scale
-      return batch, tf.gather(labels, index)
+      return self.normalize(batch), tf.gather(labels, index)
 
     if self.mode == 'eval':
       index = tf.range(self.worker_index, self.num_examples, self.num_workers)

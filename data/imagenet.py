@@ -264,6 +264,15 @@ class ImageNetDataLayer(DataLayer):
     label = tf.cast(example['image/class/label'] - self.params['label_offset'], tf.int32)
     return example['image/encoded'], label
 
+  def serving_input(self):
+    """Serves JPEG-encoded images ``[B]`` (any size), decoded and cropped as in eval."""
+    image_size = self.params['image_size']
+
+    def preprocess(encoded):
+      return tf.map_fn(lambda jpeg: eval_image(jpeg, image_size), encoded,
+                       fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32))
+    return tf.TensorSpec([None], tf.string, name='images'), preprocess
+
   def dataset(self, batch_size, seed=0, start_batch=0):
     check_batch_size(batch_size)
     check_start_batch(start_batch)

@@ -237,3 +237,16 @@ def test_damaged_files_are_named_at_construction(shards, tmp_path, damage, messa
     (tmp_path / f'validation-{f:05d}').write_bytes(damage(raw) if f == 1 else raw)
   with pytest.raises(DataError, match=f'{tmp_path}/validation-00001: {message}'):
     layer(str(tmp_path), 'eval')
+
+
+def test_serving_takes_jpeg_bytes_and_preprocesses_them_as_eval_does(shards):
+  data = layer(shards, 'eval')
+  spec, preprocess = data.serving_input()
+  assert spec.dtype == tf.string and spec.shape.as_list() == [None]
+  colour = np.broadcast_to(np.array([200, 100, 50], np.uint8), (60, 40, 3))
+  jpegs = tf.constant([tf.io.encode_jpeg(tf.constant(colour), quality=95).numpy(),
+                       tf.io.encode_jpeg(tf.constant(stripe_image()), quality=95).numpy()])
+  served = preprocess(jpegs).numpy()
+  evaluated, _ = take(data, 2, 1)[0]  # the same two images, first in the eval files
+  assert served.shape == (2, SIZE, SIZE, 3) and served.dtype == np.float32
+  np.testing.assert_array_equal(served, evaluated)

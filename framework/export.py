@@ -1,0 +1,84 @@
+"""Exports a trained model as a TensorFlow SavedModel for serving.
+
+The SavedModel's ``serving_default`` signature takes a batch of images as the
+data set stores them (uint8 pixels for Fashion-MNIST and CIFAR-10, JPEG bytes
+for ImageNet), applies the preprocessing of the eval path, and returns the
+class ``probabilities`` (float32 ``[B, num_classes]``) and the top-1
+``classes`` (int32 ``[B]``). Load it with ``tf.saved_model.load(path)``;
+TensorFlow Serving serves it as is.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+SIGNATURE = 'serving_default'
+INFO_FILE = 'export.json'
+
+
+class ExportError(RuntimeError):
+  """The SavedModel cannot be written where asked (named in the message)."""
+
+
+def check_export_dir(directory):
+  """Refuses an export directory that is a file or holds files; nothing is overwritten.
+
+  Raises:
+    ExportError: naming the directory and what to do.
+  """
+  if os.path.isfile(directory):
+    raise ExportError(f'--export_dir {directory} is a file; give a new directory')
+  if os.path.isdir(directory) and os.listdir(directory):
+    raise ExportError(f'--export_dir {directory} is not empty; give a new directory, an export '
+                      'is never written over another')
+
+
+def serving_function(model, data_layer):
+  """The ``tf.function`` of the serving signature: raw images -> probabilities and classes."""
+  spec, preprocess = data_layer.serving_input()
+
+  @tf.function(input_signature=[spec])
+  def serve(images):
+    logits = tf.cast(model(preprocess(images), training=False), tf.float32)
+    return {'probabilities': tf.nn.softmax(logits),
+            'classes': tf.argmax(logits, axis=-1, output_type=tf.int32)}
+  return serve
+
+
+def export_saved_model(model, data_layer, directory, info):
+  """Writes the SavedModel of ``model`` to ``directory`` (see the module docstring).
+
+  The SavedModel is written next to ``directory`` first and renamed into place,
+  so an interrupted export leaves no half-written model.
+
+  Args:
+    model: the Keras model, its weights restored.
+    data_layer: the eval data layer (input spec and preprocessing).
+    directory: a new or empty directory.
+    info: a JSON-able dict written as ``export.json`` beside the model (the
+      checkpoint and step it came from).
+
+  Raises:
+    ExportError: for a directory that is a file or not empty.
+  """
+  check_export_dir(directory)
+  directory = os.path.abspath(directory)
+  parent = os.path.dirname(directory)
+  os.makedirs(parent, exist_ok=True)
+  module = tf.Module()
+  module.model = model
+  module.serve = serving_function(model, data_layer)
+  staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
+  try:
+    tf.saved_model.save(module, staging, signatures={SIGNATURE: module.serve})
+    with open(os.path.join(staging, INFO_FILE), 'w', encoding='utf-8') as f:
+      json.dump(info, f, indent=2)
+    if os.path.isdir(directory):
+      os.rmdir(directory)  # empty, checked above
+    os.replace(staging, directory)
+  finally:
+    if os.path.isdir(staging):
+      shutil.rmtree(staging)
