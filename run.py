@@ -37,6 +37,15 @@ def parse_args(argv):
                       help='print the resolved config and exit')
   parser.add_argument('--export_dir', default=None,
                       help='export mode: the new directory of the SavedModel')
+  parser.add_argument('--checkpoint', default='latest', metavar='latest|best|PATH',
+                      help='eval and export: the latest checkpoint of logdir, the best by eval '
+                           'accuracy (logdir/best), or a checkpoint path')
+  parser.add_argument('--init_checkpoint', default=None, metavar='LOGDIR_OR_CHECKPOINT',
+                      help="train: start from another run's model weights (its newest "
+                           'checkpoint, or the one named)')
+  parser.add_argument('--init_optimizer_state', action='store_true',
+                      help='with --init_checkpoint: load its optimizer state too (slots, loss '
+                           'scale); the step still starts at 0')
   return parser.parse_args(argv)
 
 
@@ -73,6 +82,53 @@ def choose_logdir(args, cfg):
   return logdir
 
 
+def check_flags(args):
+  """Refuses flags given to a mode that does not use them, in one line."""
+  if (args.mode == 'export') != (args.export_dir is not None):
+    fail('--export_dir: required with --mode=export' if args.export_dir is None
+         else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
+  if args.checkpoint != 'latest' and args.mode not in READING_MODES:
+    fail(f'--checkpoint: only used with --mode=eval or export, not --mode={args.mode} '
+         '(to start from another run, use --init_checkpoint)')
+  if args.init_checkpoint is not None and args.mode not in ('train', 'train_eval'):
+    fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
+  if args.init_optimizer_state and args.init_checkpoint is None:
+    fail('--init_optimizer_state: only used with --init_checkpoint')
+
+
+def restore(trainer, args, logdir):
+  """Restores what the mode starts from; returns the checkpoint restored or None.
+
+  Eval and export read ``--checkpoint`` of the logdir; training resumes the
+  logdir's own checkpoint, else starts from ``--init_checkpoint`` if given.
+  """
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import warm_start  # pylint: disable=import-outside-toplevel
+  chief = distributed.is_chief()
+  if args.mode in READING_MODES:
+    restored = trainer.restore(warm_start.choose(logdir, args.checkpoint))
+    if restored is None:
+      fail(f'no checkpoint found in {logdir}')
+  else:
+    restored = trainer.restore() if args.continue_learning else None
+  if restored and chief:
+    print(f'restored {restored} (step {trainer.global_step})', flush=True)
+  if args.init_checkpoint is None:
+    return restored
+  if restored is not None:
+    if chief:
+      print(f'--init_checkpoint {args.init_checkpoint} not used: resuming the run\'s own '
+            'checkpoint', flush=True)
+    return restored
+  items = trainer.pipeline.checkpoint_items() if args.init_optimizer_state else None
+  loaded = warm_start.warm_start(args.init_checkpoint, trainer.model, items)
+  if chief:
+    what = 'model weights and optimizer state' if items is not None else 'model weights'
+    print(f'initialized from {loaded} ({what}); starting at step {trainer.global_step}',
+          flush=True)
+  return None
+
+
 def export(trainer, export_dir, checkpoint):
   """Writes the restored model as a SavedModel (chief only) and says how to load it."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
@@ -96,9 +152,7 @@ def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.bench_steps < 1:
     fail(f'--bench_steps: must be >= 1, got {args.bench_steps}')
-  if (args.mode == 'export') != (args.export_dir is not None):
-    fail('--export_dir: required with --mode=export' if args.export_dir is None
-         else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
+  check_flags(args)
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
@@ -149,12 +203,7 @@ def main(argv=None):
               f'(global batch {trainer.batch_size * trainer.num_workers}, '
               f'{trainer.num_workers} worker(s))', flush=True)
       return 0
-    restored = (trainer.restore() if (args.continue_learning or args.mode in READING_MODES)
-                else None)
-    if args.mode in READING_MODES and restored is None:
-      fail(f'no checkpoint found in {logdir}')
-    if restored and distributed.is_chief():
-      print(f'restored {restored} (step {trainer.global_step})', flush=True)
+    restored = restore(trainer, args, logdir)
     if args.mode == 'export':
       export(trainer, args.export_dir, restored)
       return 0
@@ -170,8 +219,9 @@ def main(argv=None):
       if metrics is not None:
         print(f'final test accuracy: {metrics["accuracy"]:.4f} (top-5 {metrics["top5_accuracy"]:.4f}, '
               f'loss {metrics["loss"]:.4f}) at step {trainer.global_step}', flush=True)
-      print(f'checkpoints: {os.path.abspath(logdir)}  (best by eval accuracy in '
-            f'{os.path.abspath(os.path.join(logdir, "best"))})', flush=True)
+      best = os.path.abspath(os.path.join(logdir, 'best'))
+      print(f'checkpoints: {os.path.abspath(logdir)}'
+            + (f'  (best by eval accuracy in {best})' if os.path.isdir(best) else ''), flush=True)
       print(f'TensorBoard: tensorboard --logdir {os.path.abspath(logdir)}', flush=True)
   except (ConfigError, DataError) as exc:
     fail(config_lib.format_error(exc) if isinstance(exc, ConfigError) else str(exc))

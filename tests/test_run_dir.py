@@ -8,20 +8,24 @@ import pytest
 import tensorflow as tf
 
 from data.fashion_mnist import FashionMnistDataLayer
-from tests.test_run import SGD_CONFIG, SHORT, run
+from tests.test_run import SGD_CONFIG, SHORT, checkpoint_values, run
 
 FINAL_RE = re.compile(r'final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)')
+EVAL_RE = re.compile(r'^eval at step (\d+): loss \S+, top-1 (\S+),', re.MULTILINE)
 
 
 @pytest.fixture(name='trained', scope='module')
 def fixture_trained(tmp_path_factory):
-  """A 20-step train_eval run and the final eval it printed."""
+  """A 20-step train_eval run (checkpoints and evals at steps 10 and 20) and what it printed."""
   logdir = tmp_path_factory.mktemp('run') / 'run'
   result = run('--config', SGD_CONFIG, '--mode', 'train_eval', '--logdir', str(logdir),
-               '--set', 'max_steps=20', '--set', 'eval_steps=10', *SHORT)
+               '--set', 'max_steps=20', '--set', 'eval_steps=10',
+               '--set', 'save_checkpoint_steps=10', *SHORT)
   accuracy, top5, loss, step = FINAL_RE.search(result.stdout).groups()
+  evals = {int(step): float(top1) for step, top1 in EVAL_RE.findall(result.stdout)}
+  assert sorted(evals) == [10, 20], result.stdout
   return logdir, {'accuracy': float(accuracy), 'top5': float(top5), 'loss': float(loss),
-                  'step': int(step)}
+                  'step': int(step), 'evals': evals}
 
 
 def test_export_serves_raw_pixels_with_the_eval_preprocessing(trained, tmp_path):
@@ -63,3 +67,83 @@ def test_export_refuses_a_used_directory_and_a_missing_flag(trained, tmp_path):
   result = run('--config', SGD_CONFIG, '--mode', 'export', '--logdir', str(logdir), check=False)
   assert result.returncode == 2
   assert result.stderr.strip() == 'error: --export_dir: required with --mode=export'
+
+
+def test_eval_reads_the_latest_the_best_or_a_named_checkpoint(trained):
+  logdir, final = trained
+  evals = final['evals']
+  best_step = max(evals, key=lambda step: (evals[step], -step))  # the first of equals is kept
+  assert json.loads((logdir / 'best' / 'best.json').read_text())['step'] == best_step
+  for choice, step, path in [('best', best_step, f'{logdir}/best/best-{best_step}'),
+                             (f'{logdir}/ckpt-10', 10, f'{logdir}/ckpt-10')]:
+    result = run('--config', SGD_CONFIG, '--mode', 'eval', '--logdir', str(logdir),
+                 '--checkpoint', choice, *SHORT, '--set', 'max_steps=20')
+    assert f'restored {path} (step {step})' in result.stdout, result.stdout
+    assert f'eval at step {step}: ' in result.stdout
+    assert f'top-1 {evals[step]:.4f}' in result.stdout, (choice, result.stdout)
+
+
+def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path):
+  logdir, _ = trained
+  result = run('--config', SGD_CONFIG, '--mode', 'eval', '--logdir', str(logdir),
+               '--checkpoint', str(tmp_path / 'nope'), check=False)
+  assert result.returncode == 2 and result.stderr.strip() == (
+      f'error: --checkpoint={tmp_path / "nope"}: not a checkpoint nor a directory holding one; '
+      'allowed: latest, best or a checkpoint path')
+  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'new'),
+               '--checkpoint', 'best', check=False)
+  assert result.returncode == 2 and result.stderr.strip() == (
+      'error: --checkpoint: only used with --mode=eval or export, not --mode=train (to start '
+      'from another run, use --init_checkpoint)')
+  assert not (tmp_path / 'new').exists()
+
+
+def kernels(values):
+  """The convolution and dense kernels of a checkpoint (what a tiny learning rate leaves as is)."""
+  return {k: v for k, v in values.items() if k.startswith('model/') and '_kernel' in k}
+
+
+@pytest.mark.parametrize('optimizer_state', [False, True])
+def test_a_new_run_starts_from_another_runs_weights(trained, tmp_path, optimizer_state):
+  logdir, _ = trained
+  new = tmp_path / 'new'
+  # A learning rate so small that one update leaves every weight as it was in float32.
+  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(new),
+               '--init_checkpoint', str(logdir), *SHORT, '--set', 'max_steps=1',
+               '--set', 'lr_policy_params.learning_rate=1e-30',
+               *(['--init_optimizer_state'] if optimizer_state else []))
+  what = 'model weights and optimizer state' if optimizer_state else 'model weights'
+  assert f'initialized from {logdir}/ckpt-20 ({what}); starting at step 0' in result.stdout
+  assert 'starting at step 0' in result.stdout and 'best by eval accuracy' not in result.stdout
+  source = checkpoint_values(str(logdir / 'ckpt-20'))
+  started = checkpoint_values(str(new / 'ckpt-1'))
+  assert kernels(source) and kernels(source).keys() == kernels(started).keys()
+  # Momentum SGD: v <- 0.9 v - lr g; w <- w + v. With lr ~ 0 the update is 0.9 times the
+  # velocity the run starts with: none for weights only, the source run's with its state.
+  velocities = [v for k, v in source.items() if k.startswith('optimizer_variables/')]
+  for key, value in kernels(source).items():
+    delta = started[key] - value
+    if not optimizer_state:
+      np.testing.assert_array_equal(delta, 0.0, err_msg=key)
+    else:
+      assert np.abs(delta).max() > 0, key
+      assert any(v.shape == delta.shape and np.allclose(delta, 0.9 * v, rtol=1e-4, atol=1e-7)
+                 for v in velocities), key
+  assert int(started['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 1
+  assert int(started['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == 1
+  # The optimizer's own update counter comes with its state: 20 updates, then one more.
+  iterations = [v for k, v in started.items() if k.startswith('optimizer_variables/0/')]
+  assert [int(v) for v in iterations] == [21 if optimizer_state else 1]
+
+
+def test_a_warm_start_that_does_not_fit_names_the_mismatch(trained, tmp_path):
+  logdir, _ = trained
+  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'new'),
+               '--init_checkpoint', str(logdir / 'ckpt-20'), *SHORT, '--set', 'max_steps=1',
+               '--set', 'model_params.depth=14', check=False)
+  assert result.returncode == 2, result.stdout + result.stderr
+  line = result.stderr.strip()
+  assert '\n' not in line and 'Traceback' not in result.stderr
+  assert line.startswith(f'error: --init_checkpoint {logdir}/ckpt-20: does not fit this config '
+                         '(missing from the checkpoint: model/'), line
+  assert re.search(r'\.\.\. \(\d+ in all\)', line), line

@@ -1,0 +1,141 @@
+"""Choosing a run's checkpoint (latest, best, a path) and starting a new run from another's weights.
+
+A run directory holds the periodic checkpoints (``ckpt-<step>``) and, in
+``best/``, the checkpoint with the best eval accuracy (``best-<step>``). Eval
+and export read either (``--checkpoint``); a new run can start from another
+run's model weights, and optionally its optimizer state (``--init_checkpoint``,
+``--init_optimizer_state``), as OpenSeq2Seq's ``load_model`` and Model Garden's
+``init_checkpoint`` do.
+"""
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from framework.params import ConfigError
+
+BEST_DIR = 'best'
+CHECKPOINT_CHOICES = ('latest', 'best')
+# Pipeline state that belongs to a run, not to the weights: a warm start begins at step 0.
+_RUN_COUNTERS = ('global_step', 'micro_step')
+_VALUE_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
+# Names listed in a mismatch message before "..."
+_LISTED = 3
+
+
+def find_checkpoint(path):
+  """The checkpoint ``path`` names: a checkpoint prefix, or the newest one of a directory.
+
+  Returns:
+    The checkpoint prefix, or None when there is none.
+  """
+  if os.path.isdir(path):
+    return tf.train.latest_checkpoint(path)
+  if tf.io.gfile.exists(path + '.index'):
+    return path
+  return None
+
+
+def choose(logdir, choice):
+  """The checkpoint to evaluate or export for ``--checkpoint=choice``.
+
+  Args:
+    logdir: the run directory.
+    choice: 'latest', 'best' (the best by eval accuracy, in ``<logdir>/best``),
+      or the path of a checkpoint or of a directory holding checkpoints.
+
+  Returns:
+    The checkpoint prefix; None for 'latest', which the trainer finds itself.
+
+  Raises:
+    ConfigError: when there is no such checkpoint, saying where it looked.
+  """
+  if choice == 'latest':
+    return None
+  if choice == 'best':
+    best = os.path.join(logdir, BEST_DIR)
+    path = find_checkpoint(best) if os.path.isdir(best) else None
+    if path is None:
+      raise ConfigError(f'--checkpoint=best: no best checkpoint in {best} (--mode=train_eval '
+                        'keeps the best by eval accuracy there); use --checkpoint=latest')
+    return path
+  path = find_checkpoint(choice)
+  if path is None:
+    raise ConfigError(f'--checkpoint={choice}: not a checkpoint nor a directory holding one; '
+                      f'allowed: {", ".join(CHECKPOINT_CHOICES)} or a checkpoint path')
+  return path
+
+
+def _shapes(names_and_objects):
+  """``{checkpoint key: shape}`` of the variables ``tf.train.Checkpoint(**objects)`` would save."""
+  directory = tempfile.mkdtemp(prefix='warm-start-')
+  try:
+    prefix = tf.train.Checkpoint(**names_and_objects).write(os.path.join(directory, 'probe'))
+    return _value_shapes(prefix, names_and_objects)
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _value_shapes(prefix, names):
+  """``{key: shape}`` of the variables under the top-level ``names`` of a checkpoint."""
+  shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  return {key[:-len(_VALUE_SUFFIX)]: list(shape) for key, shape in shapes.items()
+          if key.endswith(_VALUE_SUFFIX) and key.split('/', 1)[0] in names}
+
+
+def _listed(keys, describe=str):
+  shown = ', '.join(describe(k) for k in keys[:_LISTED])
+  return shown + (f', ... ({len(keys)} in all)' if len(keys) > _LISTED else '')
+
+
+def mismatches(expected, found):
+  """One line naming what differs between two ``{key: shape}`` maps, or '' when they agree."""
+  missing = sorted(set(expected) - set(found))
+  extra = sorted(set(found) - set(expected))
+  reshaped = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
+  parts = []
+  if missing:
+    parts.append(f'missing from the checkpoint: {_listed(missing)}')
+  if reshaped:
+    parts.append('other shape: ' + _listed(
+        reshaped, lambda k: f'{k} (checkpoint {found[k]}, this config {expected[k]})'))
+  if extra:
+    parts.append(f'not in this config: {_listed(extra)}')
+  return '; '.join(parts)
+
+
+def warm_start(source, model, pipeline_items=None):
+  """Loads another run's model weights (and optionally optimizer state) into a new run.
+
+  The step counters and the data position are not loaded: the new run starts
+  at step 0 with its own schedule. Everything loaded must match exactly (same
+  variables, same shapes); otherwise nothing is loaded.
+
+  Args:
+    source: a run directory (its newest checkpoint) or a checkpoint prefix.
+    model: the new run's model.
+    pipeline_items: the trainer pipeline's ``checkpoint_items()`` to load the
+      optimizer slots, loss scale and accumulators too; None for weights only.
+
+  Returns:
+    The checkpoint loaded.
+
+  Raises:
+    ConfigError: naming the checkpoint and, in one line, what does not match.
+  """
+  path = find_checkpoint(source)
+  if path is None:
+    raise ConfigError(f'--init_checkpoint {source}: not a checkpoint nor a directory holding one')
+  objects = {'model': model}
+  if pipeline_items is not None:
+    objects.update({k: v for k, v in pipeline_items.items() if k not in _RUN_COUNTERS})
+  found = _value_shapes(path, objects)
+  if not found:
+    raise ConfigError(f'--init_checkpoint {path}: holds no model weights of this framework')
+  problem = mismatches(_shapes(objects), found)
+  if problem:
+    raise ConfigError(f'--init_checkpoint {path}: does not fit this config ({problem})')
+  tf.train.Checkpoint(**objects).restore(path).expect_partial().assert_existing_objects_matched()
+  return path
