@@ -129,6 +129,18 @@ def restore(trainer, args, logdir):
   return None
 
 
+def write_tensorboard_config(trainer, cfg, overrides, logdir):
+  """The resolved config as a TensorBoard text summary, and the run's hparams (new runs)."""
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import summaries  # pylint: disable=import-outside-toplevel
+  import yaml  # pylint: disable=import-outside-toplevel
+  text = config_lib.to_yaml(cfg)
+  values = summaries.hparams(yaml.safe_load(text), overrides,
+                             {'global_batch': trainer.global_batch,
+                              'num_workers': trainer.num_workers})
+  summaries.write_run_config(logdir, text, values)
+
+
 def export(trainer, export_dir, checkpoint):
   """Writes the restored model as a SavedModel (chief only) and says how to load it."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
@@ -211,6 +223,8 @@ def main(argv=None):
     if args.mode == 'eval':
       trainer.evaluate_and_report()
       return 0
+    if distributed.is_chief() and trainer.global_step == 0:
+      write_tensorboard_config(trainer, main_cfg, args.set, logdir)
     evaluate_every = None
     if args.mode == 'train_eval':
       evaluate_every = main_cfg['eval_steps'] or trainer.steps_per_epoch

@@ -20,6 +20,7 @@ from framework import console
 from framework import distributed
 from framework import precision
 from framework import schedule
+from framework import summaries
 from framework.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
@@ -209,7 +210,10 @@ class Trainer:
 
     def run(iterator):
       if summary_every:
-        record = lambda: tf.equal(pipeline.global_step % summary_every, 0)
+        # In-graph summaries carry the step before the update; the last update is
+        # recorded too, so the run's final weights are in TensorBoard.
+        record = lambda: tf.logical_or(tf.equal(pipeline.global_step % summary_every, 0),
+                                       tf.equal(pipeline.global_step, self.max_steps - 1))
       else:
         record = False
       with tf.summary.record_if(record):
@@ -241,9 +245,10 @@ class Trainer:
                                          max_to_keep=cfg['num_checkpoints'],
                                          checkpoint_name='ckpt') if chief else None
     best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
-    writer = tf.summary.create_file_writer(self.logdir) if chief else tf.summary.create_noop_writer()
-    eval_writer = (tf.summary.create_file_writer(os.path.join(self.logdir, 'eval'))
-                   if chief else tf.summary.create_noop_writer())
+    # A run that trains nothing or writes no summaries leaves no empty event file.
+    writes = bool(chief and cfg['save_summaries_steps'] and self.global_step < self.max_steps)
+    writer = tf.summary.create_file_writer(self.logdir) if writes else tf.summary.create_noop_writer()
+    eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
     step_fn = self.make_train_step()
     iterator = self.train_iterator()
     _log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
@@ -255,6 +260,7 @@ class Trainer:
                                 show_loss_scale=console.loss_scaling_on(cfg))
     images_per_micro = self.batch_size * self.num_workers
     last_saved = self.global_step
+    last_summary = self.global_step
     last_eval = self.global_step
     eval_metrics = None
     window_start, window_images = time.perf_counter(), 0
@@ -285,9 +291,8 @@ class Trainer:
         elapsed = time.perf_counter() - window_start
         rate = window_images / elapsed if elapsed > 0 else 0.0
         progress.update(step, values, rate)
-        if chief and cfg['save_summaries_steps'] and step % cfg['save_summaries_steps'] == 0 \
-            and step != getattr(self, '_last_summary', None):
-          self._last_summary = step
+        if writes and self._summary_due(step, last_summary):
+          last_summary = step
           self._write_train_summaries(step, values, rate)
         if elapsed > 10.0:
           window_start, window_images = time.perf_counter(), 0
@@ -304,9 +309,18 @@ class Trainer:
         self._save(manager, self.global_step)
         if evaluate_every is not None:
           eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
-    writer.flush()
-    eval_writer.flush()
+    writer.close()
+    eval_writer.close()
     return eval_metrics
+
+  def _summary_due(self, step, last_written):
+    """Train scalars are written every save_summaries_steps updates and at the last one.
+
+    Only after an update: with iter_size > 1 the step stays the same for
+    several micro-steps, and a resumed run starts at a step already written.
+    """
+    return step > last_written and (step % self.config['save_summaries_steps'] == 0
+                                    or step == self.max_steps)
 
   @contextlib.contextmanager
   def precise_bn(self, step, keep, when=True):
@@ -380,9 +394,7 @@ class Trainer:
     metrics = self.evaluate()
     _log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
          f'top-5 {metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')
-    with eval_writer.as_default():
-      for key in ('loss', 'accuracy', 'top5_accuracy'):
-        tf.summary.scalar(key, metrics[key], step=step)
+    summaries.write_eval_metrics(eval_writer, step, metrics)
     if best is not None:
       best.offer(step, metrics['accuracy'])
     return metrics
@@ -420,11 +432,15 @@ class Trainer:
             'examples': int(totals[3])}
 
   def evaluate_and_report(self):
-    """Evaluates the restored model and prints one line (chief only)."""
+    """Evaluates the restored model, prints one line and writes the eval scalars (chief only)."""
     metrics = self.evaluate()
     _log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
          f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
          f'({metrics["examples"]} examples)')
+    writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
+                                  distributed.is_chief())
+    summaries.write_eval_metrics(writer, self.global_step, metrics)
+    writer.close()
     return metrics
 
   # --- benchmark ---------------------------------------------------------------------------

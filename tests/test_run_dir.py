@@ -147,3 +147,80 @@ def test_a_warm_start_that_does_not_fit_names_the_mismatch(trained, tmp_path):
   assert line.startswith(f'error: --init_checkpoint {logdir}/ckpt-20: does not fit this config '
                          '(missing from the checkpoint: model/'), line
   assert re.search(r'\.\.\. \(\d+ in all\)', line), line
+
+
+# A small synthetic data set: these runs are about what is written, not what is learnt.
+SYNTHETIC = ['--set', 'data_layer=synthetic', '--set', 'num_epochs=null',
+             '--set', 'data_layer_params={image_shape: [28, 28, 1], num_classes: 10, '
+                      'num_examples: 256}',
+             '--set', 'batch_size_per_gpu=16', '--set', 'eval_params.batch_size_per_gpu=256',
+             '--set', 'lr_policy_params={learning_rate: 0.01, power: 1.0, decay_steps: 100}',
+             '--set', 'print_loss_steps=100']
+
+
+def event_files(logdir):
+  return sorted(str(p) for p in logdir.rglob('events.out.tfevents.*'))
+
+
+def scalar_steps(directory, tag):
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=C0415
+  accumulator = event_accumulator.EventAccumulator(str(directory), size_guidance={'tensors': 0})
+  accumulator.Reload()
+  if tag not in accumulator.Tags()['tensors']:
+    return [], []
+  events = accumulator.Tensors(tag)
+  return [e.step for e in events], [float(tf.make_ndarray(e.tensor_proto)) for e in events]
+
+
+def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(tmp_path):
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=C0415
+  from tensorboard.plugins.hparams import metadata as hparams_metadata  # pylint: disable=C0415
+  logdir = tmp_path / 'run'
+  # Two micro-batches per update: the step stays the same over a micro-step, which must
+  # not write a step twice, nor must the first micro-step of the resumed run.
+  common = ['--config', SGD_CONFIG, '--mode', 'train_eval', '--logdir', str(logdir), *SYNTHETIC,
+            '--set', 'iter_size=2', '--set', 'save_summaries_steps=3', '--set', 'eval_steps=3',
+            '--set', 'summaries=[variable_norm]', '--set', 'optimizer_params.momentum=0.8']
+  run(*common, '--set', 'max_steps=6')
+  run(*common, '--set', 'max_steps=8', '--continue_learning')
+
+  # TensorBoard's own reader: every 3 updates and the last one, each step once.
+  assert scalar_steps(logdir, 'loss')[0] == [3, 6, 8]
+  assert scalar_steps(logdir / 'eval', 'accuracy')[0] == [3, 6, 8]
+  # In-graph summaries carry the step before the update: 0, 3, the last of each run.
+  norms = scalar_steps(logdir, 'variable_norm/logits/kernel')
+  assert norms[0] == [0, 3, 5, 6, 7], norms
+
+  # The config as text (step 0), and the hyperparameters for the HParams tab.
+  accumulator = event_accumulator.EventAccumulator(str(logdir), size_guidance={'tensors': 0})
+  accumulator.Reload()
+  [text] = accumulator.Tensors('config')
+  config = tf.make_ndarray(text.tensor_proto).item().decode()
+  assert '    optimizer: Momentum' in config.splitlines() and '    iter_size: 2' in config
+  content = accumulator.PluginTagToContent(hparams_metadata.PLUGIN_NAME)
+  start = hparams_metadata.parse_session_start_info_plugin_data(
+      content[hparams_metadata.SESSION_START_INFO_TAG])
+  values = {name: value.WhichOneof('kind') and getattr(value, value.WhichOneof('kind'))
+            for name, value in start.hparams.items()}
+  assert values['optimizer_params.momentum'] == pytest.approx(0.8)
+  assert values['optimizer'] == 'Momentum' and values['iter_size'] == 2
+  assert values['batch_size_per_gpu'] == 16 and values['global_batch'] == 32
+  experiment = hparams_metadata.parse_experiment_plugin_data(
+      content[hparams_metadata.EXPERIMENT_TAG])
+  assert {m.name.group + '/' + m.name.tag for m in experiment.metric_infos} == {
+      'eval/accuracy', 'eval/top5_accuracy', 'eval/loss'}
+
+  # --mode=eval writes its metrics; a run that trains nothing writes no event file.
+  files = event_files(logdir)
+  evaluated = run('--config', SGD_CONFIG, '--mode', 'eval', '--logdir', str(logdir), *SYNTHETIC,
+                  '--set', 'max_steps=8')
+  top1 = float(re.search(r'eval at step 8: .*top-1 (\S+),', evaluated.stdout).group(1))
+  steps, accuracies = scalar_steps(logdir / 'eval', 'accuracy')
+  assert steps[-1] == 8 and accuracies[-1] == pytest.approx(top1, abs=5e-5)
+  assert len(event_files(logdir)) == len(files) + 1
+  files = event_files(logdir)
+  run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SYNTHETIC,
+      '--set', 'iter_size=2', '--set', 'max_steps=8', '--continue_learning')
+  assert event_files(logdir) == files
+  for path in files:
+    assert sum(1 for _ in tf.data.TFRecordDataset(path)) > 1, path

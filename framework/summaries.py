@@ -1,0 +1,129 @@
+"""TensorBoard output of a run: writers that leave no empty event files, the config, hparams.
+
+The train scalars go to ``<logdir>``, the eval scalars to ``<logdir>/eval``.
+The resolved config is written once as a text summary (``config``) and its
+hyperparameters through TensorBoard's hparams plugin, so that the runs of a
+sweep can be compared in the HParams tab against their final eval accuracy
+and loss.
+"""
+
+import contextlib
+import os
+
+import tensorflow as tf
+
+EVAL_DIR = 'eval'
+# Always logged as hyperparameters (when set); keys given with --set are added.
+HPARAM_KEYS = ('model', 'optimizer', 'lr_policy', 'lr_policy_params.learning_rate',
+               'batch_size_per_gpu', 'iter_size', 'num_epochs', 'max_steps', 'dtype',
+               'label_smoothing', 'max_grad_norm', 'loss_scaling', 'random_seed')
+# The eval scalars the HParams tab shows beside the hyperparameters.
+HPARAM_METRICS = ('accuracy', 'top5_accuracy', 'loss')
+
+
+class LazyWriter:
+  """A summary writer whose event file is created by the first summary written through it.
+
+  Args:
+    directory: where the event file goes.
+    enabled: False on the workers that write nothing (a no-op writer).
+  """
+
+  def __init__(self, directory, enabled=True):
+    self.directory = directory
+    self.enabled = enabled
+    self._writer = None
+
+  @contextlib.contextmanager
+  def as_default(self):
+    if self._writer is None:
+      self._writer = (tf.summary.create_file_writer(self.directory) if self.enabled
+                      else tf.summary.create_noop_writer())
+    with self._writer.as_default():
+      yield
+
+  def flush(self):
+    if self._writer is not None:
+      self._writer.flush()
+
+  def close(self):
+    if self._writer is not None:
+      self._writer.close()
+
+
+def write_eval_metrics(writer, step, metrics):
+  """Writes an evaluation's loss, top-1 and top-5 accuracy at ``step``."""
+  with writer.as_default():
+    for key in HPARAM_METRICS:
+      tf.summary.scalar(key, metrics[key], step=step)
+  writer.flush()
+
+
+def override_keys(overrides):
+  """The key paths of ``--set key.path=value`` overrides, overlay prefixes dropped."""
+  keys = []
+  for text in overrides:
+    key = text.split('=', 1)[0].strip()
+    for prefix in ('base_params.', 'train_params.'):
+      if key.startswith(prefix):
+        key = key[len(prefix):]
+    if not key.startswith('eval_params.') and key not in keys:
+      keys.append(key)
+  return keys
+
+
+def _lookup(config, path):
+  value = config
+  for part in path.split('.'):
+    if isinstance(value, dict) and part in value:
+      value = value[part]
+    elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+      value = value[int(part)]
+    else:
+      return None
+  return value
+
+
+def _hparam_value(value):
+  """A value the hparams plugin takes (bool, int, float, str); others as their text."""
+  if isinstance(value, (bool, int, float, str)):
+    return value
+  return str(value)
+
+
+def hparams(config, overrides=(), extra=None):
+  """``{key path: value}`` of the run's hyperparameters (see ``HPARAM_KEYS``).
+
+  Args:
+    config: the resolved train config (names, not objects).
+    overrides: the run's ``--set`` strings: every key they set is included.
+    extra: more ``{name: value}`` (e.g. the global batch).
+  """
+  values = {}
+  for key in list(HPARAM_KEYS) + override_keys(overrides):
+    value = _lookup(config, key)
+    if value is not None:
+      values[key] = _hparam_value(value)
+  values.update(extra or {})
+  return values
+
+
+def write_run_config(directory, config_text, hparam_values):
+  """Writes the config as a text summary and the hyperparameters for the HParams tab (step 0).
+
+  Args:
+    directory: the run directory.
+    config_text: the resolved config as YAML.
+    hparam_values: ``{name: bool, int, float or str}`` from :func:`hparams`.
+  """
+  from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
+  writer = tf.summary.create_file_writer(directory)
+  with writer.as_default():
+    # Markdown: indent by four spaces so the YAML shows as a code block.
+    tf.summary.text('config', '\n'.join('    ' + line for line in config_text.splitlines()),
+                    step=0)
+    hp.hparams_config(hparams=[hp.HParam(name) for name in hparam_values],
+                      metrics=[hp.Metric(tag, group=EVAL_DIR, display_name=f'eval {tag}')
+                               for tag in HPARAM_METRICS])
+    hp.hparams(hparam_values, trial_id=os.path.basename(os.path.abspath(directory)))
+  writer.close()
