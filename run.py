@@ -1,7 +1,8 @@
-"""Train, evaluate or benchmark a model described by a config file.
+"""Train, evaluate, benchmark or export a model described by a config file.
 
   python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval --logdir=runs/fm_lars
   python run.py --config=configs/resnet50_lars.py --mode=benchmark --bench_steps=20
+  python run.py --config=runs/fm_lars/config.yaml --mode=eval --logdir=runs/fm_lars --checkpoint=best
   python run.py --config=runs/fm_lars/config.yaml --mode=export --logdir=runs/fm_lars \
       --export_dir=exports/fm_lars
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
@@ -80,6 +81,22 @@ def choose_logdir(args, cfg):
     stem = os.path.splitext(os.path.basename(args.config))[0]
     logdir = os.path.join('runs', stem)
   return logdir
+
+
+def recorded_eval_view(args, configs):
+  """The eval view written into ``<logdir>/config.yaml`` beside the train view.
+
+  A train-only run records the config file's eval view too, so that the run
+  directory can be evaluated from its own config; None when that view is not
+  valid (the record then holds the train view only).
+  """
+  if configs['eval'] is not None:
+    return configs['eval']
+  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  try:
+    return load(argparse.Namespace(config=args.config, mode='eval', set=args.set))['eval']
+  except ConfigError:
+    return None
 
 
 def check_flags(args):
@@ -205,7 +222,8 @@ def main(argv=None):
     trainer = Trainer(configs['train'], configs['eval'], logdir)
     if training and distributed.is_chief():
       os.makedirs(logdir, exist_ok=True)
-      config_lib.write_config(main_cfg, os.path.join(logdir, 'config.yaml'))
+      config_lib.write_run_config(configs['train'], recorded_eval_view(args, configs),
+                                  os.path.join(logdir, 'config.yaml'))
     if args.mode == 'benchmark':
       trainer.begin()
       result = trainer.benchmark(args.bench_steps)

@@ -4,9 +4,9 @@ A run is described by a config file (OpenSeq2Seq layout) holding
 ``base_params`` and optionally ``train_params`` and ``eval_params``::
 
   raw = load_config_file('configs/resnet50_lars.py')
-  cfg = resolve(raw, 'train', ['optimizer_params.momentum=0.95'])
-  cfg = validate(cfg, registries)
-  write_config(cfg, os.path.join(cfg['logdir'], 'config.yaml'))
+  cfg = validate(resolve(raw, 'train', ['optimizer_params.momentum=0.95']), registries)
+  eval_cfg = validate(resolve(raw, 'eval', ['optimizer_params.momentum=0.95']), registries, 'eval')
+  write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
 
 ``resolve`` overlays the mode's params on the base params and applies the
 command-line overrides; ``validate`` checks every key before anything is built
@@ -743,7 +743,50 @@ def to_yaml(config):
 
 def write_config(config, path):
   """Writes :func:`to_yaml` of ``config`` to ``path``, creating its directory."""
-  text = to_yaml(config)
+  write_text(to_yaml(config), path)
+
+
+def run_config(train, evaluation=None):
+  """The config file whose train and eval views are the resolved ``train`` and ``evaluation``.
+
+  Keys equal in both views go to ``base_params``; a key that differs goes, with
+  its whole value, to ``train_params`` and ``eval_params``. So
+  ``resolve(run_config(t, e), 'train')`` is ``t`` and ``resolve(..., 'eval')``
+  is ``e``: a run directory's ``config.yaml`` re-runs and re-evaluates the run.
+
+  Args:
+    train: the validated train config, or None for an eval-only run.
+    evaluation: the validated eval config, or None (the eval view is then the
+      train view).
+
+  Returns:
+    ``{'base_params': ..., 'train_params': ..., 'eval_params': ...}`` of plain
+    values (as :func:`to_yaml` spells them).
+  """
+  views = [_to_plain(v, '') for v in (train, evaluation) if v is not None]
+  if len(views) == 1:
+    return {'base_params': views[0], 'train_params': {}, 'eval_params': {}}
+  train, evaluation = views
+  result = {'base_params': {}, 'train_params': {}, 'eval_params': {}}
+  for key in sorted(set(train) | set(evaluation)):
+    if key in train and key in evaluation and train[key] == evaluation[key]:
+      result['base_params'][key] = train[key]
+      continue
+    if key in train:
+      result['train_params'][key] = train[key]
+    if key in evaluation:
+      result['eval_params'][key] = evaluation[key]
+  return result
+
+
+def write_run_config(train, evaluation, path):
+  """Writes :func:`run_config` as YAML to ``path`` (a file ``--config`` reads)."""
+  write_text(yaml.safe_dump(run_config(train, evaluation), default_flow_style=False,
+                            sort_keys=False), path)
+
+
+def write_text(text, path):
+  """Writes ``text`` to ``path``, creating its directory."""
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)

@@ -54,7 +54,9 @@ def test_short_run_learns_and_writes_checkpoints_and_events(tmp_path):
   assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == 100
   assert tf.train.latest_checkpoint(str(logdir / 'best')) is not None
   saved = yaml.safe_load((logdir / 'config.yaml').read_text())
-  assert saved['max_steps'] == 100 and saved['optimizer'] == 'Momentum'
+  # In the layout --config reads: what the train and eval views share is in base_params.
+  assert saved['base_params']['max_steps'] == 100
+  assert saved['base_params']['optimizer'] == 'Momentum'
 
   # TensorBoard's own reader sees the train and eval scalars.
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel

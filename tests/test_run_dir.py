@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from data.fashion_mnist import FashionMnistDataLayer
 from tests.test_run import SGD_CONFIG, SHORT, checkpoint_values, run
@@ -224,3 +225,39 @@ def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(t
   assert event_files(logdir) == files
   for path in files:
     assert sum(1 for _ in tf.data.TFRecordDataset(path)) > 1, path
+
+
+def resolved_views(config, overrides=()):
+  """run.py's train and eval views of a config file, resolved and validated in this process."""
+  import argparse  # pylint: disable=import-outside-toplevel
+  import run as run_py  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  views = {}
+  for mode in ('train', 'eval'):
+    cfg = run_py.load(argparse.Namespace(config=str(config), mode=mode, set=list(overrides)))[mode]
+    views[mode] = config_lib.to_yaml(cfg)
+  return views
+
+
+def test_the_saved_config_re_evaluates_and_re_runs_the_run(trained, tmp_path):
+  logdir, final = trained
+  saved = logdir / 'config.yaml'
+  layout = yaml.safe_load(saved.read_text())
+  assert list(layout) == ['base_params', 'train_params', 'eval_params']
+  # Both views of the saved config are the run's, fully resolved (defaults filled in).
+  overrides = [SHORT[i + 1] for i in range(0, len(SHORT), 2)]
+  overrides += ['max_steps=20', 'eval_steps=10', 'save_checkpoint_steps=10']
+  original = resolved_views(SGD_CONFIG, overrides)
+  assert resolved_views(saved) == original
+  # --set batch_size_per_gpu applies to both views, after the eval overlay.
+  assert layout['base_params']['batch_size_per_gpu'] == 128
+  assert layout['base_params']['regularizer'] is None  # a default, written out
+
+  evaluated = run('--config', str(saved), '--mode', 'eval', '--logdir', str(logdir))
+  assert f'eval at step 20: loss {final["loss"]:.4f}, top-1 {final["accuracy"]:.4f}' in (
+      evaluated.stdout), evaluated.stdout
+
+  again = tmp_path / 'again'
+  rerun = run('--config', str(saved), '--mode', 'train_eval', '--logdir', str(again))
+  assert FINAL_RE.search(rerun.stdout).group(4) == '20'
+  assert (again / 'config.yaml').read_text() == saved.read_text()

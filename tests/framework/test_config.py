@@ -999,6 +999,31 @@ def test_write_config_reads_back_to_the_same_config(tmp_path):
   assert check(cfg.resolve(cfg.load_config_file(again), 'train')) == config
 
 
+def test_run_config_splits_two_views_into_a_file_that_resolves_back_to_them(tmp_path):
+  train = check(base_config(batch_size_per_gpu=256, model_params={'width': 16, 'depth': 2},
+                            label_smoothing=0.1))
+  evaluation = check(base_config(batch_size_per_gpu=1000, model_params={'width': 16}))
+  layout = cfg.run_config(train, evaluation)
+  assert list(layout) == ['base_params', 'train_params', 'eval_params']
+  # Differing keys go whole into both overlays; equal ones into base_params.
+  assert train['model_params']['depth'] == 2 != evaluation['model_params']['depth']
+  assert layout['train_params'] == {'batch_size_per_gpu': 256, 'label_smoothing': 0.1,
+                                    'model_params': train['model_params']}
+  assert layout['eval_params'] == {'batch_size_per_gpu': 1000, 'label_smoothing': 0.0,
+                                   'model_params': evaluation['model_params']}
+  assert layout['base_params']['optimizer'] == train['optimizer'] == evaluation['optimizer']
+  assert not set(layout['base_params']) & set(layout['train_params'])
+  path = tmp_path / 'config.yaml'
+  cfg.write_run_config(train, evaluation, str(path))
+  raw = cfg.load_config_file(str(path))
+  assert check(cfg.resolve(raw, 'train')) == train
+  assert check(cfg.resolve(raw, 'eval')) == evaluation
+  # Without an eval view, both views are the train view.
+  alone = cfg.run_config(train)
+  assert alone == {'base_params': cfg.run_config(train, train)['base_params'],
+                   'train_params': {}, 'eval_params': {}}
+
+
 # ---------------------------------------------------------------------------
 # format_error
 

@@ -330,8 +330,8 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     assert row['steps'] == step == '3'
     assert float(row['wall_s']) > 1.0
     # The derived rate reached the run: 0.025 * 32 / 16, not the 0.1 of --set.
-    resolved = yaml.safe_load((logdir / 'config.yaml').read_text())
-    resolved = resolved.get('base_params', resolved)
+    saved = yaml.safe_load((logdir / 'config.yaml').read_text())
+    resolved = {**saved['base_params'], **saved['train_params']}  # the train view
     assert resolved['lr_policy_params']['learning_rate'] == pytest.approx(0.05)
     assert resolved['optimizer'] == name and resolved['batch_size_per_gpu'] == 32
     assert resolved['max_steps'] == 3 and row['lr_policy_params.learning_rate'] == '0.05'
