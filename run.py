@@ -51,6 +51,8 @@ def parse_args(argv):
 
 
 def fail(message, status=2):
+  from framework import console  # pylint: disable=import-outside-toplevel
+  console.end_progress()  # a run stopped mid-training: the error gets a line of its own
   print(message if message.startswith('error:') else f'error: {message}', file=sys.stderr)
   sys.exit(status)
 

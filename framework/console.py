@@ -25,6 +25,18 @@ def say(message):
     print(message, flush=True)
 
 
+def end_progress():
+  """Closes the progress bar on screen, if any, so that what follows starts on a new line."""
+  if _active_bar is not None:
+    _active_bar.close()
+    _set_active(None)
+
+
+def _set_active(bar):
+  global _active_bar  # pylint: disable=global-statement
+  _active_bar = bar
+
+
 def terminal_columns(stream):
   """The width of the terminal ``stream`` is on, or None when it does not say (0 or no size)."""
   try:
@@ -55,7 +67,6 @@ class Progress:
 
   def __init__(self, total, initial, steps_per_epoch, every, enabled=True,
                show_loss_scale=False, stream=None):
-    global _active_bar  # pylint: disable=global-statement
     self.enabled = enabled
     self.every = every
     self.steps_per_epoch = steps_per_epoch
@@ -72,7 +83,7 @@ class Progress:
       width = {'dynamic_ncols': True} if columns else {
           'ncols': shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns or FALLBACK_COLUMNS}
       self.bar = tqdm(total=total, initial=initial, unit='step', file=stream, **width)
-      _active_bar = self.bar
+      _set_active(self.bar)
 
   def line(self, step, values, rate):
     """The plain log line of one step."""
@@ -100,9 +111,8 @@ class Progress:
     self.position = step
 
   def close(self):
-    global _active_bar  # pylint: disable=global-statement
     if self.bar is not None:
       self.bar.close()
       if _active_bar is self.bar:
-        _active_bar = None
+        _set_active(None)
       self.bar = None

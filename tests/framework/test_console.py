@@ -103,3 +103,15 @@ def test_plain_lines_show_the_loss_scale_only_with_loss_scaling(capsys):
       'step 5 epoch 0.50 loss 0.5000 lr 0.1629 grad_norm 1.25 images/sec 12.0',
       'step 5 epoch 0.50 loss 0.5000 lr 0.1629 grad_norm 1.25 loss_scale 1.638e+04 '
       'images/sec 12.0']
+
+
+def test_an_error_after_a_stopped_bar_gets_its_own_line(monkeypatch):
+  terminal = on_terminal(monkeypatch, 120)
+  progress = console.Progress(total=40, initial=0, steps_per_epoch=10, every=10)
+  progress.update(7, VALUES, 100.0)
+  progress.bar.refresh()
+  console.end_progress()  # what run.py's fail() does before printing the error
+  print('error: non-finite loss', file=sys.stderr)
+  lines = screen(terminal.getvalue())
+  assert lines[-1] == 'error: non-finite loss' and '7/40' in lines[-2], lines
+  console.end_progress()  # nothing on screen: nothing to do
