@@ -148,18 +148,6 @@ def restore(trainer, args, logdir):
   return None
 
 
-def write_tensorboard_config(trainer, cfg, overrides, logdir):
-  """The resolved config as a TensorBoard text summary, and the run's hparams (new runs)."""
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework import summaries  # pylint: disable=import-outside-toplevel
-  import yaml  # pylint: disable=import-outside-toplevel
-  text = config_lib.to_yaml(cfg)
-  values = summaries.hparams(yaml.safe_load(text), overrides,
-                             {'global_batch': trainer.global_batch,
-                              'num_workers': trainer.num_workers})
-  summaries.write_run_config(logdir, text, values)
-
-
 def export(trainer, export_dir, checkpoint):
   """Writes the restored model as a SavedModel (chief only) and says how to load it."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
@@ -172,6 +160,9 @@ def export(trainer, export_dir, checkpoint):
                                    'step': trainer.global_step})
   except export_lib.ExportError as exc:
     fail(str(exc))
+  except OSError as exc:
+    fail(f'--export_dir {export_dir}: cannot write the SavedModel ({exc.strerror or exc}); '
+         'nothing was exported', status=1)
   spec, _ = trainer.eval_data.serving_input()
   print(f'exported {checkpoint} (step {trainer.global_step}) to {os.path.abspath(export_dir)}: '
         f'signature {export_lib.SIGNATURE!r} takes {spec.dtype.name} images '
@@ -221,7 +212,7 @@ def main(argv=None):
   from framework.trainer import Trainer, TrainingError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   try:
-    trainer = Trainer(configs['train'], configs['eval'], logdir)
+    trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=args.set)
     if training and distributed.is_chief():
       os.makedirs(logdir, exist_ok=True)
       config_lib.write_run_config(configs['train'], recorded_eval_view(args, configs),
@@ -243,8 +234,6 @@ def main(argv=None):
     if args.mode == 'eval':
       trainer.evaluate_and_report()
       return 0
-    if distributed.is_chief() and trainer.global_step == 0:
-      write_tensorboard_config(trainer, main_cfg, args.set, logdir)
     evaluate_every = None
     if args.mode == 'train_eval':
       evaluate_every = main_cfg['eval_steps'] or trainer.steps_per_epoch

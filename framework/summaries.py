@@ -111,19 +111,18 @@ def hparams(config, overrides=(), extra=None):
 def write_run_config(directory, config_text, hparam_values):
   """Writes the config as a text summary and the hyperparameters for the HParams tab (step 0).
 
+  They go to the default summary writer (the run's train writer).
+
   Args:
-    directory: the run directory.
+    directory: the run directory, whose name is the trial's id.
     config_text: the resolved config as YAML.
     hparam_values: ``{name: bool, int, float or str}`` from :func:`hparams`.
   """
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
-  writer = tf.summary.create_file_writer(directory)
-  with writer.as_default():
-    # Markdown: indent by four spaces so the YAML shows as a code block.
-    tf.summary.text('config', '\n'.join('    ' + line for line in config_text.splitlines()),
-                    step=0)
-    hp.hparams_config(hparams=[hp.HParam(name) for name in hparam_values],
-                      metrics=[hp.Metric(tag, group=EVAL_DIR, display_name=f'eval {tag}')
-                               for tag in HPARAM_METRICS])
-    hp.hparams(hparam_values, trial_id=os.path.basename(os.path.abspath(directory)))
-  writer.close()
+  # Markdown: indent by four spaces so the YAML shows as a code block.
+  tf.summary.text('config', '\n'.join('    ' + line for line in config_text.splitlines()),
+                  step=0)
+  hp.hparams_config(hparams=[hp.HParam(name) for name in hparam_values],
+                    metrics=[hp.Metric(tag, group=EVAL_DIR, display_name=f'eval {tag}')
+                             for tag in HPARAM_METRICS])
+  hp.hparams(hparam_values, trial_id=os.path.basename(os.path.abspath(directory)))

@@ -14,8 +14,10 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+import yaml
 
 from data import DATA_LAYERS
+from framework import config as config_lib
 from framework import console
 from framework import distributed
 from framework import precision
@@ -62,12 +64,14 @@ class Trainer:
     config: the validated config of the train (or benchmark) mode, or None for eval only.
     eval_config: the validated config used for evaluation, or None.
     logdir: the run directory (checkpoints, TensorBoard events, config.yaml).
+    overrides: the run's ``--set`` strings; their keys are logged as hyperparameters.
   """
 
-  def __init__(self, config, eval_config, logdir):
+  def __init__(self, config, eval_config, logdir, overrides=()):
     self.config = config if config is not None else eval_config
     self.eval_config = eval_config
     self.logdir = logdir
+    self.overrides = list(overrides)
     cfg = self.config
     self.num_workers = distributed.size()
     self.rank = distributed.rank()
@@ -271,6 +275,8 @@ class Trainer:
     stall_limit = self.iter_size * (1 if fail_fast else _MAX_SKIPPED_UPDATES)
     last_step, stalled = self.global_step, 0
     with writer.as_default():
+      if writes and self.global_step == 0:
+        self._write_run_config()
       while self.global_step < self.max_steps:
         metrics = step_fn(iterator)
         values = {k: v.numpy() for k, v in metrics.items()}
@@ -312,6 +318,13 @@ class Trainer:
     writer.close()
     eval_writer.close()
     return eval_metrics
+
+  def _write_run_config(self):
+    """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
+    text = config_lib.to_yaml(self.config)
+    values = summaries.hparams(yaml.safe_load(text), self.overrides,
+                               {'global_batch': self.global_batch, 'num_workers': self.num_workers})
+    summaries.write_run_config(self.logdir, text, values)
 
   def _summary_due(self, step, last_written):
     """Train scalars are written every save_summaries_steps updates and at the last one.
