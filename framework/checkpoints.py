@@ -15,6 +15,8 @@ import shutil
 
 import tensorflow as tf
 
+from framework import rundir
+
 CHECKPOINT_NAME = 'ckpt'
 _FILE = re.compile(rf'^{CHECKPOINT_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 
@@ -110,7 +112,10 @@ def keep_for_rotation(logdir, prefix, damaged):
     step = int(prefix.rsplit('-', 1)[1])
     kept = [p for s, p in reversed(find(logdir))
             if s <= step and os.path.exists(p + '.index')]
-  tf.compat.v1.train.update_checkpoint_state(logdir, prefix, all_model_checkpoint_paths=kept)
+  # The state file's text format, with paths relative to the logdir as the manager writes them.
+  lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
+  lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in kept]
+  rundir.write_text_atomically(os.path.join(logdir, 'checkpoint'), '\n'.join(lines) + '\n')
 
 
 def save(manager, step):

@@ -73,8 +73,8 @@ class RunLock:
     if holder is None:
       return None
     pid, host = holder
-    if host == socket.gethostname() and (pid <= 0 or not _pid_alive(pid)):
-      return None
+    if pid <= 0 or (host == socket.gethostname() and not _pid_alive(pid)):
+      return None  # no owner written (a failed write), or its process is gone
     return holder
 
   def acquire(self):
@@ -98,8 +98,12 @@ class RunLock:
         except FileNotFoundError:
           pass
         continue
-      with os.fdopen(fd, 'w', encoding='utf-8') as f:
-        f.write(f'{os.getpid()} {socket.gethostname()}\n')
+      try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as f:
+          f.write(f'{os.getpid()} {socket.gethostname()}\n')
+      except OSError:
+        os.remove(self.path)
+        raise
       self.held = True
       return
     raise RunDirError(f'could not take the lock {self.path}: another run keeps taking it')
