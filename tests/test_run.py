@@ -245,6 +245,19 @@ def test_python_and_yaml_configs_resolve_identically():
     (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
     (['--set', 'jit_compile=true', '--set', 'summaries=[gradients]'],
      "jit_compile: summaries ['gradients'] are written inside the train step"),
+    (['--set', 'optimizer_params.momentum=abc'],
+     "optimizer_params.momentum: rejected by LARSOptimizer: could not convert string to float: 'abc'"),
+    (['--set', 'optimizer_params={eeta: -1}'],
+     'optimizer_params.eeta: rejected by LARSOptimizer: LARSOptimizer: eeta must be >= 0, got -1'),
+    (['--set', 'optimizer_params={skip_list: 5}'],
+     'optimizer_params.skip_list: rejected by LARSOptimizer'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
+     "loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': "),
+    (['--set', 'random_seed=-1'], 'random_seed: must be in [0, 2**32), got -1'),
+    (['--set', 'num_epochs=.inf'], 'num_epochs: must be a finite number > 0, got inf'),
+    (['--set', 'lr_policy_params.warmup_epochs=9'],
+     'lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training (1872 steps)'),
+    (['--logdir', ROOT + '/README.md'], 'README.md is a file, not a directory'),
 ])
 def test_config_mistakes_exit_2_with_one_line(args, message):
   result = run('--config', LARS_CONFIG, '--mode', 'train', '--logdir', '/nonexistent/x', *args,
@@ -253,6 +266,16 @@ def test_config_mistakes_exit_2_with_one_line(args, message):
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert lines[-1].startswith('error: ') and message in lines[-1], result.stderr
   assert 'Traceback' not in result.stderr
+
+
+def test_a_config_that_exits_is_a_config_error(tmp_path):
+  config = tmp_path / 'exits.py'
+  config.write_text('import sys\n\nbase_params = {}\nsys.exit(0)\n')
+  result = run('--config', str(config), check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr
+  assert result.stderr.strip() == (f'error: {config}:4: the config called sys.exit(0); a config '
+                                   'defines base_params (and train_params/eval_params), it does '
+                                   'not exit')
 
 
 def test_missing_config_file_and_bad_data_dir(tmp_path):
