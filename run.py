@@ -4,8 +4,12 @@
   python run.py --config=configs/resnet50_lars.py --mode=benchmark --bench_steps=20
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
-A config mistake ends with exit status 2 and one line naming the key path and
-what is allowed; nothing is built before the config is valid.
+Exit status: 0 done (or nothing to do); 2 a config, data or logdir mistake, in
+one line naming the key path, file or directory (nothing is built before the
+config is valid); 1 the run failed (non-finite values, a write that failed, no
+intact checkpoint to resume), in one line saying what was kept; 128 + the signal
+number (143 SIGTERM, 130 SIGINT) after a signal stopped training and a
+checkpoint was saved: resume with --continue_learning.
 """
 
 import argparse

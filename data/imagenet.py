@@ -248,9 +248,15 @@ class ImageNetDataLayer(DataLayer):
   Corrupt files: with ``verify_files`` (the default) the constructor walks the
   record framing of every file (one 12-byte read per record, header CRCs
   checked, files framed in parallel and cached per process) and raises a
-  ``DataError`` naming a truncated or corrupt file. A record whose payload is
-  damaged but whose framing is intact still fails later, inside tf.data, with
-  TensorFlow's ``DataLossError``/``InvalidArgumentError``.
+  ``DataError`` naming a truncated or corrupt file. A record whose framing is
+  intact but whose JPEG cannot be decoded stops the run with an error naming
+  its file and record index; with ``skip_corrupt`` it is dropped, counted
+  (``corrupt_count``) and reported on stderr, and the run fails once more than
+  ``max_corrupt_fraction`` of the records read (at least an epoch's worth) were
+  dropped. A run resumed in an epoch that dropped records before the stop sees
+  that epoch's remaining batches shifted by the number dropped. A label
+  outside ``[0, num_classes)`` after ``label_offset`` stops the run, naming the
+  record.
   """
 
   PARAMS = {

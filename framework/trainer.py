@@ -57,7 +57,7 @@ _WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied'
 def _is_write_failure(exc, logdir):
   """Whether a TensorFlow error is a failed write into the logdir (events, checkpoints)."""
   message = str(exc)
-  return os.path.abspath(logdir) in os.path.abspath(message) or logdir in message or any(
+  return logdir in message or os.path.abspath(logdir) in message or any(
       text in message for text in _WRITE_FAILURES)
 
 
