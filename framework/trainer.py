@@ -333,6 +333,8 @@ class Trainer:
       data_error = data_error_in(exc)
       if data_error is not None:
         raise DataError(data_error) from None
+      if isinstance(exc, tf.errors.DataLossError):
+        raise DataError(f'corrupt input data: {str(exc).splitlines()[0]}') from None
       if _is_write_failure(exc, self.logdir):
         kept = checkpoints.latest_listed(self.logdir)
         raise CheckpointError(f'writing to {self.logdir} failed ({" ".join(str(exc).split())}); '
