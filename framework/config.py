@@ -648,6 +648,8 @@ def _check_loss_scaling(loss_scaling, params):
 def check_warmup(lr_policy_params, steps_per_epoch, total_steps):
   """Rejects a warm-up longer than training, for any ``warmup*`` duration in steps or epochs.
 
+  (A ``warmup_fraction`` is at most the whole run by construction.)
+
   Args:
     lr_policy_params: the validated ``lr_policy_params``.
     steps_per_epoch: updates per epoch.
@@ -656,13 +658,14 @@ def check_warmup(lr_policy_params, steps_per_epoch, total_steps):
   Raises:
     ConfigError: naming the key, its length in steps and the run's.
   """
-  in_steps = epochs_to_steps(lr_policy_params, steps_per_epoch)
+  in_steps = epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps)
   for key, value in in_steps.items():
     if not (key.startswith('warmup') and key.endswith('steps')) or isinstance(value, bool) \
         or not isinstance(value, (int, float)):
       continue
     if value > total_steps:
-      given = next((k for k, v in EPOCH_KEYS.items() if v == key and k in lr_policy_params), key)
+      given = next((k for k, v in DURATION_KEYS.items() if v == key and k in lr_policy_params),
+                   key)
       raise ConfigError(f'lr_policy_params.{given}: the warm-up ({value} steps) is longer than '
                         f'training ({total_steps} steps); shorten it or train longer')
 
