@@ -118,8 +118,13 @@ def keep_for_rotation(logdir, prefix, damaged):
   rundir.write_text_atomically(os.path.join(logdir, 'checkpoint'), '\n'.join(lines) + '\n')
 
 
-def save(manager, step):
+def save(manager, step, name=CHECKPOINT_NAME):
   """``manager.save(step)``; on failure removes what it left and raises one line.
+
+  Args:
+    manager: a ``tf.train.CheckpointManager`` whose checkpoint name is ``name``.
+    step: the checkpoint number.
+    name: the manager's checkpoint name.
 
   Raises:
     CheckpointError: naming the path, the reason and the checkpoint kept.
@@ -128,7 +133,7 @@ def save(manager, step):
     return manager.save(checkpoint_number=step)
   except (OSError, tf.errors.OpError) as exc:
     directory = manager.directory
-    prefix = os.path.join(directory, f'{CHECKPOINT_NAME}-{step}')
+    prefix = os.path.join(directory, f'{name}-{step}')
     remove_partial(prefix)
     kept = latest_listed(directory)
     raise CheckpointError(

@@ -23,6 +23,7 @@ from framework import checkpoints
 from framework import config as config_lib
 from framework import distributed
 from framework import precision
+from framework import rundir
 from framework import schedule
 from framework.checkpoints import CheckpointError
 from framework.params import ConfigError
@@ -410,7 +411,6 @@ class Trainer:
         eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
     return eval_metrics
 
-
   def _stop(self, signum, manager, values, rate, last_saved):
     """Saves and writes the summaries of the current step, then raises RunStopped."""
     step = self.global_step
@@ -575,17 +575,19 @@ class BestCheckpoint:
                                               checkpoint_name='best')
     self.record = os.path.join(directory, 'best.json')
     self.best = None
-    if os.path.exists(self.record):
-      with open(self.record) as f:
+    try:
+      with open(self.record, encoding='utf-8') as f:
         self.best = json.load(f)['accuracy']
+    except (OSError, ValueError, KeyError, TypeError):
+      pass  # no record yet (or an unreadable one): the next evaluation writes it
 
   def offer(self, step, accuracy):
     if self.best is not None and accuracy <= self.best:
       return
     self.best = accuracy
-    path = self.manager.save(checkpoint_number=step)
-    with open(self.record, 'w') as f:
-      json.dump({'step': step, 'accuracy': accuracy, 'checkpoint': path}, f)
+    path = checkpoints.save(self.manager, step, name='best')
+    rundir.write_text_atomically(
+        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
 
 
 class Progress:
