@@ -164,7 +164,7 @@ def _mount_tmpfs(path, size):
                           capture_output=True, text=True, check=False)
   if result.returncode != 0:
     pytest.skip(f'cannot mount a tmpfs here ({result.stderr.strip()}); '
-                'test_failed_checkpoint_write_is_one_line covers the same code by injection')
+                'test_injected_write_failures_are_one_line covers the same code by injection')
 
 
 def _fill(directory, leave):
@@ -221,40 +221,68 @@ def test_full_and_read_only_disks_end_with_one_line(tmp_path):
     subprocess.run(['umount', str(mount)], check=False)
 
 
-def test_failed_checkpoint_write_is_one_line(tmp_path):
-  # The checkpoint writer fails the way a full disk makes it fail, after leaving
-  # a partial temp directory: injected by a sitecustomize, no mount needed.
+# Failures injected by a sitecustomize on PYTHONPATH, for machines where a tmpfs cannot be
+# mounted: the checkpoint writer fails as a full disk makes it fail, after leaving a partial
+# temp directory; or the logdir refuses writes as a read-only file system does.
+_HOOK = """
+import errno, os
+def _checkpoint_fails():
+  import tensorflow as tf
+  original = tf.train.CheckpointManager.save
+  def save(self, checkpoint_number=None, **kw):
+    if checkpoint_number is not None and checkpoint_number >= 4:
+      temp = os.path.join(self.directory, f"ckpt-{checkpoint_number}_temp")
+      os.makedirs(temp, exist_ok=True)
+      open(os.path.join(temp, "part-00000-of-00001.index"), "w").close()
+      raise tf.errors.ResourceExhaustedError(None, None, f"{temp}: No space left on device")
+    return original(self, checkpoint_number=checkpoint_number, **kw)
+  tf.train.CheckpointManager.save = save
+def _read_only(directory):
+  original = os.open
+  def refuse(path, flags, *args, **kw):
+    inside = os.path.abspath(path).startswith(directory + os.sep)
+    if inside and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+    return original(path, flags, *args, **kw)
+  os.open = refuse
+fault = os.environ.get("INJECTED_FAULT")
+if fault == "checkpoint":
+  _checkpoint_fails()
+elif fault and fault.startswith("read_only:"):
+  _read_only(fault.split(":", 1)[1])
+"""
+
+
+def run_with_fault(tmp_path, fault, *args):
   hook = tmp_path / 'hook'
-  hook.mkdir()
-  (hook / 'sitecustomize.py').write_text(
-      'import os\n'
-      'def _patch():\n'
-      '  import tensorflow as tf\n'
-      '  original = tf.train.CheckpointManager.save\n'
-      '  def save(self, checkpoint_number=None, **kw):\n'
-      '    if checkpoint_number is not None and checkpoint_number >= 4:\n'
-      '      temp = os.path.join(self.directory, f"ckpt-{checkpoint_number}_temp")\n'
-      '      os.makedirs(temp, exist_ok=True)\n'
-      '      open(os.path.join(temp, "part-00000-of-00001.index"), "w").close()\n'
-      '      raise tf.errors.ResourceExhaustedError(None, None, f"{temp}: No space left on device")\n'
-      '    return original(self, checkpoint_number=checkpoint_number, **kw)\n'
-      '  tf.train.CheckpointManager.save = save\n'
-      'if os.environ.get("FAULT_HOOK_ACTIVE"):\n'
-      '  _patch()\n')
+  hook.mkdir(exist_ok=True)
+  (hook / 'sitecustomize.py').write_text(_HOOK)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', INJECTED_FAULT=fault,
+             PYTHONPATH=os.pathsep.join([str(hook), ROOT]))
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_injected_write_failures_are_one_line(tmp_path):
   logdir = str(tmp_path / 'run')
   run(*TINY, '--logdir', logdir, '--set', 'max_steps=2')
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', FAULT_HOOK_ACTIVE='1',
-             PYTHONPATH=os.pathsep.join([str(hook), ROOT]))
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'),
-                           *TINY, '--logdir', logdir, '--set', 'max_steps=6',
-                           '--continue_learning'], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+  result = run_with_fault(tmp_path, 'checkpoint', *TINY, '--logdir', logdir,
+                          '--set', 'max_steps=6', '--continue_learning')
   assert result.returncode == 1, result.stdout + result.stderr
   line = last_line(result)
   assert line.startswith(f'error: could not write checkpoint {logdir}/ckpt-4 (') and \
       'No space left on device' in line and line.count('kept: ') == 1 and 'ckpt-2' in line, line
   assert not os.path.exists(os.path.join(logdir, 'ckpt-4_temp'))
   assert not os.path.exists(os.path.join(logdir, 'run.lock'))
+  loadable(logdir, (2,))
+  # A read-only logdir (os.open refuses writes, as on a read-only mount).
+  files = sorted(os.listdir(logdir))
+  result = run_with_fault(tmp_path, f'read_only:{logdir}', *TINY, '--logdir', logdir,
+                          '--set', 'max_steps=6', '--continue_learning')
+  assert result.returncode == 2
+  assert last_line(result) == (f'error: cannot write to logdir {logdir}: Read-only file system; '
+                               'nothing was written')
+  assert sorted(os.listdir(logdir)) == files
   loadable(logdir, (2,))
 
 
