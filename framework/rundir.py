@@ -132,6 +132,10 @@ def write_text_atomically(path, text):
   directory = os.path.dirname(path) or '.'
   fd, temp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
   try:
+    # mkstemp creates the file for its owner only; give it the mode open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temp, 0o666 & ~umask)
     with os.fdopen(fd, 'w', encoding='utf-8') as f:
       f.write(text)
       f.flush()

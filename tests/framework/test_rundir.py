@@ -39,6 +39,12 @@ def test_each_start_keeps_its_config(tmp_path):
   assert texts == {'config-0.yaml': 'a: 1\n', 'config-6.yaml': 'a: 2\n',
                    'config-6-2.yaml': 'a: 3\n', 'config.yaml': 'a: 3\n'}
   assert rundir.read_saved_config(str(tmp_path)) == ({'a': 3}, None)
+  umask = os.umask(0o022)
+  try:
+    rundir.write_start_configs(str(tmp_path), 'a: 4\n', 8)
+  finally:
+    os.umask(umask)
+  assert os.stat(tmp_path / 'config-8.yaml').st_mode & 0o777 == 0o644
   (tmp_path / 'config.yaml').write_text('')
   saved, problem = rundir.read_saved_config(str(tmp_path))
   assert saved is None and problem.endswith('config.yaml holds no config')
