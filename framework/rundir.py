@@ -21,8 +21,9 @@ CONFIG_NAME = 'config.yaml'
 # the loss scaler's state.
 FIXED_ON_RESUME = ('model', 'model_params', 'optimizer', 'agn_params', 'dtype', 'iter_size',
                    'loss_scaling', 'loss_scaling_params')
-# Entries below those keys that change no variable.
-FREE_ON_RESUME = ('model_params.weight_decay',)
+# Entries below those keys that change no variable (only the arithmetic from now on).
+FREE_ON_RESUME = ('model_params.weight_decay', 'model_params.bn_momentum',
+                  'model_params.bn_epsilon', 'model_params.ghost_batch_size')
 
 
 class RunDirError(RuntimeError):

@@ -15,7 +15,8 @@ def test_config_changes_split_what_the_checkpoint_cannot_take():
            'optimizer': 'Momentum', 'optimizer_params': {'momentum': 0.9}, 'max_steps': 10,
            'lr_policy_params': {'learning_rate': 0.1}, 'dtype': 'float32', 'iter_size': 1,
            'loss_scaling': 1.0, 'loss_scaling_params': None}
-  new = dict(saved, model_params={'depth': 14, 'weight_decay': 1e-4}, optimizer='LARS',
+  new = dict(saved, model_params={'depth': 14, 'weight_decay': 1e-4, 'ghost_batch_size': 32},
+             optimizer='LARS',
              max_steps=20, lr_policy_params={'learning_rate': 0.2, 'power': 2.0},
              loss_scaling='Backoff', loss_scaling_params={'scale_max': 256.0})
   fixed, free = rundir.config_changes(saved, new)
@@ -24,6 +25,7 @@ def test_config_changes_split_what_the_checkpoint_cannot_take():
                    ('model_params.depth', 8, 14), ('optimizer', 'Momentum', 'LARS')]
   assert free == [('lr_policy_params.learning_rate', 0.1, 0.2),
                   ('lr_policy_params.power', None, 2.0), ('max_steps', 10, 20),
+                  ('model_params.ghost_batch_size', None, 32),
                   ('model_params.weight_decay', 5e-4, 1e-4)]
   assert rundir.describe_changes(fixed[-1:]) == "optimizer: 'Momentum' -> 'LARS'"
   assert rundir.config_changes(saved, dict(saved)) == ([], [])
