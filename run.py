@@ -7,12 +7,17 @@
       --export_dir=exports/fm_lars
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
-A config mistake ends with exit status 2 and one line naming the key path and
-what is allowed; nothing is built before the config is valid.
+Exit status: 0 done (or nothing to do); 2 a config, data or logdir mistake, in
+one line naming the key path, file or directory (nothing is built before the
+config is valid); 1 the run failed (non-finite values, a write that failed, no
+intact checkpoint to resume), in one line saying what was kept; 128 + the signal
+number (143 SIGTERM, 130 SIGINT) after a signal stopped training and a
+checkpoint was saved: resume with --continue_learning.
 """
 
 import argparse
 import os
+import shlex
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -170,8 +175,72 @@ def export(trainer, export_dir, checkpoint):
         f'tf.saved_model.load', flush=True)
 
 
+def resume_command(argv):
+  """The command line that resumes this run."""
+  args = list(argv) + ([] if '--continue_learning' in argv else ['--continue_learning'])
+  return ' '.join(shlex.quote(a) for a in ['python', sys.argv[0] or 'run.py'] + args)
+
+
+def check_logdir(logdir, args, training, chief):
+  """Refuses a logdir that is a file, missing on resume, busy or (new run) not empty.
+
+  Returns:
+    The lock taken on the logdir (training chief), or None.
+  """
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  if os.path.exists(logdir) and not os.path.isdir(logdir):
+    fail(f'logdir {logdir} is a file, not a directory; choose another --logdir')
+  if args.mode in READING_MODES and not os.path.isdir(logdir):
+    fail(f'logdir {logdir} does not exist; {args.mode} needs a run directory with checkpoints')
+  if not training:
+    return None
+  if args.continue_learning and not os.path.isdir(logdir):
+    fail(f'--continue_learning: logdir {logdir} does not exist, there is nothing to resume '
+         '(check the path, or drop --continue_learning to start a new run)')
+  if not chief:
+    return None
+  lock = rundir.RunLock(logdir)
+  if os.path.isdir(logdir):
+    holder = lock.live_holder()
+    if holder is not None:
+      fail(lock.busy_message(holder))
+    if not args.continue_learning and [n for n in os.listdir(logdir) if n != rundir.LOCK_NAME]:
+      fail(f'logdir {logdir} is not empty; pass --continue_learning to resume from it, '
+           'or choose another --logdir')
+  try:
+    os.makedirs(logdir, exist_ok=True)
+    lock.acquire()
+  except rundir.RunDirError as exc:
+    fail(str(exc))
+  except OSError as exc:
+    fail(f'cannot write to logdir {logdir}: {exc.strerror or exc}; nothing was written')
+  return lock
+
+
+def check_resume_config(logdir, cfg):
+  """Compares the config with the one the logdir was trained with; one line either way."""
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  import yaml  # pylint: disable=import-outside-toplevel
+  saved, problem = rundir.read_saved_config(logdir)
+  if saved is None:
+    if distributed.is_chief() and any(n.startswith('ckpt-') for n in os.listdir(logdir)):
+      print(f'warning: {problem}: the config cannot be compared with the one the checkpoints '
+            'were written with', flush=True)
+    return
+  fixed, free = rundir.config_changes(saved, yaml.safe_load(config_lib.to_yaml(cfg)))
+  if fixed:
+    fail(f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
+         f'{rundir.describe_changes(fixed)} (saved in {os.path.join(logdir, rundir.CONFIG_NAME)}); '
+         'resume with the saved values, or start a new run in another --logdir')
+  if free and distributed.is_chief():
+    print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
+
+
 def main(argv=None):
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  argv = sys.argv[1:] if argv is None else argv
+  args = parse_args(argv)
   if args.bench_steps < 1:
     fail(f'--bench_steps: must be >= 1, got {args.bench_steps}')
   check_flags(args)
@@ -196,31 +265,44 @@ def main(argv=None):
       fail(str(exc))
   logdir = choose_logdir(args, main_cfg)
   training = args.mode in ('train', 'train_eval')
-  if training and distributed.is_chief():
-    if os.path.isdir(logdir) and os.listdir(logdir) and not args.continue_learning:
-      fail(f'logdir {logdir} is not empty; pass --continue_learning to resume from it, '
-           'or choose another --logdir')
-  if args.mode in READING_MODES and not os.path.isdir(logdir):
-    fail(f'logdir {logdir} does not exist; {args.mode} needs a run directory with checkpoints')
+  chief = distributed.is_chief()
   if args.mode == 'export':
     from framework import export as export_lib  # pylint: disable=import-outside-toplevel
     try:
       export_lib.check_export_dir(args.export_dir)
     except export_lib.ExportError as exc:
       fail(str(exc))
-
-  from framework.trainer import Trainer, TrainingError  # pylint: disable=import-outside-toplevel
-  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  lock = check_logdir(logdir, args, training, chief)
   try:
+    return run(args, argv, configs, main_cfg, logdir, training)
+  except KeyboardInterrupt:
+    fail('interrupted', status=130)
+  finally:
+    if lock is not None:
+      lock.release()
+  return 0
+
+
+def run(args, argv, configs, main_cfg, logdir, training):
+  """Builds the trainer and runs the mode; returns the exit status."""
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  from framework import stopping  # pylint: disable=import-outside-toplevel
+  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  chief = distributed.is_chief()
+  stop = stopping.StopRequest().install() if training else None
+  try:
+    if training and args.continue_learning:
+      check_resume_config(logdir, main_cfg)
     trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=args.set)
-    if training and distributed.is_chief():
-      os.makedirs(logdir, exist_ok=True)
-      config_lib.write_run_config(configs['train'], recorded_eval_view(args, configs),
-                                  os.path.join(logdir, 'config.yaml'))
     if args.mode == 'benchmark':
       trainer.begin()
       result = trainer.benchmark(args.bench_steps)
-      if distributed.is_chief():
+      if chief:
         print(f'benchmark: {result["images_per_sec"]:.1f} images/sec, '
               f'{result["ms_per_step"]:.1f} ms/step over {args.bench_steps} steps '
               f'(global batch {trainer.batch_size * trainer.num_workers}, '
@@ -230,6 +312,21 @@ def main(argv=None):
     if args.mode == 'export':
       export(trainer, args.export_dir, restored)
       return 0
+    if chief and training and args.continue_learning and restored is None:
+      print(f'no checkpoint in {logdir} yet: starting at step 0', flush=True)
+    if training and trainer.global_step >= trainer.max_steps:
+      if chief:
+        print(f'nothing to do: the checkpoint is at step {trainer.global_step} and the run ends '
+              f'at step {trainer.max_steps}; raise max_steps (or num_epochs) to train further',
+              flush=True)
+      return 0
+    if training and chief:
+      text = config_lib.run_config_yaml(configs['train'], recorded_eval_view(args, configs))
+      try:
+        rundir.write_start_configs(logdir, text, trainer.global_step)
+      except OSError as exc:
+        fail(f'cannot write the config to {exc.filename or logdir}: {exc.strerror or exc}; '
+             f'kept: {checkpoints.latest_listed(logdir) or "no checkpoint"}', status=1)
     trainer.begin()
     if args.mode == 'eval':
       trainer.evaluate_and_report()
@@ -237,8 +334,8 @@ def main(argv=None):
     evaluate_every = None
     if args.mode == 'train_eval':
       evaluate_every = main_cfg['eval_steps'] or trainer.steps_per_epoch
-    metrics = trainer.train(evaluate_every=evaluate_every)
-    if distributed.is_chief():
+    metrics = trainer.train(evaluate_every=evaluate_every, stop=stop)
+    if chief:
       if metrics is not None:
         print(f'final test accuracy: {metrics["accuracy"]:.4f} (top-5 {metrics["top5_accuracy"]:.4f}, '
               f'loss {metrics["loss"]:.4f}) at step {trainer.global_step}', flush=True)
@@ -246,10 +343,20 @@ def main(argv=None):
       print(f'checkpoints: {os.path.abspath(logdir)}'
             + (f'  (best by eval accuracy in {best})' if os.path.isdir(best) else ''), flush=True)
       print(f'TensorBoard: tensorboard --logdir {os.path.abspath(logdir)}', flush=True)
+  except RunStopped as exc:
+    if chief:
+      print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
+            f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume_command(argv)}'
+            + (' (under the same horovodrun launch)' if trainer.num_workers > 1 else ''),
+            flush=True)
+    return stopping.exit_status(exc.signum)
   except (ConfigError, DataError) as exc:
     fail(config_lib.format_error(exc) if isinstance(exc, ConfigError) else str(exc))
-  except TrainingError as exc:
+  except (TrainingError, checkpoints.CheckpointError) as exc:
     fail(str(exc), status=1)
+  finally:
+    if stop is not None:
+      stop.uninstall()
   return 0
 
 

@@ -32,6 +32,34 @@ class DataError(ValueError):
   """A data file is missing, truncated or malformed; the message names the file."""
 
 
+# A data layer's check inside a tf.data pipeline fails with a TensorFlow error
+# whose text holds the layer's message after this marker; data_error_in finds it.
+DATA_ERROR_MARKER = 'data error: '
+
+
+def data_error_in(exc):
+  """The data layer's one-line message inside a TensorFlow error, or None."""
+  text = str(exc)
+  start = text.find(DATA_ERROR_MARKER)
+  if start < 0:
+    return None
+  message = text[start + len(DATA_ERROR_MARKER):].split('\n', 1)[0]
+  return message.split(']', 1)[0].strip() if ']' in message else message.strip()
+
+
+def fail_unless(ok, message_parts, value):
+  """``value`` when ``ok``; else the pipeline fails with the joined message (a DataError for the trainer).
+
+  The message is only built when the check fails.
+  """
+  def fail():
+    message = tf.strings.join([DATA_ERROR_MARKER] + list(message_parts))
+    with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+      return tf.identity(value)
+
+  return tf.cond(ok, lambda: tf.identity(value), fail)
+
+
 def epoch_key(seed, epoch):
   """Returns the stateless RNG key ``[2] int64`` of one epoch of a run.
 
@@ -101,6 +129,16 @@ class DataLayer:
     self.num_examples = None
     self.image_shape = None
     self.num_classes = None
+
+  def check_corrupt_fraction(self, examples_read):
+    """Raises DataError when more records were skipped as corrupt than allowed.
+
+    Layers that skip no records (all but ``imagenet`` with ``skip_corrupt``) never raise.
+
+    Args:
+      examples_read: train examples this worker has taken so far.
+    """
+    del examples_read
 
   def batches_per_epoch(self, batch_size):
     """Returns the number of full train batches one worker reads per epoch."""

@@ -7,6 +7,7 @@ References:
 """
 
 import gzip
+import os
 import zlib
 
 import numpy as np
@@ -23,6 +24,7 @@ FILES = {
     'eval': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
 }
 NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28)
 IDX_UBYTE = 0x08
 
 
@@ -44,11 +46,26 @@ def read_idx(path, ndim):
     DataError: naming the file, when it is not gzip, its magic number is not
       that of an ``ndim``-dimensional ubyte file, or its size does not match.
   """
+  raw = _read_gzip(path)
+  dims = _idx_dims(raw, path, ndim)
+  header = 4 + 4 * ndim
+  size = int(np.prod(dims))
+  if len(raw) - header != size:
+    raise DataError(f'{path}: size mismatch: the header gives shape {dims} ({size} bytes of data), '
+                    f'the file holds {len(raw) - header}')
+  return np.frombuffer(raw, np.uint8, offset=header).reshape(dims)
+
+
+def _read_gzip(path, size=-1):
   try:
     with gzip.open(path, 'rb') as f:
-      raw = f.read()
+      return f.read(size)
   except (OSError, EOFError, zlib.error) as e:
     raise DataError(f'{path}: corrupt or truncated gzip file ({e})') from None
+
+
+def _idx_dims(raw, path, ndim):
+  """The dimensions an IDX header (at the start of ``raw``) gives; DataError naming ``path`` if bad."""
   expected_magic = (IDX_UBYTE << 8) | ndim
   if len(raw) < 4:
     raise DataError(f'{path}: too short for an IDX header ({len(raw)} bytes)')
@@ -59,12 +76,31 @@ def read_idx(path, ndim):
   header = 4 + 4 * ndim
   if len(raw) < header:
     raise DataError(f'{path}: truncated IDX header ({len(raw)} of {header} bytes)')
-  dims = tuple(int(d) for d in np.frombuffer(raw, '>u4', count=ndim, offset=4))
-  size = int(np.prod(dims))
-  if len(raw) - header != size:
-    raise DataError(f'{path}: size mismatch: the header gives shape {dims} ({size} bytes of data), '
-                    f'the file holds {len(raw) - header}')
-  return np.frombuffer(raw, np.uint8, offset=header).reshape(dims)
+  return tuple(int(d) for d in np.frombuffer(raw, '>u4', count=ndim, offset=4))
+
+
+def check_headers(data_dir):
+  """Reads the IDX headers of every split (a few bytes each) and checks they agree.
+
+  Every split's images must be 28x28 and as many as its labels, so a damaged
+  file of the split a run does not read first (the test split, read at the
+  first evaluation) fails at start-up.
+
+  Raises:
+    DataError: naming the file.
+  """
+  for image_name, label_name in FILES.values():
+    image_path, label_path = (os.path.join(data_dir, n) for n in (image_name, label_name))
+    if not (os.path.isfile(image_path) and os.path.isfile(label_path)):
+      continue  # the split's loader names a missing file when it is read
+    images = _idx_dims(_read_gzip(image_path, 16), image_path, 3)
+    labels = _idx_dims(_read_gzip(label_path, 8), label_path, 1)
+    if images[1:] != IMAGE_SHAPE:
+      raise DataError(f'{image_path}: the IDX header gives {images[1]}x{images[2]} images, '
+                      f'Fashion-MNIST images are {IMAGE_SHAPE[0]}x{IMAGE_SHAPE[1]}')
+    if images[0] != labels[0]:
+      raise DataError(f'{label_path}: holds {labels[0]} labels but {image_path} holds '
+                      f'{images[0]} images (IDX headers)')
 
 
 def load_split(paths):
@@ -100,4 +136,6 @@ class FashionMnistDataLayer(InMemoryDataLayer):
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
+    if os.path.isdir(self.params['data_dir']):
+      check_headers(self.params['data_dir'])
     self.load('fashion_mnist', FILES[mode], load_split, INSTALL_HINT, NUM_CLASSES)

@@ -17,12 +17,13 @@ import concurrent.futures
 import logging
 import os
 import struct
+import sys
 
 import tensorflow as tf
 
 from data import DATA_LAYERS
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
-                       check_start_batch, epoch_key, sub_key)
+                       check_start_batch, epoch_key, fail_unless, sub_key)
 from framework.params import REQUIRED, Param, non_negative, positive
 
 log = logging.getLogger(__name__)
@@ -129,17 +130,46 @@ def read_records(files):
   return tf.data.TFRecordDataset(files, buffer_size=READ_BUFFER_BYTES)
 
 
+def located_records(path):
+  """``(file, record index, serialized record)`` of one file, in order, so errors can name them."""
+  return read_records(path).enumerate().map(lambda index, record: (path, index, record))
+
+
 def window_shuffle(records, window, key):
-  """Cuts the stream into windows of ``window`` records and permutes each one.
+  """Cuts the stream into windows of ``window`` elements and permutes each one.
 
   Unlike ``Dataset.shuffle``, whose seed is combined with TensorFlow's global
   seed when one is set, the order is a function of ``key`` alone. The next
-  window is read while the current one is consumed.
+  window is read while the current one is consumed. An element may be a tuple;
+  its parts move together.
   """
-  def permute(index, batch):
-    return tf.random.experimental.stateless_shuffle(batch, seed=sub_key(key, index))
+  def permute(index, *batch):
+    order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(batch[0])[0]),
+                                                     seed=sub_key(key, index))
+    permuted = tuple(tf.gather(part, order) for part in batch)
+    return permuted if len(permuted) > 1 else permuted[0]
 
-  return records.batch(window).enumerate().map(permute).prefetch(1).unbatch()
+  return records.batch(window).enumerate().map(
+      lambda index, batch: permute(index, *(batch if isinstance(batch, tuple) else (batch,)))
+  ).prefetch(1).unbatch()
+
+
+def decoded_or_marked(decode, placeholder):
+  """Wraps ``decode(encoded, *extra) -> image`` so a record that fails to decode is marked, not fatal.
+
+  Returns ``f(encoded, *extra) -> Dataset`` of one ``(image, ok)`` element:
+  the decoded image and True, or ``placeholder`` and False. Used with
+  ``interleave``: TensorFlow has no try/except inside a graph, but a
+  one-element dataset that ignores its errors ends empty, and the placeholder
+  that follows it takes its place.
+  """
+  def one(encoded, *extra):
+    good = tf.data.Dataset.from_tensors((encoded,) + extra).map(
+        lambda e, *x: (decode(e, *x), tf.constant(True))).ignore_errors()
+    bad = tf.data.Dataset.from_tensors((placeholder, tf.constant(False)))
+    return good.concatenate(bad).take(1)
+
+  return one
 
 
 def normalize(image):
@@ -189,6 +219,10 @@ def eval_image(encoded, image_size):
   return normalize(image)
 
 
+def _fraction(value):
+  return None if 0 <= value <= 1 else 'must be in [0, 1]'
+
+
 @DATA_LAYERS.register('imagenet')
 class ImageNetDataLayer(DataLayer):
   """ImageNet from TFRecord shards, with the usual ResNet preprocessing.
@@ -214,9 +248,15 @@ class ImageNetDataLayer(DataLayer):
   Corrupt files: with ``verify_files`` (the default) the constructor walks the
   record framing of every file (one 12-byte read per record, header CRCs
   checked, files framed in parallel and cached per process) and raises a
-  ``DataError`` naming a truncated or corrupt file. A record whose payload is
-  damaged but whose framing is intact still fails later, inside tf.data, with
-  TensorFlow's ``DataLossError``/``InvalidArgumentError``.
+  ``DataError`` naming a truncated or corrupt file. A record whose framing is
+  intact but whose JPEG cannot be decoded stops the run with an error naming
+  its file and record index; with ``skip_corrupt`` it is dropped, counted
+  (``corrupt_count``) and reported on stderr, and the run fails once more than
+  ``max_corrupt_fraction`` of the records read (at least an epoch's worth) were
+  dropped. A run resumed in an epoch that dropped records before the stop sees
+  that epoch's remaining batches shifted by the number dropped. A label
+  outside ``[0, num_classes)`` after ``label_offset`` stops the run, naming the
+  record.
   """
 
   PARAMS = {
@@ -230,6 +270,11 @@ class ImageNetDataLayer(DataLayer):
       'shuffle_buffer': Param(int, 10000, check=non_negative,
                               doc='records permuted together (window shuffle); 0 or 1 disables'),
       'verify_files': Param(bool, True, doc='check the record framing of every file at construction'),
+      'skip_corrupt': Param(bool, False,
+                            doc='skip (and count) records whose JPEG cannot be decoded, instead of failing'),
+      'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
+                                    doc='with skip_corrupt: fail once more than this fraction of '
+                                    'the records read (at least one epoch\'s worth) was skipped'),
   }
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
@@ -249,6 +294,8 @@ class ImageNetDataLayer(DataLayer):
     self.image_shape = (self.params['image_size'], self.params['image_size'], 3)
     self.num_classes = self.params['num_classes']
     self.record_counts = None
+    # Records skipped as corrupt by this worker's pipelines (skip_corrupt).
+    self.corrupt_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='corrupt_records')
     if self.params['verify_files']:
       self.record_counts = dict(zip(self.files, verified_record_counts(self.files)))
       total = sum(self.record_counts.values())
@@ -259,10 +306,71 @@ class ImageNetDataLayer(DataLayer):
         raise DataError(f'imagenet: the files of worker {worker_index} ({self.worker_files[0]}, ...) '
                         'hold no records')
 
-  def _parse(self, record):
+  def _parse(self, path, index, record):
+    """``(encoded image, label)`` of a record; a label outside [0, num_classes) fails, naming the record."""
     example = tf.io.parse_single_example(record, FEATURES)
-    label = tf.cast(example['image/class/label'] - self.params['label_offset'], tf.int32)
-    return example['image/encoded'], label
+    raw = example['image/class/label']
+    offset, classes = self.params['label_offset'], self.params['num_classes']
+    label = raw - offset
+    label = fail_unless(
+        tf.logical_and(label >= 0, label < classes),
+        [path, ': record ', tf.strings.as_string(index), ': image/class/label ',
+         tf.strings.as_string(raw), f' - label_offset {offset} is outside [0, {classes}); check '
+         'data_layer_params.label_offset and num_classes'], label)
+    return example['image/encoded'], tf.cast(label, tf.int32)
+
+  def _decode_checked(self, records, decode):
+    """Decodes ``(path, index, record, *extra)`` elements to ``(image, label)``.
+
+    A record whose image cannot be decoded ends the pipeline with an error
+    naming its file and index, or, with ``skip_corrupt``, is dropped, counted
+    in ``corrupt_count`` and reported on stderr.
+    """
+    image_size = self.params['image_size']
+    placeholder = tf.zeros([image_size, image_size, 3], tf.float32)
+    safe = decoded_or_marked(decode, placeholder)
+    skip = self.params['skip_corrupt']
+    counter = self.corrupt_count
+
+    def parsed(path, index, record, *extra):
+      encoded, label = self._parse(path, index, record)
+      return (path, index, label, encoded) + extra
+
+    def decoded(path, index, label, encoded, *extra):
+      return safe(encoded, *extra).map(lambda image, ok: (path, index, image, label, ok))
+
+    def note(path, index, image, label, ok):
+      where = [path, ': record ', tf.strings.as_string(index)]
+      if not skip:
+        return fail_unless(ok, where + [': the JPEG image cannot be decoded; set '
+                                        'data_layer_params.skip_corrupt: true to skip such records'],
+                           ok)
+
+      def count():
+        total = counter.assign_add(1)
+        with tf.control_dependencies([tf.print(
+            'warning: skipped corrupt record:', tf.strings.join(where), '(JPEG cannot be decoded);',
+            total, 'skipped so far', output_stream=sys.stderr)]):
+          return tf.identity(ok)
+
+      return tf.cond(ok, lambda: ok, count)
+
+    ds = records.map(parsed, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.interleave(decoded, cycle_length=tf.data.AUTOTUNE, block_length=1,
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.filter(note)
+    return ds.map(lambda path, index, image, label, ok: (image, label))
+
+  def check_corrupt_fraction(self, examples_read):
+    skipped = int(self.corrupt_count.numpy())
+    if not skipped:
+      return
+    per_epoch = self.num_examples // self.num_workers
+    limit = self.params['max_corrupt_fraction'] * max(examples_read + skipped, per_epoch)
+    if skipped > limit:
+      raise DataError(f'imagenet: {skipped} corrupt records skipped after {examples_read} read '
+                      f'by this worker, more than data_layer_params.max_corrupt_fraction '
+                      f'({self.params["max_corrupt_fraction"]}) allows; the lines above name them')
 
   def serving_input(self):
     """Serves JPEG-encoded images ``[B]`` (any size), decoded and cropped as in eval."""
@@ -278,20 +386,15 @@ class ImageNetDataLayer(DataLayer):
     check_start_batch(start_batch)
     image_size = self.params['image_size']
     if self.mode == 'eval':
-      def decode(record):
-        encoded, label = self._parse(record)
-        return eval_image(encoded, image_size), label
-
-      records = read_records(self.worker_files).skip(start_batch * batch_size)
-      ds = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      records = tf.data.Dataset.from_tensor_slices(self.worker_files).flat_map(located_records)
+      records = records.skip(start_batch * batch_size)
+      ds = self._decode_checked(records, lambda encoded: eval_image(encoded, image_size))
       return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
-    def decode(key, record):
-      encoded, label = self._parse(record)
-      return train_image(encoded, key, image_size), label
-
-    ds = self._train_records(batch_size, seed, start_batch)
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    records = self._train_records(batch_size, seed, start_batch).map(
+        lambda key, path, index, record: (path, index, record, key))
+    ds = self._decode_checked(records,
+                              lambda encoded, key: train_image(encoded, key, image_size))
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
   def _train_records(self, batch_size, seed, start_batch):
@@ -309,7 +412,7 @@ class ImageNetDataLayer(DataLayer):
       shuffle_key = sub_key(key, SHUFFLE_KEY)
       order = tf.random.experimental.stateless_shuffle(files, seed=sub_key(shuffle_key, 0))
       records = tf.data.Dataset.from_tensor_slices(order).interleave(
-          read_records, cycle_length=cycle_length, block_length=1,
+          located_records, cycle_length=cycle_length, block_length=1,
           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
       if shuffle_buffer > 1:
         records = window_shuffle(records, shuffle_buffer, sub_key(shuffle_key, 1))
@@ -319,9 +422,9 @@ class ImageNetDataLayer(DataLayer):
       skip = tf.cast(tf.where(epoch == first_epoch, first_skip * batch_size, 0), tf.int64)
       aug_key = sub_key(epoch_key(seed, epoch), AUGMENT_KEY)
 
-      def keyed(position, record):
+      def keyed(position, located):
         # Positions interleave across workers so no two images share a key.
-        return sub_key(aug_key, position * workers + worker), record
+        return (sub_key(aug_key, position * workers + worker),) + tuple(located)
 
       return records.skip(skip).map(keyed)
 

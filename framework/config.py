@@ -10,7 +10,9 @@ A run is described by a config file (OpenSeq2Seq layout) holding
 
 ``resolve`` overlays the mode's params on the base params and applies the
 command-line overrides; ``validate`` checks every key before anything is built
-and fills in defaults. Nothing here builds a TensorFlow object. Every mistake
+and fills in defaults; it calls the optimizer's and loss scaler's constructors
+once, so that their own type and range checks answer as config errors
+(nothing else here builds a TensorFlow object). Every mistake
 raises :class:`ConfigError` with a one-line message that starts with the key
 path, and no function modifies the dict it is given.
 """
@@ -153,6 +155,12 @@ def _run_python_config(path):
   target = os.path.realpath(path)
   try:
     return runpy.run_path(path, run_name=_module_name(path))
+  except SystemExit as exc:
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
+             if os.path.realpath(frame.filename) == target]
+    line = f':{lines[-1]}' if lines else ''
+    raise ConfigError(f'{path}{line}: the config called sys.exit({exc.code!r}); a config defines '
+                      'base_params (and train_params/eval_params), it does not exit') from None
   except SyntaxError as exc:
     if exc.filename and os.path.realpath(exc.filename) == target:
       line = f':{exc.lineno}' if exc.lineno else ''
@@ -402,6 +410,14 @@ def _at_least_one(value):
   return None if value >= 1 else 'must be >= 1'
 
 
+def _finite_positive(value):
+  return None if math.isfinite(value) and value > 0 else 'must be a finite number > 0'
+
+
+def _seed(value):
+  return None if 0 <= value < 2 ** 32 else 'must be in [0, 2**32)'
+
+
 def _probability(value):
   return None if 0 <= value < 1 else 'must be in [0, 1)'
 
@@ -445,7 +461,8 @@ SCHEMA = {
     'data_layer': _NameOrObject('class', inspect.isclass, doc='registered data layer name, or the class'),
     'data_layer_params': Param(dict, {}, doc="checked against the data layer's PARAMS"),
     'batch_size_per_gpu': Param(int, REQUIRED, check=positive, doc='examples per replica per micro-batch'),
-    'num_epochs': Param(float, None, check=positive, doc='training length in epochs (or max_steps)'),
+    'num_epochs': Param(float, None, check=_finite_positive,
+                        doc='training length in epochs (or max_steps)'),
     'max_steps': Param(int, None, check=positive, doc='training length in updates (or num_epochs)'),
     'optimizer': _NameOrObject('class', inspect.isclass, doc='registered optimizer name, or the class'),
     'optimizer_params': Param(dict, {}, doc="keyword arguments of the optimizer, except learning_rate"),
@@ -469,7 +486,7 @@ SCHEMA = {
     'print_loss_steps': Param(int, 100, check=positive, doc='steps between loss log lines'),
     'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
     'logdir': Param(str, None, doc='run directory; None: nothing written'),
-    'random_seed': Param(int, 0, doc='seed of Python, NumPy and TensorFlow'),
+    'random_seed': Param(int, 0, check=_seed, doc='seed of Python, NumPy and TensorFlow'),
     'use_horovod': Param(bool, False, doc='one process per device, gradients allreduced'),
     'horovod_params': _DictParam(HOROVOD_SCHEMA, {}, doc='allreduce options'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
@@ -539,6 +556,10 @@ def validate(config, registries, mode='train'):
   elif result['agn_params'] is not None:
     raise ConfigError('agn_params: only used with optimizer: AGN')
   _check_arguments(result['optimizer_params'], optimizer, 'optimizer_params', _OPTIMIZER_SUPPLIED)
+  if inspect.isclass(optimizer):
+    check_by_constructing(optimizer, result['optimizer_params'], 'optimizer_params',
+                          learning_rate=_TRIAL_LEARNING_RATE)
+  _check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
 
   policy = _lookup(result, 'lr_policy', registries)
   lr_params = result['lr_policy_params']
@@ -567,6 +588,86 @@ def validate(config, registries, mode='train'):
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
   return result
+
+
+# Only used to try the optimizer's constructor on the config's other arguments.
+_TRIAL_LEARNING_RATE = 0.1
+
+
+def check_by_constructing(factory, params, path, who=None, **supplied):
+  """Calls ``factory(**supplied, **params)`` once so its own checks speak as config errors.
+
+  Types and ranges are the constructor's to define (an optimizer checks its
+  momentum, a loss scaler its bounds); its TypeError or ValueError becomes one
+  line that starts with the key path (``optimizer_params.momentum: ...`` when
+  the message names a key, else ``optimizer_params: ...``).
+
+  Raises:
+    ConfigError: when the constructor rejects the arguments.
+  """
+  try:
+    factory(**supplied, **(params or {}))
+  except (TypeError, ValueError) as exc:
+    message = _one_line(exc)
+    params = params or {}
+    named = [key for key in params if re.search(rf'\b{re.escape(str(key))}\b', message)]
+    if not named:  # "could not convert string to float: 'abc'" names the value
+      named = [key for key, value in params.items()
+               if isinstance(value, str) and repr(value) in message]
+    if not named:  # the key that fails on its own
+      named = [key for key in params if _rejects(factory, supplied, {key: params[key]})]
+    where = f'{path}.{named[0]}' if len(named) == 1 else path
+    who = who or getattr(factory, '__name__', type(factory).__name__)
+    raise ConfigError(f'{where}: rejected by {who}: {message}') from None
+
+
+def _rejects(factory, supplied, params):
+  try:
+    factory(**supplied, **params)
+  except (TypeError, ValueError):
+    return True
+  return False
+
+
+def _check_loss_scaling(loss_scaling, params):
+  """Builds the loss scaler once, so unknown keys and bad ranges are config errors."""
+  try:
+    from optimizers.automatic_loss_scaler import make_loss_scaler  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return
+  if params is None:
+    return
+
+  def loss_scaler(**kwargs):
+    return make_loss_scaler(loss_scaling, kwargs)
+
+  check_by_constructing(loss_scaler, params, 'loss_scaling_params',
+                        who=f'loss_scaling {loss_scaling!r}')
+
+
+def check_warmup(lr_policy_params, steps_per_epoch, total_steps):
+  """Rejects a warm-up longer than training, for any ``warmup*`` duration in steps or epochs.
+
+  (A ``warmup_fraction`` is at most the whole run by construction.)
+
+  Args:
+    lr_policy_params: the validated ``lr_policy_params``.
+    steps_per_epoch: updates per epoch.
+    total_steps: the run's length in updates.
+
+  Raises:
+    ConfigError: naming the key, its length in steps and the run's.
+  """
+  in_steps = epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps)
+  for key, value in in_steps.items():
+    if not (key.startswith('warmup') and key.endswith('steps')) or isinstance(value, bool) \
+        or not isinstance(value, (int, float)):
+      continue
+    if value > total_steps:
+      given = next((k for k, v in DURATION_KEYS.items() if v == key and k in lr_policy_params),
+                   key)
+      raise ConfigError(f'lr_policy_params.{given}: the warm-up ({value} steps) is longer than '
+                        f'training ({total_steps} steps); shorten it or train longer')
 
 
 def _lookup(config, key, registries):
@@ -742,7 +843,7 @@ def to_yaml(config):
 
 
 def write_config(config, path):
-  """Writes :func:`to_yaml` of ``config`` to ``path``, creating its directory."""
+  """Writes :func:`to_yaml` of ``config`` to ``path`` (atomically), creating its directory."""
   write_text(to_yaml(config), path)
 
 
@@ -779,19 +880,23 @@ def run_config(train, evaluation=None):
   return result
 
 
+def run_config_yaml(train, evaluation=None):
+  """:func:`run_config` as YAML text (a file ``--config`` reads)."""
+  return yaml.safe_dump(run_config(train, evaluation), default_flow_style=False, sort_keys=False)
+
+
 def write_run_config(train, evaluation, path):
-  """Writes :func:`run_config` as YAML to ``path`` (a file ``--config`` reads)."""
-  write_text(yaml.safe_dump(run_config(train, evaluation), default_flow_style=False,
-                            sort_keys=False), path)
+  """Writes :func:`run_config_yaml` to ``path``."""
+  write_text(run_config_yaml(train, evaluation), path)
 
 
 def write_text(text, path):
-  """Writes ``text`` to ``path``, creating its directory."""
+  """Writes ``text`` to ``path`` atomically (no partial file on failure), creating its directory."""
+  from framework.rundir import write_text_atomically  # pylint: disable=import-outside-toplevel
   directory = os.path.dirname(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  with open(path, 'w', encoding='utf-8') as f:
-    f.write(text)
+  write_text_atomically(path, text)
 
 
 def _to_plain(value, path):

@@ -91,7 +91,8 @@ class Progress:
     text = (f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
             f'lr {values["learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} ')
     if self.show_loss_scale:
-      text += f'loss_scale {values["loss_scale"]:.4g} '
+      # Only loss scaling skips updates (a non-finite float32 step stops the run).
+      text += f'loss_scale {values["loss_scale"]:.4g} skipped {values["skipped_updates"]} '
     return text + f'images/sec {rate:.1f}'
 
   def update(self, step, values, rate):
@@ -102,6 +103,7 @@ class Progress:
                  'lr': f'{values["learning_rate"]:.4g}'}
       if self.show_loss_scale:
         postfix['scale'] = f'{values["loss_scale"]:.4g}'
+        postfix['skipped'] = values['skipped_updates']
       postfix['img_s'] = f'{rate:.0f}'
       self.bar.update(step - self.position)
       self.bar.set_postfix(postfix, refresh=False)

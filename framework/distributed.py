@@ -135,3 +135,11 @@ def sum_array(values):
   if _HVD is None or _HVD.size() == 1:
     return values
   return _HVD.allreduce(tf.constant(values, tf.float64), op=_HVD.Sum).numpy()
+
+
+
+def max_over_workers(value):
+  """The largest of an integer over all workers (one scalar allreduce when there are several)."""
+  if _HVD is None or _HVD.size() == 1:
+    return int(value)
+  return int(_HVD.allreduce(tf.constant(int(value), tf.int64), op=_HVD.Max).numpy())

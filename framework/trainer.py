@@ -17,12 +17,17 @@ import tensorflow as tf
 import yaml
 
 from data import DATA_LAYERS
+from data.base import DataError
+from data.base import data_error_in
+from framework import checkpoints
 from framework import config as config_lib
 from framework import console
 from framework import distributed
 from framework import precision
+from framework import rundir
 from framework import schedule
 from framework import summaries
+from framework.checkpoints import CheckpointError
 from framework.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
@@ -48,8 +53,29 @@ def _check_jit_compile(opt_kwargs):
                       'jit_compile: false')
 
 
+_WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
+                   'Disk quota exceeded')
+
+
+def _is_write_failure(exc, logdir):
+  """Whether a TensorFlow error is a failed write into the logdir (events, checkpoints)."""
+  message = str(exc)
+  return logdir in message or os.path.abspath(logdir) in message or any(
+      text in message for text in _WRITE_FAILURES)
+
+
 class TrainingError(RuntimeError):
   """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
+
+
+class RunStopped(Exception):
+  """Training stopped on a signal after saving; ``checkpoint`` is the saved path (chief)."""
+
+  def __init__(self, signum, step, checkpoint):
+    super().__init__(f'stopped at step {step}')
+    self.signum = signum
+    self.step = step
+    self.checkpoint = checkpoint
 
 
 def _log(message):
@@ -100,6 +126,7 @@ class Trainer:
     else:
       self.steps_per_epoch = 1
     self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
+    config_lib.check_warmup(cfg['lr_policy_params'], self.steps_per_epoch, self.max_steps)
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
@@ -108,8 +135,11 @@ class Trainer:
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
     # Top-1 accuracy of the last train micro-batch, set inside the loss function.
     self.batch_accuracy = tf.Variable(0.0, trainable=False, name='batch_accuracy')
+    # Updates skipped because their gradients were not finite (loss scaling overflow).
+    self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
     self.checkpoint = tf.train.Checkpoint(
-        model=self.model, data_position=self.data_position, **self.pipeline.checkpoint_items())
+        model=self.model, data_position=self.data_position,
+        skipped_updates=self.skipped_updates, **self.pipeline.checkpoint_items())
     self._regularized = [v for v in self.model.trainable_variables
                          if not any(s in v.path for s in _NO_DECAY)]
 
@@ -142,13 +172,41 @@ class Trainer:
     return int(self.pipeline.global_step.numpy())
 
   def restore(self, path=None):
-    """Restores the latest checkpoint of the logdir (or ``path``); returns its path or None."""
+    """Restores the newest intact checkpoint of the logdir (or ``path``).
+
+    The newest checkpoint is verified first; when it is damaged or its files
+    are missing, one line says so and the newest intact one is restored.
+    When training goes on from it, :meth:`keep_for_rotation` keeps the older
+    checkpoints safe from the checkpoint manager's rotation.
+
+    Returns:
+      The restored path, or None when the logdir holds no checkpoint.
+
+    Raises:
+      CheckpointError: checkpoints are there but none is intact (nothing is deleted).
+      ConfigError: the checkpoint does not fit the model and optimizer built.
+    """
+    damaged = []
     if path is None:
-      path = tf.train.latest_checkpoint(self.logdir)
+      path, damaged = checkpoints.newest_intact(self.logdir)
     if path is None:
       return None
-    self.checkpoint.restore(path).assert_existing_objects_matched()
+    if damaged:
+      _log(checkpoints.describe_fallback(path, damaged))
+    self._restored = (path, damaged)
+    try:
+      self.checkpoint.restore(path).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as exc:
+      raise ConfigError(f'{path}: does not fit the model and optimizer of this config '
+                        f'({" ".join(str(exc).split())[:300]}); resume with the config it was '
+                        'written with (config.yaml in the logdir)') from None
     return path
+
+  def keep_for_rotation(self):
+    """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
+    restored = getattr(self, '_restored', None)
+    if restored is not None and distributed.is_chief():
+      checkpoints.keep_for_rotation(self.logdir, *restored)
 
   def broadcast_state(self):
     """Makes every worker start from rank 0's variables and optimizer slots."""
@@ -195,9 +253,16 @@ class Trainer:
     pipeline = self.pipeline
 
     def update(images, labels):
+      step_before = tf.identity(pipeline.global_step)
       loss = opt_lib.optimize_loss(lambda: self._loss(images, labels), **opt_kwargs)
       self.data_position.assign_add(1)
+      # An update was due when the accumulation restarted; it was skipped when
+      # the global step did not move (non-finite gradients).
+      due = tf.equal(pipeline.micro_step, 0)
+      skipped = tf.logical_and(due, tf.equal(pipeline.global_step, step_before))
+      self.skipped_updates.assign_add(tf.cast(skipped, tf.int64))
       return {'loss': loss, 'accuracy': tf.identity(self.batch_accuracy),
+              'skipped_updates': tf.identity(self.skipped_updates),
               'learning_rate': pipeline.learning_rate(),
               'loss_scale': tf.identity(pipeline.loss_scale),
               'global_norm': tf.identity(pipeline.last_global_norm),
@@ -234,25 +299,63 @@ class Trainer:
 
   # --- training ----------------------------------------------------------------------------
 
-  def train(self, evaluate_every=None):
+  def train(self, evaluate_every=None, stop=None):
     """Trains until max_steps, checkpointing and (optionally) evaluating on the way.
 
     Args:
       evaluate_every: evaluate every this many steps and at the end (train_eval mode).
+      stop: a ``framework.stopping.StopRequest``; when any worker received a
+        signal, every worker stops after the same micro-step, the chief saves
+        a checkpoint and writes its summaries, and ``RunStopped`` is raised.
 
     Returns:
       The final eval metrics when evaluating, else None.
+
+    Raises:
+      RunStopped: after a requested stop was saved.
+      TrainingError: non-finite values, or too many corrupt records.
+      CheckpointError: a checkpoint or summary could not be written.
+      DataError: a record could not be read, naming its file.
     """
     cfg = self.config
     chief = distributed.is_chief()
-    manager = tf.train.CheckpointManager(self.checkpoint, self.logdir,
-                                         max_to_keep=cfg['num_checkpoints'],
-                                         checkpoint_name='ckpt') if chief else None
-    best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
+    self.keep_for_rotation()
     # A run that trains nothing or writes no summaries leaves no empty event file.
     writes = bool(chief and cfg['save_summaries_steps'] and self.global_step < self.max_steps)
-    writer = tf.summary.create_file_writer(self.logdir) if writes else tf.summary.create_noop_writer()
-    eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
+    try:
+      manager = tf.train.CheckpointManager(
+          self.checkpoint, self.logdir, max_to_keep=cfg['num_checkpoints'],
+          checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
+      best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
+      writer = (tf.summary.create_file_writer(self.logdir) if writes
+                else tf.summary.create_noop_writer())
+      eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
+    except (OSError, tf.errors.OpError) as exc:
+      raise CheckpointError(f'cannot write to logdir {self.logdir} ({exc}); nothing of this '
+                            'run was written') from None
+    try:
+      with writer.as_default():
+        if writes and self.global_step == 0:
+          self._write_run_config()
+        eval_metrics = self._train_loop(evaluate_every, stop, manager, best, eval_writer, writes)
+      writer.close()
+      eval_writer.close()
+    except tf.errors.OpError as exc:
+      data_error = data_error_in(exc)
+      if data_error is not None:
+        raise DataError(data_error) from None
+      if isinstance(exc, tf.errors.DataLossError):
+        raise DataError(f'corrupt input data: {str(exc).splitlines()[0]}') from None
+      if _is_write_failure(exc, self.logdir):
+        kept = checkpoints.latest_listed(self.logdir)
+        raise CheckpointError(f'writing to {self.logdir} failed ({" ".join(str(exc).split())}); '
+                              f'kept: {kept or "no checkpoint"}') from None
+      raise
+    return eval_metrics
+
+  def _train_loop(self, evaluate_every, stop, manager, best, eval_writer, writes):
+    cfg = self.config
+    chief = distributed.is_chief()
     step_fn = self.make_train_step()
     iterator = self.train_iterator()
     _log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
@@ -274,50 +377,63 @@ class Trainer:
     fail_fast = cfg['dtype'] == 'float32' and not isinstance(cfg['loss_scaling'], str)
     stall_limit = self.iter_size * (1 if fail_fast else _MAX_SKIPPED_UPDATES)
     last_step, stalled = self.global_step, 0
-    with writer.as_default():
-      if writes and self.global_step == 0:
-        self._write_run_config()
-      while self.global_step < self.max_steps:
-        metrics = step_fn(iterator)
-        values = {k: v.numpy() for k, v in metrics.items()}
-        step = int(values['global_step'])
-        window_images += images_per_micro
-        stalled = stalled + 1 if step == last_step else 0
-        last_step = step
-        if (fail_fast and not np.isfinite(values['loss'])) or stalled >= stall_limit:
-          # Not saved now: the forward passes may have left non-finite batch-norm
-          # statistics; the last periodic checkpoint is the last good state.
-          what = 'loss' if not np.isfinite(values['loss']) else 'gradients'
-          kept = manager.latest_checkpoint if manager is not None else None
-          raise TrainingError(
-              f'non-finite {what} (loss {values["loss"]}) at step {step + 1}, '
-              f'{stalled} micro-step(s) without an applied update; last checkpoint kept: '
-              f'{kept or "none yet"}. Lower the learning rate, enable clipping (max_grad_norm) '
-              'or LARC.')
-        elapsed = time.perf_counter() - window_start
-        rate = window_images / elapsed if elapsed > 0 else 0.0
-        progress.update(step, values, rate)
-        if writes and self._summary_due(step, last_summary):
-          last_summary = step
-          self._write_train_summaries(step, values, rate)
-        if elapsed > 10.0:
-          window_start, window_images = time.perf_counter(), 0
-        if cfg['save_checkpoint_steps'] and step - last_saved >= cfg['save_checkpoint_steps']:
-          self._save(manager, step)
-          last_saved = step
-        if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
-          with self.precise_bn(step, keep=False, when=cfg['precise_bn'] and
-                               cfg['precise_bn']['before_each_eval']):
-            eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
-          last_eval = step
-      progress.close()
-      with self.precise_bn(self.global_step, keep=True, when=cfg['precise_bn']):
-        self._save(manager, self.global_step)
-        if evaluate_every is not None:
-          eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
-    writer.close()
-    eval_writer.close()
+    values, rate = None, 0.0
+    while self.global_step < self.max_steps:
+      signum = stop.agreed() if stop is not None else 0
+      if signum:
+        progress.close()
+        if writes and values is not None and self.global_step > last_summary:
+          self._write_train_summaries(self.global_step, values, rate)
+        self._stop(signum, manager, last_saved)
+      metrics = step_fn(iterator)
+      values = {k: v.numpy() for k, v in metrics.items()}
+      step = int(values['global_step'])
+      window_images += images_per_micro
+      stalled = stalled + 1 if step == last_step else 0
+      last_step = step
+      if (fail_fast and not np.isfinite(values['loss'])) or stalled >= stall_limit:
+        # Not saved now: the forward passes may have left non-finite batch-norm
+        # statistics; the last periodic checkpoint is the last good state.
+        what = 'loss' if not np.isfinite(values['loss']) else 'gradients'
+        kept = manager.latest_checkpoint if manager is not None else None
+        raise TrainingError(
+            f'non-finite {what} (loss {values["loss"]}) at step {step + 1}, '
+            f'{stalled} micro-step(s) without an applied update; last checkpoint kept: '
+            f'{kept or "none yet"}. Lower the learning rate, enable clipping (max_grad_norm) '
+            'or LARC.')
+      self.train_data.check_corrupt_fraction(
+          int(self.data_position.numpy()) * self.batch_size)
+      elapsed = time.perf_counter() - window_start
+      rate = window_images / elapsed if elapsed > 0 else 0.0
+      progress.update(step, values, rate)
+      if writes and self._summary_due(step, last_summary):
+        last_summary = step
+        self._write_train_summaries(step, values, rate)
+      if elapsed > 10.0:
+        window_start, window_images = time.perf_counter(), 0
+      if cfg['save_checkpoint_steps'] and step - last_saved >= cfg['save_checkpoint_steps']:
+        self._save(manager, step)
+        last_saved = step
+      if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
+        with self.precise_bn(step, keep=False, when=cfg['precise_bn'] and
+                             cfg['precise_bn']['before_each_eval']):
+          eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
+        last_eval = step
+    progress.close()
+    with self.precise_bn(self.global_step, keep=True, when=cfg['precise_bn']):
+      self._save(manager, self.global_step)
+      if evaluate_every is not None:
+        eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
     return eval_metrics
+
+  def _stop(self, signum, manager, last_saved):
+    """Saves the current step (unless it is saved already), then raises RunStopped."""
+    step = self.global_step
+    path = manager.latest_checkpoint if manager is not None else None
+    if manager is not None and (step != last_saved or path is None):
+      path = self._save(manager, step)
+    tf.summary.flush()
+    raise RunStopped(signum, step, path)
 
   def _write_run_config(self):
     """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
@@ -379,20 +495,25 @@ class Trainer:
     still finite; such a state is not saved and the run stops, keeping the
     last good checkpoint.
 
+    Returns:
+      The saved path (None on other workers).
+
     Raises:
       TrainingError: when a model variable holds NaN or infinity.
+      CheckpointError: when the checkpoint cannot be written (its partial files are removed).
     """
     if manager is None:
-      return
+      return None
     bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
     if bad:
       raise TrainingError(
           f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
           f'last checkpoint kept: {manager.latest_checkpoint or "none yet"}. Lower the learning '
           'rate, enable clipping (max_grad_norm) or LARC.')
-    manager.save(checkpoint_number=step)
+    return checkpoints.save(manager, step)
 
   def _write_train_summaries(self, step, values, rate):
+    tf.summary.scalar('skipped_updates', values['skipped_updates'], step=step)
     tf.summary.scalar('loss', values['loss'], step=step)
     tf.summary.scalar('accuracy', values['accuracy'], step=step)
     tf.summary.scalar('learning_rate', values['learning_rate'], step=step)
@@ -488,14 +609,17 @@ class BestCheckpoint:
                                               checkpoint_name='best')
     self.record = os.path.join(directory, 'best.json')
     self.best = None
-    if os.path.exists(self.record):
-      with open(self.record) as f:
+    try:
+      with open(self.record, encoding='utf-8') as f:
         self.best = json.load(f)['accuracy']
+    except (OSError, ValueError, KeyError, TypeError):
+      pass  # no record yet (or an unreadable one): the next evaluation writes it
 
   def offer(self, step, accuracy):
     if self.best is not None and accuracy <= self.best:
       return
     self.best = accuracy
-    path = self.manager.save(checkpoint_number=step)
-    with open(self.record, 'w') as f:
-      json.dump({'step': step, 'accuracy': accuracy, 'checkpoint': path}, f)
+    path = checkpoints.save(self.manager, step, name='best')
+    rundir.write_text_atomically(
+        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
+

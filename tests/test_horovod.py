@@ -218,3 +218,73 @@ def test_a_killed_worker_ends_the_job_non_zero_and_keeps_the_checkpoint(tmp_path
   latest = tf.train.latest_checkpoint(str(logdir))
   reader = tf.train.load_checkpoint(latest)
   assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) >= 5
+
+
+def _rank_of(pid):
+  with open(f'/proc/{pid}/environ', 'rb') as f:
+    variables = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
+  return int(variables.get(b'HOROVOD_RANK', b'-1'))
+
+
+def _stop_job(logdir, target, after_step):
+  """Starts a two-worker run, sends SIGTERM to ``target`` ('rank1' or 'horovodrun') after a step."""
+  cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, '-u',
+         os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train', '--logdir',
+         str(logdir), *SHORT, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=1000',
+         '--set', 'print_loss_steps=1']
+  if target == 'horovodrun':
+    cmd.append('--continue_learning')
+  proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  lines = []
+  try:
+    for line in proc.stdout:
+      assert 'step 100' not in line, ''.join(lines)  # the signal must come long before the end
+      lines.append(line)
+      if f':step {after_step} ' in line:
+        break
+    workers = [int(p) for p in subprocess.run(['pgrep', '-f', f'run.py.*{logdir}'],
+                                              capture_output=True, text=True).stdout.split()]
+    workers = [p for p in workers if p != proc.pid and _rank_of(p) >= 0]
+    assert len(workers) == 2, (workers, ''.join(lines))
+    if target == 'horovodrun':
+      proc.send_signal(signal.SIGTERM)
+    else:
+      os.kill([p for p in workers if _rank_of(p) == 1][0], signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=180)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+  return proc.returncode, ''.join(lines) + rest
+
+
+def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worker(tmp_path):
+  logdir = tmp_path / 'hvd'
+  status, out = _stop_job(logdir, 'rank1', 3)
+  assert status != 0, out
+  # Rank 0 received no signal: the workers agreed on the step through an allreduce.
+  stopped = [l for l in out.splitlines() if 'stopped by a signal to another worker at step ' in l]
+  assert len(stopped) == 1, out
+  step = int(stopped[0].split(' at step ')[1].split()[0])
+  assert step >= 3
+  # horovodrun reports a non-zero worker with a traceback of its own; none comes from the workers.
+  assert f'{ROOT}/run.py", line' not in out and os.path.join(ROOT, 'framework') not in out, out
+  assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
+      [f'ckpt-{step}.index']
+  reader = tf.train.load_checkpoint(str(logdir / f'ckpt-{step}'))
+  assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) == step
+  assert int(reader.get_tensor('data_position/.ATTRIBUTES/VARIABLE_VALUE')) == step
+  assert not (logdir / 'run.lock').exists()
+
+  # horovodrun forwards SIGTERM to every worker; they stop together and rank 0 saves.
+  status, out = _stop_job(logdir, 'horovodrun', step + 3)
+  assert status != 0, out
+  assert f'starting at step {step}' in out
+  stopped = [l for l in out.splitlines() if 'stopped by SIGTERM at step ' in l]
+  assert len(stopped) == 1, out
+  second = int(stopped[0].split(' at step ')[1].split()[0])
+  assert second > step and (logdir / f'ckpt-{second}.index').exists()
+  assert f'{ROOT}/run.py", line' not in out and os.path.join(ROOT, 'framework') not in out, out
+  reader = tf.train.load_checkpoint(str(logdir / f'ckpt-{second}'))
+  assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) == second

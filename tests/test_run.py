@@ -1,8 +1,11 @@
 """End-to-end tests of run.py, run as a user runs it: in a subprocess."""
 
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,14 +23,35 @@ SHORT = ['--set', 'batch_size_per_gpu=128', '--set', 'num_epochs=null',
          '--set', 'eval_params.batch_size_per_gpu=2000']
 
 
+def run_env(**extra):
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, **extra)
+
+
 def run(*args, check=True):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=run_env(), capture_output=True, text=True, timeout=600)
   if check and result.returncode != 0:
     raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
                          f'{result.stdout}\n{result.stderr}')
   return result
+
+
+def start(*args):
+  """Starts run.py without waiting; stdout is a line-buffered pipe, stderr a second one."""
+  return subprocess.Popen([sys.executable, '-u', os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
+                          env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(proc, prefix, timeout=300):
+  """Reads proc's stdout up to the first line starting with ``prefix``; returns the lines read."""
+  lines, deadline = [], time.time() + timeout
+  for line in proc.stdout:
+    lines.append(line)
+    if line.startswith(prefix):
+      return lines
+    assert time.time() < deadline, f'no line {prefix!r} in time:\n{"".join(lines)}'
+  raise AssertionError(f'run.py ended before a line {prefix!r}:\n{"".join(lines)}\n'
+                       f'{proc.stderr.read()}')
 
 
 def checkpoint_values(path):
@@ -128,23 +152,46 @@ def test_imagenet_tfrecords_train_and_eval_through_run_py(tmp_path):
 
 def test_stop_and_resume_equals_straight_through(tmp_path):
   common = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'deterministic=true',
-            '--set', 'save_checkpoint_steps=4', '--set', 'data_layer_params.augment=true']
-  run(*common, '--logdir', str(tmp_path / 'straight'), '--set', 'max_steps=12')
-  run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=6')
-  refused = run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=12',
-                check=False)
+            '--set', 'save_checkpoint_steps=4', '--set', 'data_layer_params.augment=true',
+            '--set', 'print_loss_steps=1']
+  run(*common, '--logdir', str(tmp_path / 'straight'), '--set', 'max_steps=30')
+  resumed = tmp_path / 'resumed'
+  run(*common, '--logdir', str(resumed), '--set', 'max_steps=6')
+  refused = run(*common, '--logdir', str(resumed), '--set', 'max_steps=30', check=False)
   assert refused.returncode == 2 and 'not empty' in refused.stderr
-  result = run(*common, '--logdir', str(tmp_path / 'resumed'), '--set', 'max_steps=12',
-               '--continue_learning')
-  assert 'step 6' in result.stdout
+
+  # Preempted at a random step: SIGTERM finishes the step, saves and exits 143.
+  at = random.Random().randint(8, 16)
+  proc = start(*common, '--logdir', str(resumed), '--set', 'max_steps=30', '--continue_learning')
+  try:
+    wait_for_line(proc, f'step {at} ')
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143, (at, out, err)
+  assert 'Traceback' not in err
+  last = out.strip().splitlines()[-1]
+  stopped = int(last.split(' at step ')[1].split()[0])
+  assert last.startswith('stopped by SIGTERM at step ') and at <= stopped < 30, (at, last)
+  assert f'ckpt-{stopped}' in last and last.endswith('--continue_learning'), last
+  assert tf.train.latest_checkpoint(str(resumed)).endswith(f'ckpt-{stopped}')
+  values = checkpoint_values(str(resumed / f'ckpt-{stopped}'))
+  assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == stopped
+  assert os.path.exists(resumed / 'config-6.yaml') and os.path.exists(resumed / 'config-0.yaml')
+
+  result = run(*common, '--logdir', str(resumed), '--set', 'max_steps=30', '--continue_learning')
+  assert f'starting at step {stopped}' in result.stdout, (at, result.stdout)
   straight = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'straight')))
-  resumed = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'resumed')))
+  resumed = checkpoint_values(tf.train.latest_checkpoint(str(resumed)))
   assert straight.keys() == resumed.keys()
   model_keys = [k for k in straight if k.startswith('model/')]
   assert len(model_keys) > 20
   for key in straight:
+    if key.startswith('save_counter'):
+      continue  # how many saves the runs made, not training state
     # Deterministic ops, the same seed and the saved data position: identical to the bit.
-    np.testing.assert_array_equal(straight[key], resumed[key], err_msg=key)
+    np.testing.assert_array_equal(straight[key], resumed[key], err_msg=f'{key}, stopped at {stopped}')
 
 
 def test_jit_compile_trains_like_the_graph_step(tmp_path):
@@ -200,6 +247,19 @@ def test_python_and_yaml_configs_resolve_identically():
     (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
     (['--set', 'jit_compile=true', '--set', 'summaries=[gradients]'],
      "jit_compile: summaries ['gradients'] are written inside the train step"),
+    (['--set', 'optimizer_params.momentum=abc'],
+     "optimizer_params.momentum: rejected by LARSOptimizer: could not convert string to float: 'abc'"),
+    (['--set', 'optimizer_params={eeta: -1}'],
+     'optimizer_params.eeta: rejected by LARSOptimizer: LARSOptimizer: eeta must be >= 0, got -1'),
+    (['--set', 'optimizer_params={skip_list: 5}'],
+     'optimizer_params.skip_list: rejected by LARSOptimizer'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
+     "loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': "),
+    (['--set', 'random_seed=-1'], 'random_seed: must be in [0, 2**32), got -1'),
+    (['--set', 'num_epochs=.inf'], 'num_epochs: must be a finite number > 0, got inf'),
+    (['--set', 'lr_policy_params.warmup_epochs=9'],
+     'lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training (1872 steps)'),
+    (['--logdir', ROOT + '/README.md'], 'README.md is a file, not a directory'),
 ])
 def test_config_mistakes_exit_2_with_one_line(args, message):
   result = run('--config', LARS_CONFIG, '--mode', 'train', '--logdir', '/nonexistent/x', *args,
@@ -208,6 +268,16 @@ def test_config_mistakes_exit_2_with_one_line(args, message):
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert lines[-1].startswith('error: ') and message in lines[-1], result.stderr
   assert 'Traceback' not in result.stderr
+
+
+def test_a_config_that_exits_is_a_config_error(tmp_path):
+  config = tmp_path / 'exits.py'
+  config.write_text('import sys\n\nbase_params = {}\nsys.exit(0)\n')
+  result = run('--config', str(config), check=False)
+  assert result.returncode == 2 and 'Traceback' not in result.stderr
+  assert result.stderr.strip() == (f'error: {config}:4: the config called sys.exit(0); a config '
+                                   'defines base_params (and train_params/eval_params), it does '
+                                   'not exit')
 
 
 def test_missing_config_file_and_bad_data_dir(tmp_path):

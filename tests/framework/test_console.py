@@ -7,7 +7,8 @@ import pytest
 
 from framework import console
 
-VALUES = {'loss': 0.5, 'learning_rate': 0.1629, 'global_norm': 1.25, 'loss_scale': 16384.0}
+VALUES = {'loss': 0.5, 'learning_rate': 0.1629, 'global_norm': 1.25, 'loss_scale': 16384.0,
+          'skipped_updates': 3}
 
 
 class FakeTerminal(io.StringIO):
@@ -101,7 +102,7 @@ def test_plain_lines_show_the_loss_scale_only_with_loss_scaling(capsys):
   out = capsys.readouterr().out.splitlines()
   assert out == [
       'step 5 epoch 0.50 loss 0.5000 lr 0.1629 grad_norm 1.25 images/sec 12.0',
-      'step 5 epoch 0.50 loss 0.5000 lr 0.1629 grad_norm 1.25 loss_scale 1.638e+04 '
+      'step 5 epoch 0.50 loss 0.5000 lr 0.1629 grad_norm 1.25 loss_scale 1.638e+04 skipped 3 '
       'images/sec 12.0']
 
 

@@ -1,0 +1,226 @@
+"""The run directory: one run at a time, the configs of every start, resume compatibility.
+
+``RunLock`` keeps a second training run off a directory that one is writing.
+Every start writes its resolved config as ``config-<step>.yaml`` (the step it
+starts at) and as ``config.yaml`` (the latest), so the config of an earlier
+start is never lost; a resume compares its config with ``config.yaml`` before
+anything is restored or written (:func:`config_changes`).
+"""
+
+import os
+import socket
+import tempfile
+
+import yaml
+
+LOCK_NAME = 'run.lock'
+CONFIG_NAME = 'config.yaml'
+
+# Keys a checkpoint cannot follow a change of: they set the variables and their
+# shapes, the optimizer and its slots, the compute dtype, the accumulators, and
+# the loss scaler's state.
+FIXED_ON_RESUME = ('model', 'model_params', 'optimizer', 'agn_params', 'dtype', 'iter_size',
+                   'loss_scaling', 'loss_scaling_params')
+# Entries below those keys that change no variable (only the arithmetic from now on).
+FREE_ON_RESUME = ('model_params.weight_decay', 'model_params.bn_momentum',
+                  'model_params.bn_epsilon', 'model_params.ghost_batch_size')
+
+
+class RunDirError(RuntimeError):
+  """The run directory cannot be used as asked; the message is one line for the user."""
+
+
+def _pid_alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+class RunLock:
+  """An exclusive lock file in the run directory, holding ``pid host``.
+
+  A lock left by a process that no longer runs on this host (killed with
+  SIGKILL, machine restarted) is stale and taken over, with a line saying so.
+
+  Args:
+    logdir: the run directory (must exist).
+    log: ``f(message)`` for the stale-lock line.
+  """
+
+  def __init__(self, logdir, log=print):
+    self.path = os.path.join(logdir, LOCK_NAME)
+    self.log = log
+    self.held = False
+
+  def holder(self):
+    """``(pid, host)`` of the lock's owner, or None when there is no lock."""
+    try:
+      with open(self.path, encoding='utf-8') as f:
+        fields = f.read().split()
+    except FileNotFoundError:
+      return None
+    except OSError:
+      fields = []
+    pid = int(fields[0]) if fields and fields[0].isdigit() else 0
+    return pid, (fields[1] if len(fields) > 1 else '?')
+
+  def live_holder(self):
+    """``(pid, host)`` of a run holding the lock now, or None (no lock, or a stale one)."""
+    holder = self.holder()
+    if holder is None:
+      return None
+    pid, host = holder
+    if pid <= 0 or (host == socket.gethostname() and not _pid_alive(pid)):
+      return None  # no owner written (a failed write), or its process is gone
+    return holder
+
+  def acquire(self):
+    """Takes the lock.
+
+    Raises:
+      RunDirError: when another live run holds it.
+      OSError: when the lock file cannot be written.
+    """
+    for _ in range(2):
+      try:
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+      except FileExistsError:
+        holder = self.live_holder()
+        if holder is not None:
+          raise RunDirError(self.busy_message(holder)) from None
+        pid = (self.holder() or (0, ''))[0]
+        self.log(f'removing the stale lock {self.path} of a run that is gone (pid {pid})')
+        try:
+          os.remove(self.path)
+        except FileNotFoundError:
+          pass
+        continue
+      try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as f:
+          f.write(f'{os.getpid()} {socket.gethostname()}\n')
+      except OSError:
+        os.remove(self.path)
+        raise
+      self.held = True
+      return
+    raise RunDirError(f'could not take the lock {self.path}: another run keeps taking it')
+
+  def busy_message(self, holder):
+    pid, host = holder
+    return (f'logdir {os.path.dirname(self.path)} is in use by another run (pid {pid} on {host}); '
+            f'wait for it to end, or choose another --logdir (if that run is gone, delete '
+            f'{self.path})')
+
+  def release(self):
+    if self.held:
+      self.held = False
+      try:
+        os.remove(self.path)
+      except OSError:
+        pass
+
+
+def write_text_atomically(path, text):
+  """Writes ``text`` to ``path`` through a temporary file and a rename.
+
+  A failed write (no space, read-only) leaves neither a partial ``path`` nor the
+  temporary file; an existing ``path`` keeps its content.
+  """
+  directory = os.path.dirname(path) or '.'
+  fd, temp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
+  try:
+    # mkstemp creates the file for its owner only; give it the mode open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temp, 0o666 & ~umask)
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp, path)
+  except BaseException:
+    try:
+      os.remove(temp)
+    except OSError:
+      pass
+    raise
+
+
+def write_start_configs(logdir, text, step):
+  """Writes the config of a start at ``step``: ``config-<step>.yaml`` and ``config.yaml``.
+
+  Returns:
+    The path of the per-start copy (``config-<step>-<n>.yaml`` when an earlier
+    start at the same step with another config is there already).
+  """
+  name, n = f'config-{step}.yaml', 1
+  while True:
+    path = os.path.join(logdir, name)
+    if not os.path.exists(path):
+      break
+    with open(path, encoding='utf-8') as f:
+      if f.read() == text:
+        break
+    n += 1
+    name = f'config-{step}-{n}.yaml'
+  write_text_atomically(path, text)
+  write_text_atomically(os.path.join(logdir, CONFIG_NAME), text)
+  return path
+
+
+def read_saved_config(logdir):
+  """The train view of the config the last start wrote, as plain data, or (None, reason).
+
+  ``config.yaml`` holds ``base_params``, ``train_params`` and ``eval_params``
+  (the layout ``--config`` reads); the train view is the first two merged. A
+  flat file, as older versions wrote, is that view already.
+  """
+  path = os.path.join(logdir, CONFIG_NAME)
+  try:
+    with open(path, encoding='utf-8') as f:
+      saved = yaml.safe_load(f)
+  except FileNotFoundError:
+    return None, f'{path} is missing'
+  except (OSError, yaml.YAMLError) as exc:
+    return None, f'{path} cannot be read ({type(exc).__name__})'
+  if not isinstance(saved, dict):
+    return None, f'{path} holds no config'
+  if isinstance(saved.get('base_params'), dict):
+    saved = {**saved['base_params'], **(saved.get('train_params') or {})}
+  return saved, None
+
+
+def _flatten(value, path=''):
+  if isinstance(value, dict) and value:
+    items = {}
+    for key, item in value.items():
+      items.update(_flatten(item, f'{path}.{key}' if path else str(key)))
+    return items
+  return {path: value}
+
+
+def config_changes(saved, new):
+  """Compares the saved config with the new one, both as plain data.
+
+  Returns:
+    ``(fixed, free)``: lists of ``(key path, saved value, new value)``; a
+    change in ``fixed`` is one the checkpoint cannot take.
+  """
+  old_items, new_items = _flatten(saved), _flatten(new)
+  fixed, free = [], []
+  for path in sorted(set(old_items) | set(new_items)):
+    old, value = old_items.get(path), new_items.get(path)
+    if old == value:
+      continue
+    top = path.split('.', 1)[0]
+    target = fixed if top in FIXED_ON_RESUME and path not in FREE_ON_RESUME else free
+    target.append((path, old, value))
+  return fixed, free
+
+
+def describe_changes(changes):
+  return ', '.join(f'{path}: {old!r} -> {new!r}' for path, old, new in changes)

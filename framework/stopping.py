@@ -1,0 +1,63 @@
+"""Stopping a run cleanly on SIGTERM or SIGINT (preemption, Ctrl-C).
+
+The first signal asks the trainer to stop after the current step: it saves a
+checkpoint, writes its summaries and exits with ``128 + signal number`` (143
+for SIGTERM, 130 for SIGINT, as a shell reports a process the signal ended).
+A second signal exits at once, without saving. Under Horovod the workers agree
+on the step to stop at (:meth:`StopRequest.agreed`), so a signal to any one
+worker stops all of them at the same step and rank 0 saves once.
+"""
+
+import os
+import signal
+
+from framework import distributed
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def exit_status(signum):
+  """The documented exit status of a run stopped by ``signum``."""
+  return 128 + int(signum)
+
+
+class StopRequest:
+  """Records the first SIGTERM/SIGINT; a second one ends the process at once."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def install(self):
+    """Installs the handlers (main thread only); returns self."""
+    for signum in SIGNALS:
+      self._previous[signum] = signal.signal(signum, self._handle)
+    return self
+
+  def uninstall(self):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+
+  @property
+  def name(self):
+    return signal.Signals(self.signum).name if self.signum is not None else None
+
+  def _handle(self, signum, frame):
+    del frame
+    name = signal.Signals(signum).name
+    if self.signum is not None:
+      # os.write and os._exit: safe whatever the main thread was doing.
+      os.write(2, f'error: second {name}: exiting at once, without saving\n'.encode())
+      os._exit(exit_status(signum))  # pylint: disable=protected-access
+    self.signum = signum
+    if distributed.is_chief():
+      os.write(2, f'{name} received: stopping after the current step and saving a checkpoint '
+                  f'(send it again to exit at once)\n'.encode())
+
+  def agreed(self):
+    """The signal number any worker received, or 0 (a collective: every worker calls it).
+
+    A signal to one worker stops them all at the same step.
+    """
+    return distributed.max_over_workers(self.signum or 0)

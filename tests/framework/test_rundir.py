@@ -1,0 +1,87 @@
+"""The run directory: lock, per-start configs, atomic writes, resume compatibility."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from framework import rundir
+
+
+def test_config_changes_split_what_the_checkpoint_cannot_take():
+  saved = {'model': 'resnet_cifar', 'model_params': {'depth': 8, 'weight_decay': 5e-4},
+           'optimizer': 'Momentum', 'optimizer_params': {'momentum': 0.9}, 'max_steps': 10,
+           'lr_policy_params': {'learning_rate': 0.1}, 'dtype': 'float32', 'iter_size': 1,
+           'loss_scaling': 1.0, 'loss_scaling_params': None}
+  new = dict(saved, model_params={'depth': 14, 'weight_decay': 1e-4, 'ghost_batch_size': 32},
+             optimizer='LARS',
+             max_steps=20, lr_policy_params={'learning_rate': 0.2, 'power': 2.0},
+             loss_scaling='Backoff', loss_scaling_params={'scale_max': 256.0})
+  fixed, free = rundir.config_changes(saved, new)
+  assert fixed == [('loss_scaling', 1.0, 'Backoff'),
+                   ('loss_scaling_params.scale_max', None, 256.0),
+                   ('model_params.depth', 8, 14), ('optimizer', 'Momentum', 'LARS')]
+  assert free == [('lr_policy_params.learning_rate', 0.1, 0.2),
+                  ('lr_policy_params.power', None, 2.0), ('max_steps', 10, 20),
+                  ('model_params.ghost_batch_size', None, 32),
+                  ('model_params.weight_decay', 5e-4, 1e-4)]
+  assert rundir.describe_changes(fixed[-1:]) == "optimizer: 'Momentum' -> 'LARS'"
+  assert rundir.config_changes(saved, dict(saved)) == ([], [])
+
+
+def test_each_start_keeps_its_config(tmp_path):
+  assert rundir.write_start_configs(str(tmp_path), 'a: 1\n', 0).endswith('config-0.yaml')
+  assert rundir.write_start_configs(str(tmp_path), 'a: 2\n', 6).endswith('config-6.yaml')
+  # A second start at step 6 with another config does not overwrite the first.
+  assert rundir.write_start_configs(str(tmp_path), 'a: 3\n', 6).endswith('config-6-2.yaml')
+  assert rundir.write_start_configs(str(tmp_path), 'a: 3\n', 6).endswith('config-6-2.yaml')
+  texts = {p.name: p.read_text() for p in tmp_path.iterdir()}
+  assert texts == {'config-0.yaml': 'a: 1\n', 'config-6.yaml': 'a: 2\n',
+                   'config-6-2.yaml': 'a: 3\n', 'config.yaml': 'a: 3\n'}
+  assert rundir.read_saved_config(str(tmp_path)) == ({'a': 3}, None)
+  umask = os.umask(0o022)
+  try:
+    rundir.write_start_configs(str(tmp_path), 'a: 4\n', 8)
+  finally:
+    os.umask(umask)
+  assert os.stat(tmp_path / 'config-8.yaml').st_mode & 0o777 == 0o644
+  (tmp_path / 'config.yaml').write_text('')
+  saved, problem = rundir.read_saved_config(str(tmp_path))
+  assert saved is None and problem.endswith('config.yaml holds no config')
+
+
+def test_a_failed_atomic_write_leaves_nothing_and_keeps_the_old_file(tmp_path):
+  path = tmp_path / 'config.yaml'
+  path.write_text('old\n')
+
+  with pytest.raises(TypeError):
+    rundir.write_text_atomically(str(path), object())  # the write fails half-way
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['config.yaml']
+  assert path.read_text() == 'old\n'
+
+
+def test_the_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path):
+  logs = []
+  lock = rundir.RunLock(str(tmp_path), log=logs.append)
+  lock.acquire()
+  assert lock.live_holder() == (os.getpid(), socket.gethostname())
+  with pytest.raises(rundir.RunDirError, match=f'is in use by another run \\(pid {os.getpid()} on '):
+    rundir.RunLock(str(tmp_path)).acquire()
+  lock.release()
+  assert not (tmp_path / rundir.LOCK_NAME).exists()
+
+  gone = int(subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                            capture_output=True, text=True, check=True).stdout)
+  (tmp_path / rundir.LOCK_NAME).write_text(f'{gone} {socket.gethostname()}\n')
+  lock = rundir.RunLock(str(tmp_path), log=logs.append)
+  assert lock.live_holder() is None
+  lock.acquire()
+  assert logs == [f'removing the stale lock {tmp_path}/{rundir.LOCK_NAME} of a run that is gone '
+                  f'(pid {gone})']
+  assert lock.holder() == (os.getpid(), socket.gethostname())
+  lock.release()
+  # A lock held on another host cannot be checked: it counts as live.
+  (tmp_path / rundir.LOCK_NAME).write_text('1234 some-other-host\n')
+  assert rundir.RunLock(str(tmp_path)).live_holder() == (1234, 'some-other-host')

@@ -1,0 +1,391 @@
+"""Fault injection through run.py in a subprocess: damaged checkpoints, incompatible resumes,
+two runs on one logdir, signals, full and read-only disks, corrupt records, overflowing steps.
+
+Each test checks the exit status, a one-line error without a traceback, and that every
+checkpoint that existed before is still loadable.
+"""
+
+import gzip
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from test_run import ROOT, SGD_CONFIG, SHORT, checkpoint_values, run, start, wait_for_line
+from test_run import write_imagenet_shards
+
+TINY = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'batch_size_per_gpu=32',
+        '--set', 'save_checkpoint_steps=2', '--set', 'print_loss_steps=1']
+
+
+def last_line(result):
+  assert 'Traceback' not in result.stderr, result.stderr
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  return lines[-1]
+
+
+def loadable(logdir, steps):
+  for step in steps:
+    values = checkpoint_values(os.path.join(logdir, f'ckpt-{step}'))
+    assert int(values['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == step
+
+
+def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tmp_path):
+  logdir = str(tmp_path / 'run')
+  run(*TINY, '--logdir', logdir, '--set', 'max_steps=6')
+  before = {s: checkpoint_values(os.path.join(logdir, f'ckpt-{s}')) for s in (2, 4)}
+  # The latest data file is truncated and the state file is lost.
+  data = os.path.join(logdir, 'ckpt-6.data-00000-of-00001')
+  with open(data, 'r+b') as f:
+    f.truncate(os.path.getsize(data) // 2)
+  os.remove(os.path.join(logdir, 'checkpoint'))
+  result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=8', '--continue_learning')
+  assert 'ckpt-6' in result.stdout and 'resuming from ckpt-4' in result.stdout, result.stdout
+  assert 'starting at step 4' in result.stdout
+  loadable(logdir, (2, 4, 8))
+  for step, values in before.items():
+    after = checkpoint_values(os.path.join(logdir, f'ckpt-{step}'))
+    for key in values:
+      np.testing.assert_array_equal(values[key], after[key])
+
+  # No intact checkpoint at all: one line, exit 1, nothing deleted.
+  for name in os.listdir(logdir):
+    if name.startswith('ckpt-') and name.endswith('.index'):
+      os.remove(os.path.join(logdir, name))
+  files = sorted(os.listdir(logdir))
+  result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning',
+               check=False)
+  assert result.returncode == 1
+  line = last_line(result)
+  assert line.startswith('error: no intact checkpoint in') and 'nothing was deleted' in line
+  assert sorted(os.listdir(logdir)) == files
+
+
+def test_incompatible_resumes_are_refused_before_anything_is_written(tmp_path):
+  logdir = tmp_path / 'run'
+  run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=2')
+  saved = (logdir / 'config.yaml').read_text()
+  for change, message in (
+      (['--set', 'model_params.depth=14'], 'model_params.depth: 8 -> 14'),
+      (['--set', 'optimizer=LARS'], "optimizer: 'Momentum' -> 'LARS'"),
+      (['--set', 'dtype=mixed_bfloat16'], "dtype: 'float32' -> 'mixed_bfloat16'"),
+      (['--set', 'iter_size=2'], 'iter_size: 1 -> 2')):
+    result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
+                 *change, check=False)
+    assert result.returncode == 2, result.stderr
+    line = last_line(result)
+    assert line.startswith('error: --continue_learning: the checkpoints') and message in line, line
+  assert (logdir / 'config.yaml').read_text() == saved
+  assert sorted(p.name for p in logdir.glob('config*.yaml')) == ['config-0.yaml', 'config.yaml']
+
+  # Nothing to do: one line, exit 0, nothing written.
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=1', '--continue_learning')
+  assert 'nothing to do: the checkpoint is at step 2' in result.stdout
+  # A safe change is logged and kept in a config of its own; the first config stays.
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
+               '--set', 'lr_policy_params.learning_rate=0.05')
+  assert 'resuming with changed settings:' in result.stdout
+  assert 'lr_policy_params.learning_rate: 0.1 -> 0.05' in result.stdout
+  assert (logdir / 'config-0.yaml').read_text() == saved
+  assert yaml.safe_load((logdir / 'config-2.yaml').read_text())['max_steps'] == 4
+  loadable(str(logdir), (2, 4))
+
+  # A mistyped logdir is not a new run.
+  result = run(*TINY, '--logdir', str(tmp_path / 'rnu'), '--set', 'max_steps=4',
+               '--continue_learning', check=False)
+  assert result.returncode == 2 and 'does not exist' in last_line(result)
+  assert not (tmp_path / 'rnu').exists()
+
+
+def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path):
+  logdir = str(tmp_path / 'run')
+  proc = start(*TINY, '--logdir', logdir, '--set', 'max_steps=100000')
+  try:
+    wait_for_line(proc, 'step 3 ')
+    second = run(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning',
+                 check=False)
+    assert second.returncode == 2
+    assert f'is in use by another run (pid {proc.pid}' in last_line(second)
+    # Ctrl-C: the step finishes, a checkpoint is saved, exit status 130.
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130 and 'Traceback' not in err, err
+  last = out.strip().splitlines()[-1]
+  assert last.startswith('stopped by SIGINT at step '), last
+  step = int(last.split(' at step ')[1].split()[0])
+  assert tf.train.latest_checkpoint(logdir).endswith(f'ckpt-{step}')
+  loadable(logdir, [step])
+  assert not os.path.exists(os.path.join(logdir, 'run.lock'))
+  # The lock of a process that is gone is stale: the next run takes it over.
+  gone = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  with open(os.path.join(logdir, 'run.lock'), 'w') as f:
+    f.write(f'{gone} {socket.gethostname()}\n')
+  result = run(*TINY, '--logdir', logdir, '--continue_learning', '--set', f'max_steps={step + 2}')
+  assert f'removing the stale lock {logdir}/run.lock of a run that is gone (pid {gone})' in \
+      result.stdout
+  assert not os.path.exists(os.path.join(logdir, 'run.lock'))
+  loadable(logdir, [step, step + 2])
+
+
+def test_a_second_signal_exits_at_once():
+  code = ('import os, signal, sys, time\n'
+          f'sys.path.insert(0, {ROOT!r})\n'
+          'from framework.stopping import StopRequest\n'
+          'stop = StopRequest().install()\n'
+          'os.kill(os.getpid(), signal.SIGTERM)\n'
+          'time.sleep(0.5)\n'
+          'print("first:", stop.name, stop.agreed(), flush=True)\n'
+          'os.kill(os.getpid(), signal.SIGTERM)\n'
+          'time.sleep(5)\n'
+          'print("not reached")\n')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=120, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert result.returncode == 143
+  assert result.stdout == f'first: SIGTERM {int(signal.SIGTERM)}\n'
+  assert [l for l in result.stderr.splitlines() if 'SIGTERM' in l] == [
+      'SIGTERM received: stopping after the current step and saving a checkpoint (send it again '
+      'to exit at once)', 'error: second SIGTERM: exiting at once, without saving']
+
+
+def _mount_tmpfs(path, size):
+  path.mkdir()
+  result = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(path)],
+                          capture_output=True, text=True, check=False)
+  if result.returncode != 0:
+    pytest.skip(f'cannot mount a tmpfs here ({result.stderr.strip()}); '
+                'test_injected_write_failures_are_one_line covers the same code by injection')
+
+
+def _fill(directory, leave):
+  """Fills the file system of ``directory`` up to ``leave`` free bytes."""
+  path = os.path.join(directory, 'filler')
+  if os.path.exists(path):
+    os.remove(path)
+  stat = os.statvfs(directory)
+  free = stat.f_bavail * stat.f_frsize
+  try:
+    with open(path, 'wb') as f:
+      f.write(b'\0' * max(0, free - leave))
+  except OSError:
+    pass  # full: the point
+
+
+def test_full_and_read_only_disks_end_with_one_line(tmp_path):
+  mount = tmp_path / 'disk'
+  _mount_tmpfs(mount, '16m')
+  try:
+    logdir = str(mount / 'run')
+    run(*TINY, '--logdir', logdir, '--set', 'max_steps=2')
+    # Room for the config and events, not for a checkpoint (about 1 MB).
+    _fill(str(mount), 200 << 10)
+    result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
+                 check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = last_line(result)
+    assert line.startswith(f'error: could not write checkpoint {logdir}/ckpt-4') or \
+        line.startswith('error: writing to'), line
+    assert 'kept: ' in line and 'ckpt-2' in line
+    assert not [n for n in os.listdir(logdir) if n.endswith('_temp') or 'tmp' in n]
+    assert all(os.path.getsize(os.path.join(logdir, n)) > 0 for n in os.listdir(logdir)
+               if n.endswith('.yaml'))
+    loadable(logdir, (2,))
+    # No space at all: the start-up writes fail with one line.
+    _fill(str(mount), 0)
+    result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
+                 check=False)
+    assert result.returncode == 2
+    assert last_line(result) == (f'error: cannot write to logdir {logdir}: No space left on '
+                                 'device; nothing was written')
+    loadable(logdir, (2,))
+    os.remove(mount / 'filler')
+    # Read-only: one line, nothing changed.
+    subprocess.run(['mount', '-o', 'remount,ro', str(mount)], check=True)
+    files = sorted(os.listdir(logdir))
+    result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
+                 check=False)
+    assert result.returncode == 2
+    assert last_line(result) == (f'error: cannot write to logdir {logdir}: Read-only file system; '
+                                 'nothing was written')
+    assert sorted(os.listdir(logdir)) == files
+    loadable(logdir, (2,))
+  finally:
+    subprocess.run(['umount', str(mount)], check=False)
+
+
+# Failures injected by a sitecustomize on PYTHONPATH, for machines where a tmpfs cannot be
+# mounted: the checkpoint writer fails as a full disk makes it fail, after leaving a partial
+# temp directory; or the logdir refuses writes as a read-only file system does.
+_HOOK = """
+import errno, os
+def _checkpoint_fails():
+  import tensorflow as tf
+  original = tf.train.CheckpointManager.save
+  def save(self, checkpoint_number=None, **kw):
+    if checkpoint_number is not None and checkpoint_number >= 4:
+      temp = os.path.join(self.directory, f"ckpt-{checkpoint_number}_temp")
+      os.makedirs(temp, exist_ok=True)
+      open(os.path.join(temp, "part-00000-of-00001.index"), "w").close()
+      raise tf.errors.ResourceExhaustedError(None, None, f"{temp}: No space left on device")
+    return original(self, checkpoint_number=checkpoint_number, **kw)
+  tf.train.CheckpointManager.save = save
+def _read_only(directory):
+  original = os.open
+  def refuse(path, flags, *args, **kw):
+    inside = os.path.abspath(path).startswith(directory + os.sep)
+    if inside and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+    return original(path, flags, *args, **kw)
+  os.open = refuse
+fault = os.environ.get("INJECTED_FAULT")
+if fault == "checkpoint":
+  _checkpoint_fails()
+elif fault and fault.startswith("read_only:"):
+  _read_only(fault.split(":", 1)[1])
+"""
+
+
+def run_with_fault(tmp_path, fault, *args):
+  hook = tmp_path / 'hook'
+  hook.mkdir(exist_ok=True)
+  (hook / 'sitecustomize.py').write_text(_HOOK)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', INJECTED_FAULT=fault,
+             PYTHONPATH=os.pathsep.join([str(hook), ROOT]))
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_injected_write_failures_are_one_line(tmp_path):
+  logdir = str(tmp_path / 'run')
+  run(*TINY, '--logdir', logdir, '--set', 'max_steps=2')
+  result = run_with_fault(tmp_path, 'checkpoint', *TINY, '--logdir', logdir,
+                          '--set', 'max_steps=6', '--continue_learning')
+  assert result.returncode == 1, result.stdout + result.stderr
+  line = last_line(result)
+  assert line.startswith(f'error: could not write checkpoint {logdir}/ckpt-4 (') and \
+      'No space left on device' in line and line.count('kept: ') == 1 and 'ckpt-2' in line, line
+  assert not os.path.exists(os.path.join(logdir, 'ckpt-4_temp'))
+  assert not os.path.exists(os.path.join(logdir, 'run.lock'))
+  loadable(logdir, (2,))
+  # A read-only logdir (os.open refuses writes, as on a read-only mount).
+  files = sorted(os.listdir(logdir))
+  result = run_with_fault(tmp_path, f'read_only:{logdir}', *TINY, '--logdir', logdir,
+                          '--set', 'max_steps=6', '--continue_learning')
+  assert result.returncode == 2
+  assert last_line(result) == (f'error: cannot write to logdir {logdir}: Read-only file system; '
+                               'nothing was written')
+  assert sorted(os.listdir(logdir)) == files
+  loadable(logdir, (2,))
+
+
+def _imagenet(tmp_path, corrupt_record=None):
+  data_dir = tmp_path / 'imagenet'
+  data_dir.mkdir(parents=True)
+  write_imagenet_shards(str(data_dir), 'train', 2, 24, seed=0)
+  write_imagenet_shards(str(data_dir), 'validation', 1, 8, seed=1)
+  if corrupt_record is not None:
+    # Rewrite one record of shard 1 with JPEG bytes cut short and overwritten:
+    # the record framing and its checksums are intact, the image is not.
+    path = str(data_dir / 'train-00001-of-00002')
+    records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    example = tf.train.Example.FromString(records[corrupt_record])
+    jpeg = example.features.feature['image/encoded'].bytes_list.value[0]
+    example.features.feature['image/encoded'].bytes_list.value[0] = (
+        jpeg[:200] + b'\x00' * 64 + b'\xff\xd9')
+    records[corrupt_record] = example.SerializeToString()
+    with tf.io.TFRecordWriter(path) as writer:
+      for record in records:
+        writer.write(record)
+  return data_dir
+
+
+def _imagenet_args(data_dir, extra=''):
+  params = (f'{{data_dir: {data_dir}, image_size: 32, num_classes: 10, num_examples: 48, '
+            f'shuffle_buffer: 16{extra}}}')
+  return ['--set', 'data_layer=imagenet', '--set', f'data_layer_params={params}',
+          '--set', 'batch_size_per_gpu=8', '--set', 'model_params={depth: 8}',
+          '--set', 'max_steps=12']
+
+
+def test_corrupt_jpeg_is_named_or_skipped_and_labels_are_checked(tmp_path):
+  data_dir = _imagenet(tmp_path, corrupt_record=5)
+  shard = f'{data_dir}/train-00001-of-00002'
+  result = run(*TINY, '--logdir', str(tmp_path / 'a'), *_imagenet_args(data_dir), check=False)
+  assert result.returncode == 2, result.stderr
+  assert last_line(result) == (f'error: {shard}: record 5: the JPEG image cannot be decoded; set '
+                               'data_layer_params.skip_corrupt: true to skip such records')
+  # skip_corrupt: 12 steps of 8 = two epochs of 48 records: the record is skipped twice.
+  result = run(*TINY, '--logdir', str(tmp_path / 'b'),
+               *_imagenet_args(data_dir, ', skip_corrupt: true, max_corrupt_fraction: 0.05'))
+  skipped = [l for l in result.stderr.splitlines() if l.startswith('warning: skipped corrupt')]
+  assert len(skipped) >= 2 and f'{shard}: record 5' in skipped[0], result.stderr
+  assert skipped[0].endswith('1 skipped so far') and skipped[1].endswith('2 skipped so far')
+  # More than the allowed fraction: one line.
+  result = run(*TINY, '--logdir', str(tmp_path / 'c'),
+               *_imagenet_args(data_dir, ', skip_corrupt: true, max_corrupt_fraction: 0.0'),
+               check=False)
+  assert result.returncode == 2
+  assert 'corrupt records skipped' in last_line(result)
+  assert 'max_corrupt_fraction (0.0)' in last_line(result)
+  # Labels are 1..10: read 0-based, label 10 is outside [0, 10).
+  clean = _imagenet(tmp_path / 'clean')
+  result = run(*TINY, '--logdir', str(tmp_path / 'd'), *_imagenet_args(clean, ', label_offset: 0'),
+               check=False)
+  assert result.returncode == 2
+  line = last_line(result)
+  assert line.startswith(f'error: {clean}/train-0000') and ': image/class/label 10 - label_offset 0 ' \
+      'is outside [0, 10)' in line, line
+
+
+def test_idx_headers_of_every_split_are_checked_at_start_up(tmp_path):
+  data_dir = tmp_path / 'fm'
+  shutil.copytree('/usr/share/datasets/fashion-mnist', data_dir)
+  # The test split's images claim 14x56: a train run stops before its first step.
+  path = data_dir / 't10k-images-idx3-ubyte.gz'
+  with gzip.open(path, 'rb') as f:
+    raw = f.read()
+  with gzip.open(path, 'wb') as f:
+    f.write(raw[:8] + struct.pack('>II', 14, 56) + raw[16:])
+  result = run(*TINY, '--logdir', str(tmp_path / 'r'), '--set', 'max_steps=2',
+               '--set', f'data_layer_params.data_dir={data_dir}', check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (f'error: {path}: the IDX header gives 14x56 images, Fashion-MNIST '
+                               'images are 28x28')
+
+
+def test_float16_trains_and_skipped_updates_are_counted(tmp_path):
+  logdir = tmp_path / 'f16'
+  # float16 gradients of a loss scaled by 2**30 overflow: the Backoff scaler
+  # skips those updates and halves the scale until they fit.
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'dtype=float16', '--set', 'max_steps=4',
+               '--set', 'loss_scaling=Backoff',
+               '--set', 'loss_scaling_params={scale_min: 1.0, scale_max: 1073741824.0}',
+               '--set', 'save_summaries_steps=1')
+  values = checkpoint_values(tf.train.latest_checkpoint(str(logdir)))
+  micro_steps = int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE'])
+  skipped = int(values['skipped_updates/.ATTRIBUTES/VARIABLE_VALUE'])
+  # Every micro-step either applied an update or was skipped.
+  assert int(values['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 4
+  assert skipped == micro_steps - 4 and skipped >= 1, result.stdout
+  model = {k: v for k, v in values.items() if k.startswith('model/')}
+  assert all(np.all(np.isfinite(v)) for v in model.values())
+  # Every variable is float16 but the logits layer's, which is float32 by design.
+  assert {str(v.dtype) for v in model.values()} == {'float16', 'float32'}
+  assert sum(v.dtype == np.float32 for v in model.values()) == 2
+  steps = [l for l in result.stdout.splitlines() if l.startswith('step ')]
+  assert steps[-1].split(' skipped ')[1].split()[0] == str(skipped)
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
+  events = event_accumulator.EventAccumulator(str(logdir), size_guidance={'tensors': 0})
+  events.Reload()
+  logged = [int(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors('skipped_updates')]
+  assert logged[-1] == skipped
