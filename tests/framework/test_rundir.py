@@ -85,3 +85,18 @@ def test_the_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path):
   # A lock held on another host cannot be checked: it counts as live.
   (tmp_path / rundir.LOCK_NAME).write_text('1234 some-other-host\n')
   assert rundir.RunLock(str(tmp_path)).live_holder() == (1234, 'some-other-host')
+
+
+def test_the_saved_config_is_read_as_its_train_view(tmp_path):
+  # The layout --config reads: the train view is base_params overlaid with train_params.
+  (tmp_path / 'config.yaml').write_text(
+      'base_params: {model: resnet_cifar, max_steps: 10, batch_size_per_gpu: 32}\n'
+      'train_params: {batch_size_per_gpu: 64}\n'
+      'eval_params: {batch_size_per_gpu: 1000}\n')
+  saved, problem = rundir.read_saved_config(str(tmp_path))
+  assert problem is None
+  assert saved == {'model': 'resnet_cifar', 'max_steps': 10, 'batch_size_per_gpu': 64}
+  # A flat file, as earlier versions wrote, is that view already.
+  (tmp_path / 'config.yaml').write_text('model: resnet_cifar\nmax_steps: 10\n')
+  assert rundir.read_saved_config(str(tmp_path)) == ({'model': 'resnet_cifar', 'max_steps': 10},
+                                                     None)
