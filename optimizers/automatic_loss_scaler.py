@@ -20,7 +20,7 @@ Scalers:
   ``tf.train.experimental`` / Keras mixed precision.
 * :class:`AutomaticLossScaler` with the ``Backoff`` (:class:`BackoffScaler`) or
   ``LogMax`` (:class:`LogMaxScaler`) algorithm of OpenSeq2Seq; the math is in
-  SPEC.md.
+  docs/math.md (loss scaling).
 
 :func:`make_loss_scaler` builds one from the ``loss_scaling`` config value.
 
@@ -268,7 +268,7 @@ def backoff_update(scale, iteration, last_overflow, overflow, scale_min, scale_m
 class BackoffScaler(LossScaler):
   """Halve on overflow, double after ``step_window`` steps without one.
 
-  Starts at ``scale_max`` with iteration 0 and last overflow −1 (SPEC.md).
+  Starts at ``scale_max`` with iteration 0 and last overflow −1 (docs/math.md).
 
   Args:
     scale_min: the lowest scale, > 0.
@@ -356,7 +356,7 @@ def logmax_update(state, overflow, amax, scale_min, scale_max, log_max, beta1, b
 class LogMaxScaler(LossScaler):
   """Sets the scale from running statistics of log2(amax).
 
-  Starts at scale 1.0 with t = 0 and zero averages (SPEC.md). The state is
+  Starts at scale 1.0 with t = 0 and zero averages (docs/math.md). The state is
   kept in float64 variables; ``loss_scale`` is float32. A finite step with
   amax <= 0 leaves the state unchanged (see :func:`logmax_update`).
 

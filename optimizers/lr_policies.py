@@ -2,7 +2,7 @@
 
 Every policy has the form ``f(global_step, learning_rate, ...)`` and returns a
 scalar float32 tensor (``transformer_policy`` returns its ``dtype``). The math
-is the table in SPEC.md; names and signatures follow OpenSeq2Seq so that
+is the table in docs/math.md; names and signatures follow OpenSeq2Seq so that
 configs port unchanged. ``global_step`` may be a Python int or an integer
 tensor or variable, so a policy can be called eagerly or inside a
 ``tf.function`` that is traced once for every step.

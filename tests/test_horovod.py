@@ -112,7 +112,7 @@ def test_loss_scaling_state_is_identical_on_both_ranks(two_workers):
 
 
 def numpy_agn(period, workers, steps=7, lr=0.1, momentum=0.5):
-  """SPEC.md's AGN with Keras-style momentum (v ← m·v − lr·g; w ← w + v) in float64."""
+  """docs/math.md's AGN with Keras-style momentum (v ← m·v − lr·g; w ← w + v) in float64."""
   rng = np.random.default_rng(5)
   a = rng.normal(size=(steps, 4, 3))
   b = rng.normal(size=(steps, 4))

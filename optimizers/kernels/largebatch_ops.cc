@@ -16,7 +16,7 @@
 //
 // The math is that of the plain tensor functions in optimizers/lars.py
 // (trust_ratio, lars_momentum_update) and optimizers/stages.py
-// (larc_coefficients) followed by Keras' SGD update; see SPEC.md. Norms are
+// (larc_coefficients) followed by Keras' SGD update; see docs/math.md. Norms are
 // summed in double, factors are computed in float32 as the Python paths do.
 //
 //   mode "lars", with wd the weight decay of the variable (0 where decay is
@@ -534,7 +534,7 @@ REGISTER_KERNEL_BUILDER(Name("LargebatchLamb").Device(::tensorflow::DEVICE_CPU),
 
 
 // The statistics optimize_loss takes of one update's gradients before it is
-// applied (SPEC.md stages 4 and 5), for N float32 tensors in one pass each:
+// applied (stages 4 and 5 of docs/math.md), for N float32 tensors in one pass each:
 //   all_finite   no element is NaN or ±inf
 //   amax         max |g| over all elements (+inf unless all_finite; 0 for none)
 //   global_norm  √(Σ g²) over all elements, summed in double

@@ -1,4 +1,4 @@
-"""Loss scalers against pure-Python simulations of the SPEC.md text."""
+"""Loss scalers against pure-Python simulations of the docs/math.md text."""
 
 import math
 
@@ -13,7 +13,7 @@ from optimizers.automatic_loss_scaler import (AutomaticLossScaler, BackoffScaler
 ALLOWED = "allowed: a positive number, 'Backoff', 'LogMax', 'dynamic'"
 
 
-# Simulations written from SPEC.md with Python floats; each returns the scale after every step.
+# Simulations written from docs/math.md with Python floats; each returns the scale after every step.
 
 def simulate_backoff(inputs, scale_min=1.0, scale_max=2.0 ** 14, step_factor=2.0, step_window=2000):
   scale, i, last_overflow = scale_max, 0, -1

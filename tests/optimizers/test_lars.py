@@ -11,7 +11,7 @@ from optimizers.lars import trust_ratio
 
 def numpy_lars(w, g_seq, lr, momentum, wd, eeta, eps, nesterov, skipped, decay=True,
                adapt=True):
-  """Reference: the update rule of SPEC.md, step by step, in float64.
+  """Reference: the update rule of docs/math.md, step by step, in float64.
 
   ``skipped`` (a ``skip_list`` match) turns off both the weight decay and the
   trust ratio; ``decay`` and ``adapt`` turn off one each.

@@ -1,4 +1,4 @@
-"""Learning-rate policies against tables computed from the SPEC.md formulas."""
+"""Learning-rate policies against tables computed from the docs/math.md formulas."""
 
 import math
 
@@ -13,7 +13,7 @@ from optimizers.lr_policies import (LR_POLICIES, cosine_decay, exp_decay, fixed_
                                     piecewise_constant, poly_decay, transformer_policy)
 
 
-# Reference formulas, written from the SPEC.md table with plain Python floats.
+# Reference formulas, written from the docs/math.md table with plain Python floats.
 
 def ref_piecewise(s, lr, boundaries, rates, steps_per_epoch=None):
   if steps_per_epoch is not None:

@@ -100,7 +100,7 @@ def test_clip_helpers_keep_openseq2seq_names():
 
 
 def numpy_pipeline_step(ws, gs, lr, clip, eta, swapped=False):
-  """SPEC order: clip the global norm, then LARC (clip mode), then SGD; or the two swapped."""
+  """The order of docs/math.md: clip the global norm, then LARC (clip mode), then SGD; or the two swapped."""
   def clip_all(gs):
     norm = np.sqrt(sum(np.sum(g * g) for g in gs))
     return [g * clip / max(norm, clip) for g in gs]
