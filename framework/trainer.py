@@ -420,7 +420,7 @@ class Trainer:
           eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
         last_eval = step
     progress.close()
-    with self.precise_bn(self.global_step, keep=True, when=cfg['precise_bn']):
+    with self.precise_bn(self.global_step, keep=True):
       self._save(manager, self.global_step)
       if evaluate_every is not None:
         eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
@@ -465,7 +465,8 @@ class Trainer:
     Args:
       step: the global step, part of the batches' seed.
       keep: keep the recomputed statistics after the block (the end of training).
-      when: a false value skips the recomputation.
+      when: a false value skips the recomputation (it is skipped anyway
+        without ``precise_bn`` or train data).
     """
     spec = self.config['precise_bn']
     if not when or spec is None or self.train_data is None:

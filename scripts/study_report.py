@@ -192,8 +192,8 @@ def _accuracy_mean(runs):
 def chosen(members):
   """The runs of the learning rate with the best mean accuracy (more seeds break ties)."""
   grid = by_learning_rate(members)
-  scored = [(_accuracy_mean(runs), len(runs), lr) for lr, runs in grid.items()
-            if _accuracy_mean(runs) is not None]
+  means = {lr: _accuracy_mean(runs) for lr, runs in grid.items()}
+  scored = [(mean, len(grid[lr]), lr) for lr, mean in means.items() if mean is not None]
   if not scored:
     return members
   best = max(scored, key=lambda t: (t[0], t[1]))[2]
