@@ -24,7 +24,7 @@ two micro-batches of 8K, ``iter_size: 2``) and the learning rate per point.
 
 import copy
 
-num_epochs = 24
+num_epochs = 48
 warmup_fraction = 0.15
 
 base_params = {

@@ -39,8 +39,8 @@ def test_the_study_runs_lars_8k_first_and_every_arm_at_every_batch(tmp_path):
   # The budget check: each arm's batch-256 point with half the epochs.
   half = [r for r in runs if r[0].endswith('_half')]
   assert [(d, g, lr, e) for d, _, g, lr, _, e in half] == [
-      ('lars_half', 256, 2.0, '12.0'), ('lars_half', 256, 2.0, '12.0'),
-      ('lamb_half', 256, 0.005, '12.0'), ('lamb_half', 256, 0.005, '12.0')]
+      ('lars_half', 256, 2.0, '24.0'), ('lars_half', 256, 2.0, '24.0'),
+      ('lamb_half', 256, 0.005, '24.0'), ('lamb_half', 256, 0.005, '24.0')]
   assert len(runs) == 10 + 10 + 15 + 4
 
 
@@ -58,4 +58,4 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   # The grid (listed by the dry run, skipped by a real one), then its best rate with seed 1.
   assert sgd_256 == [(0.05, 0), (0.1, 0), (0.2, 0), (0.1, 1)]
   assert [(d, lr, seed, e) for d, _, _, lr, seed, e in runs if d == 'sgd_half'] == [
-      ('sgd_half', 0.1, 0, '12.0'), ('sgd_half', 0.1, 1, '12.0')]
+      ('sgd_half', 0.1, 0, '24.0'), ('sgd_half', 0.1, 1, '24.0')]
