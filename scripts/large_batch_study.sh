@@ -7,21 +7,21 @@
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
 # shared recipe of configs/large_batch/common.py. Three arms:
 #   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
-#         with seed 0; the best lr of the grid then runs with seed 1
-#   lars  LARS, lr = 2.0*sqrt(G/256), seeds 0 and 1
-#   lamb  LAMB, lr = 0.005*sqrt(G/256), seeds 0 and 1
-# and a budget check: each arm's batch-256 point (SGD at its best lr) again
-# with half the epochs (OUT/<arm>_half).
+#         with seed 0; at 256 and 8K the best lr of the grid then runs with seed 1
+#   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0 elsewhere
+#   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
+# and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
+# the epochs, two seeds each (OUT/<arm>_half).
 #
-# Points run in order of importance (LARS at 8K and the batch-256 baselines
-# first), so a partial study already answers the main question. It is
-# resumable: run it again with the same OUT and finished runs are skipped (a
-# run cut off half-way starts again). Each run takes 10-15 minutes on an idle
-# 2-core CPU; all 46 runs (6 of them at half length), about 8-9 hours. 8K and
-# 16K need about 7 GB of
-# memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py
-# writes OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also
-# puts the table into docs/large_batch.md and the plots into docs/images.
+# Points run in order of importance (the batch-256 baselines, LARS at 8K, the
+# budget check, LARS at 16K, then the rest), so a partial study already answers
+# the main question. It is resumable: run it again with the same OUT and
+# finished runs are skipped (a run cut off half-way starts again). At 48 epochs
+# a run takes about 30 minutes on an idle 2-core CPU; the 35 runs (4 of them at
+# half length), about 16-17 hours. 8K and 16K need about 7 GB of memory. At the
+# end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
+# OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
+# table into docs/large_batch.md and the plots into docs/images.
 # DRY_RUN=1 prints the run.py commands of the points instead of running them.
 set -euo pipefail
 
@@ -64,14 +64,17 @@ best_lr() {
       --best-lr "$G"
 }
 
-lars() { sweep lars 0,1 "$(value '2.0 * math.sqrt(G / 256)')"; }
-lamb() { sweep lamb 0,1 "$(value '0.005 * math.sqrt(G / 256)')"; }
+# lars SEEDS, lamb SEEDS: the arm at G with its square-root-scaled rate.
+lars() { sweep lars "$1" "$(value '2.0 * math.sqrt(G / 256)')"; }
+lamb() { sweep lamb "$1" "$(value '0.005 * math.sqrt(G / 256)')"; }
+# sgd [second]: the three-point grid at G with seed 0; with "second", then the
+# grid's best rate with seed 1.
 sgd() {
   local base
   base="$(value '0.1 * math.sqrt(G / 256)')"
   sweep sgd 0 "$(value "0.5 * $base"),$base,$(value "2 * $base")"
   local best
-  if best="$(best_lr sgd)"; then
+  if [[ "${1:-}" == second ]] && best="$(best_lr sgd)"; then
     sweep sgd 1 "$best"
   fi
 }
@@ -79,27 +82,26 @@ half() {
   local half_epochs
   half_epochs="$("$PY" -c "print($epochs / 2)")"
   G=256
-  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
-  sweep lamb_half 0,1 "$(value '0.005 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
   local best
   if best="$(best_lr sgd)"; then
     sweep sgd_half 0,1 "$best" --set "num_epochs=$half_epochs"
   fi
+  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
 }
 
 if [[ "$DRY_RUN" == 1 ]]; then
   trap 'exit "$status"' EXIT
 fi
 if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
-  G=8192; lars
-  G=256; sgd; lars
-  G=16384; lars
-  G=8192; sgd
-  G=256; lamb
-  G=8192; lamb
-  G=16384; sgd; lamb
-  for G in 1024 4096; do lars; sgd; lamb; done
+  G=256; sgd second; lars 0,1
+  G=8192; lars 0,1
   half
+  G=16384; lars 0,1
+  G=8192; sgd second
+  G=256; lamb 0
+  G=8192; lamb 0,1
+  G=16384; sgd; lamb 0
+  for G in 1024 4096; do lars 0; sgd; lamb 0; done
 fi
 if [[ "$DRY_RUN" == 1 ]]; then
   exit "$status"

@@ -23,25 +23,31 @@ def dry_run(out):
   return runs
 
 
-def test_the_study_runs_lars_8k_first_and_every_arm_at_every_batch(tmp_path):
+def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_path):
   runs = dry_run(tmp_path / 'study')
-  assert runs[:2] == [('lars', 'lars', 8192, 11.31, 0, None), ('lars', 'lars', 8192, 11.31, 1, None)]
-  # LARS and LAMB: sqrt scaling, two seeds at every global batch.
+  # The batch-256 SGD grid, then LARS at 256 and at 8K with two seeds.
+  assert [r[:5] for r in runs[:7]] == [
+      ('sgd', 'sgd', 256, 0.05, 0), ('sgd', 'sgd', 256, 0.1, 0), ('sgd', 'sgd', 256, 0.2, 0),
+      ('lars', 'lars', 256, 2.0, 0), ('lars', 'lars', 256, 2.0, 1),
+      ('lars', 'lars', 8192, 11.31, 0), ('lars', 'lars', 8192, 11.31, 1)]
+  # LARS and LAMB: sqrt scaling; two seeds where the targets are measured.
+  two_seeds = {'lars': (256, 8192, 16384), 'lamb': (8192,)}
   for arm, base in (('lars', 2.0), ('lamb', 0.005)):
     points = sorted((g, lr, seed) for d, _, g, lr, seed, _ in runs if d == arm)
     assert points == sorted((g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
-                            for g in (256, 1024, 4096, 8192, 16384) for seed in (0, 1))
+                            for g in (256, 1024, 4096, 8192, 16384)
+                            for seed in ((0, 1) if g in two_seeds[arm] else (0,)))
   # SGD: the three-point grid with seed 0; no second seed before the grid has results.
   sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
   assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
                        for g in (256, 1024, 4096, 8192, 16384) for m in (0.5, 1, 2))
   assert ('sgd', 'sgd', 16384, 0.8, 0, None) in runs
-  # The budget check: each arm's batch-256 point with half the epochs.
+  # The budget check: LARS's batch-256 point with half the epochs (SGD's waits for its grid).
   half = [r for r in runs if r[0].endswith('_half')]
-  assert [(d, g, lr, e) for d, _, g, lr, _, e in half] == [
-      ('lars_half', 256, 2.0, '24.0'), ('lars_half', 256, 2.0, '24.0'),
-      ('lamb_half', 256, 0.005, '24.0'), ('lamb_half', 256, 0.005, '24.0')]
-  assert len(runs) == 10 + 10 + 15 + 4
+  assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
+      ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
+  assert runs.index(half[0]) < runs.index(('lars', 'lars', 16384, 16.0, 0, None))
+  assert len(runs) == 8 + 6 + 15 + 2
 
 
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
@@ -57,5 +63,7 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   sgd_256 = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'sgd' and g == 256]
   # The grid (listed by the dry run, skipped by a real one), then its best rate with seed 1.
   assert sgd_256 == [(0.05, 0), (0.1, 0), (0.2, 0), (0.1, 1)]
+  # Elsewhere the second seed is only run at 8K (the grid there has no results yet).
+  assert [seed for d, _, g, _, seed, _ in runs if d == 'sgd' and g not in (256, 8192)] == [0] * 9
   assert [(d, lr, seed, e) for d, _, _, lr, seed, e in runs if d == 'sgd_half'] == [
       ('sgd_half', 0.1, 0, '24.0'), ('sgd_half', 0.1, 1, '24.0')]
