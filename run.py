@@ -63,23 +63,19 @@ def fail(message, status=2):
 
 
 def load(args):
-  """Reads, overlays, overrides and validates the config(s) for the mode."""
+  """Reads, overlays, overrides and validates the config(s) for the mode.
+
+  ``--print_config`` skips the checks that import TensorFlow (the optimizer's
+  and lr policy's arguments), so it answers at once; a run makes them all.
+  """
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  registries = registries_for_config()
-  raw = config_lib.load_config_file(args.config)
-  # An export serves the model as it is evaluated: the eval view of the config.
-  configs = config_lib.resolve_modes(raw, 'eval' if args.mode == 'export' else args.mode, args.set)
-  return {mode: (config_lib.validate(cfg, registries, mode) if cfg is not None else None)
-          for mode, cfg in configs.items()}
+  return config_lib.load_configs(args.config, args.mode, args.set,
+                                 construct=not getattr(args, 'print_config', False))
 
 
 def registries_for_config():
-  from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
-  from models import MODELS  # pylint: disable=import-outside-toplevel
-  from optimizers.lr_policies import LR_POLICIES  # pylint: disable=import-outside-toplevel
-  from optimizers.optimizers import OPTIMIZER_CLS_NAMES  # pylint: disable=import-outside-toplevel
-  return {'model': MODELS, 'data_layer': DATA_LAYERS, 'optimizer': OPTIMIZER_CLS_NAMES,
-          'lr_policy': LR_POLICIES}
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  return config_lib.registries()
 
 
 def choose_logdir(args, cfg):
@@ -244,8 +240,6 @@ def main(argv=None):
   if args.bench_steps < 1:
     fail(f'--bench_steps: must be >= 1, got {args.bench_steps}')
   check_flags(args)
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:

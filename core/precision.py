@@ -10,6 +10,9 @@ use it before TensorFlow is loaded.
 
 import sys
 
+from core.params import ConfigError
+from core.params import type_name
+
 # Each accepted name -> the Keras dtype policy it selects.
 POLICIES = {
     'float32': 'float32',
@@ -24,16 +27,32 @@ DTYPE_NAMES = tuple(POLICIES)
 FLOAT16_CPU_FLAGS = ('avx512_fp16', 'amx_fp16')
 
 
+def check_dtype(dtype, path='dtype'):
+  """Returns ``dtype`` when it is an accepted name; the one check of a dtype name.
+
+  No closest spelling is offered: the name spelled most like a precision is
+  another precision (float64 -> float16).
+
+  Raises:
+    ConfigError: (a ValueError) starting with ``path`` and listing the
+      accepted names.
+  """
+  if not isinstance(dtype, str):
+    raise ConfigError(f'{path}: expected {type_name(str)}, got {dtype!r} ({type(dtype).__name__})',
+                      path, 'invalid')
+  if dtype not in POLICIES:
+    raise ConfigError(f'{path}: {dtype!r} is not allowed; allowed: '
+                      f'{", ".join(repr(n) for n in DTYPE_NAMES)}', path, 'invalid')
+  return dtype
+
+
 def policy_name(dtype):
-  """The Keras dtype policy name for an accepted ``dtype`` name.
+  """The Keras dtype policy name for an accepted ``dtype`` name (``mixed`` is ``mixed_float16``).
 
   Raises:
     ValueError: for a name that is not accepted, listing the accepted ones.
   """
-  if dtype not in POLICIES:
-    raise ValueError(f'dtype: {dtype!r} is not allowed; allowed: '
-                     f'{", ".join(repr(n) for n in DTYPE_NAMES)} (mixed = mixed_float16)')
-  return POLICIES[dtype]
+  return POLICIES[check_dtype(dtype)]
 
 
 def computes_in_float16(dtype):

@@ -4,10 +4,18 @@ Configs name objects by string (``model: resnet_cifar``); a registry turns the
 name into the object. A registry is a read-only mapping, raises on a duplicate
 registration, and answers an unknown name with the list of known ones and the
 closest spelling.
+
+An entry may be registered lazily, by name and ``"module:attribute"``
+(:meth:`Registry.register_lazy`): its module is imported on the first lookup
+of the name. Names, ``in``, listing and the unknown-name message never import
+anything, so a config's names are checked before TensorFlow is loaded; facts
+given with a lazy entry (its parameter schema, whether it wraps an optimizer)
+are read without loading it either.
 """
 
 import collections.abc
 import difflib
+import importlib
 
 
 class UnknownNameError(ValueError):
@@ -23,8 +31,29 @@ def closest(name, choices):
   return matches[0]
 
 
+def load_attribute(target):
+  """Imports ``"package.module:attribute"`` and returns the attribute (dots allowed after ':')."""
+  module_name, _, attribute = target.partition(':')
+  if not module_name or not attribute:
+    raise ValueError(f'expected "module:attribute", got {target!r}')
+  value = importlib.import_module(module_name)
+  for part in attribute.split('.'):
+    value = getattr(value, part)
+  return value
+
+
+class _Lazy:
+  """A registered entry not imported yet: where it lives."""
+
+  def __init__(self, target):
+    self.target = target
+
+  def __repr__(self):
+    return f'<lazy {self.target}>'
+
+
 class Registry(collections.abc.Mapping):
-  """A mapping from names to objects, filled with :meth:`register`.
+  """A mapping from names to objects, filled with :meth:`register` or :meth:`register_lazy`.
 
   Args:
     kind: what the registry holds, used in error messages ("model", "optimizer").
@@ -37,6 +66,7 @@ class Registry(collections.abc.Mapping):
     self._case_insensitive = case_insensitive
     self._items = {}
     self._keys = {}
+    self._facts = {}
 
   def _key(self, name):
     return name.lower() if self._case_insensitive else name
@@ -51,30 +81,67 @@ class Registry(collections.abc.Mapping):
       ValueError: when the name is already registered.
     """
     def add(target):
-      key_name = name if name is not None else target.__name__
-      key = self._key(key_name)
-      if key in self._keys:
-        raise ValueError(f'{self.kind} {key_name!r} is registered twice')
-      self._keys[key] = key_name
-      self._items[key_name] = target
+      self._add(name if name is not None else target.__name__, target, {})
       return target
 
     if obj is not None:
       return add(obj)
     return add
 
-  def get(self, name, default=None):
-    key = self._key(name) if isinstance(name, str) else None
-    if key in self._keys:
-      return self._items[self._keys[key]]
-    return default
+  def register_lazy(self, name, target, **facts):
+    """Registers the object at ``target`` (``"module:attribute"``) under ``name`` without importing it.
 
-  def __getitem__(self, name):
+    The module is imported on the first lookup of ``name``. ``facts`` are
+    keyword values about the entry that are needed before it is loaded (a
+    ``PARAMS`` schema, ``WRAPS_OPTIMIZER=True``); :meth:`facts` returns them.
+
+    Raises:
+      ValueError: when the name is already registered, or ``target`` has no ':'.
+    """
+    if ':' not in target:
+      raise ValueError(f'{self.kind} {name!r}: expected "module:attribute", got {target!r}')
+    self._add(name, _Lazy(target), facts)
+
+  def _add(self, name, target, facts):
+    key = self._key(name)
+    if key in self._keys:
+      raise ValueError(f'{self.kind} {name!r} is registered twice')
+    self._keys[key] = name
+    self._items[name] = target
+    self._facts[name] = dict(facts)
+
+  def facts(self, name):
+    """The facts given with ``name``'s registration (``{}`` for none); loads nothing.
+
+    Raises:
+      UnknownNameError: for a name that is not registered.
+    """
+    return dict(self._facts[self._name(name)])
+
+  def is_loaded(self, name):
+    """Whether ``name``'s object has been imported (always True for an eager registration)."""
+    return not isinstance(self._items[self._name(name)], _Lazy)
+
+  def _name(self, name):
+    """The registered spelling of ``name``; raises UnknownNameError."""
     if isinstance(name, str):
       key = self._key(name)
       if key in self._keys:
-        return self._items[self._keys[key]]
+        return self._keys[key]
     raise UnknownNameError(self.unknown_message(name))
+
+  def get(self, name, default=None):
+    if name not in self:
+      return default
+    return self[name]
+
+  def __getitem__(self, name):
+    name = self._name(name)
+    item = self._items[name]
+    if isinstance(item, _Lazy):
+      item = load_attribute(item.target)
+      self._items[name] = item
+    return item
 
   def unknown_message(self, name):
     known = ', '.join(sorted(self._items))

@@ -27,15 +27,17 @@ import tensorflow as tf
 
 from framework import distributed
 from core import precision
-from core.registry import Registry
 from optimizers import fused
 from optimizers import native
+from optimizers import settings
 from optimizers import stages
 from optimizers import tf1_compat
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
+from optimizers.registry import OPTIMIZER_CLS_NAMES
+from optimizers.settings import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
@@ -110,26 +112,6 @@ class MomentumOptimizer(fused.XlaUpdateMixin, tf1_compat.TF1OptimizerMixin,
     config = super().get_config()
     config['use_nesterov'] = config.pop('nesterov')
     return config
-
-
-OPTIMIZER_CLS_NAMES = Registry('optimizer', case_insensitive=True)
-for _name, _cls in (('Adagrad', keras.optimizers.Adagrad), ('Adam', keras.optimizers.Adam),
-                    ('Ftrl', keras.optimizers.Ftrl), ('Momentum', MomentumOptimizer),
-                    ('RMSProp', keras.optimizers.RMSprop), ('SGD', keras.optimizers.SGD),
-                    ('AdamW', keras.optimizers.AdamW), ('LARS', LARSOptimizer),
-                    ('LAMB', LAMB), ('AGN', AGNOptimizer)):
-  OPTIMIZER_CLS_NAMES.register(_name, _cls)
-
-OPTIMIZER_SUMMARIES = [
-    'learning_rate',
-    'gradients',
-    'gradient_norm',
-    'global_gradient_norm',
-    'variables',
-    'variable_norm',
-    'larc_summaries',
-    'loss_scale',
-]
 
 
 def _clip_by_global_norm(t_list, clip_norm, use_norm, name=None):
@@ -298,10 +280,7 @@ class GradientPipeline(tf.Module):
                          f'{", ".join(OPTIMIZER_SUMMARIES)}')
     self.larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
     self.on_horovod = bool(on_horovod)
-    self.compression = (horovod_params or {}).get('compression', 'none')
-    if self.compression not in ('none', 'fp16', None):
-      raise ValueError(f"horovod_params.compression: {self.compression!r} is not allowed; "
-                       "allowed: 'none', 'fp16'")
+    self.compression = settings.check_compression((horovod_params or {}).get('compression'))
     self.log_global_norm = log_global_norm
     if self.on_horovod:
       distributed.init()

@@ -15,15 +15,13 @@ against.
 import tensorflow as tf
 
 from optimizers import automatic_loss_scaler
-from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
+from optimizers import settings
 from optimizers import tf1_compat
 
-LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None,
-                 'exclude_from_layer_adaptation': None}
-LARC_KEYS = ('larc_eta',) + tuple(LARC_DEFAULTS)
-LARC_MODES = ('clip', 'scale')
+# The one validator of larc_params (also used by the config layer).
+check_larc_params = settings.check_larc_params
 
 
 def _map_dense(fn, grad):
@@ -119,33 +117,6 @@ def clip_by_global_norm(grads, clip_norm, use_norm=None):
   clip_norm = tf.cast(clip_norm, tf.float32)
   factor = clip_norm / tf.maximum(use_norm, clip_norm)
   return [_map_dense(lambda g: g * tf.cast(factor, g.dtype), g) for g in grads], use_norm
-
-
-def check_larc_params(larc_params):
-  """Validates ``larc_params`` and returns a new dict with defaults filled.
-
-  Raises:
-    ValueError: for an unknown key, a missing ``larc_eta``, a bad ``larc_mode``
-      or a negative value.
-  """
-  if not isinstance(larc_params, dict):
-    raise ValueError(f'larc_params must be a dict, got {larc_params!r}')
-  unknown = sorted(set(larc_params) - set(LARC_KEYS))
-  if unknown:
-    raise ValueError(f'larc_params: unknown key {unknown[0]!r}; allowed keys: {", ".join(LARC_KEYS)}')
-  if 'larc_eta' not in larc_params:
-    raise ValueError('larc_params: larc_eta is required (e.g. 0.001)')
-  params = dict(LARC_DEFAULTS, **larc_params)
-  if params['larc_mode'] not in LARC_MODES:
-    raise ValueError(f'larc_params.larc_mode: {params["larc_mode"]!r} is not allowed; '
-                     f'allowed: {", ".join(LARC_MODES)}')
-  for key in ('larc_eta', 'min_update', 'epsilon'):
-    value = params[key]
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-      raise ValueError(f'larc_params.{key}: must be a number >= 0, got {value!r}')
-  for key in ('skip_list', 'exclude_from_layer_adaptation'):
-    params[key] = exclusions.check_names('larc_params', key, params[key])
-  return params
 
 
 def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode, min_update,
