@@ -75,7 +75,7 @@ def load(args):
 
 def registries_for_config():
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  return config_lib.registries()
+  return config_lib.default_registries()
 
 
 def choose_logdir(args, cfg):

@@ -4,11 +4,12 @@ A run is described by a config file (OpenSeq2Seq layout) holding
 ``base_params`` and optionally ``train_params`` and ``eval_params``::
 
   raw = load_config_file('configs/resnet50_lars.py')
-  cfg = validate(resolve(raw, 'train', ['optimizer_params.momentum=0.95']), registries())
-  eval_cfg = validate(resolve(raw, 'eval', ['optimizer_params.momentum=0.95']), registries(), 'eval')
+  names = default_registries()
+  cfg = validate(resolve(raw, 'train', ['optimizer_params.momentum=0.95']), names)
+  eval_cfg = validate(resolve(raw, 'eval', ['optimizer_params.momentum=0.95']), names, 'eval')
   write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
 
-``resolve`` overlays the mode's params on the base params and applies the
+or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve`` overlays the mode's params on the base params and applies the
 command-line overrides (``framework.config_file``); ``validate`` checks every
 key against ``framework.schema.SCHEMA`` before anything is built and fills in
 defaults. Its checks run in two steps: first everything a config states by
@@ -69,7 +70,7 @@ _TRIAL_LEARNING_RATE = 0.1
 # ---------------------------------------------------------------------------
 # Loading a run's configs
 
-def registries():
+def default_registries():
   """The registries a config's names are looked up in; importing them loads no TensorFlow."""
   from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
   from models import MODELS  # pylint: disable=import-outside-toplevel
@@ -79,7 +80,7 @@ def registries():
           'lr_policy': LR_POLICIES}
 
 
-def load_configs(path, mode, overrides=(), registries_=None, construct=True):
+def load_configs(path, mode, overrides=(), registries=None, construct=True):
   """Reads, overlays, overrides and validates the config(s) of a run in ``mode``.
 
   Args:
@@ -87,7 +88,7 @@ def load_configs(path, mode, overrides=(), registries_=None, construct=True):
     mode: a run.py mode; ``export`` reads the eval view (a model is exported
       as it is evaluated).
     overrides: ``key.path=value`` strings.
-    registries_: the registries (default: :func:`registries`).
+    registries: the registries (default: :func:`default_registries`).
     construct: also make the checks that import the owners (TensorFlow);
       False checks everything else, e.g. to print a config at once.
 
@@ -97,9 +98,9 @@ def load_configs(path, mode, overrides=(), registries_=None, construct=True):
   Raises:
     ConfigError: naming the file or key path of the first mistake.
   """
-  registries_ = registries() if registries_ is None else registries_
+  registries = default_registries() if registries is None else registries
   views = resolve_modes(load_config_file(path), 'eval' if mode == 'export' else mode, overrides)
-  return {view: (validate(cfg, registries_, view, construct) if cfg is not None else None)
+  return {view: (validate(cfg, registries, view, construct) if cfg is not None else None)
           for view, cfg in views.items()}
 
 

@@ -273,11 +273,7 @@ class GradientPipeline(tf.Module):
                                            and clip_gradients > 0):
       raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
     self.clip_gradients = clip_gradients
-    self.summaries = list(summaries or [])
-    for summary in self.summaries:
-      if summary not in OPTIMIZER_SUMMARIES:
-        raise ValueError(f'summaries: unknown summary {summary!r}; allowed: '
-                         f'{", ".join(OPTIMIZER_SUMMARIES)}')
+    self.summaries = settings.check_summaries(summaries)
     self.larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
     self.on_horovod = bool(on_horovod)
     self.compression = settings.check_compression((horovod_params or {}).get('compression'))

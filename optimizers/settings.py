@@ -28,6 +28,9 @@ SUMMARY_NAMES = [
     'loss_scale',
 ]
 
+# One summary name (the config's ``summaries`` is a list of them).
+SUMMARY = Param(str, REQUIRED, choices=SUMMARY_NAMES)
+
 # The automatic loss scalers by name (any case); a number is a fixed scale.
 LOSS_SCALING_ALGOS = ('Backoff', 'LogMax', 'dynamic')
 
@@ -88,6 +91,22 @@ def check_larc_params(larc_params):
       raise ValueError(f'larc_params.larc_mode: {larc_params["larc_mode"]!r} is not allowed; '
                        f'allowed: {", ".join(LARC_MODES)}') from None
     raise ValueError(str(exc)) from None
+
+
+def check_summaries(summaries):
+  """Returns ``summaries`` as a list after checking each name with ``SUMMARY``, for ``optimize_loss``.
+
+  Raises:
+    ValueError: for a name not in ``SUMMARY_NAMES``.
+  """
+  summaries = list(summaries or [])
+  for index, summary in enumerate(summaries):
+    try:
+      SUMMARY.validate(summary, f'summaries.{index}')
+    except ConfigError:
+      raise ValueError(f'summaries: unknown summary {summary!r}; allowed: '
+                       f'{", ".join(SUMMARY_NAMES)}') from None
+  return summaries
 
 
 def check_compression(compression, path='horovod_params.compression'):

@@ -97,7 +97,7 @@ def test_the_packages_name_their_entries_without_tensorflow():
       'import data, models, optimizers\n'
       'from optimizers.registry import LR_POLICIES\n'
       'from framework import config\n'
-      'names = [sorted(r) for r in config.registries().values()]\n'
+      'names = [sorted(r) for r in config.default_registries().values()]\n'
       'facts = [sorted(models.MODELS.facts(n)["PARAMS"]) for n in models.MODELS]\n'
       'print(json.dumps({"names": names, "facts": facts,\n'
       '                  "agn": optimizers.OPTIMIZER_CLS_NAMES.facts("agn"),\n'
@@ -123,7 +123,7 @@ def test_every_lazy_entry_and_export_loads_the_object_its_module_defines():
       'from framework import config\n'
       'from optimizers import LARSOptimizer\n'
       'wrong = []\n'
-      'for kind, registry in config.registries().items():\n'
+      'for kind, registry in config.default_registries().items():\n'
       '  for name in registry:\n'
       '    obj = registry[name]\n'
       '    declared = registry.facts(name).get("PARAMS")\n'
@@ -137,7 +137,7 @@ def test_every_lazy_entry_and_export_loads_the_object_its_module_defines():
       '    wrong.append(f"optimizers.{name}")\n'
       'import optimizers.lars\n'
       'print(json.dumps({"wrong": wrong, "same": LARSOptimizer is optimizers.lars.LARSOptimizer,\n'
-      '                  "policy": config.registries()["lr_policy"]["poly_decay"].__module__}))\n')
+      '                  "policy": config.default_registries()["lr_policy"]["poly_decay"].__module__}))\n')
   assert answer == {'wrong': [], 'same': True, 'policy': 'optimizers.lr_policies'}
 
 
