@@ -116,9 +116,9 @@ def validate(config, registries, mode='train', construct=True):
       Registry, 'lr_policy': Registry}`` in which names are looked up.
     mode: 'train' or 'eval', the view ``config`` is; an eval view skips what
       only training batches must satisfy (ghost batch groups).
-    construct: also run :func:`check_with_owners`, which imports the
-      optimizer, lr policy and loss scaler (and so TensorFlow); without it
-      no TensorFlow is imported.
+    construct: also make the checks only the owners can make (the
+      optimizer's and lr policy's arguments, the loss scaler's params), which
+      import them and so TensorFlow; without it no TensorFlow is imported.
 
   Returns:
     A new dict holding every key of ``SCHEMA``, defaults filled in, including
@@ -131,9 +131,7 @@ def validate(config, registries, mode='train', construct=True):
   result = _check_schema(config)
   for kind in ('model', 'data_layer'):
     _check_name(result, kind, registries)
-    schema = _declared(result, kind, registries, 'PARAMS')
-    if schema is not None:
-      result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
+    _check_declared_params(result, kind, _declared(result, kind, registries, 'PARAMS'))
   _check_optimizer(result, registries)
   _check_lr_policy(result, registries)
   _check_batches(result, mode)
@@ -141,8 +139,14 @@ def validate(config, registries, mode='train', construct=True):
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
   if construct:
-    check_with_owners(result, registries)
+    _check_with_owners(result, registries)
   return result
+
+
+def _check_declared_params(result, kind, schema):
+  """``result[kind + '_params']`` checked against the ``PARAMS`` the model or data layer declares."""
+  if schema is not None:
+    result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
 
 
 def _check_schema(config):
@@ -213,19 +217,23 @@ def _check_batches(result, mode):
       raise ConfigError(f'model_params.ghost_batch_size: {ghost} must divide {key} ({size})')
 
 
-def check_with_owners(config, registries):
-  """The checks only the owners can make, on a config :func:`validate` checked with ``construct=False``.
+def _check_with_owners(config, registries):
+  """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
 
   ``optimizer_params`` against the optimizer class's arguments and
   constructor, ``loss_scaling_params`` against the loss scaler, and
-  ``lr_policy_params`` against the lr policy's arguments. Imports those
-  owners, and with them TensorFlow (its start-up banner held back).
+  ``lr_policy_params`` against the lr policy's arguments; and the params of a
+  model or data layer registered lazily without a ``PARAMS`` fact. Imports
+  those owners, and with them TensorFlow (its start-up banner held back).
 
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
+  for kind in ('model', 'data_layer'):
+    if _declared(config, kind, registries, 'PARAMS') is None:
+      _check_declared_params(config, kind, getattr(_lookup(config, kind, registries), 'PARAMS', None))
   optimizer = _lookup(config, 'optimizer', registries)
   if getattr(optimizer, 'WRAPS_OPTIMIZER', False):
     optimizer = _lookup({'optimizer': config['agn_params']['optimizer']}, 'optimizer', registries)
