@@ -99,7 +99,7 @@ def recorded_eval_view(args, configs):
   """
   if configs['eval'] is not None:
     return configs['eval']
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:
     return load(argparse.Namespace(config=args.config, mode='eval', set=args.set))['eval']
   except ConfigError:
@@ -247,7 +247,7 @@ def main(argv=None):
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:
     configs = load(args)
   except ConfigError as exc:
@@ -290,7 +290,7 @@ def run(args, argv, configs, main_cfg, logdir, training):
   from framework import distributed  # pylint: disable=import-outside-toplevel
   from framework import rundir  # pylint: disable=import-outside-toplevel
   from framework import stopping  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from framework.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   chief = distributed.is_chief()

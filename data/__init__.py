@@ -4,7 +4,7 @@
 :class:`data.base.DataLayer` for what it provides.
 """
 
-from framework.registry import Registry
+from core.registry import Registry
 
 DATA_LAYERS = Registry('data layer')
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from data import DATA_LAYERS
 from data.base import DataError, InMemoryDataLayer
-from framework.params import REQUIRED, Param
+from core.params import REQUIRED, Param
 
 FILES = {
     'train': tuple(f'data_batch_{i}.bin' for i in range(1, 6)),

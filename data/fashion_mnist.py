@@ -14,7 +14,7 @@ import numpy as np
 
 from data import DATA_LAYERS
 from data.base import DataError, InMemoryDataLayer
-from framework.params import Param
+from core.params import Param
 
 DEFAULT_DIR = '/usr/share/datasets/fashion-mnist'
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "

@@ -24,7 +24,7 @@ import tensorflow as tf
 from data import DATA_LAYERS
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
                        check_start_batch, epoch_key, fail_unless, sub_key)
-from framework.params import REQUIRED, Param, non_negative, positive
+from core.params import REQUIRED, Param, non_negative, positive
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from data import DATA_LAYERS
 from data.base import DataLayer, check_batch_size, check_start_batch, epoch_key, sub_key
-from framework.params import Param, positive
+from core.params import Param, positive
 
 
 def _shape_check(value):

@@ -26,7 +26,7 @@ def check(config, mode, variants):
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   errors = []
   for overrides in variants:
     try:

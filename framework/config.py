@@ -28,16 +28,16 @@ import traceback
 
 import yaml
 
-from framework import precision
-from framework.params import ConfigError
-from framework.params import Param
-from framework.params import REQUIRED
-from framework.params import check_params
-from framework.params import non_negative
-from framework.params import positive
-from framework.params import reject_unknown_keys
-from framework.registry import UnknownNameError
-from framework.registry import closest
+from core import precision
+from core.params import ConfigError
+from core.params import Param
+from core.params import REQUIRED
+from core.params import check_params
+from core.params import non_negative
+from core.params import positive
+from core.params import reject_unknown_keys
+from core.registry import UnknownNameError
+from core.registry import closest
 
 MODES = ('train', 'eval', 'train_eval', 'benchmark')
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')

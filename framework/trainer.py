@@ -23,12 +23,12 @@ from framework import checkpoints
 from framework import config as config_lib
 from framework import console
 from framework import distributed
-from framework import precision
+from core import precision
 from framework import rundir
 from framework import schedule
 from framework import summaries
 from framework.checkpoints import CheckpointError
-from framework.params import ConfigError
+from core.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import optimizers as opt_lib

@@ -14,7 +14,7 @@ import tempfile
 
 import tensorflow as tf
 
-from framework.params import ConfigError
+from core.params import ConfigError
 
 BEST_DIR = 'best'
 CHECKPOINT_CHOICES = ('latest', 'best')

@@ -5,7 +5,7 @@ A builder is ``build(params, image_shape, num_classes) -> keras.Model`` with a
 Keras dtype policy, except that the logits are always float32.
 """
 
-from framework.registry import Registry
+from core.registry import Registry
 
 MODELS = Registry('model')
 

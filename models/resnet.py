@@ -21,7 +21,7 @@ References:
 
 import keras
 
-from framework.params import Param, check_params, non_negative, positive
+from core.params import Param, check_params, non_negative, positive
 from models import MODELS
 from models.batch_norm import BatchNormalization
 

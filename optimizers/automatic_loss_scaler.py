@@ -37,7 +37,7 @@ import numbers
 
 import tensorflow as tf
 
-from framework.params import reject_unknown_keys
+from core.params import reject_unknown_keys
 from optimizers import checks
 
 _STATE_DTYPE = tf.float64

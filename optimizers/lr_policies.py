@@ -25,7 +25,7 @@ import numbers
 
 import tensorflow as tf
 
-from framework.registry import Registry
+from core.registry import Registry
 from optimizers import checks
 
 LR_POLICIES = Registry('lr policy')

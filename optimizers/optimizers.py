@@ -26,8 +26,8 @@ import keras
 import tensorflow as tf
 
 from framework import distributed
-from framework import precision
-from framework.registry import Registry
+from core import precision
+from core.registry import Registry
 from optimizers import fused
 from optimizers import native
 from optimizers import stages

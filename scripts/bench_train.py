@@ -54,7 +54,7 @@ import tensorflow as tf  # noqa: E402
 import run as run_lib  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
 from framework import trainer as trainer_lib  # noqa: E402
-from framework.precision import cpu_info  # noqa: E402
+from core.precision import cpu_info  # noqa: E402
 from models import MODELS  # noqa: E402
 from optimizers import optimizers as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402

@@ -117,7 +117,7 @@ def main(argv=None):
   quiet.import_tensorflow()
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:
     cfg = load_train_config(args.config, args.set)
     per_epoch = steps_per_epoch(cfg, args.workers)

@@ -8,11 +8,11 @@ import pytest
 import tensorflow as tf
 
 from framework import config as cfg
-from framework.params import ConfigError
-from framework.params import Param
-from framework.params import REQUIRED
-from framework.params import positive
-from framework.registry import Registry
+from core.params import ConfigError
+from core.params import Param
+from core.params import REQUIRED
+from core.params import positive
+from core.registry import Registry
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ given and what is allowed. The caller's dict is never modified.
 
 import copy
 
-from framework.registry import closest
+from core.registry import closest
 
 
 class ConfigError(ValueError):

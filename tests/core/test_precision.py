@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from framework import config as cfg
-from framework import precision
+from core import precision
 from optimizers import optimizers as opt_lib
 from tests.framework.test_config import base_config
 from tests.framework.test_config import check
