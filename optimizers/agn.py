@@ -22,7 +22,7 @@ References:
 
 import tensorflow as tf
 
-from framework import distributed
+from optimizers import allreduce
 from optimizers import tf1_compat
 
 
@@ -79,7 +79,7 @@ class AGNOptimizer(tf.Module):
     if not isinstance(communication_period, int) or communication_period < 1:
       raise ValueError(f'AGNOptimizer: communication_period must be an integer >= 1, '
                        f'got {communication_period!r}')
-    size = distributed.size()
+    size = allreduce.size()
     if num_worker is None:
       num_worker = size
     if num_worker != size:
@@ -154,7 +154,7 @@ class AGNOptimizer(tf.Module):
 
     def communicate():
       normalized = [a / float(self.communication_period) for a in self.accumulators]
-      averaged = distributed.allreduce_average(normalized)
+      averaged = allreduce.average(normalized)
       self.center_optimizer.apply(averaged, self.center)
       self.global_step.assign_add(1)
       for local, center, acc in zip(self._local_vars, self.center, self.accumulators):
@@ -206,7 +206,7 @@ class AGNOptimizer(tf.Module):
     del task_index
     if not self.built:
       raise ValueError('AGNOptimizer.get_init_op: build the optimizer on the model variables first')
-    distributed.broadcast_variables(self.center, root_rank=0)
+    allreduce.broadcast(self.center, root_rank=0)
     for local, center in zip(self._local_vars, self.center):
       local.assign(tf.cast(center, local.dtype))
 

@@ -25,9 +25,9 @@ import types
 import keras
 import tensorflow as tf
 
-from framework import distributed
 from core import precision
 from core.registry import Registry
+from optimizers import allreduce
 from optimizers import fused
 from optimizers import native
 from optimizers import stages
@@ -304,7 +304,7 @@ class GradientPipeline(tf.Module):
                        "allowed: 'none', 'fp16'")
     self.log_global_norm = log_global_norm
     if self.on_horovod:
-      distributed.init()
+      allreduce.init()
 
     self.learning_rate_decay_fn = learning_rate_decay_fn
     if learning_rate_decay_fn is None:
@@ -427,7 +427,7 @@ class GradientPipeline(tf.Module):
   def _update(self, grads):
     """Stages 3-7 on one update's gradients; returns (applied, global norm or None)."""
     if self._allreduce:
-      grads = stages.allreduce(grads, self.compression)
+      grads = allreduce.average(grads, self.compression)
       self.allreduce_count.assign_add(1)
     with_norm = (self.clip_gradients is not None or self.log_global_norm
                  or 'global_gradient_norm' in self.summaries)

@@ -296,19 +296,6 @@ def _master_name(var):
   return 'master/' + str(name).replace(':', '_')
 
 
-def allreduce(grads, compression=None):
-  """Averages the gradients over Horovod workers with one grouped allreduce.
-
-  A no-op when Horovod is not initialised or there is a single worker.
-
-  Args:
-    grads: float32 dense gradients (None entries pass through).
-    compression: None/'none' or 'fp16' (halves the bytes sent).
-  """
-  from framework import distributed  # pylint: disable=import-outside-toplevel
-  return distributed.allreduce_average(grads, compression)
-
-
 def apply_if(condition, apply_fn):
   """Runs ``apply_fn`` only when ``condition`` holds, eagerly or inside a tf.function."""
   def skip():

@@ -10,6 +10,7 @@ import pytest
 import keras
 import tensorflow as tf
 
+from optimizers import allreduce
 from optimizers import optimizers as opt_lib
 from optimizers import stages
 from optimizers.lr_policies import poly_decay
@@ -214,8 +215,8 @@ def test_allreduce_runs_once_per_update_after_accumulation_and_before_finite_che
     calls.append(len(grads))
     return [g * 2.0 if g is not None else None for g in grads]
 
-  monkeypatch.setattr(stages, 'allreduce', fake_allreduce)
-  monkeypatch.setattr(opt_lib.distributed, 'init', lambda: None)
+  monkeypatch.setattr(allreduce, 'average', fake_allreduce)
+  monkeypatch.setattr(allreduce, 'init', lambda: None)
   var = keras.Variable(np.array([0.0], np.float32), name='w')
   for g in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
     optimize_loss(lambda g=g: -g * tf.reduce_sum(var), 'SGD', {'learning_rate': 1.0}, None,
