@@ -23,6 +23,7 @@ References:
 import tensorflow as tf
 
 from optimizers import allreduce
+from optimizers import exclusions
 from optimizers import tf1_compat
 
 
@@ -43,7 +44,7 @@ class AGNCustomGetter:
     """Returns float32 copies of ``var_list`` (created outside any tf.function)."""
     with tf.init_scope():
       return [tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
-                          name='center/' + str(getattr(v, 'path', None) or v.name).replace(':', '_'))
+                          name='center/' + exclusions.variable_name(v))
               for v in var_list]
 
 
@@ -225,8 +226,3 @@ class AGNInitHook:
 
   def begin(self):
     self.optimizer.get_init_op(self.task_index)
-
-
-def is_agn(optimizer):
-  return isinstance(optimizer, AGNOptimizer)
-
