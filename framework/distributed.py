@@ -14,18 +14,19 @@ import os
 import tensorflow as tf
 
 from optimizers import allreduce
-
 # Start-up and the job's shape, as the optimizers see them.
-CYCLE_TIME_VARIABLE = allreduce.CYCLE_TIME_VARIABLE
-IDLE_CYCLE_TIME_MS = allreduce.IDLE_CYCLE_TIME_MS
-import_horovod = allreduce.import_horovod
-wakes_on_enqueue = allreduce.wakes_on_enqueue
-init = allreduce.init
-horovod = allreduce.horovod
-single_process = allreduce.single_process
-size = allreduce.size
-rank = allreduce.rank
-local_rank = allreduce.local_rank
+from optimizers.allreduce import CYCLE_TIME_VARIABLE  # noqa: F401  (re-exported)
+from optimizers.allreduce import IDLE_CYCLE_TIME_MS  # noqa: F401
+from optimizers.allreduce import horovod  # noqa: F401
+from optimizers.allreduce import import_horovod  # noqa: F401
+from optimizers.allreduce import init  # noqa: F401
+from optimizers.allreduce import local_rank  # noqa: F401
+from optimizers.allreduce import rank
+from optimizers.allreduce import single_process  # noqa: F401
+from optimizers.allreduce import size  # noqa: F401
+from optimizers.allreduce import wakes_on_enqueue  # noqa: F401
+
+# The names the trainer and scripts call them by.
 allreduce_average = allreduce.average
 broadcast_variables = allreduce.broadcast
 
