@@ -31,11 +31,10 @@ from framework.checkpoints import CheckpointError
 from core.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
+from optimizers import exclusions
 from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
 
-# Regularization is L2 on weights, never on batch-norm parameters or biases.
-_NO_DECAY = ('batch_normalization', 'bias')
 _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
 # Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
 _MAX_SKIPPED_UPDATES = 50
@@ -131,17 +130,17 @@ class Trainer:
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
       _check_jit_compile(self.opt_kwargs)
-    self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
+    self.pipeline = opt_lib.GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
+                                             log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
-    # Top-1 accuracy of the last train micro-batch, set inside the loss function.
-    self.batch_accuracy = tf.Variable(0.0, trainable=False, name='batch_accuracy')
     # Updates skipped because their gradients were not finite (loss scaling overflow).
     self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
     self.checkpoint = tf.train.Checkpoint(
         model=self.model, data_position=self.data_position,
         skipped_updates=self.skipped_updates, **self.pipeline.checkpoint_items())
-    self._regularized = [v for v in self.model.trainable_variables
-                         if not any(s in v.path for s in _NO_DECAY)]
+    # Regularization is L2 on weights, never on batch-norm parameters or biases.
+    self._regularized = exclusions.kept(self.model.trainable_variables,
+                                        exclusions.NORMALIZATION_AND_BIAS)
 
   # --- set-up ------------------------------------------------------------------------------
 
@@ -154,9 +153,8 @@ class Trainer:
     lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
     optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
     if cfg['agn_params'] is not None:
-      agn = cfg['agn_params']
-      inner = opt_lib.make_optimizer(agn['optimizer'], optimizer_params, float(lr_fn(0)))
-      optimizer = AGNOptimizer(inner, communication_period=agn['communication_period'])
+      optimizer = opt_lib.make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
+                                         agn_params=cfg['agn_params'])
       optimizer_params = {}
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
@@ -165,7 +163,7 @@ class Trainer:
         summaries=[s for s in cfg['summaries'] if s not in _TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], on_horovod=self.num_workers > 1,
-        iter_size=cfg['iter_size'], model=self.model, horovod_params=cfg['horovod_params'])
+        iter_size=cfg['iter_size'], horovod_params=cfg['horovod_params'])
 
   @property
   def global_step(self):
@@ -225,10 +223,11 @@ class Trainer:
   # --- the train step ----------------------------------------------------------------------
 
   def _loss(self, images, labels):
+    """The loss of one micro-batch, and its top-1 accuracy as ``{'accuracy': ...}``."""
     cfg = self.config
     logits = self.model(images, training=True)
-    self.batch_accuracy.assign(tf.reduce_mean(tf.cast(tf.math.in_top_k(
-        labels, tf.cast(logits, tf.float32), 1), tf.float32)))
+    accuracy = tf.reduce_mean(tf.cast(tf.math.in_top_k(
+        labels, tf.cast(logits, tf.float32), 1), tf.float32))
     one_hot = tf.one_hot(labels, tf.shape(logits)[-1])
     loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
         one_hot, tf.cast(logits, tf.float32), from_logits=True,
@@ -239,34 +238,28 @@ class Trainer:
     if cfg['regularizer'] == 'l2':
       scale = cfg['regularizer_params']['scale']
       loss += scale * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in self._regularized])
-    return loss
+    return loss, {'accuracy': accuracy}
 
   def make_train_step(self):
-    """The compiled micro-step: next batch -> optimize_loss -> metrics.
+    """The compiled micro-step: next batch -> the pipeline's update -> its metrics.
 
     With ``jit_compile`` the batch is taken outside the XLA cluster (XLA has
     no kernel for the iterator) and the rest of the step is compiled by XLA.
     """
     cfg = self.config
     summary_every = cfg['save_summaries_steps']
-    opt_kwargs = self.opt_kwargs
     pipeline = self.pipeline
 
     def update(images, labels):
-      step_before = tf.identity(pipeline.global_step)
-      loss = opt_lib.optimize_loss(lambda: self._loss(images, labels), **opt_kwargs)
+      metrics = pipeline(lambda: self._loss(images, labels))
       self.data_position.assign_add(1)
-      # An update was due when the accumulation restarted; it was skipped when
-      # the global step did not move (non-finite gradients).
-      due = tf.equal(pipeline.micro_step, 0)
-      skipped = tf.logical_and(due, tf.equal(pipeline.global_step, step_before))
-      self.skipped_updates.assign_add(tf.cast(skipped, tf.int64))
-      return {'loss': loss, 'accuracy': tf.identity(self.batch_accuracy),
+      self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
+      # Logged with the step they belong to: the rate and scale of the next update.
+      return {'loss': metrics['loss'], 'accuracy': metrics['accuracy'],
               'skipped_updates': tf.identity(self.skipped_updates),
-              'learning_rate': pipeline.learning_rate(),
-              'loss_scale': tf.identity(pipeline.loss_scale),
-              'global_norm': tf.identity(pipeline.last_global_norm),
-              'global_step': tf.identity(pipeline.global_step)}
+              'learning_rate': metrics['next_learning_rate'],
+              'loss_scale': metrics['next_loss_scale'],
+              'global_norm': metrics['global_norm'], 'global_step': metrics['global_step']}
 
     if cfg['jit_compile']:
       update = tf.function(update, jit_compile=True)

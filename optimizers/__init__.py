@@ -24,8 +24,8 @@ _EXPORTS = {
     'MixedPrecisionLossScaleOptimizer':
         'optimizers.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
     'MixedPrecisionOptimizerWrapper': 'optimizers.mp_wrapper:MixedPrecisionOptimizerWrapper',
-    'GradientPipeline': 'optimizers.optimizers:GradientPipeline',
-    'MomentumOptimizer': 'optimizers.optimizers:MomentumOptimizer',
+    'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
+    'MomentumOptimizer': 'optimizers.momentum:MomentumOptimizer',
     'clear_pipelines': 'optimizers.optimizers:clear_pipelines',
     'find_pipeline': 'optimizers.optimizers:find_pipeline',
     'get_pipeline': 'optimizers.optimizers:get_pipeline',

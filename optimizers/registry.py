@@ -12,7 +12,7 @@ from core.registry import Registry
 OPTIMIZER_CLS_NAMES = Registry('optimizer', case_insensitive=True)
 for _name, _target in (('Adagrad', 'keras.optimizers:Adagrad'), ('Adam', 'keras.optimizers:Adam'),
                        ('Ftrl', 'keras.optimizers:Ftrl'),
-                       ('Momentum', 'optimizers.optimizers:MomentumOptimizer'),
+                       ('Momentum', 'optimizers.momentum:MomentumOptimizer'),
                        ('RMSProp', 'keras.optimizers:RMSprop'), ('SGD', 'keras.optimizers:SGD'),
                        ('AdamW', 'keras.optimizers:AdamW'), ('LARS', 'optimizers.lars:LARSOptimizer'),
                        ('LAMB', 'optimizers.lamb:LAMB')):
