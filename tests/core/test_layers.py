@@ -37,10 +37,6 @@ FORBIDDEN_EXTERNAL = {
 # is (file, imported module). The list is emptied once that work is merged, and
 # must stay empty from then on.
 KNOWN_EDGES = frozenset({
-    # optimizers reach the allreduce through framework.distributed.
-    ('optimizers/agn.py', 'framework'),
-    ('optimizers/optimizers.py', 'framework'),
-    ('optimizers/stages.py', 'framework'),
     # scripts reuse run.py's helpers.
     ('scripts/bench_horovod.py', 'run'),
     ('scripts/bench_train.py', 'run'),
