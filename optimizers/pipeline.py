@@ -24,6 +24,7 @@ import tensorflow as tf
 from optimizers import allreduce
 from optimizers import dispatch
 from optimizers import exclusions
+from optimizers import settings
 from optimizers import stages
 from optimizers import summaries as summaries_lib
 from optimizers import tf1_compat
