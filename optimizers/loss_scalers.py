@@ -10,12 +10,12 @@ Every scaler has the same interface:
 Here: :class:`StaticLossScaler` (a fixed scale) and :class:`DynamicLossScaler`
 (grows the scale after a run of finite steps and shrinks it on overflow, as
 ``'dynamic'`` loss scaling in Keras mixed precision), and the state helpers
-the scalers of ``automatic_loss_scaler.py`` share; every scaler's parameters
-are checked by ``settings.loss_scaler_params``, which needs no TensorFlow. Scalers are
-``tf.Module`` objects whose state lives in non-trainable variables, so a
-``tf.train.Checkpoint`` saves them and ``update_op`` traces once; the update
-math is in plain tensor functions (:func:`dynamic_update`). docs/math.md
-(loss scaling) states the rules.
+the scalers of ``automatic_loss_scaler.py`` share. Every scaler's parameters
+are checked by ``settings.loss_scaler_params``, which needs no TensorFlow.
+Scalers are ``tf.Module`` objects whose state lives in non-trainable
+variables, so a ``tf.train.Checkpoint`` saves them and ``update_op`` traces
+once; the update math is in plain tensor functions (:func:`dynamic_update`).
+docs/math.md (loss scaling) states the rules.
 """
 
 import math
