@@ -1,12 +1,13 @@
 """Checking a config's arguments against the class or function that takes them.
 
-``optimizer_params`` are keyword arguments of the optimizer class,
-``lr_policy_params`` of the lr policy and ``loss_scaling_params`` of the loss
-scaler: their names are checked against the signature, and the optimizer and
-loss scaler are constructed once so that their own type and range checks
-answer as one-line config errors. Reading a signature or constructing means
-importing the owner, so these checks run once TensorFlow may be loaded; every
-other config check comes first and needs no TensorFlow.
+``optimizer_params`` are keyword arguments of the optimizer class and
+``lr_policy_params`` of the lr policy: their names are checked against the
+signature, and the optimizer is constructed once so that its own type and
+range checks answer as one-line config errors. Reading a signature or
+constructing means importing the owner, so these checks run once TensorFlow
+may be loaded; every other config check comes first and needs no TensorFlow.
+``loss_scaling_params`` are checked the same way, by the loss scalers' own
+check, which needs no TensorFlow and so runs with the first checks.
 """
 
 import inspect
@@ -16,6 +17,7 @@ from core.params import ConfigError
 from core.registry import closest
 from framework.config_file import one_line
 from framework.schema import DURATION_KEYS
+from optimizers import settings
 
 
 def reject_supplied(params, path, supplied):
@@ -61,16 +63,21 @@ def _rejects(factory, supplied, params):
 
 
 def check_loss_scaling(loss_scaling, params):
-  """Builds the loss scaler once, so unknown keys and bad ranges are config errors."""
-  try:
-    from optimizers.automatic_loss_scaler import make_loss_scaler  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return
+  """Checks ``loss_scaling_params`` with the loss scalers' own check, which needs no TensorFlow.
+
+  ``optimizers.settings.check_loss_scaling`` is the check every scaler runs
+  when it is built (unknown keys, types, ranges, ``scale_min`` <=
+  ``scale_max``); its ValueError becomes one line that starts with the key
+  path, as a constructor's would.
+
+  Raises:
+    ConfigError: naming the key path of the first mistake.
+  """
   if params is None:
     return
 
   def loss_scaler(**kwargs):
-    return make_loss_scaler(loss_scaling, kwargs)
+    return settings.check_loss_scaling(loss_scaling, kwargs)
 
   check_by_constructing(loss_scaler, params, 'loss_scaling_params',
                         who=f'loss_scaling {loss_scaling!r}')

@@ -13,14 +13,14 @@ or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve`` over
 command-line overrides (``framework.config_file``); ``validate`` checks every
 key against ``framework.schema.SCHEMA`` before anything is built and fills in
 defaults. Its checks run in two steps: first everything a config states by
-itself (keys, types, names, durations, the settings other packages own and the
-params of the model and data layer), with no TensorFlow imported, so a mistake
-there answers at once; then, unless ``construct=False``, the checks only the
-owners can make (``framework.arguments``): the optimizer's and lr policy's
-arguments against their signatures, and the optimizer and loss scaler
-constructed once. Every mistake raises :class:`ConfigError` with a one-line
-message that starts with the key path, and no function modifies the dict it is
-given.
+itself (keys, types, names, durations, the settings other packages own, the
+loss scaler's params and the params of the model and data layer), with no
+TensorFlow imported, so a mistake there answers at once; then, unless
+``construct=False``, the checks only the owners can make
+(``framework.arguments``): the optimizer's and lr policy's arguments against
+their signatures, and the optimizer constructed once. Every mistake raises
+:class:`ConfigError` with a one-line message that starts with the key path,
+and no function modifies the dict it is given.
 """
 
 import copy
@@ -117,8 +117,8 @@ def validate(config, registries, mode='train', construct=True):
     mode: 'train' or 'eval', the view ``config`` is; an eval view skips what
       only training batches must satisfy (ghost batch groups).
     construct: also make the checks only the owners can make (the
-      optimizer's and lr policy's arguments, the loss scaler's params), which
-      import them and so TensorFlow; without it no TensorFlow is imported.
+      optimizer's and lr policy's arguments), which import them and so
+      TensorFlow; without it no TensorFlow is imported.
 
   Returns:
     A new dict holding every key of ``SCHEMA``, defaults filled in, including
@@ -138,6 +138,7 @@ def validate(config, registries, mode='train', construct=True):
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
+  arguments.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
   if construct:
     _check_with_owners(result, registries)
   return result
@@ -221,10 +222,10 @@ def _check_with_owners(config, registries):
   """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
 
   ``optimizer_params`` against the optimizer class's arguments and
-  constructor, ``loss_scaling_params`` against the loss scaler, and
-  ``lr_policy_params`` against the lr policy's arguments; and the params of a
-  model or data layer registered lazily without a ``PARAMS`` fact. Imports
-  those owners, and with them TensorFlow (its start-up banner held back).
+  constructor, and ``lr_policy_params`` against the lr policy's arguments;
+  and the params of a model or data layer registered lazily without a
+  ``PARAMS`` fact. Imports those owners, and with them TensorFlow (its
+  start-up banner held back).
 
   Raises:
     ConfigError: naming the key path of the first mistake.
@@ -242,7 +243,6 @@ def _check_with_owners(config, registries):
   if inspect.isclass(optimizer):
     arguments.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
                                     learning_rate=_TRIAL_LEARNING_RATE)
-  arguments.check_loss_scaling(config['loss_scaling'], config['loss_scaling_params'])
   policy = _lookup(config, 'lr_policy', registries)
   arguments.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
                             _LR_POLICY_SUPPLIED, epoch_keys=True)

@@ -25,28 +25,25 @@ created when the scaler is built, so a ``tf.train.Checkpoint`` saves and
 restores them and ``update_op`` may be traced once in a ``tf.function`` and
 called every step. The update math is in plain tensor functions
 (:func:`backoff_update`, :func:`logmax_update`, :func:`dynamic_update`); the
-classes only hold the variables.
+classes only hold the variables. Their parameters are checked by
+``settings.loss_scaler_params`` (defaults in
+``settings.LOSS_SCALER_DEFAULTS``), which the config layer runs too, before
+TensorFlow is imported.
 """
 
 import math
-import numbers
 
 import tensorflow as tf
 
-from optimizers import checks
+from optimizers import settings
 from optimizers.loss_scalers import STATE_DTYPE
 from optimizers.loss_scalers import DynamicLossScaler
 from optimizers.loss_scalers import LossScaler
 from optimizers.loss_scalers import StaticLossScaler
-from optimizers.loss_scalers import checked_params
-from optimizers.loss_scalers import count
 from optimizers.loss_scalers import dynamic_update  # noqa: F401  (re-exported)
 from optimizers.loss_scalers import gradient_stats  # noqa: F401  (re-exported)
 from optimizers.loss_scalers import overflow_of
-from optimizers.loss_scalers import scale_range
 from optimizers.loss_scalers import state_variable
-
-_LOSS_SCALING_ALLOWED = "allowed: a positive number, 'Backoff', 'LogMax', 'dynamic'"
 
 
 def backoff_update(scale, iteration, last_overflow, overflow, scale_min, scale_max, step_factor,
@@ -83,25 +80,22 @@ class BackoffScaler(LossScaler):
   Starts at ``scale_max`` with iteration 0 and last overflow −1 (docs/math.md).
 
   Args:
-    scale_min: the lowest scale, > 0.
-    scale_max: the highest and the starting scale, >= scale_min.
-    step_factor: the factor of each change, > 1.
-    step_window: steps between increases, an integer >= 1.
+    **params: ``scale_min``, the lowest scale, > 0; ``scale_max``, the
+      highest and the starting scale, >= scale_min; ``step_factor``, the
+      factor of each change, > 1; ``step_window``, steps between increases,
+      an integer >= 1. Defaults in ``settings.LOSS_SCALER_DEFAULTS['backoff']``.
+    name: the module's name.
 
   Raises:
-    ValueError: for an out-of-range argument.
+    ValueError: for an unknown parameter or an out-of-range value.
   """
 
-  PARAM_NAMES = ('scale_min', 'scale_max', 'step_factor', 'step_window')
-
-  def __init__(self, scale_min=1.0, scale_max=2.0 ** 14, step_factor=2.0, step_window=2000,
-               name=None):
+  def __init__(self, name=None, **params):
     super().__init__(name=name)
-    self.scale_min, self.scale_max = scale_range(scale_min, scale_max)
-    self.step_factor = checks.number('step_factor', step_factor)
-    if self.step_factor <= 1:
-      raise ValueError(f'step_factor: must be > 1, got {step_factor!r}')
-    self.step_window = count('step_window', step_window)
+    params = settings.loss_scaler_params('backoff', params)
+    self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
+    self.step_factor = params['step_factor']
+    self.step_window = params['step_window']
     self.scale = state_variable(self.scale_max, STATE_DTYPE, 'scale')
     self.iteration = state_variable(0, tf.int64, 'iteration')
     self.last_overflow = state_variable(-1, tf.int64, 'last_overflow')
@@ -173,29 +167,26 @@ class LogMaxScaler(LossScaler):
   amax <= 0 leaves the state unchanged (see :func:`logmax_update`).
 
   Args:
-    scale_min: the lowest scale, > 0.
-    scale_max: the highest scale, >= scale_min.
-    log_max: log2 of the largest gradient magnitude to allow after scaling;
-      also the value of log2(amax) assumed on overflow.
-    beta1: decay of the moving mean, in [0, 1).
-    beta2: decay of the moving variance, in [0, 1).
-    overflow_std_dev: how many standard deviations of log2(amax) to keep
-      below ``log_max``, >= 0.
+    **params: ``scale_min``, the lowest scale, > 0; ``scale_max``, the
+      highest scale, >= scale_min; ``log_max``, log2 of the largest gradient
+      magnitude to allow after scaling, also the value of log2(amax) assumed
+      on overflow; ``beta1`` and ``beta2``, the decays of the moving mean and
+      variance, in [0, 1); ``overflow_std_dev``, how many standard deviations
+      of log2(amax) to keep below ``log_max``, >= 0. Defaults in
+      ``settings.LOSS_SCALER_DEFAULTS['logmax']``.
+    name: the module's name.
 
   Raises:
-    ValueError: for an out-of-range argument.
+    ValueError: for an unknown parameter or an out-of-range value.
   """
 
-  PARAM_NAMES = ('scale_min', 'scale_max', 'log_max', 'beta1', 'beta2', 'overflow_std_dev')
-
-  def __init__(self, scale_min=1.0, scale_max=2.0 ** 14, log_max=16.0, beta1=0.99, beta2=0.999,
-               overflow_std_dev=3.09, name=None):
+  def __init__(self, name=None, **params):
     super().__init__(name=name)
-    self.scale_min, self.scale_max = scale_range(scale_min, scale_max)
-    self.log_max = checks.number('log_max', log_max)
-    self.beta1 = checks.number('beta1', beta1, minimum=0.0, below=1.0)
-    self.beta2 = checks.number('beta2', beta2, minimum=0.0, below=1.0)
-    self.overflow_std_dev = checks.number('overflow_std_dev', overflow_std_dev, minimum=0.0)
+    params = settings.loss_scaler_params('logmax', params)
+    self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
+    self.log_max = params['log_max']
+    self.beta1, self.beta2 = params['beta1'], params['beta2']
+    self.overflow_std_dev = params['overflow_std_dev']
     self.scale = state_variable(1.0, STATE_DTYPE, 'scale')
     self.t = state_variable(0.0, STATE_DTYPE, 't')
     self.x_hat = state_variable(0.0, STATE_DTYPE, 'x_hat')
@@ -233,20 +224,16 @@ class AutomaticLossScaler(LossScaler):
       out-of-range value.
   """
 
-  SUPPORTED_ALGOS = ['backoff', 'logmax']
+  SUPPORTED_ALGOS = list(settings.AUTOMATIC_ALGOS)
 
   _CLASSES = {'backoff': BackoffScaler, 'logmax': LogMaxScaler}
 
   def __init__(self, algorithm='Backoff', params=None, name=None):
-    key = algorithm.lower() if isinstance(algorithm, str) else None
-    if key not in self.SUPPORTED_ALGOS:
-      raise ValueError(f'algorithm: unknown loss scaling algorithm {algorithm!r}; '
-                       f'allowed (any case): {", ".join(self.SUPPORTED_ALGOS)}')
-    cls = self._CLASSES[key]
-    kwargs = checked_params(params, cls.PARAM_NAMES, 'params', f'the {algorithm!r} algorithm')
+    key = settings.algorithm_key(algorithm, settings.AUTOMATIC_ALGOS)
+    params = settings.loss_scaler_params(algorithm, params)
     super().__init__(name=name)
     self.algorithm = key
-    self.scaler = cls(**kwargs)
+    self.scaler = self._CLASSES[key](**params)
 
   @property
   def loss_scale(self):
@@ -259,12 +246,6 @@ class AutomaticLossScaler(LossScaler):
 def _is_scaler(value):
   return isinstance(value, LossScaler) or (
       hasattr(value, 'loss_scale') and callable(getattr(value, 'update_op', None)))
-
-
-def _reject_params(params, loss_scaling):
-  if params:
-    raise ValueError(f'loss_scaling_params: only used with Backoff, LogMax or dynamic loss scaling, '
-                     f'got {params!r} with loss_scaling={loss_scaling!r}')
 
 
 def make_loss_scaler(loss_scaling, params=None):
@@ -287,18 +268,11 @@ def make_loss_scaler(loss_scaling, params=None):
       static scale or an existing scaler, and for bad parameters.
   """
   if _is_scaler(loss_scaling):
-    _reject_params(params, loss_scaling)
+    settings.reject_params(params, loss_scaling)
     return loss_scaling
-  if (isinstance(loss_scaling, numbers.Real) and not isinstance(loss_scaling, bool)
-      and math.isfinite(loss_scaling) and loss_scaling > 0):
-    _reject_params(params, loss_scaling)
+  params = settings.check_loss_scaling(loss_scaling, params)
+  if settings.is_fixed_scale(loss_scaling):
     return StaticLossScaler(loss_scaling)
-  if isinstance(loss_scaling, str):
-    key = loss_scaling.lower()
-    if key in AutomaticLossScaler.SUPPORTED_ALGOS:
-      return AutomaticLossScaler(loss_scaling, params)
-    if key == 'dynamic':
-      kwargs = checked_params(params, DynamicLossScaler.PARAM_NAMES, 'loss_scaling_params',
-                               'dynamic loss scaling')
-      return DynamicLossScaler(**kwargs)
-  raise ValueError(f'loss_scaling: unknown value {loss_scaling!r}; {_LOSS_SCALING_ALLOWED}')
+  if loss_scaling.lower() == 'dynamic':
+    return DynamicLossScaler(**params)
+  return AutomaticLossScaler(loss_scaling, params)

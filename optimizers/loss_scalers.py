@@ -9,54 +9,23 @@ Every scaler has the same interface:
 
 Here: :class:`StaticLossScaler` (a fixed scale) and :class:`DynamicLossScaler`
 (grows the scale after a run of finite steps and shrinks it on overflow, as
-``'dynamic'`` loss scaling in Keras mixed precision), and the checks and state
-helpers the scalers of ``automatic_loss_scaler.py`` share. Scalers are
-``tf.Module`` objects whose state lives in non-trainable variables, so a
-``tf.train.Checkpoint`` saves them and ``update_op`` traces once; the update
-math is in plain tensor functions (:func:`dynamic_update`). docs/math.md
-(loss scaling) states the rules.
+``'dynamic'`` loss scaling in Keras mixed precision), and the state helpers
+the scalers of ``automatic_loss_scaler.py`` share. Every scaler's parameters
+are checked by ``settings.loss_scaler_params``, which needs no TensorFlow.
+Scalers are ``tf.Module`` objects whose state lives in non-trainable
+variables, so a ``tf.train.Checkpoint`` saves them and ``update_op`` traces
+once; the update math is in plain tensor functions (:func:`dynamic_update`).
+docs/math.md (loss scaling) states the rules.
 """
 
 import math
-import numbers
 
 import tensorflow as tf
 
-from core.params import reject_unknown_keys
 from optimizers import checks
+from optimizers import settings
 
 STATE_DTYPE = tf.float64
-
-def count(name, value):
-  """Returns ``value`` as a positive int; raises ValueError naming ``name``."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-    raise ValueError(f'{name}: expected an integer >= 1, got {value!r}')
-  return int(value)
-
-
-def scale_range(scale_min, scale_max):
-  """Returns (scale_min, scale_max) as floats after checking 0 < scale_min <= scale_max."""
-  scale_min = checks.number('scale_min', scale_min, positive=True)
-  scale_max = checks.number('scale_max', scale_max, positive=True)
-  if scale_max < scale_min:
-    raise ValueError(f'scale_max: must be >= scale_min ({scale_min!r}), got {scale_max!r}')
-  return scale_min, scale_max
-
-
-def checked_params(params, allowed, path, what):
-  """Returns a copy of ``params`` after checking its keys against ``allowed``.
-
-  Raises:
-    ValueError: when ``params`` is not a mapping or holds a key not in
-      ``allowed``; the message names the key, the closest allowed key and all
-      allowed keys.
-  """
-  if params is None:
-    return {}
-  if not isinstance(params, dict):
-    raise ValueError(f'{path}: expected a mapping, got {params!r}')
-  reject_unknown_keys(params, allowed, path, error=ValueError, what=what)
-  return dict(params)
 
 
 def state_variable(value, dtype, name):
@@ -181,28 +150,24 @@ class DynamicLossScaler(LossScaler):
   """Grows the scale after ``growth_steps`` finite steps, shrinks it on overflow.
 
   Args:
-    initial_scale: the starting scale, >= min_scale.
-    growth_steps: consecutive finite steps before the scale is multiplied, >= 1.
-    multiplier: the factor of growth and shrinkage, > 1.
-    min_scale: the scale never goes below this, > 0.
+    **params: ``initial_scale``, the starting scale, >= min_scale;
+      ``growth_steps``, consecutive finite steps before the scale is
+      multiplied, >= 1; ``multiplier``, the factor of growth and shrinkage,
+      > 1; ``min_scale``, the scale never goes below this, > 0. Defaults in
+      ``settings.LOSS_SCALER_DEFAULTS['dynamic']`` (Keras' values).
+    name: the module's name.
 
   Raises:
-    ValueError: for an out-of-range argument.
+    ValueError: for an unknown parameter or an out-of-range value.
   """
 
-  PARAM_NAMES = ('initial_scale', 'growth_steps', 'multiplier', 'min_scale')
-
-  def __init__(self, initial_scale=2.0 ** 15, growth_steps=2000, multiplier=2.0, min_scale=1.0,
-               name=None):
+  def __init__(self, name=None, **params):
     super().__init__(name=name)
-    self.initial_scale = checks.number('initial_scale', initial_scale, positive=True)
-    self.growth_steps = count('growth_steps', growth_steps)
-    self.multiplier = checks.number('multiplier', multiplier)
-    if self.multiplier <= 1:
-      raise ValueError(f'multiplier: must be > 1, got {multiplier!r}')
-    self.min_scale = checks.number('min_scale', min_scale, positive=True)
-    if self.initial_scale < self.min_scale:
-      raise ValueError(f'initial_scale: must be >= min_scale ({self.min_scale!r}), got {initial_scale!r}')
+    params = settings.loss_scaler_params('dynamic', params)
+    self.initial_scale = params['initial_scale']
+    self.growth_steps = params['growth_steps']
+    self.multiplier = params['multiplier']
+    self.min_scale = params['min_scale']
     self.scale = state_variable(self.initial_scale, STATE_DTYPE, 'scale')
     self.count = state_variable(0, tf.int64, 'count')
 

@@ -90,6 +90,37 @@ def test_print_config_answers_without_tensorflow():
      'error: optimizer_params.learning_rate: not allowed, the learning rate comes from the lr policy'),
     (['--set', 'summaries=[gradient_norms]'],
      "error: summaries.0: 'gradient_norms' is not allowed (did you mean 'gradient_norm'?)"),
+    # loss_scaling_params are checked by the loss scalers' own check, which needs no TensorFlow.
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
+     "error: loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': params.scale_maxx: "
+     "unknown key for the 'Backoff' algorithm (did you mean params.scale_max?); allowed keys: "
+     'scale_max, scale_min, step_factor, step_window'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={step_factor: 1}'],
+     "error: loss_scaling_params.step_factor: rejected by loss_scaling 'Backoff': step_factor: "
+     'must be > 1, got 1'),
+    (['--set', 'loss_scaling=backoff', '--set', 'loss_scaling_params={scale_min: 65536}'],
+     "error: loss_scaling_params.scale_min: rejected by loss_scaling 'backoff': scale_max: "
+     'must be >= scale_min (65536.0), got 16384.0'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={step_window: 2.5}'],
+     "error: loss_scaling_params.step_window: rejected by loss_scaling 'Backoff': step_window: "
+     'expected an integer >= 1, got 2.5'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={step_window: 10}'],
+     "error: loss_scaling_params.step_window: rejected by loss_scaling 'LogMax': params.step_window: "
+     "unknown key for the 'LogMax' algorithm; allowed keys: beta1, beta2, log_max, "
+     'overflow_std_dev, scale_max, scale_min'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={beta2: 1.5}'],
+     "error: loss_scaling_params.beta2: rejected by loss_scaling 'LogMax': beta2: must be < 1.0, "
+     'got 1.5'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={scale_max: big}'],
+     "error: loss_scaling_params.scale_max: rejected by loss_scaling 'LogMax': scale_max: "
+     "expected a number, got 'big' (str)"),
+    (['--set', 'loss_scaling=dynamic', '--set', 'loss_scaling_params={growth_step: 10}'],
+     "error: loss_scaling_params.growth_step: rejected by loss_scaling 'dynamic': "
+     'loss_scaling_params.growth_step: unknown key for dynamic loss scaling (did you mean '
+     'loss_scaling_params.growth_steps?)'),
+    (['--set', 'loss_scaling_params={scale_max: 16}'],
+     'error: loss_scaling_params.scale_max: rejected by loss_scaling 1.0: loss_scaling_params: only '
+     'used with Backoff, LogMax or dynamic loss scaling'),
 ])
 def test_config_mistakes_answer_in_one_line_without_tensorflow(args, message):
   status, _, messages, imports, cpu = answer('--mode', 'train', *args)

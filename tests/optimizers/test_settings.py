@@ -52,3 +52,38 @@ def test_the_config_schema_uses_the_owners_declarations():
   assert schema.SCHEMA['larc_params'].schema is settings.LARC_SCHEMA
   assert schema.SCHEMA['horovod_params'].schema is settings.HOROVOD_SCHEMA
   assert schema.SCHEMA['summaries'].item is settings.SUMMARY
+
+
+def test_loss_scaler_params_fill_the_defaults_of_docs_math():
+  # The defaults docs/math.md (loss scaling) states for each rule.
+  assert settings.loss_scaler_params('BACKOFF', {'step_window': 7, 'scale_max': 1024}) == {
+      'scale_min': 1.0, 'scale_max': 1024.0, 'step_factor': 2.0, 'step_window': 7}
+  assert settings.check_loss_scaling('LogMax') == {
+      'scale_min': 1.0, 'scale_max': 2.0 ** 14, 'log_max': 16.0, 'beta1': 0.99, 'beta2': 0.999,
+      'overflow_std_dev': 3.09}
+  checked = settings.check_loss_scaling('dynamic', {'growth_steps': 3, 'initial_scale': 8})
+  assert checked == {'initial_scale': 8.0, 'growth_steps': 3, 'multiplier': 2.0, 'min_scale': 1.0}
+  assert type(checked['initial_scale']) is float and type(checked['growth_steps']) is int
+  assert settings.check_loss_scaling(128) == settings.check_loss_scaling(0.5, {}) == {}
+
+
+@pytest.mark.parametrize('loss_scaling, params, message', [
+    ('Backoff', {'scale_maxx': 2}, "params.scale_maxx: unknown key for the 'Backoff' algorithm "
+                                   '(did you mean params.scale_max?); allowed keys: scale_max, '
+                                   'scale_min, step_factor, step_window'),
+    ('backoff', {'scale_min': 2.0 ** 15}, 'scale_max: must be >= scale_min (32768.0), got 16384.0'),
+    ('Backoff', {'step_factor': 1}, 'step_factor: must be > 1, got 1'),
+    ('Backoff', {'step_window': True}, 'step_window: expected an integer >= 1, got True'),
+    ('LogMax', {'beta1': 1}, 'beta1: must be < 1.0, got 1.0'),
+    ('LogMax', {'overflow_std_dev': '3'}, "overflow_std_dev: expected a number, got '3' (str)"),
+    ('dynamic', {'initial_scale': 1, 'min_scale': 2}, 'initial_scale: must be >= min_scale (2.0), got 1'),
+    ('dynamic', [('growth_steps', 2)], "loss_scaling_params: expected a mapping, got [('growth_steps', 2)]"),
+    (8.0, {'scale_max': 16}, "loss_scaling_params: only used with Backoff, LogMax or dynamic loss "
+                             "scaling, got {'scale_max': 16} with loss_scaling=8.0"),
+    ('Exponential', None, "loss_scaling: unknown value 'Exponential'; allowed: a positive number, "
+                          "'Backoff', 'LogMax', 'dynamic'"),
+])
+def test_check_loss_scaling_names_each_mistake(loss_scaling, params, message):
+  with pytest.raises(ValueError) as info:
+    settings.check_loss_scaling(loss_scaling, params)
+  assert str(info.value) == message
