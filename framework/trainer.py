@@ -97,6 +97,10 @@ class Trainer:
     self.eval_config = eval_config
     self.logdir = logdir
     self.overrides = list(overrides)
+    # (path, damaged newer ones) of the checkpoint restore() loaded; None before.
+    self._restored = None
+    # The compiled eval step, built by the first evaluate().
+    self._eval_step = None
     cfg = self.config
     self.num_workers = distributed.size()
     self.rank = distributed.rank()
@@ -202,9 +206,8 @@ class Trainer:
 
   def keep_for_rotation(self):
     """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
-    restored = getattr(self, '_restored', None)
-    if restored is not None and distributed.is_chief():
-      checkpoints.keep_for_rotation(self.logdir, *restored)
+    if self._restored is not None and distributed.is_chief():
+      checkpoints.keep_for_rotation(self.logdir, *self._restored)
 
   def broadcast_state(self):
     """Makes every worker start from rank 0's variables and optimizer slots."""
@@ -537,7 +540,7 @@ class Trainer:
     """
     if self.eval_data is None:
       raise ConfigError('eval: no eval data layer is configured')
-    if not hasattr(self, '_eval_step'):
+    if self._eval_step is None:
       model = self.model
 
       def eval_step(images, labels):
