@@ -4,15 +4,17 @@ Horovod itself (starting it, the allreduce of ``optimize_loss``, broadcasts)
 lives in ``optimizers.allreduce``, which the optimizers use without knowing
 the framework; this module starts it for a run and adds what only the
 framework asks: whether horovodrun launched the process, whether this worker
-is the chief that writes files, and the sums and maxima of host values the
-trainer needs (eval metrics, stop requests). Everything degrades to the
-single-process answer when Horovod is not initialised.
+is the chief that writes files and prints (:func:`log`), and the sums and
+maxima of host values the trainer needs (eval metrics, stop requests).
+Everything degrades to the single-process answer when Horovod is not
+initialised.
 """
 
 import os
 
 import tensorflow as tf
 
+from framework import console
 from optimizers import allreduce
 # Start-up and the job's shape, as the optimizers see them.
 from optimizers.allreduce import CYCLE_TIME_VARIABLE  # noqa: F401  (re-exported)
@@ -40,6 +42,12 @@ def launched_by_horovodrun():
 
 def is_chief():
   return rank() == 0
+
+
+def log(message):
+  """Prints one line on the chief's console (above its progress bar); other workers are quiet."""
+  if is_chief():
+    console.say(message)
 
 
 def sum_array(values):

@@ -7,7 +7,6 @@ summaries, the resolved config and the progress bar.
 """
 
 import contextlib
-import json
 import os
 import time
 
@@ -24,9 +23,10 @@ from framework import config as config_lib
 from framework import console
 from framework import distributed
 from core import precision
-from framework import rundir
 from framework import schedule
 from framework import summaries
+from framework.stopping import RunStopped
+from framework.checkpoints import BestCheckpoint
 from framework.checkpoints import CheckpointError
 from core.params import ConfigError
 from models import MODELS
@@ -65,21 +65,6 @@ def _is_write_failure(exc, logdir):
 
 class TrainingError(RuntimeError):
   """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
-
-
-class RunStopped(Exception):
-  """Training stopped on a signal after saving; ``checkpoint`` is the saved path (chief)."""
-
-  def __init__(self, signum, step, checkpoint):
-    super().__init__(f'stopped at step {step}')
-    self.signum = signum
-    self.step = step
-    self.checkpoint = checkpoint
-
-
-def _log(message):
-  if distributed.is_chief():
-    console.say(message)
 
 
 class Trainer:
@@ -194,7 +179,7 @@ class Trainer:
     if path is None:
       return None
     if damaged:
-      _log(checkpoints.describe_fallback(path, damaged))
+      distributed.log(checkpoints.describe_fallback(path, damaged))
     self._restored = (path, damaged)
     try:
       self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -322,7 +307,8 @@ class Trainer:
       manager = tf.train.CheckpointManager(
           self.checkpoint, self.logdir, max_to_keep=cfg['num_checkpoints'],
           checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
-      best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
+      best = BestCheckpoint(
+          self.checkpoint, os.path.join(self.logdir, checkpoints.BEST_DIR)) if chief else None
       writer = (tf.summary.create_file_writer(self.logdir) if writes
                 else tf.summary.create_noop_writer())
       eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
@@ -354,8 +340,8 @@ class Trainer:
     chief = distributed.is_chief()
     step_fn = self.make_train_step()
     iterator = self.train_iterator()
-    _log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
-         f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
+    distributed.log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
+                    f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
          f'{self.global_batch} = {self.batch_size} per worker x {self.num_workers} worker(s) '
          f'x iter_size {self.iter_size}; starting at step {self.global_step}')
     progress = console.Progress(self.max_steps, self.global_step, self.steps_per_epoch,
@@ -477,7 +463,8 @@ class Trainer:
         self.model, batches.take(spec['num_batches']),
         all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
     if keep:
-      _log(f'precise batch norm: moving statistics averaged over {count} batches of {batch}')
+      distributed.log(f'precise batch norm: moving statistics averaged over {count} batches '
+                      f'of {batch}')
     try:
       yield
     finally:
@@ -523,7 +510,7 @@ class Trainer:
 
   def _evaluate_and_keep_best(self, step, eval_writer, best):
     metrics = self.evaluate()
-    _log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
+    distributed.log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
          f'top-5 {metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')
     summaries.write_eval_metrics(eval_writer, step, metrics)
     if best is not None:
@@ -565,7 +552,7 @@ class Trainer:
   def evaluate_and_report(self):
     """Evaluates the restored model, prints one line and writes the eval scalars (chief only)."""
     metrics = self.evaluate()
-    _log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
+    distributed.log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
          f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
          f'({metrics["examples"]} examples)')
     writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
@@ -596,27 +583,3 @@ class Trainer:
     per_step = elapsed / steps
     images = self.batch_size * self.num_workers * steps
     return {'images_per_sec': images / elapsed, 'ms_per_step': per_step * 1000.0}
-
-
-class BestCheckpoint:
-  """Keeps the checkpoint with the best eval accuracy in its own directory."""
-
-  def __init__(self, checkpoint, directory):
-    self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
-                                              checkpoint_name='best')
-    self.record = os.path.join(directory, 'best.json')
-    self.best = None
-    try:
-      with open(self.record, encoding='utf-8') as f:
-        self.best = json.load(f)['accuracy']
-    except (OSError, ValueError, KeyError, TypeError):
-      pass  # no record yet (or an unreadable one): the next evaluation writes it
-
-  def offer(self, step, accuracy):
-    if self.best is not None and accuracy <= self.best:
-      return
-    self.best = accuracy
-    path = checkpoints.save(self.manager, step, name='best')
-    rundir.write_text_atomically(
-        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
-

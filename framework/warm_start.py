@@ -15,8 +15,7 @@ import tempfile
 import tensorflow as tf
 
 from core.params import ConfigError
-
-BEST_DIR = 'best'
+from framework.checkpoints import BEST_DIR
 CHECKPOINT_CHOICES = ('latest', 'best')
 # Pipeline state that belongs to a run, not to the weights: a warm start begins at step 0.
 _RUN_COUNTERS = ('global_step', 'micro_step')
