@@ -22,6 +22,7 @@ from framework import checkpoints
 from framework import config as config_lib
 from framework import console
 from framework import distributed
+from framework import evaluation
 from core import precision
 from framework import schedule
 from framework import summaries
@@ -510,9 +511,7 @@ class Trainer:
 
   def _evaluate_and_keep_best(self, step, eval_writer, best):
     metrics = self.evaluate()
-    distributed.log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
-         f'top-5 {metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')
-    summaries.write_eval_metrics(eval_writer, step, metrics)
+    evaluation.report(step, metrics, eval_writer)
     if best is not None:
       best.offer(step, metrics['accuracy'])
     return metrics
@@ -528,36 +527,16 @@ class Trainer:
     if self.eval_data is None:
       raise ConfigError('eval: no eval data layer is configured')
     if self._eval_step is None:
-      model = self.model
-
-      def eval_step(images, labels):
-        logits = tf.cast(model(images, training=False), tf.float32)
-        losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        top1 = tf.cast(tf.math.in_top_k(labels, logits, 1), tf.float32)
-        k = min(5, logits.shape[-1])
-        top5 = tf.cast(tf.math.in_top_k(labels, logits, k), tf.float32)
-        return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(top1), tf.reduce_sum(top5),
-                         tf.cast(tf.shape(labels)[0], tf.float32)])
-
-      self._eval_step = tf.function(eval_step, reduce_retracing=True)
-    totals = np.zeros(4, np.float64)
-    batch = self.eval_config['batch_size_per_gpu']
-    for images, labels in self.eval_data.dataset(batch):
-      totals += self._eval_step(images, labels).numpy()
-    totals = distributed.sum_array(totals)
-    n = max(totals[3], 1.0)
-    return {'loss': totals[0] / n, 'accuracy': totals[1] / n, 'top5_accuracy': totals[2] / n,
-            'examples': int(totals[3])}
+      self._eval_step = evaluation.make_eval_step(self.model)
+    return evaluation.evaluate(
+        self._eval_step, self.eval_data.dataset(self.eval_config['batch_size_per_gpu']))
 
   def evaluate_and_report(self):
     """Evaluates the restored model, prints one line and writes the eval scalars (chief only)."""
     metrics = self.evaluate()
-    distributed.log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
-         f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
-         f'({metrics["examples"]} examples)')
     writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
                                   distributed.is_chief())
-    summaries.write_eval_metrics(writer, self.global_step, metrics)
+    evaluation.report(self.global_step, metrics, writer)
     writer.close()
     return metrics
 
