@@ -1,9 +1,26 @@
-"""The trainer: one compiled train step through ``optimize_loss``, eval, checkpoints, logs.
+"""The trainer: builds a run from its config and owns its state; the work goes to its modules.
 
-Sections, in the order a run meets them: set-up (seeds, precision, data, model,
-the optimize_loss pipeline, checkpoint), the train loop, evaluation, and the
-benchmark loop. Only the chief worker (Horovod rank 0) writes checkpoints,
-summaries, the resolved config and the progress bar.
+``Trainer`` is the run's state, created in ``__init__`` from a validated
+config: seeds and precision, the data layers, the model, the ``optimize_loss``
+pipeline and its arguments, the run's counters and the ``tf.train.Checkpoint``
+of all of it. In this file, in the order a run meets them: set-up, restore and
+the start of training (broadcast, optimizer hooks), the compiled train step
+(loss -> ``optimize_loss`` -> metrics), ``precise_bn``, evaluation and the
+benchmark loop. The rest lives beside it:
+
+- ``framework.train_loop``: the loop behind :meth:`Trainer.train` and its
+  bookkeeping (when to stop, save, write summaries and evaluate; the
+  divergence check; one-line errors for failed reads and writes), and
+  ``TrainingError``;
+- ``framework.evaluation``: the eval step, its sums over workers and its report;
+- ``framework.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
+- ``framework.stopping``: stopping on a signal, ``RunStopped``;
+- ``framework.summaries`` and ``framework.console``: what TensorBoard and the
+  console show.
+
+Only the chief worker (Horovod rank 0) writes checkpoints, summaries, the
+resolved config and the progress bar. ``BestCheckpoint``, ``RunStopped`` and
+``TrainingError`` are importable from here, as run.py and the scripts do.
 """
 
 import contextlib
@@ -11,24 +28,20 @@ import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
-import yaml
 
 from data import DATA_LAYERS
-from data.base import DataError
-from data.base import data_error_in
 from framework import checkpoints
 from framework import config as config_lib
-from framework import console
 from framework import distributed
 from framework import evaluation
 from core import precision
 from framework import schedule
 from framework import summaries
-from framework.stopping import RunStopped
+from framework import train_loop
 from framework.checkpoints import BestCheckpoint
-from framework.checkpoints import CheckpointError
+from framework.stopping import RunStopped
+from framework.train_loop import TrainingError
 from core.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
@@ -37,8 +50,6 @@ from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
 
 _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
-# Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
-_MAX_SKIPPED_UPDATES = 50
 
 
 def _check_jit_compile(opt_kwargs):
@@ -53,19 +64,8 @@ def _check_jit_compile(opt_kwargs):
                       'jit_compile: false')
 
 
-_WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
-                   'Disk quota exceeded')
-
-
-def _is_write_failure(exc, logdir):
-  """Whether a TensorFlow error is a failed write into the logdir (events, checkpoints)."""
-  message = str(exc)
-  return logdir in message or os.path.abspath(logdir) in message or any(
-      text in message for text in _WRITE_FAILURES)
-
-
-class TrainingError(RuntimeError):
-  """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
+# The trainer's interface; the last three are defined beside it and re-exported.
+__all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
 
 
 class Trainer:
@@ -299,140 +299,7 @@ class Trainer:
       CheckpointError: a checkpoint or summary could not be written.
       DataError: a record could not be read, naming its file.
     """
-    cfg = self.config
-    chief = distributed.is_chief()
-    self.keep_for_rotation()
-    # A run that trains nothing or writes no summaries leaves no empty event file.
-    writes = bool(chief and cfg['save_summaries_steps'] and self.global_step < self.max_steps)
-    try:
-      manager = tf.train.CheckpointManager(
-          self.checkpoint, self.logdir, max_to_keep=cfg['num_checkpoints'],
-          checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
-      best = BestCheckpoint(
-          self.checkpoint, os.path.join(self.logdir, checkpoints.BEST_DIR)) if chief else None
-      writer = (tf.summary.create_file_writer(self.logdir) if writes
-                else tf.summary.create_noop_writer())
-      eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
-    except (OSError, tf.errors.OpError) as exc:
-      raise CheckpointError(f'cannot write to logdir {self.logdir} ({exc}); nothing of this '
-                            'run was written') from None
-    try:
-      with writer.as_default():
-        if writes and self.global_step == 0:
-          self._write_run_config()
-        eval_metrics = self._train_loop(evaluate_every, stop, manager, best, eval_writer, writes)
-      writer.close()
-      eval_writer.close()
-    except tf.errors.OpError as exc:
-      data_error = data_error_in(exc)
-      if data_error is not None:
-        raise DataError(data_error) from None
-      if isinstance(exc, tf.errors.DataLossError):
-        raise DataError(f'corrupt input data: {str(exc).splitlines()[0]}') from None
-      if _is_write_failure(exc, self.logdir):
-        kept = checkpoints.latest_listed(self.logdir)
-        raise CheckpointError(f'writing to {self.logdir} failed ({" ".join(str(exc).split())}); '
-                              f'kept: {kept or "no checkpoint"}') from None
-      raise
-    return eval_metrics
-
-  def _train_loop(self, evaluate_every, stop, manager, best, eval_writer, writes):
-    cfg = self.config
-    chief = distributed.is_chief()
-    step_fn = self.make_train_step()
-    iterator = self.train_iterator()
-    distributed.log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
-                    f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
-         f'{self.global_batch} = {self.batch_size} per worker x {self.num_workers} worker(s) '
-         f'x iter_size {self.iter_size}; starting at step {self.global_step}')
-    progress = console.Progress(self.max_steps, self.global_step, self.steps_per_epoch,
-                                cfg['print_loss_steps'], enabled=chief,
-                                show_loss_scale=console.loss_scaling_on(cfg))
-    images_per_micro = self.batch_size * self.num_workers
-    last_saved = self.global_step
-    last_summary = self.global_step
-    last_eval = self.global_step
-    eval_metrics = None
-    window_start, window_images = time.perf_counter(), 0
-    # With float32 and a fixed loss scale a non-finite loss or gradient will not
-    # go away by itself: stop at once. An adaptive loss scale skips such steps
-    # and lowers the scale; stop only when no update lands for many steps.
-    fail_fast = cfg['dtype'] == 'float32' and not isinstance(cfg['loss_scaling'], str)
-    stall_limit = self.iter_size * (1 if fail_fast else _MAX_SKIPPED_UPDATES)
-    last_step, stalled = self.global_step, 0
-    values, rate = None, 0.0
-    while self.global_step < self.max_steps:
-      signum = stop.agreed() if stop is not None else 0
-      if signum:
-        progress.close()
-        if writes and values is not None and self.global_step > last_summary:
-          self._write_train_summaries(self.global_step, values, rate)
-        self._stop(signum, manager, last_saved)
-      metrics = step_fn(iterator)
-      values = {k: v.numpy() for k, v in metrics.items()}
-      step = int(values['global_step'])
-      window_images += images_per_micro
-      stalled = stalled + 1 if step == last_step else 0
-      last_step = step
-      if (fail_fast and not np.isfinite(values['loss'])) or stalled >= stall_limit:
-        # Not saved now: the forward passes may have left non-finite batch-norm
-        # statistics; the last periodic checkpoint is the last good state.
-        what = 'loss' if not np.isfinite(values['loss']) else 'gradients'
-        kept = manager.latest_checkpoint if manager is not None else None
-        raise TrainingError(
-            f'non-finite {what} (loss {values["loss"]}) at step {step + 1}, '
-            f'{stalled} micro-step(s) without an applied update; last checkpoint kept: '
-            f'{kept or "none yet"}. Lower the learning rate, enable clipping (max_grad_norm) '
-            'or LARC.')
-      self.train_data.check_corrupt_fraction(
-          int(self.data_position.numpy()) * self.batch_size)
-      elapsed = time.perf_counter() - window_start
-      rate = window_images / elapsed if elapsed > 0 else 0.0
-      progress.update(step, values, rate)
-      if writes and self._summary_due(step, last_summary):
-        last_summary = step
-        self._write_train_summaries(step, values, rate)
-      if elapsed > 10.0:
-        window_start, window_images = time.perf_counter(), 0
-      if cfg['save_checkpoint_steps'] and step - last_saved >= cfg['save_checkpoint_steps']:
-        self._save(manager, step)
-        last_saved = step
-      if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
-        with self.precise_bn(step, keep=False, when=cfg['precise_bn'] and
-                             cfg['precise_bn']['before_each_eval']):
-          eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
-        last_eval = step
-    progress.close()
-    with self.precise_bn(self.global_step, keep=True):
-      self._save(manager, self.global_step)
-      if evaluate_every is not None:
-        eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
-    return eval_metrics
-
-  def _stop(self, signum, manager, last_saved):
-    """Saves the current step (unless it is saved already), then raises RunStopped."""
-    step = self.global_step
-    path = manager.latest_checkpoint if manager is not None else None
-    if manager is not None and (step != last_saved or path is None):
-      path = self._save(manager, step)
-    tf.summary.flush()
-    raise RunStopped(signum, step, path)
-
-  def _write_run_config(self):
-    """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
-    text = config_lib.to_yaml(self.config)
-    values = summaries.hparams(yaml.safe_load(text), self.overrides,
-                               {'global_batch': self.global_batch, 'num_workers': self.num_workers})
-    summaries.write_run_config(self.logdir, text, values)
-
-  def _summary_due(self, step, last_written):
-    """Train scalars are written every save_summaries_steps updates and at the last one.
-
-    Only after an update: with iter_size > 1 the step stays the same for
-    several micro-steps, and a resumed run starts at a step already written.
-    """
-    return step > last_written and (step % self.config['save_summaries_steps'] == 0
-                                    or step == self.max_steps)
+    return train_loop.train(self, evaluate_every, stop)
 
   @contextlib.contextmanager
   def precise_bn(self, step, keep, when=True):
@@ -472,49 +339,6 @@ class Trainer:
       if saved is not None:
         for variable, value in zip(moving, saved):
           variable.assign(value)
-
-  def _save(self, manager, step):
-    """Saves a checkpoint (chief only), never one holding non-finite model variables.
-
-    A diverging run can overflow the batch-norm statistics while its loss is
-    still finite; such a state is not saved and the run stops, keeping the
-    last good checkpoint.
-
-    Returns:
-      The saved path (None on other workers).
-
-    Raises:
-      TrainingError: when a model variable holds NaN or infinity.
-      CheckpointError: when the checkpoint cannot be written (its partial files are removed).
-    """
-    if manager is None:
-      return None
-    bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
-    if bad:
-      raise TrainingError(
-          f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
-          f'last checkpoint kept: {manager.latest_checkpoint or "none yet"}. Lower the learning '
-          'rate, enable clipping (max_grad_norm) or LARC.')
-    return checkpoints.save(manager, step)
-
-  def _write_train_summaries(self, step, values, rate):
-    tf.summary.scalar('skipped_updates', values['skipped_updates'], step=step)
-    tf.summary.scalar('loss', values['loss'], step=step)
-    tf.summary.scalar('accuracy', values['accuracy'], step=step)
-    tf.summary.scalar('learning_rate', values['learning_rate'], step=step)
-    tf.summary.scalar('global_gradient_norm', values['global_norm'], step=step)
-    tf.summary.scalar('loss_scale', values['loss_scale'], step=step)
-    tf.summary.scalar('images_per_sec', rate * 1.0, step=step)
-    # What plot_runs.py needs to put runs of different batch sizes on one axis.
-    tf.summary.scalar('epoch', step / self.steps_per_epoch, step=step)
-    tf.summary.scalar('images', float(step * self.global_batch), step=step)
-
-  def _evaluate_and_keep_best(self, step, eval_writer, best):
-    metrics = self.evaluate()
-    evaluation.report(step, metrics, eval_writer)
-    if best is not None:
-      best.offer(step, metrics['accuracy'])
-    return metrics
 
   # --- evaluation --------------------------------------------------------------------------
 
