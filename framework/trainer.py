@@ -1,12 +1,13 @@
 """The trainer: builds a run from its config and owns its state; the work goes to its modules.
 
 ``Trainer`` is the run's state, created in ``__init__`` from a validated
-config: seeds and precision, the data layers, the model, the ``optimize_loss``
-pipeline and its arguments, the run's counters and the ``tf.train.Checkpoint``
-of all of it. In this file, in the order a run meets them: set-up, restore and
-the start of training (broadcast, optimizer hooks), the compiled train step
-(loss -> ``optimize_loss`` -> metrics), ``precise_bn``, evaluation and the
-benchmark loop. The rest lives beside it:
+config: seeds and precision, the data layers, the model, the gradient
+pipeline (``optimize_loss``'s stages) and its arguments, the run's counters
+and the ``tf.train.Checkpoint`` of all of it. In this file, in the order a run
+meets them: set-up, restore and the start of training (broadcast, optimizer
+hooks), the compiled train step (loss -> the pipeline's update -> the metrics
+it returns), ``precise_bn``, evaluation and the benchmark loop. The rest lives
+beside it:
 
 - ``framework.train_loop``: the loop behind :meth:`Trainer.train` and its
   bookkeeping (when to stop, save, write summaries and evaluate; the
