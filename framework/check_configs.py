@@ -12,15 +12,11 @@ any, paying TensorFlow's start-up once instead of once per point.
 """
 
 import json
-import os
 import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def check(config, mode, variants):
   """The error of each variant, or None; see the module docstring."""
-  sys.path.insert(0, ROOT)
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
