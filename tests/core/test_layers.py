@@ -36,12 +36,7 @@ FORBIDDEN_EXTERNAL = {
 # Edges that exist today and are being removed by work in progress; each entry
 # is (file, imported module). The list is emptied once that work is merged, and
 # must stay empty from then on.
-KNOWN_EDGES = frozenset({
-    # scripts reuse run.py's helpers.
-    ('scripts/bench_horovod.py', 'run'),
-    ('scripts/bench_train.py', 'run'),
-    ('scripts/plot_lr.py', 'run'),
-})
+KNOWN_EDGES = frozenset()
 
 
 def repository_names(root=ROOT):
