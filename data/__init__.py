@@ -2,11 +2,20 @@
 
 ``DATA_LAYERS[name](params, mode, num_workers, worker_index)`` builds one; see
 :class:`data.base.DataLayer` for what it provides.
+
+``import data`` loads no TensorFlow: ``DATA_LAYERS`` names each layer class and
+its ``PARAMS`` (declared in ``data.schemas``), and imports the class on its
+first lookup.
 """
 
-from framework.registry import Registry
+from core.registry import Registry
+from data import schemas
 
 DATA_LAYERS = Registry('data layer')
-
-# Imported for their registrations; they need DATA_LAYERS to exist already.
-from data import cifar10, fashion_mnist, imagenet, synthetic  # noqa: E402,F401
+DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS)
+DATA_LAYERS.register_lazy('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer',
+                          PARAMS=schemas.FASHION_MNIST_PARAMS)
+DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',
+                          PARAMS=schemas.IMAGENET_PARAMS)
+DATA_LAYERS.register_lazy('synthetic', 'data.synthetic:SyntheticDataLayer',
+                          PARAMS=schemas.SYNTHETIC_PARAMS)

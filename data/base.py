@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from framework.params import ConfigError, check_params
+from core.params import ConfigError, check_params
 
 MODES = ('train', 'eval')
 

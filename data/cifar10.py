@@ -10,9 +10,8 @@ References:
 
 import numpy as np
 
-from data import DATA_LAYERS
+from data import schemas
 from data.base import DataError, InMemoryDataLayer
-from framework.params import REQUIRED, Param
 
 FILES = {
     'train': tuple(f'data_batch_{i}.bin' for i in range(1, 6)),
@@ -54,7 +53,6 @@ def load_split(paths):
           np.concatenate([labels for _, labels in parts]))
 
 
-@DATA_LAYERS.register('cifar10')
 class Cifar10DataLayer(InMemoryDataLayer):
   """CIFAR-10: 50,000 train and 10,000 test 32x32 colour images, 10 classes.
 
@@ -64,10 +62,7 @@ class Cifar10DataLayer(InMemoryDataLayer):
   probability 1/2, as in He et al. 2016.
   """
 
-  PARAMS = {
-      'data_dir': Param(str, REQUIRED, doc='directory holding data_batch_*.bin and test_batch.bin'),
-      'augment': Param(bool, True, doc='random 4-pixel translation and flip in train mode'),
-  }
+  PARAMS = schemas.CIFAR10_PARAMS
   # Per-channel mean and standard deviation of the training pixels, in [0, 1] units.
   MEAN = (0.4914, 0.4822, 0.4465)
   STD = (0.2470, 0.2435, 0.2616)

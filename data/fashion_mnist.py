@@ -12,11 +12,10 @@ import zlib
 
 import numpy as np
 
-from data import DATA_LAYERS
+from data import schemas
 from data.base import DataError, InMemoryDataLayer
-from framework.params import Param
 
-DEFAULT_DIR = '/usr/share/datasets/fashion-mnist'
+DEFAULT_DIR = schemas.FASHION_MNIST_DEFAULT_DIR
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
 FILES = {
@@ -116,7 +115,6 @@ def load_split(paths):
   return images[..., np.newaxis], labels.astype(np.int32)
 
 
-@DATA_LAYERS.register('fashion_mnist')
 class FashionMnistDataLayer(InMemoryDataLayer):
   """Fashion-MNIST: 60,000 train and 10,000 test 28x28 grey images, 10 classes.
 
@@ -125,10 +123,7 @@ class FashionMnistDataLayer(InMemoryDataLayer):
   probability 1/2 and translated by up to 2 pixels (zero padding).
   """
 
-  PARAMS = {
-      'data_dir': Param(str, DEFAULT_DIR, doc='directory holding the four IDX .gz files'),
-      'augment': Param(bool, False, doc='random flip and 2-pixel translation in train mode'),
-  }
+  PARAMS = schemas.FASHION_MNIST_PARAMS
   # Mean and standard deviation of the 47M training pixels, in [0, 1] units.
   MEAN = (0.2860,)
   STD = (0.3530,)

@@ -21,10 +21,9 @@ import sys
 
 import tensorflow as tf
 
-from data import DATA_LAYERS
+from data import schemas
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
                        check_start_batch, epoch_key, fail_unless, sub_key)
-from framework.params import REQUIRED, Param, non_negative, positive
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +218,6 @@ def eval_image(encoded, image_size):
   return normalize(image)
 
 
-def _fraction(value):
-  return None if 0 <= value <= 1 else 'must be in [0, 1]'
-
-
-@DATA_LAYERS.register('imagenet')
 class ImageNetDataLayer(DataLayer):
   """ImageNet from TFRecord shards, with the usual ResNet preprocessing.
 
@@ -259,23 +253,7 @@ class ImageNetDataLayer(DataLayer):
   record.
   """
 
-  PARAMS = {
-      'data_dir': Param(str, REQUIRED, doc='directory holding the TFRecord shards'),
-      'file_pattern': Param(str, None, doc="glob within data_dir; 'train-*' / 'validation-*' by mode"),
-      'image_size': Param(int, 224, check=positive),
-      'num_classes': Param(int, 1000, check=positive),
-      'num_examples': Param(int, None, check=positive,
-                            doc='examples in the split, all workers; 1281167 train / 50000 eval'),
-      'label_offset': Param(int, 1, doc='subtracted from image/class/label (1 for labels 1..1000)'),
-      'shuffle_buffer': Param(int, 10000, check=non_negative,
-                              doc='records permuted together (window shuffle); 0 or 1 disables'),
-      'verify_files': Param(bool, True, doc='check the record framing of every file at construction'),
-      'skip_corrupt': Param(bool, False,
-                            doc='skip (and count) records whose JPEG cannot be decoded, instead of failing'),
-      'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
-                                    doc='with skip_corrupt: fail once more than this fraction of '
-                                    'the records read (at least one epoch\'s worth) was skipped'),
-  }
+  PARAMS = schemas.IMAGENET_PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)

@@ -2,18 +2,10 @@
 
 import tensorflow as tf
 
-from data import DATA_LAYERS
+from data import schemas
 from data.base import DataLayer, check_batch_size, check_start_batch, epoch_key, sub_key
-from framework.params import Param, positive
 
 
-def _shape_check(value):
-  if not value or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value):
-    return 'must be a non-empty list of positive integers'
-  return None
-
-
-@DATA_LAYERS.register('synthetic')
 class SyntheticDataLayer(DataLayer):
   """Standard-normal images and uniform labels, generated once and repeated.
 
@@ -23,11 +15,7 @@ class SyntheticDataLayer(DataLayer):
   otherwise irrelevant since all train batches are equal.
   """
 
-  PARAMS = {
-      'image_shape': Param(list, [224, 224, 3], check=_shape_check, doc='shape of one image'),
-      'num_classes': Param(int, 1000, check=positive),
-      'num_examples': Param(int, 1281167, check=positive, doc='examples per epoch, all workers'),
-  }
+  PARAMS = schemas.SYNTHETIC_PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)

@@ -11,26 +11,20 @@ None when run.py would accept it or the one-line error run.py would give.
 any, paying TensorFlow's start-up once instead of once per point.
 """
 
-import argparse
 import json
-import os
 import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def check(config, mode, variants):
   """The error of each variant, or None; see the module docstring."""
-  sys.path.insert(0, ROOT)
-  import run  # pylint: disable=import-outside-toplevel
   from framework import quiet  # pylint: disable=import-outside-toplevel
   quiet.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   errors = []
   for overrides in variants:
     try:
-      run.load(argparse.Namespace(config=config, mode=mode, set=list(overrides)))
+      config_lib.load_configs(config, mode, list(overrides))
       errors.append(None)
     except ConfigError as exc:
       errors.append(config_lib.format_error(exc))

@@ -6,9 +6,14 @@ their files, not only through the state file (which may be lost), verifies the
 newest one by reading every tensor it lists (each tensor's stored checksum is
 checked on read), and falls back to the newest intact one. Nothing is deleted
 while doing so.
+
+Saving (:func:`save`) removes what a failed write left and raises one line.
+:class:`BestCheckpoint` keeps, in ``<logdir>/best``, the checkpoint with the
+best eval accuracy and its record ``best.json``.
 """
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -18,6 +23,8 @@ import tensorflow as tf
 from framework import rundir
 
 CHECKPOINT_NAME = 'ckpt'
+# The directory, inside the run directory, of the best checkpoint by eval accuracy.
+BEST_DIR = 'best'
 _FILE = re.compile(rf'^{CHECKPOINT_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 
 
@@ -161,3 +168,32 @@ def latest_listed(logdir):
   except Exception:  # pylint: disable=broad-except
     return None
   return path if path and os.path.exists(path + '.index') else None
+
+
+class BestCheckpoint:
+  """Keeps the checkpoint with the best eval accuracy in its own directory.
+
+  Args:
+    checkpoint: the ``tf.train.Checkpoint`` of the run.
+    directory: where the best checkpoint (``best-<step>``) and ``best.json`` go.
+  """
+
+  def __init__(self, checkpoint, directory):
+    self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
+                                              checkpoint_name='best')
+    self.record = os.path.join(directory, 'best.json')
+    self.best = None
+    try:
+      with open(self.record, encoding='utf-8') as f:
+        self.best = json.load(f)['accuracy']
+    except (OSError, ValueError, KeyError, TypeError):
+      pass  # no record yet (or an unreadable one): the next evaluation writes it
+
+  def offer(self, step, accuracy):
+    """Saves the checkpoint at ``step`` when ``accuracy`` beats the best one so far."""
+    if self.best is not None and accuracy <= self.best:
+      return
+    self.best = accuracy
+    path = save(self.manager, step, name='best')
+    rundir.write_text_atomically(
+        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))

@@ -9,7 +9,7 @@ import functools
 import math
 
 from framework.config import epochs_to_steps
-from framework.params import ConfigError
+from core.params import ConfigError
 from optimizers.lr_policies import LR_POLICIES
 
 

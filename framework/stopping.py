@@ -6,6 +6,9 @@ for SIGTERM, 130 for SIGINT, as a shell reports a process the signal ended).
 A second signal exits at once, without saving. Under Horovod the workers agree
 on the step to stop at (:meth:`StopRequest.agreed`), so a signal to any one
 worker stops all of them at the same step and rank 0 saves once.
+
+The trainer reports a stop that was saved by raising :class:`RunStopped`,
+which run.py turns into the exit status and the resume command.
 """
 
 import os
@@ -14,6 +17,16 @@ import signal
 from framework import distributed
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class RunStopped(Exception):
+  """Training stopped on a signal after saving; ``checkpoint`` is the saved path (chief)."""
+
+  def __init__(self, signum, step, checkpoint):
+    super().__init__(f'stopped at step {step}')
+    self.signum = signum
+    self.step = step
+    self.checkpoint = checkpoint
 
 
 def exit_status(signum):

@@ -1,6 +1,8 @@
-"""TensorBoard output of a run: writers that leave no empty event files, the config, hparams.
+"""TensorBoard output of a run: writers that leave no empty event files, scalars, config, hparams.
 
-The train scalars go to ``<logdir>``, the eval scalars to ``<logdir>/eval``.
+The train scalars (:func:`write_train_scalars`) go to ``<logdir>``, the eval
+scalars (:func:`write_eval_metrics`) to ``<logdir>/eval``; the train loop
+decides when they are written.
 The resolved config is written once as a text summary (``config``) and its
 hyperparameters through TensorBoard's hparams plugin, so that the runs of a
 sweep can be compared in the HParams tab against their final eval accuracy
@@ -49,6 +51,31 @@ class LazyWriter:
   def close(self):
     if self._writer is not None:
       self._writer.close()
+
+
+# Train scalars and the key of the train step's metrics each one is read from.
+_TRAIN_SCALARS = (('skipped_updates', 'skipped_updates'), ('loss', 'loss'),
+                  ('accuracy', 'accuracy'), ('learning_rate', 'learning_rate'),
+                  ('global_gradient_norm', 'global_norm'), ('loss_scale', 'loss_scale'))
+
+
+def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_batch):
+  """Writes the train scalars of ``step`` to the default summary writer.
+
+  Args:
+    step: the global step.
+    values: the train step's metrics (``loss``, ``accuracy``, ``learning_rate``,
+      ``global_norm``, ``loss_scale``, ``skipped_updates``).
+    images_per_sec: the measured rate over all workers.
+    steps_per_epoch: updates per epoch, for the ``epoch`` scalar.
+    global_batch: images per update, for the ``images`` scalar.
+  """
+  for tag, key in _TRAIN_SCALARS:
+    tf.summary.scalar(tag, values[key], step=step)
+  tf.summary.scalar('images_per_sec', images_per_sec * 1.0, step=step)
+  # What plot_runs.py needs to put runs of different batch sizes on one axis.
+  tf.summary.scalar('epoch', step / steps_per_epoch, step=step)
+  tf.summary.scalar('images', float(step * global_batch), step=step)
 
 
 def write_eval_metrics(writer, step, metrics):

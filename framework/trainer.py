@@ -1,44 +1,56 @@
-"""The trainer: one compiled train step through ``optimize_loss``, eval, checkpoints, logs.
+"""The trainer: builds a run from its config and owns its state; the work goes to its modules.
 
-Sections, in the order a run meets them: set-up (seeds, precision, data, model,
-the optimize_loss pipeline, checkpoint), the train loop, evaluation, and the
-benchmark loop. Only the chief worker (Horovod rank 0) writes checkpoints,
-summaries, the resolved config and the progress bar.
+``Trainer`` is the run's state, created in ``__init__`` from a validated
+config: seeds and precision, the data layers, the model, the gradient
+pipeline (``optimize_loss``'s stages) and its arguments, the run's counters
+and the ``tf.train.Checkpoint`` of all of it. In this file, in the order a run
+meets them: set-up, restore and the start of training (broadcast, optimizer
+hooks), the compiled train step (loss -> the pipeline's update -> the metrics
+it returns), ``precise_bn``, evaluation and the benchmark loop. The rest lives
+beside it:
+
+- ``framework.train_loop``: the loop behind :meth:`Trainer.train` and its
+  bookkeeping (when to stop, save, write summaries and evaluate; the
+  divergence check; one-line errors for failed reads and writes), and
+  ``TrainingError``;
+- ``framework.evaluation``: the eval step, its sums over workers and its report;
+- ``framework.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
+- ``framework.stopping``: stopping on a signal, ``RunStopped``;
+- ``framework.summaries`` and ``framework.console``: what TensorBoard and the
+  console show.
+
+Only the chief worker (Horovod rank 0) writes checkpoints, summaries, the
+resolved config and the progress bar. ``BestCheckpoint``, ``RunStopped`` and
+``TrainingError`` are importable from here, as run.py and the scripts do.
 """
 
 import contextlib
-import json
 import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
-import yaml
 
 from data import DATA_LAYERS
-from data.base import DataError
-from data.base import data_error_in
 from framework import checkpoints
 from framework import config as config_lib
-from framework import console
 from framework import distributed
-from framework import precision
-from framework import rundir
+from framework import evaluation
+from core import precision
 from framework import schedule
 from framework import summaries
-from framework.checkpoints import CheckpointError
-from framework.params import ConfigError
+from framework import train_loop
+from framework.checkpoints import BestCheckpoint
+from framework.stopping import RunStopped
+from framework.train_loop import TrainingError
+from core.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
+from optimizers import exclusions
 from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
 
-# Regularization is L2 on weights, never on batch-norm parameters or biases.
-_NO_DECAY = ('batch_normalization', 'bias')
 _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
-# Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
-_MAX_SKIPPED_UPDATES = 50
 
 
 def _check_jit_compile(opt_kwargs):
@@ -53,34 +65,8 @@ def _check_jit_compile(opt_kwargs):
                       'jit_compile: false')
 
 
-_WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
-                   'Disk quota exceeded')
-
-
-def _is_write_failure(exc, logdir):
-  """Whether a TensorFlow error is a failed write into the logdir (events, checkpoints)."""
-  message = str(exc)
-  return logdir in message or os.path.abspath(logdir) in message or any(
-      text in message for text in _WRITE_FAILURES)
-
-
-class TrainingError(RuntimeError):
-  """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
-
-
-class RunStopped(Exception):
-  """Training stopped on a signal after saving; ``checkpoint`` is the saved path (chief)."""
-
-  def __init__(self, signum, step, checkpoint):
-    super().__init__(f'stopped at step {step}')
-    self.signum = signum
-    self.step = step
-    self.checkpoint = checkpoint
-
-
-def _log(message):
-  if distributed.is_chief():
-    console.say(message)
+# The trainer's interface; the last three are defined beside it and re-exported.
+__all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
 
 
 class Trainer:
@@ -98,6 +84,10 @@ class Trainer:
     self.eval_config = eval_config
     self.logdir = logdir
     self.overrides = list(overrides)
+    # (path, damaged newer ones) of the checkpoint restore() loaded; None before.
+    self._restored = None
+    # The compiled eval step, built by the first evaluate().
+    self._eval_step = None
     cfg = self.config
     self.num_workers = distributed.size()
     self.rank = distributed.rank()
@@ -131,17 +121,17 @@ class Trainer:
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
       _check_jit_compile(self.opt_kwargs)
-    self.pipeline = opt_lib.get_pipeline(**self.opt_kwargs, log_global_norm=True)
+    self.pipeline = opt_lib.GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
+                                             log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
-    # Top-1 accuracy of the last train micro-batch, set inside the loss function.
-    self.batch_accuracy = tf.Variable(0.0, trainable=False, name='batch_accuracy')
     # Updates skipped because their gradients were not finite (loss scaling overflow).
     self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
     self.checkpoint = tf.train.Checkpoint(
         model=self.model, data_position=self.data_position,
         skipped_updates=self.skipped_updates, **self.pipeline.checkpoint_items())
-    self._regularized = [v for v in self.model.trainable_variables
-                         if not any(s in v.path for s in _NO_DECAY)]
+    # Regularization is L2 on weights, never on batch-norm parameters or biases.
+    self._regularized = exclusions.kept(self.model.trainable_variables,
+                                        exclusions.NORMALIZATION_AND_BIAS)
 
   # --- set-up ------------------------------------------------------------------------------
 
@@ -154,9 +144,8 @@ class Trainer:
     lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
     optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
     if cfg['agn_params'] is not None:
-      agn = cfg['agn_params']
-      inner = opt_lib.make_optimizer(agn['optimizer'], optimizer_params, float(lr_fn(0)))
-      optimizer = AGNOptimizer(inner, communication_period=agn['communication_period'])
+      optimizer = opt_lib.make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
+                                         agn_params=cfg['agn_params'])
       optimizer_params = {}
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
@@ -165,7 +154,7 @@ class Trainer:
         summaries=[s for s in cfg['summaries'] if s not in _TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], on_horovod=self.num_workers > 1,
-        iter_size=cfg['iter_size'], model=self.model, horovod_params=cfg['horovod_params'])
+        iter_size=cfg['iter_size'], horovod_params=cfg['horovod_params'])
 
   @property
   def global_step(self):
@@ -192,7 +181,7 @@ class Trainer:
     if path is None:
       return None
     if damaged:
-      _log(checkpoints.describe_fallback(path, damaged))
+      distributed.log(checkpoints.describe_fallback(path, damaged))
     self._restored = (path, damaged)
     try:
       self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -204,9 +193,8 @@ class Trainer:
 
   def keep_for_rotation(self):
     """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
-    restored = getattr(self, '_restored', None)
-    if restored is not None and distributed.is_chief():
-      checkpoints.keep_for_rotation(self.logdir, *restored)
+    if self._restored is not None and distributed.is_chief():
+      checkpoints.keep_for_rotation(self.logdir, *self._restored)
 
   def broadcast_state(self):
     """Makes every worker start from rank 0's variables and optimizer slots."""
@@ -225,10 +213,11 @@ class Trainer:
   # --- the train step ----------------------------------------------------------------------
 
   def _loss(self, images, labels):
+    """The loss of one micro-batch, and its top-1 accuracy as ``{'accuracy': ...}``."""
     cfg = self.config
     logits = self.model(images, training=True)
-    self.batch_accuracy.assign(tf.reduce_mean(tf.cast(tf.math.in_top_k(
-        labels, tf.cast(logits, tf.float32), 1), tf.float32)))
+    accuracy = tf.reduce_mean(tf.cast(tf.math.in_top_k(
+        labels, tf.cast(logits, tf.float32), 1), tf.float32))
     one_hot = tf.one_hot(labels, tf.shape(logits)[-1])
     loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
         one_hot, tf.cast(logits, tf.float32), from_logits=True,
@@ -239,34 +228,28 @@ class Trainer:
     if cfg['regularizer'] == 'l2':
       scale = cfg['regularizer_params']['scale']
       loss += scale * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in self._regularized])
-    return loss
+    return loss, {'accuracy': accuracy}
 
   def make_train_step(self):
-    """The compiled micro-step: next batch -> optimize_loss -> metrics.
+    """The compiled micro-step: next batch -> the pipeline's update -> its metrics.
 
     With ``jit_compile`` the batch is taken outside the XLA cluster (XLA has
     no kernel for the iterator) and the rest of the step is compiled by XLA.
     """
     cfg = self.config
     summary_every = cfg['save_summaries_steps']
-    opt_kwargs = self.opt_kwargs
     pipeline = self.pipeline
 
     def update(images, labels):
-      step_before = tf.identity(pipeline.global_step)
-      loss = opt_lib.optimize_loss(lambda: self._loss(images, labels), **opt_kwargs)
+      metrics = pipeline(lambda: self._loss(images, labels))
       self.data_position.assign_add(1)
-      # An update was due when the accumulation restarted; it was skipped when
-      # the global step did not move (non-finite gradients).
-      due = tf.equal(pipeline.micro_step, 0)
-      skipped = tf.logical_and(due, tf.equal(pipeline.global_step, step_before))
-      self.skipped_updates.assign_add(tf.cast(skipped, tf.int64))
-      return {'loss': loss, 'accuracy': tf.identity(self.batch_accuracy),
+      self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
+      # Logged with the step they belong to: the rate and scale of the next update.
+      return {'loss': metrics['loss'], 'accuracy': metrics['accuracy'],
               'skipped_updates': tf.identity(self.skipped_updates),
-              'learning_rate': pipeline.learning_rate(),
-              'loss_scale': tf.identity(pipeline.loss_scale),
-              'global_norm': tf.identity(pipeline.last_global_norm),
-              'global_step': tf.identity(pipeline.global_step)}
+              'learning_rate': metrics['next_learning_rate'],
+              'loss_scale': metrics['next_loss_scale'],
+              'global_norm': metrics['global_norm'], 'global_step': metrics['global_step']}
 
     if cfg['jit_compile']:
       update = tf.function(update, jit_compile=True)
@@ -317,139 +300,7 @@ class Trainer:
       CheckpointError: a checkpoint or summary could not be written.
       DataError: a record could not be read, naming its file.
     """
-    cfg = self.config
-    chief = distributed.is_chief()
-    self.keep_for_rotation()
-    # A run that trains nothing or writes no summaries leaves no empty event file.
-    writes = bool(chief and cfg['save_summaries_steps'] and self.global_step < self.max_steps)
-    try:
-      manager = tf.train.CheckpointManager(
-          self.checkpoint, self.logdir, max_to_keep=cfg['num_checkpoints'],
-          checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
-      best = BestCheckpoint(self.checkpoint, os.path.join(self.logdir, 'best')) if chief else None
-      writer = (tf.summary.create_file_writer(self.logdir) if writes
-                else tf.summary.create_noop_writer())
-      eval_writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR), chief)
-    except (OSError, tf.errors.OpError) as exc:
-      raise CheckpointError(f'cannot write to logdir {self.logdir} ({exc}); nothing of this '
-                            'run was written') from None
-    try:
-      with writer.as_default():
-        if writes and self.global_step == 0:
-          self._write_run_config()
-        eval_metrics = self._train_loop(evaluate_every, stop, manager, best, eval_writer, writes)
-      writer.close()
-      eval_writer.close()
-    except tf.errors.OpError as exc:
-      data_error = data_error_in(exc)
-      if data_error is not None:
-        raise DataError(data_error) from None
-      if isinstance(exc, tf.errors.DataLossError):
-        raise DataError(f'corrupt input data: {str(exc).splitlines()[0]}') from None
-      if _is_write_failure(exc, self.logdir):
-        kept = checkpoints.latest_listed(self.logdir)
-        raise CheckpointError(f'writing to {self.logdir} failed ({" ".join(str(exc).split())}); '
-                              f'kept: {kept or "no checkpoint"}') from None
-      raise
-    return eval_metrics
-
-  def _train_loop(self, evaluate_every, stop, manager, best, eval_writer, writes):
-    cfg = self.config
-    chief = distributed.is_chief()
-    step_fn = self.make_train_step()
-    iterator = self.train_iterator()
-    _log(f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
-         f'{self.max_steps} steps ({self.steps_per_epoch} steps/epoch), global batch '
-         f'{self.global_batch} = {self.batch_size} per worker x {self.num_workers} worker(s) '
-         f'x iter_size {self.iter_size}; starting at step {self.global_step}')
-    progress = console.Progress(self.max_steps, self.global_step, self.steps_per_epoch,
-                                cfg['print_loss_steps'], enabled=chief,
-                                show_loss_scale=console.loss_scaling_on(cfg))
-    images_per_micro = self.batch_size * self.num_workers
-    last_saved = self.global_step
-    last_summary = self.global_step
-    last_eval = self.global_step
-    eval_metrics = None
-    window_start, window_images = time.perf_counter(), 0
-    # With float32 and a fixed loss scale a non-finite loss or gradient will not
-    # go away by itself: stop at once. An adaptive loss scale skips such steps
-    # and lowers the scale; stop only when no update lands for many steps.
-    fail_fast = cfg['dtype'] == 'float32' and not isinstance(cfg['loss_scaling'], str)
-    stall_limit = self.iter_size * (1 if fail_fast else _MAX_SKIPPED_UPDATES)
-    last_step, stalled = self.global_step, 0
-    values, rate = None, 0.0
-    while self.global_step < self.max_steps:
-      signum = stop.agreed() if stop is not None else 0
-      if signum:
-        progress.close()
-        if writes and values is not None and self.global_step > last_summary:
-          self._write_train_summaries(self.global_step, values, rate)
-        self._stop(signum, manager, last_saved)
-      metrics = step_fn(iterator)
-      values = {k: v.numpy() for k, v in metrics.items()}
-      step = int(values['global_step'])
-      window_images += images_per_micro
-      stalled = stalled + 1 if step == last_step else 0
-      last_step = step
-      if (fail_fast and not np.isfinite(values['loss'])) or stalled >= stall_limit:
-        # Not saved now: the forward passes may have left non-finite batch-norm
-        # statistics; the last periodic checkpoint is the last good state.
-        what = 'loss' if not np.isfinite(values['loss']) else 'gradients'
-        kept = manager.latest_checkpoint if manager is not None else None
-        raise TrainingError(
-            f'non-finite {what} (loss {values["loss"]}) at step {step + 1}, '
-            f'{stalled} micro-step(s) without an applied update; last checkpoint kept: '
-            f'{kept or "none yet"}. Lower the learning rate, enable clipping (max_grad_norm) '
-            'or LARC.')
-      self.train_data.check_corrupt_fraction(
-          int(self.data_position.numpy()) * self.batch_size)
-      elapsed = time.perf_counter() - window_start
-      rate = window_images / elapsed if elapsed > 0 else 0.0
-      progress.update(step, values, rate)
-      if writes and self._summary_due(step, last_summary):
-        last_summary = step
-        self._write_train_summaries(step, values, rate)
-      if elapsed > 10.0:
-        window_start, window_images = time.perf_counter(), 0
-      if cfg['save_checkpoint_steps'] and step - last_saved >= cfg['save_checkpoint_steps']:
-        self._save(manager, step)
-        last_saved = step
-      if evaluate_every and step - last_eval >= evaluate_every and step < self.max_steps:
-        with self.precise_bn(step, keep=False, when=cfg['precise_bn'] and
-                             cfg['precise_bn']['before_each_eval']):
-          eval_metrics = self._evaluate_and_keep_best(step, eval_writer, best)
-        last_eval = step
-    progress.close()
-    with self.precise_bn(self.global_step, keep=True):
-      self._save(manager, self.global_step)
-      if evaluate_every is not None:
-        eval_metrics = self._evaluate_and_keep_best(self.global_step, eval_writer, best)
-    return eval_metrics
-
-  def _stop(self, signum, manager, last_saved):
-    """Saves the current step (unless it is saved already), then raises RunStopped."""
-    step = self.global_step
-    path = manager.latest_checkpoint if manager is not None else None
-    if manager is not None and (step != last_saved or path is None):
-      path = self._save(manager, step)
-    tf.summary.flush()
-    raise RunStopped(signum, step, path)
-
-  def _write_run_config(self):
-    """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
-    text = config_lib.to_yaml(self.config)
-    values = summaries.hparams(yaml.safe_load(text), self.overrides,
-                               {'global_batch': self.global_batch, 'num_workers': self.num_workers})
-    summaries.write_run_config(self.logdir, text, values)
-
-  def _summary_due(self, step, last_written):
-    """Train scalars are written every save_summaries_steps updates and at the last one.
-
-    Only after an update: with iter_size > 1 the step stays the same for
-    several micro-steps, and a resumed run starts at a step already written.
-    """
-    return step > last_written and (step % self.config['save_summaries_steps'] == 0
-                                    or step == self.max_steps)
+    return train_loop.train(self, evaluate_every, stop)
 
   @contextlib.contextmanager
   def precise_bn(self, step, keep, when=True):
@@ -481,58 +332,14 @@ class Trainer:
         self.model, batches.take(spec['num_batches']),
         all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
     if keep:
-      _log(f'precise batch norm: moving statistics averaged over {count} batches of {batch}')
+      distributed.log(f'precise batch norm: moving statistics averaged over {count} batches '
+                      f'of {batch}')
     try:
       yield
     finally:
       if saved is not None:
         for variable, value in zip(moving, saved):
           variable.assign(value)
-
-  def _save(self, manager, step):
-    """Saves a checkpoint (chief only), never one holding non-finite model variables.
-
-    A diverging run can overflow the batch-norm statistics while its loss is
-    still finite; such a state is not saved and the run stops, keeping the
-    last good checkpoint.
-
-    Returns:
-      The saved path (None on other workers).
-
-    Raises:
-      TrainingError: when a model variable holds NaN or infinity.
-      CheckpointError: when the checkpoint cannot be written (its partial files are removed).
-    """
-    if manager is None:
-      return None
-    bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
-    if bad:
-      raise TrainingError(
-          f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
-          f'last checkpoint kept: {manager.latest_checkpoint or "none yet"}. Lower the learning '
-          'rate, enable clipping (max_grad_norm) or LARC.')
-    return checkpoints.save(manager, step)
-
-  def _write_train_summaries(self, step, values, rate):
-    tf.summary.scalar('skipped_updates', values['skipped_updates'], step=step)
-    tf.summary.scalar('loss', values['loss'], step=step)
-    tf.summary.scalar('accuracy', values['accuracy'], step=step)
-    tf.summary.scalar('learning_rate', values['learning_rate'], step=step)
-    tf.summary.scalar('global_gradient_norm', values['global_norm'], step=step)
-    tf.summary.scalar('loss_scale', values['loss_scale'], step=step)
-    tf.summary.scalar('images_per_sec', rate * 1.0, step=step)
-    # What plot_runs.py needs to put runs of different batch sizes on one axis.
-    tf.summary.scalar('epoch', step / self.steps_per_epoch, step=step)
-    tf.summary.scalar('images', float(step * self.global_batch), step=step)
-
-  def _evaluate_and_keep_best(self, step, eval_writer, best):
-    metrics = self.evaluate()
-    _log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, '
-         f'top-5 {metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')
-    summaries.write_eval_metrics(eval_writer, step, metrics)
-    if best is not None:
-      best.offer(step, metrics['accuracy'])
-    return metrics
 
   # --- evaluation --------------------------------------------------------------------------
 
@@ -544,37 +351,17 @@ class Trainer:
     """
     if self.eval_data is None:
       raise ConfigError('eval: no eval data layer is configured')
-    if not hasattr(self, '_eval_step'):
-      model = self.model
-
-      def eval_step(images, labels):
-        logits = tf.cast(model(images, training=False), tf.float32)
-        losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        top1 = tf.cast(tf.math.in_top_k(labels, logits, 1), tf.float32)
-        k = min(5, logits.shape[-1])
-        top5 = tf.cast(tf.math.in_top_k(labels, logits, k), tf.float32)
-        return tf.stack([tf.reduce_sum(losses), tf.reduce_sum(top1), tf.reduce_sum(top5),
-                         tf.cast(tf.shape(labels)[0], tf.float32)])
-
-      self._eval_step = tf.function(eval_step, reduce_retracing=True)
-    totals = np.zeros(4, np.float64)
-    batch = self.eval_config['batch_size_per_gpu']
-    for images, labels in self.eval_data.dataset(batch):
-      totals += self._eval_step(images, labels).numpy()
-    totals = distributed.sum_array(totals)
-    n = max(totals[3], 1.0)
-    return {'loss': totals[0] / n, 'accuracy': totals[1] / n, 'top5_accuracy': totals[2] / n,
-            'examples': int(totals[3])}
+    if self._eval_step is None:
+      self._eval_step = evaluation.make_eval_step(self.model)
+    return evaluation.evaluate(
+        self._eval_step, self.eval_data.dataset(self.eval_config['batch_size_per_gpu']))
 
   def evaluate_and_report(self):
     """Evaluates the restored model, prints one line and writes the eval scalars (chief only)."""
     metrics = self.evaluate()
-    _log(f'eval at step {self.global_step}: loss {metrics["loss"]:.4f}, top-1 '
-         f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
-         f'({metrics["examples"]} examples)')
     writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
                                   distributed.is_chief())
-    summaries.write_eval_metrics(writer, self.global_step, metrics)
+    evaluation.report(self.global_step, metrics, writer)
     writer.close()
     return metrics
 
@@ -600,27 +387,3 @@ class Trainer:
     per_step = elapsed / steps
     images = self.batch_size * self.num_workers * steps
     return {'images_per_sec': images / elapsed, 'ms_per_step': per_step * 1000.0}
-
-
-class BestCheckpoint:
-  """Keeps the checkpoint with the best eval accuracy in its own directory."""
-
-  def __init__(self, checkpoint, directory):
-    self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
-                                              checkpoint_name='best')
-    self.record = os.path.join(directory, 'best.json')
-    self.best = None
-    try:
-      with open(self.record, encoding='utf-8') as f:
-        self.best = json.load(f)['accuracy']
-    except (OSError, ValueError, KeyError, TypeError):
-      pass  # no record yet (or an unreadable one): the next evaluation writes it
-
-  def offer(self, step, accuracy):
-    if self.best is not None and accuracy <= self.best:
-      return
-    self.best = accuracy
-    path = checkpoints.save(self.manager, step, name='best')
-    rundir.write_text_atomically(
-        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
-

@@ -14,9 +14,8 @@ import tempfile
 
 import tensorflow as tf
 
-from framework.params import ConfigError
-
-BEST_DIR = 'best'
+from core.params import ConfigError
+from framework.checkpoints import BEST_DIR
 CHECKPOINT_CHOICES = ('latest', 'best')
 # Pipeline state that belongs to a run, not to the weights: a warm start begins at step 0.
 _RUN_COUNTERS = ('global_step', 'micro_step')

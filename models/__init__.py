@@ -3,11 +3,23 @@
 A builder is ``build(params, image_shape, num_classes) -> keras.Model`` with a
 ``PARAMS`` attribute declaring its ``model_params``. It follows the global
 Keras dtype policy, except that the logits are always float32.
+
+``import models`` loads no TensorFlow: ``MODELS`` names each builder and its
+``PARAMS`` (declared in ``models.schemas``), and imports the builder on its
+first lookup. When Keras is loaded already the builders' module is imported
+with the package, so ``keras.models.load_model`` finds its layers by name.
 """
 
-from framework.registry import Registry
+import sys
+
+from core.registry import Registry
+from models import schemas
 
 MODELS = Registry('model')
+MODELS.register_lazy('resnet50', 'models.resnet:build_resnet50', PARAMS=schemas.RESNET50_PARAMS)
+MODELS.register_lazy('resnet_cifar', 'models.resnet:build_resnet_cifar',
+                     PARAMS=schemas.RESNET_CIFAR_PARAMS)
 
-# Imported for their registrations; they need MODELS to exist already.
-from models import resnet  # noqa: E402,F401
+if 'keras' in sys.modules:
+  for _name in MODELS:
+    MODELS[_name]  # pylint: disable=pointless-statement

@@ -21,30 +21,12 @@ References:
 
 import keras
 
-from framework.params import Param, check_params, non_negative, positive
-from models import MODELS
+from core.params import check_params
+from models import schemas
 from models.batch_norm import BatchNormalization
 
-CIFAR_DEPTHS = (8, 14, 20, 32, 44, 56, 110)
 RESNET50_STAGES = ((3, 64), (4, 128), (6, 256), (3, 512))  # (blocks, bottleneck width)
 BOTTLENECK_EXPANSION = 4
-
-
-def _momentum_check(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
-
-
-COMMON_PARAMS = {
-    'weight_decay': Param(float, 1e-4, check=non_negative,
-                          doc='L2 on conv/dense kernels: loss += wd / 2 * sum(w**2); 0 disables'),
-    'zero_init_residual': Param(bool, False,
-                                doc='start the last batch-norm gamma of each residual block at 0'),
-    'bn_momentum': Param(float, 0.9, check=_momentum_check, doc='moving-statistics decay'),
-    'bn_epsilon': Param(float, 1e-5, check=positive),
-    'ghost_batch_size': Param(int, None, check=positive,
-                              doc='ghost batch norm: statistics over groups of this many examples '
-                                  'of a training batch (None: the whole batch)'),
-}
 
 
 @keras.saving.register_keras_serializable(package='models')
@@ -147,7 +129,6 @@ def basic_block(b, x, filters, stride, prefix, shortcut_type):
   return b.residual_output(x, shortcut, prefix, 2)
 
 
-@MODELS.register('resnet50')
 def build_resnet50(params, image_shape, num_classes):
   """ResNet-50 v1.5 (25,557,032 trainable parameters for 1000 classes at any input size).
 
@@ -177,10 +158,9 @@ def build_resnet50(params, image_shape, num_classes):
   return keras.Model(inputs, b.classifier(x, num_classes), name='resnet50')
 
 
-build_resnet50.PARAMS = dict(COMMON_PARAMS)
+build_resnet50.PARAMS = schemas.RESNET50_PARAMS
 
 
-@MODELS.register('resnet_cifar')
 def build_resnet_cifar(params, image_shape, num_classes):
   """The CIFAR ResNet of He et al. 2016 (section 4.2): 6n + 2 layers.
 
@@ -215,10 +195,4 @@ def build_resnet_cifar(params, image_shape, num_classes):
   return keras.Model(inputs, b.classifier(x, num_classes), name='resnet_cifar')
 
 
-build_resnet_cifar.PARAMS = {
-    'depth': Param(int, 20, choices=CIFAR_DEPTHS, doc='6n + 2 layers; 8 for smoke runs'),
-    'width': Param(int, 1, check=positive, doc='channel multiplier of the 16/32/64 stages'),
-    'shortcut': Param(str, 'A', choices=('A', 'B'),
-                      doc="'A': subsample and zero-pad channels (no parameters); 'B': 1x1 conv + BN"),
-    **COMMON_PARAMS,
-}
+build_resnet_cifar.PARAMS = schemas.RESNET_CIFAR_PARAMS

@@ -1,18 +1,43 @@
-"""Large-batch optimizers, loss scaling, learning-rate policies and ``optimize_loss``."""
+"""Large-batch optimizers, loss scaling, learning-rate policies and ``optimize_loss``.
 
-from optimizers.agn import AGNOptimizer
-from optimizers.automatic_loss_scaler import AutomaticLossScaler
-from optimizers.keras_loss_scale import LossScaleOptimizer
-from optimizers.lamb import LAMB
-from optimizers.lars import LARSOptimizer
-from optimizers.loss_scale_optimizer import MixedPrecisionLossScaleOptimizer
-from optimizers.mp_wrapper import MixedPrecisionOptimizerWrapper
-from optimizers.optimizers import OPTIMIZER_CLS_NAMES
-from optimizers.optimizers import OPTIMIZER_SUMMARIES
-from optimizers.optimizers import GradientPipeline
-from optimizers.optimizers import MomentumOptimizer
-from optimizers.optimizers import clear_pipelines
-from optimizers.optimizers import find_pipeline
-from optimizers.optimizers import get_pipeline
-from optimizers.optimizers import get_regularization_loss
-from optimizers.optimizers import optimize_loss
+``import optimizers`` loads no TensorFlow: the registries
+(``OPTIMIZER_CLS_NAMES``, ``optimizers.registry.LR_POLICIES``) and the names
+of ``optimizers.settings`` are ready at once, and every class and function
+below is imported on first access (``optimizers.LARSOptimizer``, ``from
+optimizers import optimize_loss``). When Keras is loaded already, the Keras
+optimizer classes are imported with the package, so ``keras.models.load_model``
+finds them by their registered names.
+"""
+
+import sys
+
+from core.lazy import lazy_exports
+from optimizers.registry import OPTIMIZER_CLS_NAMES
+from optimizers.settings import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
+
+_EXPORTS = {
+    'AGNOptimizer': 'optimizers.agn:AGNOptimizer',
+    'AutomaticLossScaler': 'optimizers.automatic_loss_scaler:AutomaticLossScaler',
+    'LossScaleOptimizer': 'optimizers.keras_loss_scale:LossScaleOptimizer',
+    'LAMB': 'optimizers.lamb:LAMB',
+    'LARSOptimizer': 'optimizers.lars:LARSOptimizer',
+    'MixedPrecisionLossScaleOptimizer':
+        'optimizers.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
+    'MixedPrecisionOptimizerWrapper': 'optimizers.mp_wrapper:MixedPrecisionOptimizerWrapper',
+    'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
+    'MomentumOptimizer': 'optimizers.momentum:MomentumOptimizer',
+    'clear_pipelines': 'optimizers.optimizers:clear_pipelines',
+    'find_pipeline': 'optimizers.optimizers:find_pipeline',
+    'get_pipeline': 'optimizers.optimizers:get_pipeline',
+    'get_regularization_loss': 'optimizers.optimizers:get_regularization_loss',
+    'optimize_loss': 'optimizers.optimizers:optimize_loss',
+}
+# The classes Keras saves by registered name ('largebatch>LARSOptimizer').
+_KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
+
+__all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+if 'keras' in sys.modules:
+  for _name in _KERAS_SAVEABLE:
+    __getattr__(_name)

@@ -22,7 +22,8 @@ References:
 
 import tensorflow as tf
 
-from framework import distributed
+from optimizers import allreduce
+from optimizers import exclusions
 from optimizers import tf1_compat
 
 
@@ -43,7 +44,7 @@ class AGNCustomGetter:
     """Returns float32 copies of ``var_list`` (created outside any tf.function)."""
     with tf.init_scope():
       return [tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
-                          name='center/' + str(getattr(v, 'path', None) or v.name).replace(':', '_'))
+                          name='center/' + exclusions.variable_name(v))
               for v in var_list]
 
 
@@ -79,7 +80,7 @@ class AGNOptimizer(tf.Module):
     if not isinstance(communication_period, int) or communication_period < 1:
       raise ValueError(f'AGNOptimizer: communication_period must be an integer >= 1, '
                        f'got {communication_period!r}')
-    size = distributed.size()
+    size = allreduce.size()
     if num_worker is None:
       num_worker = size
     if num_worker != size:
@@ -154,7 +155,7 @@ class AGNOptimizer(tf.Module):
 
     def communicate():
       normalized = [a / float(self.communication_period) for a in self.accumulators]
-      averaged = distributed.allreduce_average(normalized)
+      averaged = allreduce.average(normalized)
       self.center_optimizer.apply(averaged, self.center)
       self.global_step.assign_add(1)
       for local, center, acc in zip(self._local_vars, self.center, self.accumulators):
@@ -206,7 +207,7 @@ class AGNOptimizer(tf.Module):
     del task_index
     if not self.built:
       raise ValueError('AGNOptimizer.get_init_op: build the optimizer on the model variables first')
-    distributed.broadcast_variables(self.center, root_rank=0)
+    allreduce.broadcast(self.center, root_rank=0)
     for local, center in zip(self._local_vars, self.center):
       local.assign(tf.cast(center, local.dtype))
 
@@ -225,8 +226,3 @@ class AGNInitHook:
 
   def begin(self):
     self.optimizer.get_init_op(self.task_index)
-
-
-def is_agn(optimizer):
-  return isinstance(optimizer, AGNOptimizer)
-

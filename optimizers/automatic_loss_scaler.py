@@ -6,18 +6,14 @@ scaler holds the current scale and updates it once per step from two facts
 about the unscaled gradients: whether any was non-finite (``has_nan``) and
 their largest magnitude (``amax``); :func:`gradient_stats` computes both.
 
-Every scaler has the same interface:
-
-* ``loss_scale``: the current scale, a float32 scalar tensor;
-* ``update_op(has_nan, amax)``: advances the state once and returns the new
-  scale.
+Every scaler has the interface of ``loss_scalers.LossScaler``:
+``loss_scale``, the current scale, and ``update_op(has_nan, amax)``, which
+advances the state once and returns the new scale.
 
 Scalers:
 
-* :class:`StaticLossScaler`: a fixed scale.
-* :class:`DynamicLossScaler`: grows the scale after a run of finite steps and
-  shrinks it on overflow, as ``'dynamic'`` loss scaling in
-  ``tf.train.experimental`` / Keras mixed precision.
+* :class:`StaticLossScaler` and :class:`DynamicLossScaler` (``loss_scalers.py``,
+  importable from here too): a fixed scale, and Keras' dynamic rule.
 * :class:`AutomaticLossScaler` with the ``Backoff`` (:class:`BackoffScaler`) or
   ``LogMax`` (:class:`LogMaxScaler`) algorithm of OpenSeq2Seq; the math is in
   docs/math.md (loss scaling).
@@ -29,212 +25,25 @@ created when the scaler is built, so a ``tf.train.Checkpoint`` saves and
 restores them and ``update_op`` may be traced once in a ``tf.function`` and
 called every step. The update math is in plain tensor functions
 (:func:`backoff_update`, :func:`logmax_update`, :func:`dynamic_update`); the
-classes only hold the variables.
+classes only hold the variables. Their parameters are checked by
+``settings.loss_scaler_params`` (defaults in
+``settings.LOSS_SCALER_DEFAULTS``), which the config layer runs too, before
+TensorFlow is imported.
 """
 
 import math
-import numbers
 
 import tensorflow as tf
 
-from framework.params import reject_unknown_keys
-from optimizers import checks
-
-_STATE_DTYPE = tf.float64
-
-_LOSS_SCALING_ALLOWED = "allowed: a positive number, 'Backoff', 'LogMax', 'dynamic'"
-
-
-def _count(name, value):
-  """Returns ``value`` as a positive int; raises ValueError naming ``name``."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-    raise ValueError(f'{name}: expected an integer >= 1, got {value!r}')
-  return int(value)
-
-
-def _scale_range(scale_min, scale_max):
-  """Returns (scale_min, scale_max) as floats after checking 0 < scale_min <= scale_max."""
-  scale_min = checks.number('scale_min', scale_min, positive=True)
-  scale_max = checks.number('scale_max', scale_max, positive=True)
-  if scale_max < scale_min:
-    raise ValueError(f'scale_max: must be >= scale_min ({scale_min!r}), got {scale_max!r}')
-  return scale_min, scale_max
-
-
-def _checked_params(params, allowed, path, what):
-  """Returns a copy of ``params`` after checking its keys against ``allowed``.
-
-  Raises:
-    ValueError: when ``params`` is not a mapping or holds a key not in
-      ``allowed``; the message names the key, the closest allowed key and all
-      allowed keys.
-  """
-  if params is None:
-    return {}
-  if not isinstance(params, dict):
-    raise ValueError(f'{path}: expected a mapping, got {params!r}')
-  reject_unknown_keys(params, allowed, path, error=ValueError, what=what)
-  return dict(params)
-
-
-def _state_variable(value, dtype, name):
-  # init_scope lifts creation out of a tf.function being traced, so a scaler
-  # built during tracing owns ordinary eager variables.
-  with tf.init_scope():
-    return tf.Variable(value, dtype=dtype, trainable=False, name=name)
-
-
-def _overflow(has_nan, amax):
-  """Returns (overflow, amax as float64): overflow is has_nan or a non-finite amax."""
-  has_nan = tf.cast(has_nan, tf.bool)
-  amax = tf.cast(amax, _STATE_DTYPE)
-  return tf.logical_or(has_nan, tf.logical_not(tf.math.is_finite(amax))), amax
-
-
-def gradient_stats(grads):
-  """Finite check and largest magnitude of a list of gradients.
-
-  Args:
-    grads: a list of gradient tensors; None entries are skipped and
-      ``tf.IndexedSlices`` contribute their ``values``. Any dtype; the stats
-      are computed in float32.
-
-  Returns:
-    ``(has_nan, amax)``: a bool scalar tensor that is True when any element is
-    NaN or infinite, and a float32 scalar tensor with the largest |g| (0 when
-    there are no elements, +inf when ``has_nan``).
-
-  Raises:
-    ValueError: when ``grads`` is a single tensor instead of a list.
-  """
-  if isinstance(grads, (tf.Tensor, tf.Variable, tf.IndexedSlices)):
-    raise ValueError(f'grads: expected a list of gradient tensors, got a single {type(grads).__name__}')
-  finite = [tf.constant(True)]
-  maxima = [tf.constant(0.0, tf.float32)]
-  for grad in grads:
-    if grad is None:
-      continue
-    if isinstance(grad, tf.IndexedSlices):
-      grad = grad.values
-    grad = tf.cast(grad, tf.float32)
-    # A max does not reliably propagate NaN, so finiteness is its own reduction.
-    finite.append(tf.reduce_all(tf.math.is_finite(grad)))
-    maxima.append(tf.reduce_max(tf.abs(grad)))
-  has_nan = tf.logical_not(tf.reduce_all(tf.stack(finite)))
-  amax = tf.where(has_nan, tf.constant(math.inf, tf.float32), tf.reduce_max(tf.stack(maxima)))
-  return has_nan, amax
-
-
-class LossScaler(tf.Module):
-  """The interface of every loss scaler."""
-
-  @property
-  def loss_scale(self):
-    """The current scale, a float32 scalar tensor."""
-    raise NotImplementedError
-
-  def update_op(self, has_nan, amax):
-    """Advances the state by one step and returns the new scale (float32).
-
-    Args:
-      has_nan: bool scalar, True when a gradient was non-finite.
-      amax: the largest |g| of the unscaled gradients.
-    """
-    raise NotImplementedError
-
-
-class StaticLossScaler(LossScaler):
-  """A loss scale that never changes.
-
-  Args:
-    scale: the scale, a finite number > 0.
-
-  Raises:
-    ValueError: for a non-positive or non-finite scale.
-  """
-
-  def __init__(self, scale, name=None):
-    super().__init__(name=name)
-    self._scale = checks.number('scale', scale, positive=True)
-
-  @property
-  def loss_scale(self):
-    return tf.constant(self._scale, tf.float32)
-
-  def update_op(self, has_nan, amax):
-    del has_nan, amax  # A static scale ignores the gradients.
-    return self.loss_scale
-
-
-def dynamic_update(scale, count, overflow, growth_steps, multiplier, min_scale):
-  """One step of dynamic loss scaling.
-
-  A finite step increments ``count``; when it reaches ``growth_steps`` the
-  scale is multiplied (unless that would not fit in float32) and the count
-  restarts. An overflow divides the scale, never below ``min_scale``, and
-  restarts the count.
-
-  Args:
-    scale: float64 scalar tensor.
-    count: int64 scalar tensor, consecutive finite steps so far.
-    overflow: bool scalar tensor.
-    growth_steps: int >= 1.
-    multiplier: float > 1.
-    min_scale: float > 0.
-
-  Returns:
-    ``(scale, count)`` after the step.
-  """
-  count = tf.where(overflow, tf.zeros_like(count), count + 1)
-  grow = count >= growth_steps
-  grown = scale * multiplier
-  grown = tf.where(tf.math.is_finite(tf.cast(grown, tf.float32)), grown, scale)
-  shrunk = tf.maximum(scale / multiplier, min_scale)
-  new_scale = tf.where(overflow, shrunk, tf.where(grow, grown, scale))
-  count = tf.where(grow, tf.zeros_like(count), count)
-  return new_scale, count
-
-
-class DynamicLossScaler(LossScaler):
-  """Grows the scale after ``growth_steps`` finite steps, shrinks it on overflow.
-
-  Args:
-    initial_scale: the starting scale, >= min_scale.
-    growth_steps: consecutive finite steps before the scale is multiplied, >= 1.
-    multiplier: the factor of growth and shrinkage, > 1.
-    min_scale: the scale never goes below this, > 0.
-
-  Raises:
-    ValueError: for an out-of-range argument.
-  """
-
-  PARAM_NAMES = ('initial_scale', 'growth_steps', 'multiplier', 'min_scale')
-
-  def __init__(self, initial_scale=2.0 ** 15, growth_steps=2000, multiplier=2.0, min_scale=1.0,
-               name=None):
-    super().__init__(name=name)
-    self.initial_scale = checks.number('initial_scale', initial_scale, positive=True)
-    self.growth_steps = _count('growth_steps', growth_steps)
-    self.multiplier = checks.number('multiplier', multiplier)
-    if self.multiplier <= 1:
-      raise ValueError(f'multiplier: must be > 1, got {multiplier!r}')
-    self.min_scale = checks.number('min_scale', min_scale, positive=True)
-    if self.initial_scale < self.min_scale:
-      raise ValueError(f'initial_scale: must be >= min_scale ({self.min_scale!r}), got {initial_scale!r}')
-    self.scale = _state_variable(self.initial_scale, _STATE_DTYPE, 'scale')
-    self.count = _state_variable(0, tf.int64, 'count')
-
-  @property
-  def loss_scale(self):
-    return tf.cast(self.scale, tf.float32)
-
-  def update_op(self, has_nan, amax):
-    overflow, _ = _overflow(has_nan, amax)
-    scale, count = dynamic_update(self.scale.read_value(), self.count.read_value(), overflow,
-                                  self.growth_steps, self.multiplier, self.min_scale)
-    self.scale.assign(scale)
-    self.count.assign(count)
-    return tf.cast(scale, tf.float32)
+from optimizers import settings
+from optimizers.loss_scalers import STATE_DTYPE
+from optimizers.loss_scalers import DynamicLossScaler
+from optimizers.loss_scalers import LossScaler
+from optimizers.loss_scalers import StaticLossScaler
+from optimizers.loss_scalers import dynamic_update  # noqa: F401  (re-exported)
+from optimizers.loss_scalers import gradient_stats  # noqa: F401  (re-exported)
+from optimizers.loss_scalers import overflow_of
+from optimizers.loss_scalers import state_variable
 
 
 def backoff_update(scale, iteration, last_overflow, overflow, scale_min, scale_max, step_factor,
@@ -271,35 +80,32 @@ class BackoffScaler(LossScaler):
   Starts at ``scale_max`` with iteration 0 and last overflow −1 (docs/math.md).
 
   Args:
-    scale_min: the lowest scale, > 0.
-    scale_max: the highest and the starting scale, >= scale_min.
-    step_factor: the factor of each change, > 1.
-    step_window: steps between increases, an integer >= 1.
+    **params: ``scale_min``, the lowest scale, > 0; ``scale_max``, the
+      highest and the starting scale, >= scale_min; ``step_factor``, the
+      factor of each change, > 1; ``step_window``, steps between increases,
+      an integer >= 1. Defaults in ``settings.LOSS_SCALER_DEFAULTS['backoff']``.
+    name: the module's name.
 
   Raises:
-    ValueError: for an out-of-range argument.
+    ValueError: for an unknown parameter or an out-of-range value.
   """
 
-  PARAM_NAMES = ('scale_min', 'scale_max', 'step_factor', 'step_window')
-
-  def __init__(self, scale_min=1.0, scale_max=2.0 ** 14, step_factor=2.0, step_window=2000,
-               name=None):
+  def __init__(self, name=None, **params):
     super().__init__(name=name)
-    self.scale_min, self.scale_max = _scale_range(scale_min, scale_max)
-    self.step_factor = checks.number('step_factor', step_factor)
-    if self.step_factor <= 1:
-      raise ValueError(f'step_factor: must be > 1, got {step_factor!r}')
-    self.step_window = _count('step_window', step_window)
-    self.scale = _state_variable(self.scale_max, _STATE_DTYPE, 'scale')
-    self.iteration = _state_variable(0, tf.int64, 'iteration')
-    self.last_overflow = _state_variable(-1, tf.int64, 'last_overflow')
+    params = settings.loss_scaler_params('backoff', params)
+    self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
+    self.step_factor = params['step_factor']
+    self.step_window = params['step_window']
+    self.scale = state_variable(self.scale_max, STATE_DTYPE, 'scale')
+    self.iteration = state_variable(0, tf.int64, 'iteration')
+    self.last_overflow = state_variable(-1, tf.int64, 'last_overflow')
 
   @property
   def loss_scale(self):
     return tf.cast(self.scale, tf.float32)
 
   def update_op(self, has_nan, amax):
-    overflow, _ = _overflow(has_nan, amax)
+    overflow, _ = overflow_of(has_nan, amax)
     scale, iteration, last_overflow = backoff_update(
         self.scale.read_value(), self.iteration.read_value(), self.last_overflow.read_value(),
         overflow, self.scale_min, self.scale_max, self.step_factor, self.step_window)
@@ -336,11 +142,11 @@ def logmax_update(state, overflow, amax, scale_min, scale_max, log_max, beta1, b
   """
   informative = tf.logical_or(overflow, amax > 0)
   safe_amax = tf.where(informative & tf.logical_not(overflow), amax, tf.ones_like(amax))
-  x = tf.where(overflow, tf.constant(log_max, _STATE_DTYPE), tf.math.log(safe_amax) / math.log(2.0))
+  x = tf.where(overflow, tf.constant(log_max, STATE_DTYPE), tf.math.log(safe_amax) / math.log(2.0))
   t = state['t'] + 1.0
   x_hat = beta1 * state['x_hat'] + (1.0 - beta1) * x
-  mean = x_hat / (1.0 - tf.pow(tf.constant(beta1, _STATE_DTYPE), t))
-  correction2 = 1.0 - tf.pow(tf.constant(beta2, _STATE_DTYPE), t)
+  mean = x_hat / (1.0 - tf.pow(tf.constant(beta1, STATE_DTYPE), t))
+  correction2 = 1.0 - tf.pow(tf.constant(beta2, STATE_DTYPE), t)
   s_hat = beta2 * state['s_hat'] + (1.0 - beta2) * x
   q = beta2 * state['q'] + (1.0 - beta2) * tf.square(x)
   # The two terms nearly cancel when x barely varies; float64 keeps the
@@ -348,7 +154,7 @@ def logmax_update(state, overflow, amax, scale_min, scale_max, log_max, beta1, b
   variance = tf.maximum(q / correction2 - tf.square(s_hat / correction2), 0.0)
   std_dev = tf.sqrt(variance)
   exponent = log_max - (mean + overflow_std_dev * std_dev)
-  scale = tf.clip_by_value(tf.pow(tf.constant(2.0, _STATE_DTYPE), exponent), scale_min, scale_max)
+  scale = tf.clip_by_value(tf.pow(tf.constant(2.0, STATE_DTYPE), exponent), scale_min, scale_max)
   new_state = {'scale': scale, 't': t, 'x_hat': x_hat, 's_hat': s_hat, 'q': q}
   return {key: tf.where(informative, value, state[key]) for key, value in new_state.items()}
 
@@ -361,34 +167,31 @@ class LogMaxScaler(LossScaler):
   amax <= 0 leaves the state unchanged (see :func:`logmax_update`).
 
   Args:
-    scale_min: the lowest scale, > 0.
-    scale_max: the highest scale, >= scale_min.
-    log_max: log2 of the largest gradient magnitude to allow after scaling;
-      also the value of log2(amax) assumed on overflow.
-    beta1: decay of the moving mean, in [0, 1).
-    beta2: decay of the moving variance, in [0, 1).
-    overflow_std_dev: how many standard deviations of log2(amax) to keep
-      below ``log_max``, >= 0.
+    **params: ``scale_min``, the lowest scale, > 0; ``scale_max``, the
+      highest scale, >= scale_min; ``log_max``, log2 of the largest gradient
+      magnitude to allow after scaling, also the value of log2(amax) assumed
+      on overflow; ``beta1`` and ``beta2``, the decays of the moving mean and
+      variance, in [0, 1); ``overflow_std_dev``, how many standard deviations
+      of log2(amax) to keep below ``log_max``, >= 0. Defaults in
+      ``settings.LOSS_SCALER_DEFAULTS['logmax']``.
+    name: the module's name.
 
   Raises:
-    ValueError: for an out-of-range argument.
+    ValueError: for an unknown parameter or an out-of-range value.
   """
 
-  PARAM_NAMES = ('scale_min', 'scale_max', 'log_max', 'beta1', 'beta2', 'overflow_std_dev')
-
-  def __init__(self, scale_min=1.0, scale_max=2.0 ** 14, log_max=16.0, beta1=0.99, beta2=0.999,
-               overflow_std_dev=3.09, name=None):
+  def __init__(self, name=None, **params):
     super().__init__(name=name)
-    self.scale_min, self.scale_max = _scale_range(scale_min, scale_max)
-    self.log_max = checks.number('log_max', log_max)
-    self.beta1 = checks.number('beta1', beta1, minimum=0.0, below=1.0)
-    self.beta2 = checks.number('beta2', beta2, minimum=0.0, below=1.0)
-    self.overflow_std_dev = checks.number('overflow_std_dev', overflow_std_dev, minimum=0.0)
-    self.scale = _state_variable(1.0, _STATE_DTYPE, 'scale')
-    self.t = _state_variable(0.0, _STATE_DTYPE, 't')
-    self.x_hat = _state_variable(0.0, _STATE_DTYPE, 'x_hat')
-    self.s_hat = _state_variable(0.0, _STATE_DTYPE, 's_hat')
-    self.q = _state_variable(0.0, _STATE_DTYPE, 'q')
+    params = settings.loss_scaler_params('logmax', params)
+    self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
+    self.log_max = params['log_max']
+    self.beta1, self.beta2 = params['beta1'], params['beta2']
+    self.overflow_std_dev = params['overflow_std_dev']
+    self.scale = state_variable(1.0, STATE_DTYPE, 'scale')
+    self.t = state_variable(0.0, STATE_DTYPE, 't')
+    self.x_hat = state_variable(0.0, STATE_DTYPE, 'x_hat')
+    self.s_hat = state_variable(0.0, STATE_DTYPE, 's_hat')
+    self.q = state_variable(0.0, STATE_DTYPE, 'q')
 
   def _variables(self):
     return {'scale': self.scale, 't': self.t, 'x_hat': self.x_hat, 's_hat': self.s_hat, 'q': self.q}
@@ -398,7 +201,7 @@ class LogMaxScaler(LossScaler):
     return tf.cast(self.scale, tf.float32)
 
   def update_op(self, has_nan, amax):
-    overflow, amax = _overflow(has_nan, amax)
+    overflow, amax = overflow_of(has_nan, amax)
     variables = self._variables()
     state = {key: variable.read_value() for key, variable in variables.items()}
     state = logmax_update(state, overflow, amax, self.scale_min, self.scale_max, self.log_max,
@@ -421,20 +224,16 @@ class AutomaticLossScaler(LossScaler):
       out-of-range value.
   """
 
-  SUPPORTED_ALGOS = ['backoff', 'logmax']
+  SUPPORTED_ALGOS = list(settings.AUTOMATIC_ALGOS)
 
   _CLASSES = {'backoff': BackoffScaler, 'logmax': LogMaxScaler}
 
   def __init__(self, algorithm='Backoff', params=None, name=None):
-    key = algorithm.lower() if isinstance(algorithm, str) else None
-    if key not in self.SUPPORTED_ALGOS:
-      raise ValueError(f'algorithm: unknown loss scaling algorithm {algorithm!r}; '
-                       f'allowed (any case): {", ".join(self.SUPPORTED_ALGOS)}')
-    cls = self._CLASSES[key]
-    kwargs = _checked_params(params, cls.PARAM_NAMES, 'params', f'the {algorithm!r} algorithm')
+    key = settings.algorithm_key(algorithm, settings.AUTOMATIC_ALGOS)
+    params = settings.loss_scaler_params(algorithm, params)
     super().__init__(name=name)
     self.algorithm = key
-    self.scaler = cls(**kwargs)
+    self.scaler = self._CLASSES[key](**params)
 
   @property
   def loss_scale(self):
@@ -447,12 +246,6 @@ class AutomaticLossScaler(LossScaler):
 def _is_scaler(value):
   return isinstance(value, LossScaler) or (
       hasattr(value, 'loss_scale') and callable(getattr(value, 'update_op', None)))
-
-
-def _reject_params(params, loss_scaling):
-  if params:
-    raise ValueError(f'loss_scaling_params: only used with Backoff, LogMax or dynamic loss scaling, '
-                     f'got {params!r} with loss_scaling={loss_scaling!r}')
 
 
 def make_loss_scaler(loss_scaling, params=None):
@@ -475,18 +268,11 @@ def make_loss_scaler(loss_scaling, params=None):
       static scale or an existing scaler, and for bad parameters.
   """
   if _is_scaler(loss_scaling):
-    _reject_params(params, loss_scaling)
+    settings.reject_params(params, loss_scaling)
     return loss_scaling
-  if (isinstance(loss_scaling, numbers.Real) and not isinstance(loss_scaling, bool)
-      and math.isfinite(loss_scaling) and loss_scaling > 0):
-    _reject_params(params, loss_scaling)
+  params = settings.check_loss_scaling(loss_scaling, params)
+  if settings.is_fixed_scale(loss_scaling):
     return StaticLossScaler(loss_scaling)
-  if isinstance(loss_scaling, str):
-    key = loss_scaling.lower()
-    if key in AutomaticLossScaler.SUPPORTED_ALGOS:
-      return AutomaticLossScaler(loss_scaling, params)
-    if key == 'dynamic':
-      kwargs = _checked_params(params, DynamicLossScaler.PARAM_NAMES, 'loss_scaling_params',
-                               'dynamic loss scaling')
-      return DynamicLossScaler(**kwargs)
-  raise ValueError(f'loss_scaling: unknown value {loss_scaling!r}; {_LOSS_SCALING_ALLOWED}')
+  if loss_scaling.lower() == 'dynamic':
+    return DynamicLossScaler(**params)
+  return AutomaticLossScaler(loss_scaling, params)

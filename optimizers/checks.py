@@ -1,4 +1,4 @@
-"""Argument checks shared by the optimizers package; each raises a ValueError naming the argument."""
+"""Argument checks shared by the optimizers package, without TensorFlow; each raises a ValueError naming the argument."""
 
 import math
 import numbers
@@ -29,3 +29,10 @@ def number(name, value, positive=False, minimum=None, below=None):
   if below is not None and value >= below:
     raise ValueError(f'{name}: must be < {below}, got {value!r}')
   return value
+
+
+def count(name, value):
+  """Returns ``value`` as a positive int; raises ValueError naming ``name``."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f'{name}: expected an integer >= 1, got {value!r}')
+  return int(value)

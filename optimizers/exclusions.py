@@ -18,11 +18,52 @@ own matching (a regular expression searched in the variable's name).
 
 Names match as substrings of the variable's ``name`` or its Keras ``path``
 (``model/batch_normalization/gamma``), as ``tf.contrib``'s ``skip_list`` did.
+This module is the one place that matches names (``matches_any``), builds
+masks from lists (``mask``, ``kept``, ``larc_mask``) and names a variable in
+summaries and state (``variable_name``).
 """
 
-from optimizers import tf1_compat
-
 EXCLUSION_KEYS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'skip_list')
+
+# The usual list of variables kept from weight decay and the layer adaptation:
+# batch-normalization parameters and biases.
+NORMALIZATION_AND_BIAS = ('batch_normalization', 'bias')
+
+
+def variable_name(var):
+  """The variable's Keras path (or its name), with ':' replaced so it can name a summary or a variable."""
+  return str(getattr(var, 'path', None) or var.name).replace(':', '_')
+
+
+def matches_any(var, patterns):
+  """Whether any string of ``patterns`` is a substring of the variable's name or path."""
+  if not patterns:
+    return False
+  names = [str(getattr(var, 'name', '') or '')]
+  path = getattr(var, 'path', None)
+  if path:
+    names.append(str(path))
+  return any(p in n for p in patterns for n in names)
+
+
+def mask(variables, *name_lists):
+  """One bool per variable: True when it matches no string of any of the lists (None: empty)."""
+  patterns = [p for names in name_lists for p in (names or [])]
+  return [not matches_any(v, patterns) for v in variables]
+
+
+def kept(variables, *name_lists):
+  """The variables that match no string of any of the lists."""
+  return [v for v, keep in zip(variables, mask(variables, *name_lists)) if keep]
+
+
+def larc_mask(variables, larc_params):
+  """Whether LARC adapts each variable: it matches neither ``skip_list`` nor ``exclude_from_layer_adaptation``.
+
+  The two keys mean the same for LARC (it has no weight decay): the first is
+  the ``tf.contrib`` spelling, the second the name LARS and LAMB use.
+  """
+  return mask(variables, larc_params['skip_list'], larc_params['exclude_from_layer_adaptation'])
 
 
 def check_names(owner, key, names):
@@ -64,16 +105,14 @@ class LayerwiseExclusions:
 
   def decays(self, var):
     """Whether ``var`` gets weight decay."""
-    excluded = self.decay_exclusions + (self.skip_list or [])
     # Keras' exclude_from_weight_decay(...) is answered by Keras' own test.
-    return not tf1_compat.matches_any(var, excluded) and self._use_weight_decay(var)
+    return mask([var], self.decay_exclusions, self.skip_list)[0] and self._use_weight_decay(var)
 
   def adapts(self, var):
     """Whether ``var`` gets the layer-wise trust ratio."""
     if self.explicit_adaptation_exclusions is None:
       return self.decays(var)
-    excluded = self.explicit_adaptation_exclusions + (self.skip_list or [])
-    return not tf1_compat.matches_any(var, excluded)
+    return mask([var], self.explicit_adaptation_exclusions, self.skip_list)[0]
 
   def _exclusion_config(self):
     return {'exclude_from_weight_decay': self.decay_exclusions or None,

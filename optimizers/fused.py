@@ -3,7 +3,7 @@
 An update written as a Python loop over variables runs several small tf ops
 per variable, and each op reads and writes a whole tensor; for ResNet-50's 161
 variables that is several times the memory traffic the math needs. The fused
-paths of ``LARSOptimizer``, ``LAMB``, the LARC stage and ``XlaUpdateMixin``
+paths of ``LARSOptimizer``, ``LAMB``, ``MomentumOptimizer`` and the LARC stage
 split an update into the two kinds of work this CPU does well:
 
 * Norms: ``tf.nn.l2_loss`` computes Σx²/2 in one vectorised, multi-threaded
@@ -24,7 +24,6 @@ the per-variable reference paths only in the rounding of the norms.
 
 import tensorflow as tf
 
-from optimizers import tf1_compat
 
 # Groups of variables whose norms and updates are overlapped (``pipelined``):
 # three measured best on ResNet-50 (docs/performance.md); 1 turns it off.
@@ -145,25 +144,3 @@ def jit_for(owner, fn, name=None):
   if key not in functions:
     functions[key] = jit(fn)
   return functions[key]
-
-
-class XlaUpdateMixin:
-  """Runs a Keras optimizer's ``update_step`` for all variables in one XLA launch.
-
-  Put it first among the bases of a Keras 3 optimizer class whose
-  ``update_step`` uses only dense tf ops (``keras.optimizers.SGD`` does): the
-  numbers are those of ``update_step``, with the per-variable ops of all
-  variables fused by XLA. Sparse gradients and ``tf.distribute`` strategies
-  take the per-variable path.
-  """
-
-  def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    if not fusable(grads):
-      return super()._backend_update_step(grads, trainable_variables, learning_rate)
-    variables = [tf1_compat.unwrap(v) for v in trainable_variables]
-    jit_for(self, self._update_all)(list(grads), variables, tf.convert_to_tensor(learning_rate))
-    return None
-
-  def _update_all(self, grads, variables, learning_rate):
-    for grad, var in zip(grads, variables):
-      self.update_step(grad, var, learning_rate)

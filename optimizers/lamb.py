@@ -1,11 +1,12 @@
 """LAMB: layer-wise adaptive moments for large-batch training.
 
 ``update_step`` is the per-variable reference path. With ``fused=True`` (the
-default) ``apply`` runs the native CPU kernel (``native.lamb``: moments, norms
-and update of each variable in one visit), or where it does not apply the XLA
-path: the moments of all variables and their directions u in one XLA launch,
-‖w‖ and ‖u‖ with ``tf.nn.l2_loss`` kernels, and w ← w − lr·ratio·u in a second
-launch (``lamb_moments_all``, ``lamb_apply_all``); see docs/performance.md.
+default) ``apply`` runs ``native_update``, the native CPU kernel
+(``native.lamb``: moments, norms and update of each variable in one visit),
+or where it does not apply ``xla_update``: the moments of all variables and
+their directions u in one XLA launch, ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
+kernels, and w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
+``lamb_apply_all``); ``dispatch.update_path`` chooses (docs/performance.md).
 
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.
@@ -20,6 +21,7 @@ from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
+from optimizers.keras_adapter import FusedUpdate
 
 
 def lamb_direction(m_hat, v_hat, w, epsilon, weight_decay):
@@ -86,7 +88,7 @@ def lamb_apply_all(variables, directions, adapts, learning_rate, w_squared, u_sq
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class LAMB(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
+class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
            keras.optimizers.Optimizer):
   """LAMB: Adam moments with bias correction and a layer-wise trust ratio.
 
@@ -135,6 +137,9 @@ class LAMB(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
     self._set_exclusions(exclude_from_weight_decay, exclude_from_layer_adaptation, skip_list)
     self.fused = bool(fused)
 
+  # Weight decay is part of the LAMB direction u, before the trust ratio.
+  FOLDS_WEIGHT_DECAY = True
+
   def build(self, var_list):
     if self.built:
       return
@@ -143,10 +148,6 @@ class LAMB(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
     self._v = self.add_optimizer_variables(var_list, 'v')
     self._decays = [self.decays(v) for v in var_list]
     self._adapts = [self.adapts(v) for v in var_list]
-
-  def _apply_weight_decay(self, variables):
-    # Weight decay is part of the LAMB direction u, before the trust ratio.
-    return
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
@@ -168,30 +169,33 @@ class LAMB(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
       ratio = 1.0
     var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
 
-  def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    if not (self.fused and fused.fusable(grads)):
-      return super()._backend_update_step(grads, trainable_variables, learning_rate)
-    indices = [self._get_variable_index(v) for v in trainable_variables]
-    variables = [tf1_compat.unwrap(v) for v in trainable_variables]
-    ms = [tf1_compat.unwrap(self._m[i]) for i in indices]
-    vs = [tf1_compat.unwrap(self._v[i]) for i in indices]
-    decays = [self._decays[i] for i in indices]
+  def native_slots(self, variables):
+    """The moments of ``variables`` (tf.Variables), which the native kernel writes."""
+    indices = [self._get_variable_index(v) for v in variables]
+    return ([tf1_compat.unwrap(self._m[i]) for i in indices]
+            + [tf1_compat.unwrap(self._v[i]) for i in indices])
+
+  def native_update(self, grads, variables, indices, learning_rate):
+    """The update of all variables in the native kernel (``native.lamb``)."""
+    native.lamb(variables, [tf1_compat.unwrap(self._m[i]) for i in indices],
+                [tf1_compat.unwrap(self._v[i]) for i in indices], grads,
+                tf.cast(learning_rate, tf.float32), tf.cast(self.iterations + 1, tf.float32),
+                [self._decays[i] for i in indices], [self._adapts[i] for i in indices],
+                self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
+
+  def xla_update(self, grads, variables, indices, learning_rate):
+    """The moments and directions in one XLA launch, the norms, then the update in a second."""
     adapts = [self._adapts[i] for i in indices]
-    learning_rate = tf.cast(learning_rate, tf.float32)
-    step = tf.cast(self.iterations + 1, tf.float32)
-    if native.applies(variables, ms + vs, grads):
-      native.lamb(variables, ms, vs, grads, learning_rate, step, decays, adapts, self.beta_1,
-                  self.beta_2, self.epsilon, self.weight_decay)
-      return None
     directions = fused.jit_for(self, lamb_moments_all)(
-        variables, ms, vs, list(grads), step, tuple(decays), self.beta_1, self.beta_2,
-        self.epsilon, self.weight_decay)
+        variables, [tf1_compat.unwrap(self._m[i]) for i in indices],
+        [tf1_compat.unwrap(self._v[i]) for i in indices], grads,
+        tf.cast(self.iterations + 1, tf.float32), tuple(self._decays[i] for i in indices),
+        self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
     adapted = [k for k, a in enumerate(adapts) if a]
     w_squared = fused.squared_norms([variables[k] for k in adapted])
     u_squared = fused.squared_norms([directions[k] for k in adapted])
-    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts), learning_rate,
-                                        w_squared, u_squared)
-    return None
+    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts),
+                                        tf.cast(learning_rate, tf.float32), w_squared, u_squared)
 
   def get_slot_names(self):
     """The names of the per-variable slots: ``['m', 'v']``."""

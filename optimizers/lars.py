@@ -8,11 +8,12 @@ works) that also keeps the TF 1 optimizer methods users port code with:
 The math lives in plain tensor functions (``trust_ratio``, ``lars_momentum_update``)
 so it can be tested and fused independently of the class. ``update_step`` and
 ``compute_lr`` are the per-variable reference path. With ``fused=True`` (the
-default) ``apply`` runs the native CPU kernel (``native.trust_momentum``: each
-variable's norms and update in one visit, about the cost of plain momentum),
-or where it does not apply the XLA path: norms with ``tf.nn.l2_loss`` kernels
-and the element-wise updates as XLA launches over groups of variables
-(``lars_update_all``, ``fused.pipelined``); see docs/performance.md.
+default) ``apply`` runs ``native_update``, the native CPU kernel
+(``native.trust_momentum``: each variable's norms and update in one visit,
+about the cost of plain momentum), or where it does not apply ``xla_update``:
+norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
+launches over groups of variables (``lars_update_all``, ``fused.pipelined``);
+``dispatch.update_path`` chooses (docs/performance.md).
 
 References:
   You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
@@ -26,6 +27,7 @@ from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
+from optimizers.keras_adapter import FusedUpdate
 
 
 def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
@@ -131,7 +133,7 @@ def _check_non_negative(**values):
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
+class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
                     keras.optimizers.Optimizer):
   """Layer-wise Adaptive Rate Scaling with momentum.
 
@@ -193,6 +195,9 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
     self.use_nesterov = bool(use_nesterov)
     self.fused = bool(fused)
 
+  # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
+  FOLDS_WEIGHT_DECAY = True
+
   def build(self, var_list):
     if self.built:
       return
@@ -200,10 +205,6 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
     self._momentums = self.add_optimizer_variables(var_list, 'momentum')
     self._adapts = [self.adapts(v) for v in var_list]
     self._decays = [self.decays(v) for v in var_list]
-
-  def _apply_weight_decay(self, variables):
-    # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
-    return
 
   def is_skipped(self, var):
     """Whether ``var`` is excluded from both the trust ratio and weight decay."""
@@ -255,20 +256,24 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
     scaled_lr, grad = self.compute_lr(gradient, variable, learning_rate)
     lars_momentum_update(tf_var, slot, grad, scaled_lr, self.momentum, self.use_nesterov)
 
-  def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    if not (self.fused and fused.fusable(grads)):
-      return super()._backend_update_step(grads, trainable_variables, learning_rate)
-    indices = [self._get_variable_index(v) for v in trainable_variables]
-    variables = [tf1_compat.unwrap(v) for v in trainable_variables]
+  def native_slots(self, variables):
+    """The momentum slots of ``variables`` (tf.Variables), which the native kernel writes."""
+    return [tf1_compat.unwrap(self._momentums[self._get_variable_index(v)]) for v in variables]
+
+  def native_update(self, grads, variables, indices, learning_rate):
+    """The update of all variables in the native kernel (``native.trust_momentum``)."""
+    native.trust_momentum(variables, [tf1_compat.unwrap(self._momentums[i]) for i in indices],
+                          grads, tf.cast(learning_rate, tf.float32),
+                          [self._adapts[i] for i in indices], 'lars', self.momentum,
+                          self.weight_decay, self.eeta, self.epsilon,
+                          use_nesterov=self.use_nesterov, decay=[self._decays[i] for i in indices])
+
+  def xla_update(self, grads, variables, indices, learning_rate):
+    """The update of all variables as XLA launches over groups, their norms overlapped."""
     slots = [tf1_compat.unwrap(self._momentums[i]) for i in indices]
     adapt = [self._adapts[i] for i in indices]
     decay = [self._decays[i] for i in indices]
     learning_rate = tf.cast(learning_rate, tf.float32)
-    if native.applies(variables, slots, grads):
-      native.trust_momentum(variables, slots, grads, learning_rate, adapt, 'lars', self.momentum,
-                            self.weight_decay, self.eeta, self.epsilon,
-                            use_nesterov=self.use_nesterov, decay=decay)
-      return None
 
     def norms(group):
       adapted = [k for k in group if adapt[k]]
@@ -284,7 +289,6 @@ class LARSOptimizer(exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin
                         self.use_nesterov)
 
     fused.pipelined(fused.split_by_size(variables, fused.PIPELINE_GROUPS), norms, update)
-    return None
 
   def get_slot_names(self):
     """The names of the per-variable slots: ``['momentum']``."""

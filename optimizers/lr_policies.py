@@ -16,8 +16,9 @@ Values are computed in float64 and cast at the end: integer steps and
 boundaries compare exactly, and the result is the correctly rounded float32 of
 the formula rather than the sum of float32 rounding errors.
 
-``LR_POLICIES`` holds all policies by function name, so a config can say
-``lr_policy: poly_decay``.
+``LR_POLICIES`` (declared in ``optimizers.registry``, so that a config's
+policy name is checked without TensorFlow) holds all policies by function
+name, so a config can say ``lr_policy: poly_decay``.
 """
 
 import math
@@ -25,10 +26,8 @@ import numbers
 
 import tensorflow as tf
 
-from framework.registry import Registry
 from optimizers import checks
-
-LR_POLICIES = Registry('lr policy')
+from optimizers.registry import LR_POLICIES  # noqa: F401  (names every policy below)
 
 _COMPUTE_DTYPE = tf.float64
 
@@ -88,7 +87,6 @@ def _output(value, dtype=tf.float32):
   return tf.cast(value, dtype)
 
 
-@LR_POLICIES.register()
 def fixed_lr(global_step, learning_rate):
   """A constant learning rate.
 
@@ -107,7 +105,6 @@ def fixed_lr(global_step, learning_rate):
   return _output(tf.constant(learning_rate, _COMPUTE_DTYPE))
 
 
-@LR_POLICIES.register()
 def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, steps_per_epoch=None):
   """A step function: ``lr`` then ``lr·decay_rates[k]`` after each boundary.
 
@@ -152,7 +149,6 @@ def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, step
   return _output(tf.gather(values, index))
 
 
-@LR_POLICIES.register()
 def exp_decay(global_step, learning_rate, decay_steps, decay_rate, use_staircase_decay,
               begin_decay_at=0, min_lr=0.0):
   """Exponential decay: ``max(min_lr, lr·decay_rate^((s − b)/D))`` from step b.
@@ -192,7 +188,6 @@ def exp_decay(global_step, learning_rate, decay_steps, decay_rate, use_staircase
   return _output(_warmup_then_decay(step, learning_rate, 0.0, begin_decay_at, decay))
 
 
-@LR_POLICIES.register()
 def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_at=0, min_lr=0.0,
                warmup_steps=0):
   """Polynomial decay from ``lr`` to ``min_lr`` over ``decay_steps``, with warm-up.
@@ -233,7 +228,6 @@ def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_a
   return _output(_warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
 
 
-@LR_POLICIES.register()
 def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_lr=0.0,
                  warmup_steps=0):
   """Half-cosine decay from ``lr`` to ``min_lr`` over ``decay_steps``, with warm-up.
@@ -273,7 +267,6 @@ def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_
   return _output(_warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
 
 
-@LR_POLICIES.register()
 def inv_poly_decay(global_step, learning_rate, decay_steps, min_lr, power=1.0, begin_decay_at=0,
                    warmup_steps=0, name='learning_rate'):
   """Inverse polynomial decay reaching ``min_lr`` after ``decay_steps``, with warm-up.
@@ -317,7 +310,6 @@ def inv_poly_decay(global_step, learning_rate, decay_steps, min_lr, power=1.0, b
     return _output(_warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
 
 
-@LR_POLICIES.register()
 def transformer_policy(global_step, learning_rate, d_model, warmup_steps, max_lr=None,
                        coefficient=1.0, dtype=tf.float32):
   """The schedule of "Attention Is All You Need", optionally capped.

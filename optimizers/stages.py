@@ -1,10 +1,10 @@
 """The stages of one update, as small functions with explicit state.
 
-``optimize_loss`` composes them in the order of the numerical contract:
-loss scaling -> accumulation -> allreduce -> finite check -> global-norm
-clipping -> LARC -> the optimizer's update. Each stage here is a plain tensor
-function (or a tf.Module holding only that stage's variables) so it can be
-tested on its own.
+``pipeline.GradientPipeline`` composes them in the order of docs/math.md:
+loss scaling -> accumulation -> allreduce (``allreduce.py``) -> finite check
+-> global-norm clipping -> LARC -> the optimizer's update. Each stage here is a
+plain tensor function (or a tf.Module holding only that stage's variables) so
+it can be tested on its own.
 
 The norms of the clipping and LARC stages are taken with one
 ``tf.nn.l2_loss`` kernel per tensor (``fused.squared_norms``); ``norms`` and
@@ -14,16 +14,15 @@ against.
 
 import tensorflow as tf
 
-from optimizers import automatic_loss_scaler
 from optimizers import exclusions
 from optimizers import fused
+from optimizers import loss_scalers
 from optimizers import native
+from optimizers import settings
 from optimizers import tf1_compat
 
-LARC_DEFAULTS = {'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7, 'skip_list': None,
-                 'exclude_from_layer_adaptation': None}
-LARC_KEYS = ('larc_eta',) + tuple(LARC_DEFAULTS)
-LARC_MODES = ('clip', 'scale')
+# The one validator of larc_params (also used by the config layer).
+check_larc_params = settings.check_larc_params
 
 
 def _map_dense(fn, grad):
@@ -84,7 +83,7 @@ def gradient_statistics(grads, with_norm):
 
   One native kernel pass (``native.gradient_stats``) when the gradients are
   dense float32 on the CPU; otherwise the tensor ops of
-  ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
+  ``loss_scalers.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order.
 
   Returns:
@@ -99,7 +98,7 @@ def gradient_statistics(grads, with_norm):
 
 def gradient_statistics_reference(grads, with_norm):
   """``gradient_statistics`` with the tensor ops only (the reference path)."""
-  has_nan, amax = automatic_loss_scaler.gradient_stats(grads)
+  has_nan, amax = loss_scalers.gradient_stats(grads)
   return has_nan, amax, (global_norm(grads) if with_norm else None)
 
 
@@ -119,33 +118,6 @@ def clip_by_global_norm(grads, clip_norm, use_norm=None):
   clip_norm = tf.cast(clip_norm, tf.float32)
   factor = clip_norm / tf.maximum(use_norm, clip_norm)
   return [_map_dense(lambda g: g * tf.cast(factor, g.dtype), g) for g in grads], use_norm
-
-
-def check_larc_params(larc_params):
-  """Validates ``larc_params`` and returns a new dict with defaults filled.
-
-  Raises:
-    ValueError: for an unknown key, a missing ``larc_eta``, a bad ``larc_mode``
-      or a negative value.
-  """
-  if not isinstance(larc_params, dict):
-    raise ValueError(f'larc_params must be a dict, got {larc_params!r}')
-  unknown = sorted(set(larc_params) - set(LARC_KEYS))
-  if unknown:
-    raise ValueError(f'larc_params: unknown key {unknown[0]!r}; allowed keys: {", ".join(LARC_KEYS)}')
-  if 'larc_eta' not in larc_params:
-    raise ValueError('larc_params: larc_eta is required (e.g. 0.001)')
-  params = dict(LARC_DEFAULTS, **larc_params)
-  if params['larc_mode'] not in LARC_MODES:
-    raise ValueError(f'larc_params.larc_mode: {params["larc_mode"]!r} is not allowed; '
-                     f'allowed: {", ".join(LARC_MODES)}')
-  for key in ('larc_eta', 'min_update', 'epsilon'):
-    value = params[key]
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-      raise ValueError(f'larc_params.{key}: must be a number >= 0, got {value!r}')
-  for key in ('skip_list', 'exclude_from_layer_adaptation'):
-    params[key] = exclusions.check_names('larc_params', key, params[key])
-  return params
 
 
 def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode, min_update,
@@ -177,16 +149,6 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
   return tf.where(usable, factors, tf.ones_like(factors))
 
 
-def larc_adapts(var, params):
-  """Whether LARC adapts ``var``: it matches nothing in ``skip_list`` or ``exclude_from_layer_adaptation``.
-
-  The two keys mean the same for LARC (it has no weight decay): the first is
-  the ``tf.contrib`` spelling, the second the name LARS and LAMB use.
-  """
-  return not tf1_compat.matches_any(
-      var, (params['skip_list'] or []) + (params['exclude_from_layer_adaptation'] or []))
-
-
 def larc(grads, var_list, learning_rate, params):
   """Applies LARC to the gradients.
 
@@ -212,8 +174,8 @@ def larc_reference(grads, var_list, learning_rate, params):
 
 
 def _larc(grads, var_list, learning_rate, params, norms_fn):
-  adapted = [i for i, (g, v) in enumerate(zip(grads, var_list))
-             if g is not None and larc_adapts(v, params)]
+  adapts = exclusions.larc_mask(var_list, params)
+  adapted = [i for i, g in enumerate(grads) if g is not None and adapts[i]]
   if not adapted:
     return list(grads), {}
   g_norms = norms_fn([grads[i] for i in adapted])
@@ -275,7 +237,7 @@ class MasterWeights(tf.Module):
       for v in self.model_vars:
         if v.dtype in (tf.float16, tf.bfloat16):
           master = tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
-                               name=_master_name(v))
+                               name='master/' + exclusions.variable_name(v))
           self.masters.append(master)
         else:
           self.masters.append(v)
@@ -289,24 +251,6 @@ class MasterWeights(tf.Module):
     for m, v in zip(self.masters, self.model_vars):
       if m is not v:
         v.assign(tf.cast(m, v.dtype))
-
-
-def _master_name(var):
-  name = getattr(var, 'path', None) or var.name
-  return 'master/' + str(name).replace(':', '_')
-
-
-def allreduce(grads, compression=None):
-  """Averages the gradients over Horovod workers with one grouped allreduce.
-
-  A no-op when Horovod is not initialised or there is a single worker.
-
-  Args:
-    grads: float32 dense gradients (None entries pass through).
-    compression: None/'none' or 'fp16' (halves the bytes sent).
-  """
-  from framework import distributed  # pylint: disable=import-outside-toplevel
-  return distributed.allreduce_average(grads, compression)
 
 
 def apply_if(condition, apply_fn):

@@ -12,17 +12,6 @@ import keras
 import tensorflow as tf
 
 
-def matches_any(var, patterns):
-  """Whether any string of ``patterns`` is a substring of the variable's name or path."""
-  if not patterns:
-    return False
-  names = [str(getattr(var, 'name', '') or '')]
-  path = getattr(var, 'path', None)
-  if path:
-    names.append(str(path))
-  return any(p in n for p in patterns for n in names)
-
-
 def deduplicate(grad):
   """Sums the rows of an IndexedSlices gradient that share an index.
 

@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import run as run_lib  # noqa: E402
+from framework import config as config_lib  # noqa: E402
 from framework import distributed  # noqa: E402
 from framework import trainer as trainer_lib  # noqa: E402
 
@@ -83,7 +83,7 @@ def main():
   if hvd.size() != 2:
     raise SystemExit(f'bench_horovod.py: run under horovodrun -np 2, got {hvd.size()} worker(s)')
   rank = hvd.rank()
-  cfg = run_lib.load(argparse.Namespace(config=args.config, mode='benchmark', set=[]))['train']
+  cfg = config_lib.load_configs(args.config, 'benchmark')['train']
   batch = cfg['batch_size_per_gpu']
   warmup = max(1, cfg['bench_warmup_steps'])
   with tempfile.TemporaryDirectory() as logdir:

@@ -1,4 +1,4 @@
-"""Optimizer-update benchmark on ResNet-50's variables (issue 5).
+"""Optimizer-update benchmark on ResNet-50's variables.
 
   .venv/bin/python scripts/bench_optimizers.py [--rounds 15] [--calls 3]
 
@@ -103,24 +103,22 @@ def update_fn(optimizer, grads, variables, jit_compile=False, larc=None, use_nat
   return function
 
 
-def main():
-  args = parse_args()
-  keras.utils.set_random_seed(0)
-  model = MODELS.resolve('resnet50')({}, (224, 224, 3), 1000)
-  variables = model.trainable_variables
-  elements = sum(int(np.prod(v.shape)) for v in variables)
-  grads = [tf.random.normal(v.shape, stddev=1e-3) for v in variables]
-  larc = stages.check_larc_params({'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': SKIP})
-  if native.load() is None:
-    print(f'FAIL the native kernels are unavailable ({native.error()}); '
-          'the "native kernel" rows measure the XLA path')
-  print(f'ResNet-50: {len(variables)} variables, {elements / 1e6:.2f} M parameters; '
-        f'{args.rounds} rounds x {args.calls} calls; TF {tf.__version__}, Keras {keras.__version__}')
+BASELINE = 'keras SGD(momentum=0.9), jit_compile=True'
+TRIAD = 'triad a = b + s*c (jit)'
+# Float32 arrays of the parameters' size each update must move (reads and writes).
+ARRAYS = {'LARS (native kernel)': 5, 'Momentum + LARC (native kernel)': 5, 'LAMB (native kernel)': 7,
+          'LARS (XLA path)': 5, 'Momentum + LARC (XLA path)': 5, 'LAMB (XLA path)': 7,
+          'keras Lamb, jit_compile=True': 7, BASELINE: 5,
+          'LARS (reference, per variable)': 5, 'LAMB (reference, per variable)': 7}
+GOALS = ('LARS (native kernel)', 'Momentum + LARC (native kernel)', 'LAMB (native kernel)')
 
-  baseline = 'keras SGD(momentum=0.9), jit_compile=True'
+
+def candidates_for(grads, variables, reference):
+  """``{name: traced update}`` of every candidate, the triad first."""
+  larc = stages.check_larc_params({'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': SKIP})
   candidates = {
-      'triad a = b + s*c (jit)': triad_fn(),
-      baseline: update_fn(keras.optimizers.SGD(0.1, momentum=0.9), grads, variables,
+      TRIAD: triad_fn(),
+      BASELINE: update_fn(keras.optimizers.SGD(0.1, momentum=0.9), grads, variables,
                           jit_compile=True),
       'LARS (native kernel)': update_fn(LARSOptimizer(0.1, skip_list=SKIP), grads, variables),
       'Momentum + LARC (native kernel)': update_fn(MomentumOptimizer(0.1, momentum=0.9), grads, variables,
@@ -136,33 +134,35 @@ def main():
       'keras Lamb, jit_compile=True': update_fn(keras.optimizers.Lamb(1e-3), grads, variables,
                                                 jit_compile=True),
   }
-  if args.reference:
+  if reference:
     candidates['LARS (reference, per variable)'] = update_fn(
         LARSOptimizer(0.1, skip_list=SKIP, fused=False), grads, variables)
     candidates['LAMB (reference, per variable)'] = update_fn(
         LAMB(1e-3, weight_decay=1e-4, exclude_from_weight_decay=SKIP, fused=False), grads,
         variables)
-  # Bytes each update must move, in float32 arrays of the parameters' size.
-  arrays = {'LARS (native kernel)': 5, 'Momentum + LARC (native kernel)': 5, 'LAMB (native kernel)': 7,
-            'LARS (XLA path)': 5, 'Momentum + LARC (XLA path)': 5, 'LAMB (XLA path)': 7,
-            'keras Lamb, jit_compile=True': 7, baseline: 5,
-            'LARS (reference, per variable)': 5, 'LAMB (reference, per variable)': 7}
+  return candidates
 
+
+def time_rounds(candidates, rounds, calls):
+  """``{name: [seconds per update, one per round]}``, the candidates in turn in every round."""
   for fn in candidates.values():  # compile and warm up
     fn()
     fn()
   times = {name: [] for name in candidates}
-  for _ in range(args.rounds):
+  for _ in range(rounds):
     for name, fn in candidates.items():
       fn()  # untimed: the previous candidate's deferred writes go to memory now
       start = time.perf_counter()
-      for _ in range(args.calls):
+      for _ in range(calls):
         fn()
-      times[name].append((time.perf_counter() - start) / args.calls)
+      times[name].append((time.perf_counter() - start) / calls)
+  return times
 
-  triad = np.array(times['triad a = b + s*c (jit)'])
-  bandwidth = 3 * 4 * TRIAD_ELEMENTS / triad  # bytes/s, per round
-  base = np.array(times[baseline])
+
+def report(times, elements):
+  """Prints the table and one PASS/FAIL line per goal."""
+  bandwidth = 3 * 4 * TRIAD_ELEMENTS / np.array(times[TRIAD])  # bytes/s, per round
+  base = np.array(times[BASELINE])
   print(f'memory bandwidth (triad): {statistics.median(bandwidth) / 1e9:.1f} GB/s (median)')
   print(f'{"candidate":40s} {"ms":>8s} {"ratio to baseline":>18s} {"bound ms":>9s} {"of bound":>9s}')
   results = {}
@@ -170,19 +170,35 @@ def main():
     values = np.array(values)
     ratio = statistics.median(values / base)
     line = f'{name:40s} {statistics.median(values) * 1e3:8.2f} {ratio:18.3f}'
-    if name in arrays:
-      bound = arrays[name] * 4 * elements / bandwidth
+    if name in ARRAYS:
+      bound = ARRAYS[name] * 4 * elements / bandwidth
       efficiency = statistics.median(bound / values)
       line += f' {statistics.median(bound) * 1e3:9.2f} {efficiency:9.1%}'
       results[name] = (ratio, efficiency)
     print(line)
-  print(f'baseline: {baseline}; ratios and efficiencies are medians of per-round values')
-  for name in ('LARS (native kernel)', 'Momentum + LARC (native kernel)', 'LAMB (native kernel)'):
+  print(f'baseline: {BASELINE}; ratios and efficiencies are medians of per-round values')
+  for name in GOALS:
     ratio, efficiency = results[name]
-    print(f'{"PASS" if ratio <= MAX_RATIO else "FAIL"} {name} time vs {baseline}: '
+    print(f'{"PASS" if ratio <= MAX_RATIO else "FAIL"} {name} time vs {BASELINE}: '
           f'{ratio:.3f}x (goal <= {MAX_RATIO}x)')
     print(f'{"PASS" if efficiency >= MIN_EFFICIENCY else "FAIL"} {name} memory-bandwidth '
           f'efficiency: {efficiency:.1%} of bound (goal >= {MIN_EFFICIENCY:.0%})')
+
+
+def main():
+  args = parse_args()
+  keras.utils.set_random_seed(0)
+  model = MODELS.resolve('resnet50')({}, (224, 224, 3), 1000)
+  variables = model.trainable_variables
+  elements = sum(int(np.prod(v.shape)) for v in variables)
+  grads = [tf.random.normal(v.shape, stddev=1e-3) for v in variables]
+  if native.load() is None:
+    print(f'FAIL the native kernels are unavailable ({native.error()}); '
+          'the "native kernel" rows measure the XLA path')
+  print(f'ResNet-50: {len(variables)} variables, {elements / 1e6:.2f} M parameters; '
+        f'{args.rounds} rounds x {args.calls} calls; TF {tf.__version__}, Keras {keras.__version__}')
+  candidates = candidates_for(grads, variables, args.reference)
+  report(time_rounds(candidates, args.rounds, args.calls), elements)
 
 
 if __name__ == '__main__':

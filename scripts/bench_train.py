@@ -51,10 +51,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import run as run_lib  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
+from framework import config as config_lib  # noqa: E402
 from framework import trainer as trainer_lib  # noqa: E402
-from framework.precision import cpu_info  # noqa: E402
+from core.precision import cpu_info  # noqa: E402
 from models import MODELS  # noqa: E402
 from optimizers import optimizers as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
@@ -76,8 +76,7 @@ def parse_args():
 
 
 def load_config(overrides=()):
-  args = argparse.Namespace(config=CONFIG, mode='train', set=list(overrides))
-  return run_lib.load(args)['train']
+  return config_lib.load_configs(CONFIG, 'train', list(overrides))['train']
 
 
 def build_model(cfg, policy='float32'):

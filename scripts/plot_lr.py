@@ -38,10 +38,7 @@ def parse_args(argv):
 def load_train_config(path, overrides):
   """The validated train-mode config, as run.py builds it."""
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from run import registries_for_config  # pylint: disable=import-outside-toplevel
-  raw = config_lib.load_config_file(path)
-  train = config_lib.resolve_modes(raw, 'train', overrides)['train']
-  return config_lib.validate(train, registries_for_config())
+  return config_lib.load_configs(path, 'train', list(overrides))['train']
 
 
 def steps_per_epoch(cfg, num_workers=1):
@@ -117,7 +114,7 @@ def main(argv=None):
   quiet.import_tensorflow()
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:
     cfg = load_train_config(args.config, args.set)
     per_epoch = steps_per_epoch(cfg, args.workers)

@@ -229,12 +229,10 @@ def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(t
 
 def resolved_views(config, overrides=()):
   """run.py's train and eval views of a config file, resolved and validated in this process."""
-  import argparse  # pylint: disable=import-outside-toplevel
-  import run as run_py  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   views = {}
   for mode in ('train', 'eval'):
-    cfg = run_py.load(argparse.Namespace(config=str(config), mode=mode, set=list(overrides)))[mode]
+    cfg = config_lib.load_configs(str(config), mode, list(overrides))[mode]
     views[mode] = config_lib.to_yaml(cfg)
   return views
 

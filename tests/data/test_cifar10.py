@@ -5,7 +5,7 @@ import pytest
 
 from data import DATA_LAYERS
 from data.base import DataError
-from framework.params import ConfigError
+from core.params import ConfigError
 
 # Published per-channel statistics of the CIFAR-10 training pixels in [0, 1].
 MEAN = np.array([0.4914, 0.4822, 0.4465])

@@ -6,8 +6,8 @@ import tensorflow as tf
 
 from data import DATA_LAYERS
 from data.base import DataLayer, pad_crop_flip
-from framework.params import ConfigError, Param
-from framework.registry import UnknownNameError
+from core.params import ConfigError, Param
+from core.registry import UnknownNameError
 
 
 class _Toy(DataLayer):

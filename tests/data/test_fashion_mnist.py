@@ -9,7 +9,7 @@ import pytest
 
 from data import DATA_LAYERS
 from data.base import DataError
-from framework.params import ConfigError
+from core.params import ConfigError
 
 REAL_DIR = '/usr/share/datasets/fashion-mnist'
 # Published statistics of the Fashion-MNIST training pixels in [0, 1].

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from data import DATA_LAYERS
-from framework.params import ConfigError
+from core.params import ConfigError
 
 
 def test_defaults_are_imagenet_sized():

@@ -8,11 +8,11 @@ import pytest
 import tensorflow as tf
 
 from framework import config as cfg
-from framework.params import ConfigError
-from framework.params import Param
-from framework.params import REQUIRED
-from framework.params import positive
-from framework.registry import Registry
+from core.params import ConfigError
+from core.params import Param
+from core.params import REQUIRED
+from core.params import positive
+from core.registry import Registry
 
 
 # ---------------------------------------------------------------------------
@@ -1031,3 +1031,49 @@ def test_format_error():
   assert cfg.format_error(ConfigError("model: unknown model 'x'")) == "error: model: unknown model 'x'"
   assert cfg.format_error(ValueError('bad\nvalue')) == 'error: ValueError: bad value'
   assert cfg.format_error(KeyError()) == 'error: KeyError'
+
+
+# ---------------------------------------------------------------------------
+# load_configs: a run.py mode's views in one call
+
+def test_load_configs_gives_the_validated_views_of_a_mode(tmp_path):
+  base = '\n'.join(f'  {key}: {value!r}' for key, value in base_config().items())
+  path = write(tmp_path, 'run.yaml', f'base_params:\n{base}\neval_params:\n  batch_size_per_gpu: 64\n')
+  both = cfg.load_configs(path, 'train_eval', ['num_epochs=3'], REGISTRIES)
+  assert (both['train']['batch_size_per_gpu'], both['eval']['batch_size_per_gpu']) == (32, 64)
+  assert both['train']['num_epochs'] == both['eval']['num_epochs'] == 3
+  assert both['train'] == check(cfg.resolve(cfg.load_config_file(path), 'train', ['num_epochs=3']))
+  # An export serves the model as it is evaluated.
+  export = cfg.load_configs(path, 'export', (), REGISTRIES)
+  assert export['train'] is None and export['eval']['batch_size_per_gpu'] == 64
+  # Without construct, only the owners' checks are left out.
+  typo = ['optimizer_params.momentun=0.9']
+  assert cfg.load_configs(path, 'train', typo, REGISTRIES, construct=False)['train'][
+      'optimizer_params'] == {'momentum': 0.9, 'momentun': 0.9}
+  with pytest.raises(ConfigError, match='^optimizer_params.momentun: unknown argument of SGD'):
+    cfg.load_configs(path, 'train', typo, REGISTRIES)
+  with pytest.raises(ConfigError, match='^optimizer_params.learning_rate: not allowed'):
+    cfg.load_configs(path, 'train', ['optimizer_params.learning_rate=1'], REGISTRIES,
+                     construct=False)
+
+
+def test_a_lazy_entry_declares_its_params_or_is_checked_once_loaded():
+  registries = dict(REGISTRIES)
+  models = Registry('model')
+  models.register_lazy('declared', 'tests.framework.test_config:fake_model',
+                       PARAMS=fake_model.PARAMS)
+  models.register_lazy('undeclared', 'tests.framework.test_config:fake_model')
+  registries['model'] = models
+  bad = {'width': 16, 'dept': 50}
+  message = ('model_params.dept: unknown key (did you mean model_params.depth?); '
+             'allowed keys: block, depth, initializer, width')
+  for construct in (False, True):
+    assert error_of(cfg.validate, base_config(model='declared', model_params=bad), registries,
+                    'train', construct) == message
+  assert not models.is_loaded('declared')
+  unchecked = cfg.validate(base_config(model='undeclared', model_params=bad), registries,
+                           construct=False)
+  assert unchecked['model_params'] == bad and not models.is_loaded('undeclared')
+  assert error_of(cfg.validate, base_config(model='undeclared', model_params=bad),
+                  registries) == message
+  assert models.is_loaded('undeclared')

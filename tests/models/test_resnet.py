@@ -6,8 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from framework.params import ConfigError
-from framework.registry import UnknownNameError
+from core.params import ConfigError
+from core.registry import UnknownNameError
 from models import MODELS
 from models.resnet import ZeroPadShortcut
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from optimizers import settings
 from optimizers.automatic_loss_scaler import (AutomaticLossScaler, BackoffScaler, DynamicLossScaler,
                                               LogMaxScaler, StaticLossScaler, gradient_stats,
                                               make_loss_scaler)
@@ -280,6 +281,25 @@ def test_unknown_param_names_key_and_allowed_keys():
 def test_bad_values_raise(build, match):
   with pytest.raises(ValueError, match=f'^{match}: '):
     build()
+
+
+@pytest.mark.parametrize('loss_scaling, params', [
+    ('Backoff', {'scale_min': 4.0, 'scale_max': 2.0}),
+    ('Backoff', {'step_window': 2.5}),
+    ('LogMax', {'beta2': 1.0}),
+    ('LogMax', {'step_factor': 2.0}),
+    ('dynamic', {'multiplier': 0.5}),
+    ('dynamic', {'growth_step': 3}),
+    (2.0, {'step_window': 3}),
+])
+def test_the_config_check_is_the_scalers_own(loss_scaling, params):
+  # settings.check_loss_scaling (no TensorFlow, run by the config layer)
+  # refuses what building the scaler refuses, with the same words.
+  with pytest.raises(ValueError) as built:
+    make_loss_scaler(loss_scaling, params)
+  with pytest.raises(ValueError) as checked:
+    settings.check_loss_scaling(loss_scaling, params)
+  assert str(checked.value) == str(built.value)
 
 
 # Graph mode, tracing and checkpoints

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from optimizers import dispatch
 from optimizers import native
 from optimizers import optimizers as opt_lib
 from optimizers import stages
@@ -48,7 +49,8 @@ def larc_factors(path, grads, variables, lr, params):
   optimizer.build(variables)
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
-    assert optimizer.fused_larc_applies(tensors, variables), native.error()
+    assert dispatch.update_path(optimizer, tensors, variables, params) == dispatch.NATIVE, \
+        native.error()
     factors = opt_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:
     larc = stages.larc_reference if path == 'reference' else stages.larc

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework.registry import Registry
+from core.registry import Registry
 from optimizers import lr_policies
 from optimizers.lr_policies import (LR_POLICIES, cosine_decay, exp_decay, fixed_lr, inv_poly_decay,
                                     piecewise_constant, poly_decay, transformer_policy)

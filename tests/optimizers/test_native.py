@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from optimizers import dispatch
 from optimizers import native
 from optimizers import stages
 from optimizers.lamb import LAMB
@@ -104,8 +105,10 @@ def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   """Keras' clipnorm runs between LARC and the update, so the two must not be fused."""
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
-  assert not optimizer.fused_larc_applies(grads, variables)
-  assert not MomentumOptimizer(0.1, momentum=0.0).fused_larc_applies(grads, variables)
+  params = stages.check_larc_params({'larc_eta': 0.002})
+  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.SEPARATE
+  assert dispatch.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
+                              params) == dispatch.SEPARATE
 
 
 def test_kernels_are_not_used_inside_xla_and_results_agree():
@@ -318,3 +321,18 @@ def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
     return sum(op.type == 'Mul' for op in graph.get_operations())
   # The loss by the scale and its gradient, and one 1/scale per gradient.
   assert count_mul(2.0) - count_mul(1.0) == 2 + len(variables)
+
+
+def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, caplog):
+  monkeypatch.setattr(dispatch, '_logged', set())
+  variables, grads = variables_and_grads()
+  optimizer = LARSOptimizer(0.1, fused=False)
+  optimizer.build(variables)
+  with caplog.at_level('INFO', logger='optimizers'):
+    for _ in range(2):
+      optimizer.apply(grads, variables)
+    fused_optimizer = LARSOptimizer(0.1)
+    fused_optimizer.build(variables)
+    assert dispatch.update_path(fused_optimizer, grads, variables) == dispatch.NATIVE
+  assert [r.getMessage() for r in caplog.records] == [
+      'LARSOptimizer: update on the reference path', 'LARSOptimizer: update on the native path']

@@ -10,6 +10,8 @@ import pytest
 import keras
 import tensorflow as tf
 
+import optimizers as optimizers_lib
+from optimizers import allreduce
 from optimizers import optimizers as opt_lib
 from optimizers import stages
 from optimizers.lr_policies import poly_decay
@@ -214,8 +216,8 @@ def test_allreduce_runs_once_per_update_after_accumulation_and_before_finite_che
     calls.append(len(grads))
     return [g * 2.0 if g is not None else None for g in grads]
 
-  monkeypatch.setattr(stages, 'allreduce', fake_allreduce)
-  monkeypatch.setattr(opt_lib.distributed, 'init', lambda: None)
+  monkeypatch.setattr(allreduce, 'average', fake_allreduce)
+  monkeypatch.setattr(allreduce, 'init', lambda: None)
   var = keras.Variable(np.array([0.0], np.float32), name='w')
   for g in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
     optimize_loss(lambda g=g: -g * tf.reduce_sum(var), 'SGD', {'learning_rate': 1.0}, None,
@@ -382,3 +384,54 @@ def test_readme_optimize_loss_loop_runs(tmp_path):
   # The rate of the next update: the decay starts after the 5 warm-up steps and lasts 40.
   assert lr == pytest.approx(float(poly_decay(40, 0.05, decay_steps=40, warmup_steps=5)), abs=1e-4)
   assert scale == 2 ** 14
+
+
+def test_the_pipeline_returns_the_metrics_of_each_micro_step():
+  """Accumulation over two micro-steps, then a non-finite one, against the schedule and Backoff."""
+  var = keras.Variable(np.array([0.0], np.float32), name='w')
+  bad = tf.Variable(False)
+  schedule = lambda step: 0.5 / tf.cast(step + 1, tf.float32)  # noqa: E731
+  pipeline = opt_lib.GradientPipeline(
+      [var], 'SGD', {}, schedule, iter_size=2, loss_scaling='Backoff',
+      loss_scaling_params={'scale_max': 8.0, 'step_window': 100}, log_global_norm=True)
+
+  def step(g):
+    def loss():
+      value = -g * tf.reduce_sum(var) * tf.where(bad, np.inf, 1.0)
+      return value, {'gradient': tf.constant(-g)}
+    return {k: v.numpy() for k, v in pipeline(loss).items()}
+
+  first = step(1.0)
+  assert (first['applied'], first['skipped'], first['global_step']) == (False, False, 0)
+  assert first['gradient'] == -1.0 and first['global_norm'] == 0.0  # no update yet
+  assert first['learning_rate'] == first['next_learning_rate'] == pytest.approx(0.5)
+  second = step(2.0)
+  assert (second['applied'], second['skipped'], second['global_step']) == (True, False, 1)
+  # The mean gradient −1.5: its norm, and w ← 0 + 0.5·1.5 at the rate of step 0.
+  assert second['global_norm'] == pytest.approx(1.5)
+  assert second['learning_rate'] == pytest.approx(0.5)
+  assert second['next_learning_rate'] == pytest.approx(0.25)
+  np.testing.assert_allclose(var.numpy(), [0.75], rtol=1e-6)
+  assert second['loss_scale'] == second['next_loss_scale'] == 8.0
+  bad.assign(True)
+  step(1.0)
+  third = step(1.0)
+  assert (third['applied'], third['skipped'], third['global_step']) == (False, True, 1)
+  assert third['loss_scale'] == 8.0 and third['next_loss_scale'] == 4.0  # Backoff halves it
+  np.testing.assert_allclose(var.numpy(), [0.75], rtol=1e-6)
+
+
+def test_make_optimizer_builds_agn_around_the_optimizer_agn_params_name():
+  agn = opt_lib.make_optimizer('AGN', {'momentum': 0.5}, 0.1,
+                               agn_params={'optimizer': 'Momentum', 'communication_period': 1})
+  assert isinstance(agn, optimizers_lib.AGNOptimizer) and agn.communication_period == 1
+  assert isinstance(agn.local_optimizer, opt_lib.MomentumOptimizer)
+  assert agn.local_optimizer.momentum == 0.5
+  var = keras.Variable(np.array([1.0], np.float32), name='w')
+  agn.build([var])
+  for _ in range(2):
+    agn.apply([tf.constant([1.0])], [var])
+  # One worker, τ = 1: Keras momentum, v ← 0.5·v − 0.1·g; w ← w + v: 1 − 0.1 − 0.15.
+  np.testing.assert_allclose(var.numpy(), [0.75], rtol=1e-6)
+  with pytest.raises(ValueError, match='wraps another optimizer'):
+    opt_lib.make_optimizer('AGN', {}, 0.1)

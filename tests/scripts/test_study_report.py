@@ -1,4 +1,4 @@
-"""Tests of scripts/study_report.py: sweeps of several arms into one table and plot."""
+"""Tests of scripts/study_report.py and framework.sweep.study: sweeps of several arms, one table."""
 
 import csv
 import json
@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from framework.sweep import study as study_lib
 from tests.scripts.test_plots import check_png
 from tests.scripts.test_plots import load_script
 
@@ -122,14 +123,14 @@ def test_report_groups_seeds_and_lists_failures(study, capsys):
 
 
 def test_steps_to_target_takes_the_fewest_over_the_grid(study):
-  runs = study_report.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
+  runs = study_lib.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
   at_256 = [r for r in runs if r['batch_size_per_gpu'] == 256]
   # lr 0.1: seeds at 500 and 700 (mean 600); lr 0.2: 300. Shallue et al.'s steps to result.
-  assert study_report.steps_to_target(at_256) == 300
-  at_8k = [r for r in study_report.read_runs('LARS', str(study / 'lars'), 'batch_size_per_gpu')
+  assert study_lib.steps_to_target(at_256) == 300
+  at_8k = [r for r in study_lib.read_runs('LARS', str(study / 'lars'), 'batch_size_per_gpu')
            if r['batch_size_per_gpu'] == 8192]
-  assert study_report.steps_to_target(at_8k) is None  # one seed never reached 90 %
-  assert study_report.to_target(at_8k[0]['logdir'], 0.9) == (87, 44.0)
+  assert study_lib.steps_to_target(at_8k) is None  # one seed never reached 90 %
+  assert study_lib.to_target(at_8k[0]['logdir'], 0.9) == (87, 44.0)
 
 
 def test_report_refuses_a_bad_arm(study, capsys):
@@ -157,7 +158,7 @@ def test_best_lr_and_global_batch(study, capsys, tmp_path):
       'metrics': {'accuracy': 0.9, 'steps': 72}, 'wall_s': 10.0}))
   os.makedirs(sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=1')
   (sixteen / 'batch_size_per_gpu=8192__iter_size=2__seed=1' / 'error.txt').write_text('boom\n')
-  runs = study_report.read_runs('LARS', str(sixteen), study_report.GLOBAL_BATCH)
+  runs = study_lib.read_runs('LARS', str(sixteen), study_lib.GLOBAL_BATCH)
   assert [(r['global_batch'], r['status']) for r in runs] == [(16384, 'ok'), (16384, 'failed')]
 
 

@@ -1,4 +1,4 @@
-"""Tests of scripts/sweep.py: grid expansion, derived values, the tables, and a real sweep."""
+"""Tests of scripts/sweep.py and framework.sweep: grids, derived values, tables, a real sweep."""
 
 import csv
 import importlib.util
@@ -27,6 +27,10 @@ def load_script(path, name):
 
 sweep = load_script(SCRIPT, 'sweep_under_test')
 
+from framework.sweep import grid  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def check_png(path):
   import matplotlib.image  # pylint: disable=import-outside-toplevel
@@ -43,7 +47,7 @@ def check_png(path):
 
 @pytest.mark.parametrize('batch,expected', [(256, 0.1), (1024, 0.4), (4096, 1.6), (32, 0.0125)])
 def test_linear_scaling_rule(batch, expected):
-  derive = sweep.Derivation('lr_policy_params.learning_rate', '0.1*batch_size_per_gpu/256')
+  derive = grid.Derivation('lr_policy_params.learning_rate', '0.1*batch_size_per_gpu/256')
   assert derive.evaluate({'batch_size_per_gpu': batch}) == pytest.approx(expected, rel=1e-12)
 
 
@@ -56,7 +60,7 @@ def test_linear_scaling_rule(batch, expected):
 ])
 def test_derived_arithmetic(expression, expected):
   values = {'optimizer_params.momentum': 0.9, 'batch_size_per_gpu': 1024, 'seed': 3}
-  result = sweep.Derivation('x', expression).evaluate(values)
+  result = grid.Derivation('x', expression).evaluate(values)
   assert result == pytest.approx(expected, rel=1e-12)
   assert isinstance(result, type(expected))
 
@@ -78,8 +82,8 @@ def test_derived_arithmetic(expression, expected):
     ('b +', 'cannot parse'),
 ])
 def test_derived_refuses_anything_but_arithmetic_on_numbers(expression, message):
-  with pytest.raises(sweep.SweepError, match=re.escape(message)):
-    sweep.Derivation('x', expression).evaluate({'b': 4, 'name': 'LARS'})
+  with pytest.raises(grid.SweepError, match=re.escape(message)):
+    grid.Derivation('x', expression).evaluate({'b': 4, 'name': 'LARS'})
 
 
 # ---------------------------------------------------------------------------
@@ -104,12 +108,12 @@ def test_points_are_the_product_times_the_seeds_with_overrides_in_order(tmp_path
 
 
 def test_grid_values_split_at_top_level_commas_and_read_as_yaml():
-  key, values = sweep.parse_grid_argument(
+  key, values = grid.parse_grid_argument(
       'optimizer_params={momentum: 0.9, eeta: 1e-3},{momentum: 0.95},[1, 2]')
   assert key == 'optimizer_params'
   assert [v for _, v in values] == [{'momentum': 0.9, 'eeta': 0.001}, {'momentum': 0.95}, [1, 2]]
   assert values[0][0] == '{momentum: 0.9, eeta: 1e-3}'  # given to run.py as written
-  _, numbers = sweep.parse_grid_argument('lr=1e-3,0.5,2,null,true')
+  _, numbers = grid.parse_grid_argument('lr=1e-3,0.5,2,null,true')
   assert [v for _, v in numbers] == [0.001, 0.5, 2, None, True]
 
 
@@ -144,7 +148,7 @@ def test_a_grid_flag_narrows_the_grid_file_and_keeps_its_derived_values(tmp_path
        'random_seed=1'],
       ['batch_size_per_gpu=256', 'optimizer=Momentum', 'lr_policy_params.learning_rate=0.1',
        'random_seed=1']]
-  with pytest.raises(sweep.SweepError, match='given twice'):
+  with pytest.raises(grid.SweepError, match='given twice'):
     sweep.build_points(sweep.parse_args(
         ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid-file', str(grid_file),
          '--grid', 'optimizer=SGD', '--grid', 'optimizer=LARS']))
@@ -160,7 +164,7 @@ def test_a_grid_flag_narrows_the_grid_file_and_keeps_its_derived_values(tmp_path
 ])
 def test_sweep_argument_mistakes(tmp_path, argv, message):
   args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(tmp_path), *argv])
-  with pytest.raises(sweep.SweepError, match=re.escape(message)):
+  with pytest.raises(grid.SweepError, match=re.escape(message)):
     sweep.build_points(args)
 
 
@@ -169,9 +173,9 @@ def test_metrics_are_read_from_the_last_lines_of_run_py():
          'eval at step 2: loss 2.5000, top-1 0.0500, top-5 0.4000 (10000 examples)\n'
          'eval at step 3: loss 2.3045, top-1 0.0886, top-5 0.5061 (10000 examples)\n'
          'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
-  assert sweep.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
+  assert runner.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
                                       'steps': 3}
-  assert sweep.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
+  assert runner.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
                                                       'loss': None, 'steps': 3}
 
 
@@ -195,12 +199,12 @@ def test_markdown_gives_mean_and_std_over_seeds_and_lists_failures(tmp_path):
       ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
        '--seeds', '0,1']))
   rows = fake_rows(points, [0.8, 0.9, 0.5, None])
-  text = sweep.markdown(rows, points, ['batch_size_per_gpu'], True, '# sweep')
+  text = report.markdown(rows, points, ['batch_size_per_gpu'], True, '# sweep')
   std = statistics.stdev([0.8, 0.9])
   assert f'| 256 | 2/2 | 0.8500 ± {std:.4f} |' in text
   assert '| 4096 | 1/2 | 0.5000 |' in text
   assert 'batch_size_per_gpu=4096__seed=1`: failed — error: boom' in text
-  plain = sweep.markdown(rows, points, ['batch_size_per_gpu'], False, '# sweep')
+  plain = report.markdown(rows, points, ['batch_size_per_gpu'], False, '# sweep')
   assert plain.count('| 256 | ok | 0.') == 2 and '| 4096 | failed | n/a |' in plain
 
 
@@ -208,7 +212,7 @@ def test_markdown_gives_mean_and_std_over_seeds_and_lists_failures(tmp_path):
     ([256, 1024, 4096], 'log'), ([0.9, 0.95], 'linear'), ([1, 10], 'linear'),
     ([-1, 100], 'linear'), (['Momentum', 'LARS'], 'category'), ([1, True], 'category')])
 def test_x_scale(values, scale):
-  assert sweep.x_scale(values) == scale
+  assert report.x_scale(values) == scale
 
 
 @pytest.mark.parametrize('key,values,scale', [
@@ -216,7 +220,7 @@ def test_x_scale(values, scale):
     ('model_params.ghost_batch_size', [32, 64], 'log'), ('batch_size_per_gpu', [256], 'linear'),
     ('optimizer_params.momentum', [0.8, 0.9], 'linear'), (None, [256, 1024], 'linear')])
 def test_batch_like_keys_get_a_log_axis(key, values, scale):
-  assert sweep.x_scale(values, key) == scale
+  assert report.x_scale(values, key) == scale
 
 
 def red_pixels(path):
@@ -228,12 +232,12 @@ def test_failed_points_are_marked_on_the_plot_and_in_the_table(tmp_path):
   points = sweep.build_points(sweep.parse_args(
       ['--config', SGD_CONFIG, '--out', str(tmp_path), '--grid', 'batch_size_per_gpu=256,4096',
        '--seeds', '0,1']))
-  assert sweep.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, 0.6]),
+  assert report.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, 0.6]),
                              str(tmp_path / 'ok.png'), 'test')
-  assert sweep.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, None]),
+  assert report.plot_accuracy(points, fake_rows(points, [0.8, 0.9, 0.5, None]),
                              str(tmp_path / 'failed.png'), 'test')
   assert red_pixels(tmp_path / 'ok.png') == 0 and red_pixels(tmp_path / 'failed.png') > 20
-  text = sweep.markdown(fake_rows(points, [0.8, 0.9, 0.5, None]), points,
+  text = report.markdown(fake_rows(points, [0.8, 0.9, 0.5, None]), points,
                         ['batch_size_per_gpu'], True, '# sweep')
   assert '| batch_size_per_gpu | seeds ok |' in text and text.count('failed seeds') == 1
   assert '| 4096 | 1/2 | 0.5000 | 0.9900 | n/a | 100 | 10.0 | 1 |' in text
@@ -246,9 +250,9 @@ def test_accuracy_plot_from_known_rows(tmp_path):
        '--grid', 'optimizer=Momentum,LARS', '--seeds', '0,1']))
   rows = fake_rows(points, [0.8, 0.9, 0.85, 0.86, 0.5, None, 0.7, 0.72])
   path = tmp_path / 'accuracy.png'
-  assert sweep.plot_accuracy(points, rows, str(path), 'test')
+  assert report.plot_accuracy(points, rows, str(path), 'test')
   check_png(path)
-  assert not sweep.plot_accuracy(points, fake_rows(points, [None] * 8), str(tmp_path / 'n.png'),
+  assert not report.plot_accuracy(points, fake_rows(points, [None] * 8), str(tmp_path / 'n.png'),
                                  'test')
   assert not (tmp_path / 'n.png').exists()
 

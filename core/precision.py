@@ -8,7 +8,12 @@ half-precision compute). OpenSeq2Seq's ``mixed`` is kept as another name of
 use it before TensorFlow is loaded.
 """
 
+import re
 import sys
+
+from core.params import ConfigError
+from core.params import type_name
+from core.registry import closest
 
 # Each accepted name -> the Keras dtype policy it selects.
 POLICIES = {
@@ -22,18 +27,40 @@ POLICIES = {
 DTYPE_NAMES = tuple(POLICIES)
 # CPU flags (Linux /proc/cpuinfo) of native float16 arithmetic.
 FLOAT16_CPU_FLAGS = ('avx512_fp16', 'amx_fp16')
+# Names of other number types (float64, int32): the closest accepted spelling
+# would name a different precision, so none is suggested for them.
+_OTHER_TYPE = re.compile(r'(b?float|u?int|complex)[0-9]+')
+
+
+def check_dtype(dtype, path='dtype'):
+  """Returns ``dtype`` when it is an accepted name; the one check of a dtype name.
+
+  A misspelling gets the closest accepted name (``flaot16``: did you mean
+  ``float16``); the name of another number type does not (``float64`` is
+  not a misspelled ``float16``).
+
+  Raises:
+    ConfigError: (a ValueError) starting with ``path`` and listing the
+      accepted names.
+  """
+  if not isinstance(dtype, str):
+    raise ConfigError(f'{path}: expected {type_name(str)}, got {dtype!r} ({type(dtype).__name__})',
+                      path, 'invalid')
+  if dtype not in POLICIES:
+    guess = None if _OTHER_TYPE.fullmatch(dtype) else closest(dtype, DTYPE_NAMES)
+    hint = f' (did you mean {guess!r}?)' if guess is not None else ''
+    raise ConfigError(f'{path}: {dtype!r} is not allowed{hint}; allowed: '
+                      f'{", ".join(repr(n) for n in DTYPE_NAMES)}', path, 'invalid')
+  return dtype
 
 
 def policy_name(dtype):
-  """The Keras dtype policy name for an accepted ``dtype`` name.
+  """The Keras dtype policy name for an accepted ``dtype`` name (``mixed`` is ``mixed_float16``).
 
   Raises:
     ValueError: for a name that is not accepted, listing the accepted ones.
   """
-  if dtype not in POLICIES:
-    raise ValueError(f'dtype: {dtype!r} is not allowed; allowed: '
-                     f'{", ".join(repr(n) for n in DTYPE_NAMES)} (mixed = mixed_float16)')
-  return POLICIES[dtype]
+  return POLICIES[check_dtype(dtype)]
 
 
 def computes_in_float16(dtype):

@@ -10,11 +10,23 @@ given and what is allowed. The caller's dict is never modified.
 
 import copy
 
-from framework.registry import closest
+from core.registry import closest
 
 
 class ConfigError(ValueError):
-  """A configuration mistake; the message is one line meant for the user."""
+  """A configuration mistake; the message is one line meant for the user.
+
+  Attributes:
+    path: the key path the message starts with, when known.
+    problem: what is wrong at ``path``, when known: ``'unknown'`` (a key not
+      declared), ``'missing'`` (a required key) or ``'invalid'`` (a value).
+      A library that raises its own wording for the same check reads these.
+  """
+
+  def __init__(self, message, path=None, problem=None):
+    super().__init__(message)
+    self.path = path
+    self.problem = problem
 
 
 class _Required:
@@ -78,11 +90,11 @@ class Param:
     """Returns ``value`` when valid; raises ConfigError naming ``path`` otherwise."""
     if self.types is callable:
       if not callable(value):
-        raise ConfigError(f'{path}: expected a callable, got {value!r}')
+        raise ConfigError(f'{path}: expected a callable, got {value!r}', path, 'invalid')
     elif not is_instance(value, self.types):
       if not (value is None and self.default is None):
         raise ConfigError(f'{path}: expected {type_name(self.types)}, got {value!r} '
-                          f'({type(value).__name__})')
+                          f'({type(value).__name__})', path, 'invalid')
     if self.choices is not None and value is not None and isinstance(value, (str, int, float)):
       if self.case_insensitive and isinstance(value, str):
         ok = value.lower() in [str(c).lower() for c in self.choices]
@@ -92,11 +104,12 @@ class Param:
         guess = closest(value, self.choices)
         hint = f' (did you mean {guess!r}?)' if guess is not None else ''
         allowed = ', '.join(repr(c) for c in self.choices)
-        raise ConfigError(f'{path}: {value!r} is not allowed{hint}; allowed: {allowed}')
+        raise ConfigError(f'{path}: {value!r} is not allowed{hint}; allowed: {allowed}', path,
+                          'invalid')
     if self.check is not None and value is not None:
       reason = self.check(value)
       if reason:
-        raise ConfigError(f'{path}: {reason}, got {value!r}')
+        raise ConfigError(f'{path}: {reason}, got {value!r}', path, 'invalid')
     return value
 
 
@@ -122,7 +135,10 @@ def reject_unknown_keys(params, allowed, path, error=ConfigError, what=None):
       hint = f' (did you mean {prefix}{guess}?)' if guess is not None else ''
       owner = f' for {what}' if what else ''
       names = ', '.join(sorted(allowed)) or 'none'
-      raise error(f'{prefix}{key}: unknown key{owner}{hint}; allowed keys: {names}')
+      message = f'{prefix}{key}: unknown key{owner}{hint}; allowed keys: {names}'
+      if issubclass(error, ConfigError):
+        raise error(message, f'{prefix}{key}', 'unknown')
+      raise error(message)
 
 
 def check_params(params, schema, path):
@@ -143,14 +159,41 @@ def check_params(params, schema, path):
   if params is None:
     params = {}
   if not isinstance(params, dict):
-    raise ConfigError(f'{path}: expected a mapping, got {params!r}')
+    raise ConfigError(f'{path}: expected a mapping, got {params!r}', path, 'invalid')
   reject_unknown_keys(params, schema, path)
   result = {}
   for key, spec in schema.items():
     if key in params:
       result[key] = spec.validate(params[key], f'{path}.{key}')
     elif spec.required:
-      raise ConfigError(f'{path}.{key}: required key is missing ({spec.doc or type_name(spec.types)})')
+      raise ConfigError(f'{path}.{key}: required key is missing ({spec.doc or type_name(spec.types)})',
+                        f'{path}.{key}', 'missing')
     else:
       result[key] = copy.deepcopy(spec.default)
   return result
+
+
+class DictParam(Param):
+  """A mapping checked against its own schema (None allowed when it is the default)."""
+
+  def __init__(self, schema, default=None, doc=''):
+    super().__init__(dict, default, doc=doc)
+    self.schema = schema
+
+  def validate(self, value, path):
+    value = super().validate(value, path)
+    return None if value is None else check_params(value, self.schema, path)
+
+
+class ListParam(Param):
+  """A list whose items each satisfy ``item`` (a Param)."""
+
+  def __init__(self, item, default=None, doc=''):
+    super().__init__((list, tuple), default, doc=doc)
+    self.item = item
+
+  def validate(self, value, path):
+    value = super().validate(value, path)
+    if value is None:
+      return None
+    return [self.item.validate(v, f'{path}.{i}') for i, v in enumerate(value)]

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from framework import config as cfg
-from framework import precision
+from core import precision
 from optimizers import optimizers as opt_lib
 from tests.framework.test_config import base_config
 from tests.framework.test_config import check
@@ -85,3 +85,16 @@ def test_run_py_prints_the_warning_once_for_float16_on_this_cpu():
   warnings = [l for l in result.stderr.splitlines() if l.startswith('warning: dtype mixed_float16')]
   assert len(warnings) == (1 if emulated else 0), result.stderr
   assert any(l.startswith('benchmark:') for l in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize('name, hint', [
+    ('flaot16', " (did you mean 'float16'?)"), ('Mixed_Float16', " (did you mean 'mixed_float16'?)"),
+    ('float64', ''), ('int32', ''), ('bfloat8', ''), ('half', ''),
+])
+def test_check_dtype_suggests_a_spelling_only_for_a_misspelling(name, hint):
+  with pytest.raises(ValueError) as info:
+    precision.check_dtype(name, 'model.dtype')
+  assert str(info.value) == (
+      f"model.dtype: {name!r} is not allowed{hint}; allowed: 'float32', 'float16', 'bfloat16', "
+      "'mixed_float16', 'mixed_bfloat16', 'mixed'")
+  assert precision.check_dtype('mixed', 'model.dtype') == 'mixed'

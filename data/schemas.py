@@ -1,0 +1,59 @@
+"""The ``data_layer_params`` each data layer declares, importable without TensorFlow.
+
+The registry entries of ``data`` point here (their ``PARAMS`` fact), so the
+config layer checks a config's ``data_layer_params`` before TensorFlow is
+loaded; each layer class validates its params against the same schema
+(its ``PARAMS`` attribute is the dict below).
+"""
+
+from core.params import REQUIRED
+from core.params import Param
+from core.params import non_negative
+from core.params import positive
+
+FASHION_MNIST_DEFAULT_DIR = '/usr/share/datasets/fashion-mnist'
+
+
+def _fraction(value):
+  return None if 0 <= value <= 1 else 'must be in [0, 1]'
+
+
+def _shape_check(value):
+  if not value or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value):
+    return 'must be a non-empty list of positive integers'
+  return None
+
+
+CIFAR10_PARAMS = {
+    'data_dir': Param(str, REQUIRED, doc='directory holding data_batch_*.bin and test_batch.bin'),
+    'augment': Param(bool, True, doc='random 4-pixel translation and flip in train mode'),
+}
+
+FASHION_MNIST_PARAMS = {
+    'data_dir': Param(str, FASHION_MNIST_DEFAULT_DIR, doc='directory holding the four IDX .gz files'),
+    'augment': Param(bool, False, doc='random flip and 2-pixel translation in train mode'),
+}
+
+IMAGENET_PARAMS = {
+    'data_dir': Param(str, REQUIRED, doc='directory holding the TFRecord shards'),
+    'file_pattern': Param(str, None, doc="glob within data_dir; 'train-*' / 'validation-*' by mode"),
+    'image_size': Param(int, 224, check=positive),
+    'num_classes': Param(int, 1000, check=positive),
+    'num_examples': Param(int, None, check=positive,
+                          doc='examples in the split, all workers; 1281167 train / 50000 eval'),
+    'label_offset': Param(int, 1, doc='subtracted from image/class/label (1 for labels 1..1000)'),
+    'shuffle_buffer': Param(int, 10000, check=non_negative,
+                            doc='records permuted together (window shuffle); 0 or 1 disables'),
+    'verify_files': Param(bool, True, doc='check the record framing of every file at construction'),
+    'skip_corrupt': Param(bool, False,
+                          doc='skip (and count) records whose JPEG cannot be decoded, instead of failing'),
+    'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
+                                  doc='with skip_corrupt: fail once more than this fraction of '
+                                  'the records read (at least one epoch\'s worth) was skipped'),
+}
+
+SYNTHETIC_PARAMS = {
+    'image_shape': Param(list, [224, 224, 3], check=_shape_check, doc='shape of one image'),
+    'num_classes': Param(int, 1000, check=positive),
+    'num_examples': Param(int, 1281167, check=positive, doc='examples per epoch, all workers'),
+}

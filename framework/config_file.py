@@ -1,0 +1,398 @@
+"""Config files: reading them, overlaying the mode's params, command-line overrides, writing them.
+
+``load_config_file`` reads a ``.py`` or ``.yaml`` config, ``resolve`` builds
+the config of one mode from it, and ``to_yaml``/``run_config`` write a
+validated config back so that a run directory re-runs itself. Nothing here
+imports TensorFlow; ``load_yaml`` (YAML with ``1e-3`` read as a float) serves
+every reader of YAML in the project. ``framework.config`` re-exports the
+public names.
+"""
+
+import copy
+import os
+import re
+import runpy
+import traceback
+
+import yaml
+
+from core.params import ConfigError
+from core.registry import closest
+from framework.schema import dtype_name
+
+MODES = ('train', 'eval', 'train_eval', 'benchmark')
+TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')
+YAML_EXTENSIONS = ('.yaml', '.yml')
+CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
+
+
+# ---------------------------------------------------------------------------
+# YAML
+
+class _Loader(yaml.SafeLoader):
+  """``yaml.SafeLoader`` that reads ``1e-3`` and ``5e4`` as floats.
+
+  YAML 1.1, which PyYAML implements, wants a dot and a signed exponent
+  (``1.0e-3``), so ``lr: 1e-3`` would otherwise be the string '1e-3'.
+  """
+
+
+_Loader.add_implicit_resolver(
+    'tag:yaml.org,2002:float',
+    re.compile(r'^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+'
+               r'|[-+]?\.[0-9_]+[eE][-+]?[0-9]+)$'),
+    list('-+0123456789.'))
+
+
+def load_yaml(text):
+  """Reads YAML text with a safe loader that also reads ``1e-3`` and ``5e4`` as floats.
+
+  Raises:
+    yaml.YAMLError: for text that is not YAML.
+  """
+  return yaml.load(text, Loader=_Loader)
+
+
+def yaml_problem(exc):
+  """Returns (line or None, problem) of a YAML error."""
+  mark = getattr(exc, 'problem_mark', None)
+  problem = getattr(exc, 'problem', None) or one_line(str(exc))
+  return (mark.line + 1 if mark is not None else None), problem
+
+
+def one_line(text):
+  """``text`` with every run of whitespace (newlines too) made one space."""
+  return ' '.join(str(text).split())
+
+
+# ---------------------------------------------------------------------------
+# Loading
+
+def load_config_file(path):
+  """Reads a config file.
+
+  A ``.py`` config is executed, so it may compute values and hold objects
+  (classes, functions, ``tf.float32``); a ``.yaml``/``.yml`` config is read
+  with a safe loader and holds plain data.
+
+  Args:
+    path: the config file.
+
+  Returns:
+    ``{'base_params': dict, 'train_params': dict, 'eval_params': dict}``; the
+    last two are ``{}`` when the file does not define them.
+
+  Raises:
+    ConfigError: the file is missing, has another extension, cannot be parsed
+      or executed (the message gives ``file:line``), defines no
+      ``base_params`` dict, or (YAML) has other top-level keys.
+  """
+  path = os.fspath(path)
+  extension = os.path.splitext(path)[1].lower()
+  if extension not in CONFIG_EXTENSIONS:
+    raise ConfigError(f'{path}: unsupported config file extension {extension or "(none)"!r}; '
+                      f'allowed: {", ".join(CONFIG_EXTENSIONS)}')
+  if not os.path.isfile(path):
+    raise ConfigError(f'{path}: config file not found')
+  if extension == '.py':
+    namespace = _run_python_config(path)
+  else:
+    namespace = _read_yaml_config(path)
+  raw = {}
+  for key in TOP_LEVEL_KEYS:
+    value = namespace.get(key)
+    if key == 'base_params' and value is None:
+      raise ConfigError(f'{path}: defines no base_params dict')
+    if value is None:
+      value = {}
+    if not isinstance(value, dict):
+      raise ConfigError(f'{path}: {key} must be a dict, got {type(value).__name__}')
+    raw[key] = value
+  return raw
+
+
+def _run_python_config(path):
+  target = os.path.realpath(path)
+  try:
+    return runpy.run_path(path, run_name=_module_name(path))
+  except SystemExit as exc:
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
+             if os.path.realpath(frame.filename) == target]
+    line = f':{lines[-1]}' if lines else ''
+    raise ConfigError(f'{path}{line}: the config called sys.exit({exc.code!r}); a config defines '
+                      'base_params (and train_params/eval_params), it does not exit') from None
+  except SyntaxError as exc:
+    if exc.filename and os.path.realpath(exc.filename) == target:
+      line = f':{exc.lineno}' if exc.lineno else ''
+      raise ConfigError(f'{path}{line}: {type(exc).__name__}: {exc.msg}') from None
+    raise ConfigError(f'{path}: {type(exc).__name__}: {one_line(exc)}') from None
+  except Exception as exc:  # pylint: disable=broad-except
+    # Point at the config's own line, not at the library the config called.
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
+             if os.path.realpath(frame.filename) == target]
+    line = f':{lines[-1]}' if lines else ''
+    message = one_line(exc)
+    detail = f'{type(exc).__name__}: {message}' if message else type(exc).__name__
+    raise ConfigError(f'{path}{line}: {detail}') from None
+
+
+def _module_name(path):
+  """The name objects defined in a Python config get as ``__module__``.
+
+  ``configs/x.py`` run from the checkout gives ``configs.x``, so a function the
+  config defines is written to the resolved config as an importable
+  ``configs.x.function``.
+  """
+  relative = os.path.splitext(os.path.relpath(path))[0]
+  if relative.startswith(os.pardir):
+    return os.path.basename(relative)
+  return relative.replace(os.sep, '.')
+
+
+def _read_yaml_config(path):
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  try:
+    data = load_yaml(text)
+  except yaml.YAMLError as exc:
+    line, problem = yaml_problem(exc)
+    raise ConfigError(f'{path}{f":{line}" if line else ""}: {problem}') from None
+  if data is None:
+    data = {}
+  if not isinstance(data, dict):
+    raise ConfigError(f'{path}: expected a mapping with base_params, got {type(data).__name__}')
+  for key in data:
+    if key not in TOP_LEVEL_KEYS:
+      guess = closest(key, TOP_LEVEL_KEYS)
+      hint = f' (did you mean {guess}?)' if guess is not None else ''
+      raise ConfigError(f'{path}: unknown top-level key {key!r}{hint}; '
+                        f'allowed: {", ".join(TOP_LEVEL_KEYS)}')
+  return data
+
+
+# ---------------------------------------------------------------------------
+# Overlays and overrides
+
+def merge(base, overlay):
+  """Returns ``base`` updated by ``overlay``: dicts merge key by key, other values replace.
+
+  This is OpenSeq2Seq's nested update. Neither argument is modified.
+  """
+  result = copy.deepcopy(base)
+  for key, value in overlay.items():
+    if isinstance(value, dict) and isinstance(result.get(key), dict):
+      result[key] = merge(result[key], value)
+    else:
+      result[key] = copy.deepcopy(value)
+  return result
+
+
+def resolve(raw, mode, overrides=()):
+  """Builds the config of one mode.
+
+  Args:
+    raw: what :func:`load_config_file` returns.
+    mode: one of ``MODES``. ``train``, ``train_eval`` and ``benchmark`` overlay
+      ``train_params`` on ``base_params``; ``eval`` overlays ``eval_params``.
+    overrides: strings ``key.path=value`` applied in order. The value is read
+      as YAML (``0.95``, ``1e-3``, ``null``, ``[1, 2]``, ``'{a: 1}'``) and
+      replaces what was at the path (to change one key of a dict, name the key).
+      A segment indexes a list when the target is a list
+      (``data_layer_params.image_shape.0=32``); a missing dict on the way is
+      created, and validation later rejects keys that do not exist. A path
+      that starts with ``base_params``, ``train_params`` or ``eval_params``
+      edits that part of the file before the overlay (``--set
+      eval_params.batch_size_per_gpu=1000`` changes evaluation only).
+
+  Returns:
+    A new dict; ``raw`` is not modified.
+
+  Raises:
+    ConfigError: for an unknown mode, a ``raw`` without a ``base_params`` dict,
+      or a malformed override (named in the message).
+  """
+  _check_mode(mode)
+  if isinstance(overrides, str):
+    overrides = [overrides]
+  overrides = list(overrides or ())
+  sections = [t for t in overrides if isinstance(t, str) and t.split('.', 1)[0] in TOP_LEVEL_KEYS]
+  if sections:
+    raw = copy.deepcopy(raw)
+    for key in TOP_LEVEL_KEYS:
+      if raw.get(key) is None:
+        raw[key] = {}
+    for text in sections:
+      _apply_override(raw, text)
+    overrides = [t for t in overrides if t not in sections]
+  base = raw.get('base_params')
+  if not isinstance(base, dict):
+    raise ConfigError(f'base_params: expected a dict, got {type(base).__name__}')
+  overlay_key = 'eval_params' if mode == 'eval' else 'train_params'
+  overlay = raw.get(overlay_key) or {}
+  if not isinstance(overlay, dict):
+    raise ConfigError(f'{overlay_key}: expected a dict, got {type(overlay).__name__}')
+  config = merge(base, overlay)
+  for text in overrides:
+    _apply_override(config, text)
+  return config
+
+
+def resolve_modes(raw, mode, overrides=()):
+  """Returns ``{'train': config or None, 'eval': config or None}`` for a run in ``mode``.
+
+  ``train_eval`` gives both: the eval config is ``base_params`` with
+  ``eval_params`` and the same overrides. ``benchmark`` gives a train config.
+  """
+  _check_mode(mode)
+  train = resolve(raw, mode, overrides) if mode != 'eval' else None
+  evaluation = resolve(raw, 'eval', overrides) if mode in ('eval', 'train_eval') else None
+  return {'train': train, 'eval': evaluation}
+
+
+def _check_mode(mode):
+  if mode not in MODES:
+    guess = closest(mode, MODES)
+    hint = f' (did you mean {guess!r}?)' if guess is not None else ''
+    raise ConfigError(f'mode: unknown mode {mode!r}{hint}; allowed: {", ".join(MODES)}')
+
+
+def parse_override(text):
+  """Splits ``key.path=value`` into (list of path segments, parsed value)."""
+  if not isinstance(text, str) or '=' not in text:
+    raise ConfigError(f'override {text!r}: expected key.path=value')
+  path, value_text = text.split('=', 1)
+  segments = path.strip().split('.')
+  if not all(segments):
+    raise ConfigError(f'override {text!r}: empty key in {path!r}')
+  try:
+    value = load_yaml(value_text)
+  except yaml.YAMLError as exc:
+    raise ConfigError(f'override {text!r}: cannot read value {value_text!r}: '
+                      f'{yaml_problem(exc)[1]}') from None
+  return segments, value
+
+
+def _apply_override(config, text):
+  segments, value = parse_override(text)
+  node = config
+  for depth, segment in enumerate(segments):
+    where = '.'.join(segments[:depth])
+    if isinstance(node, list):
+      if not re.fullmatch('[0-9]+', segment):
+        raise ConfigError(f'override {text!r}: {where} is a list, {segment!r} is not an index')
+      key = int(segment)
+      if key >= len(node):
+        raise ConfigError(f'override {text!r}: index {key} out of range for {where} '
+                          f'(length {len(node)})')
+    elif isinstance(node, dict):
+      key = segment
+    else:
+      raise ConfigError(f'override {text!r}: {where} is {node!r} ({type(node).__name__}), '
+                        f'it has no key {segment!r}')
+    if depth == len(segments) - 1:
+      node[key] = value
+    else:
+      if isinstance(node, dict) and node.get(key) is None:
+        # An absent or null mapping on the way (larc_params: null) is created.
+        node[key] = {}
+      node = node[key]
+
+
+# ---------------------------------------------------------------------------
+# Output
+
+def to_yaml(config):
+  """Returns ``config`` as YAML text with sorted keys.
+
+  Objects from a Python config are written as their dotted name
+  (``module.qualname``), a ``tf.DType`` as its name, tuples as lists, so a
+  Python config and the YAML config that spells those names give the same text.
+
+  Raises:
+    ConfigError: for a value that has no such spelling (an instance of some
+      class), naming its key path.
+  """
+  return yaml.safe_dump(_to_plain(config, ''), default_flow_style=False, sort_keys=True)
+
+
+def write_config(config, path):
+  """Writes :func:`to_yaml` of ``config`` to ``path`` (atomically), creating its directory."""
+  write_text(to_yaml(config), path)
+
+
+def run_config(train, evaluation=None):
+  """The config file whose train and eval views are the resolved ``train`` and ``evaluation``.
+
+  Keys equal in both views go to ``base_params``; a key that differs goes, with
+  its whole value, to ``train_params`` and ``eval_params``. So
+  ``resolve(run_config(t, e), 'train')`` is ``t`` and ``resolve(..., 'eval')``
+  is ``e``: a run directory's ``config.yaml`` re-runs and re-evaluates the run.
+
+  Args:
+    train: the validated train config, or None for an eval-only run.
+    evaluation: the validated eval config, or None (the eval view is then the
+      train view).
+
+  Returns:
+    ``{'base_params': ..., 'train_params': ..., 'eval_params': ...}`` of plain
+    values (as :func:`to_yaml` spells them).
+  """
+  views = [_to_plain(v, '') for v in (train, evaluation) if v is not None]
+  if len(views) == 1:
+    return {'base_params': views[0], 'train_params': {}, 'eval_params': {}}
+  train, evaluation = views
+  result = {'base_params': {}, 'train_params': {}, 'eval_params': {}}
+  for key in sorted(set(train) | set(evaluation)):
+    if key in train and key in evaluation and train[key] == evaluation[key]:
+      result['base_params'][key] = train[key]
+      continue
+    if key in train:
+      result['train_params'][key] = train[key]
+    if key in evaluation:
+      result['eval_params'][key] = evaluation[key]
+  return result
+
+
+def run_config_yaml(train, evaluation=None):
+  """:func:`run_config` as YAML text (a file ``--config`` reads)."""
+  return yaml.safe_dump(run_config(train, evaluation), default_flow_style=False, sort_keys=False)
+
+
+def write_run_config(train, evaluation, path):
+  """Writes :func:`run_config_yaml` to ``path``."""
+  write_text(run_config_yaml(train, evaluation), path)
+
+
+def write_text(text, path):
+  """Writes ``text`` to ``path`` atomically (no partial file on failure), creating its directory."""
+  from framework.rundir import write_text_atomically  # pylint: disable=import-outside-toplevel
+  directory = os.path.dirname(path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  write_text_atomically(path, text)
+
+
+def _to_plain(value, path):
+  if isinstance(value, dict):
+    return {k: _to_plain(v, f'{path}.{k}' if path else str(k)) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_to_plain(v, f'{path}.{i}') for i, v in enumerate(value)]
+  if value is None or isinstance(value, (str, bool, int, float)):
+    return value
+  name = dtype_name(value)
+  if isinstance(name, str):
+    return name
+  if type(value).__module__ == 'numpy' and hasattr(value, 'item'):
+    return value.item()
+  if callable(value) and hasattr(value, '__module__') and hasattr(value, '__qualname__'):
+    return f'{value.__module__}.{value.__qualname__}'
+  raise ConfigError(f'{path or "config"}: cannot write {value!r} ({type(value).__name__}) as YAML; '
+                    f'use a name, number, string, list or mapping')
+
+
+def format_error(exc):
+  """The one line the command line prints for ``exc``: ``error: ...``."""
+  message = one_line(exc)
+  if not isinstance(exc, ConfigError):
+    message = f'{type(exc).__name__}: {message}' if message else type(exc).__name__
+  return f'error: {message}'

@@ -1,0 +1,328 @@
+"""One run of a config: load it, check the run directory, build the trainer, run the mode.
+
+``run.py`` parses the command line, loads the configs with
+``framework.config.load_configs`` (which scripts use too) and calls :func:`launch`::
+
+  configs = config.load_configs('configs/fashion_mnist_lars.py', 'train_eval', ['max_steps=100'])
+  status = launch(options, configs, resume='python run.py ... --continue_learning')
+
+``options`` are run.py's parsed flags (see ``run.parse_args``): ``config``,
+``mode``, ``logdir``, ``continue_learning``, ``bench_steps``, ``set`` (the
+overrides), ``export_dir``, ``checkpoint``, ``init_checkpoint`` and
+``init_optimizer_state``.
+
+A mistake (config, data, logdir) or a failed run raises :class:`LaunchError`
+with the one line to print and the exit status; nothing is built before the
+config is valid, and a failure says what was kept. TensorFlow and the trainer
+are imported only where a run needs them.
+"""
+
+import os
+
+MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export')
+# Modes that read the checkpoints of an existing run directory.
+READING_MODES = ('eval', 'export')
+TRAINING_MODES = ('train', 'train_eval')
+
+
+class LaunchError(Exception):
+  """A mistake or a failed run, as one line, and the exit status it ends with.
+
+  Attributes:
+    status: 2 for a config, data or logdir mistake, 1 for a run that failed.
+  """
+
+  def __init__(self, message, status=2):
+    super().__init__(message)
+    self.status = status
+
+
+def main_config(configs):
+  """The config that describes the run: the train view, else the eval view."""
+  return configs['train'] if configs['train'] is not None else configs['eval']
+
+
+def choose_logdir(options, cfg):
+  """``--logdir``, else the config's logdir, else ``runs/<config file stem>``."""
+  logdir = options.logdir or cfg['logdir']
+  if logdir is None:
+    stem = os.path.splitext(os.path.basename(options.config))[0]
+    logdir = os.path.join('runs', stem)
+  return logdir
+
+
+def launch(options, configs, resume):
+  """Starts Horovod if asked, checks the logdir and runs the mode.
+
+  Args:
+    options: run.py's parsed flags (see the module docstring).
+    configs: from ``framework.config.load_configs``.
+    resume: the command line that resumes the run, printed when a signal
+      stops training.
+
+  Returns:
+    The exit status: 0, or 128 + the signal number after a signal stopped
+    training and a checkpoint was saved.
+
+  Raises:
+    LaunchError: a mistake or a failed run.
+  """
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  cfg = main_config(configs)
+  if cfg['use_horovod'] or distributed.launched_by_horovodrun():
+    try:
+      distributed.init()
+    except RuntimeError as exc:
+      raise LaunchError(str(exc)) from None
+  logdir = choose_logdir(options, cfg)
+  if options.mode == 'export':
+    from framework import export as export_lib  # pylint: disable=import-outside-toplevel
+    try:
+      export_lib.check_export_dir(options.export_dir)
+    except export_lib.ExportError as exc:
+      raise LaunchError(str(exc)) from None
+  lock = check_logdir(logdir, options, distributed.is_chief())
+  try:
+    return run(options, configs, logdir, resume)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def check_logdir(logdir, options, chief):
+  """Refuses a logdir that is a file, missing on resume, busy or (new run) not empty.
+
+  Returns:
+    The lock taken on the logdir (training chief), or None.
+  """
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  if os.path.exists(logdir) and not os.path.isdir(logdir):
+    raise LaunchError(f'logdir {logdir} is a file, not a directory; choose another --logdir')
+  if options.mode in READING_MODES and not os.path.isdir(logdir):
+    raise LaunchError(f'logdir {logdir} does not exist; {options.mode} needs a run directory '
+                      'with checkpoints')
+  if options.mode not in TRAINING_MODES:
+    return None
+  if options.continue_learning and not os.path.isdir(logdir):
+    raise LaunchError(f'--continue_learning: logdir {logdir} does not exist, there is nothing to '
+                      'resume (check the path, or drop --continue_learning to start a new run)')
+  if not chief:
+    return None
+  lock = rundir.RunLock(logdir)
+  if os.path.isdir(logdir):
+    holder = lock.live_holder()
+    if holder is not None:
+      raise LaunchError(lock.busy_message(holder))
+    if (not options.continue_learning
+        and [n for n in os.listdir(logdir) if n != rundir.LOCK_NAME]):
+      raise LaunchError(f'logdir {logdir} is not empty; pass --continue_learning to resume from '
+                        'it, or choose another --logdir')
+  try:
+    os.makedirs(logdir, exist_ok=True)
+    lock.acquire()
+  except rundir.RunDirError as exc:
+    raise LaunchError(str(exc)) from None
+  except OSError as exc:
+    raise LaunchError(f'cannot write to logdir {logdir}: {exc.strerror or exc}; nothing was '
+                      'written') from None
+  return lock
+
+
+def check_resume_config(logdir, cfg):
+  """Compares the config with the one the logdir was trained with; one line either way."""
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  import yaml  # pylint: disable=import-outside-toplevel
+  saved, problem = rundir.read_saved_config(logdir)
+  if saved is None:
+    if distributed.is_chief() and any(n.startswith('ckpt-') for n in os.listdir(logdir)):
+      print(f'warning: {problem}: the config cannot be compared with the one the checkpoints '
+            'were written with', flush=True)
+    return
+  fixed, free = rundir.config_changes(saved, yaml.safe_load(config_lib.to_yaml(cfg)))
+  if fixed:
+    raise LaunchError(
+        f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
+        f'{rundir.describe_changes(fixed)} (saved in {os.path.join(logdir, rundir.CONFIG_NAME)}); '
+        'resume with the saved values, or start a new run in another --logdir')
+  if free and distributed.is_chief():
+    print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
+
+
+def run(options, configs, logdir, resume):
+  """Builds the trainer and runs the mode; returns the exit status (see :func:`launch`)."""
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import stopping  # pylint: disable=import-outside-toplevel
+  from framework.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
+  training = options.mode in TRAINING_MODES
+  stop = stopping.StopRequest().install() if training else None
+  try:
+    if training and options.continue_learning:
+      check_resume_config(logdir, main_config(configs))
+    trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=options.set)
+    return run_mode(trainer, options, configs, logdir, stop)
+  except RunStopped as exc:
+    if distributed.is_chief():
+      print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
+            f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
+            + (' (under the same horovodrun launch)' if trainer.num_workers > 1 else ''),
+            flush=True)
+    return stopping.exit_status(exc.signum)
+  except ConfigError as exc:
+    raise LaunchError(config_lib.format_error(exc)) from None
+  except DataError as exc:
+    raise LaunchError(str(exc)) from None
+  except (TrainingError, checkpoints.CheckpointError) as exc:
+    raise LaunchError(str(exc), status=1) from None
+  finally:
+    if stop is not None:
+      stop.uninstall()
+
+
+def run_mode(trainer, options, configs, logdir, stop):
+  """Runs the mode on a built trainer; returns the exit status."""
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  if options.mode == 'benchmark':
+    benchmark(trainer, options.bench_steps)
+    return 0
+  restored = restore(trainer, options, logdir)
+  if options.mode == 'export':
+    export(trainer, options.export_dir, restored)
+    return 0
+  chief = distributed.is_chief()
+  training = options.mode in TRAINING_MODES
+  if chief and training and options.continue_learning and restored is None:
+    print(f'no checkpoint in {logdir} yet: starting at step 0', flush=True)
+  if training and trainer.global_step >= trainer.max_steps:
+    if chief:
+      print(f'nothing to do: the checkpoint is at step {trainer.global_step} and the run ends '
+            f'at step {trainer.max_steps}; raise max_steps (or num_epochs) to train further',
+            flush=True)
+    return 0
+  if training and chief:
+    record_configs(options, configs, logdir, trainer.global_step)
+  trainer.begin()
+  if options.mode == 'eval':
+    trainer.evaluate_and_report()
+    return 0
+  evaluate_every = None
+  if options.mode == 'train_eval':
+    evaluate_every = main_config(configs)['eval_steps'] or trainer.steps_per_epoch
+  metrics = trainer.train(evaluate_every=evaluate_every, stop=stop)
+  if chief:
+    report_end(trainer, metrics, logdir)
+  return 0
+
+
+def benchmark(trainer, steps):
+  """Times ``steps`` training steps after the warm-up and prints the rate (chief)."""
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  trainer.begin()
+  result = trainer.benchmark(steps)
+  if distributed.is_chief():
+    print(f'benchmark: {result["images_per_sec"]:.1f} images/sec, '
+          f'{result["ms_per_step"]:.1f} ms/step over {steps} steps '
+          f'(global batch {trainer.batch_size * trainer.num_workers}, '
+          f'{trainer.num_workers} worker(s))', flush=True)
+
+
+def record_configs(options, configs, logdir, step):
+  """Writes the run's train view and eval view into ``<logdir>/config.yaml``."""
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  text = config_lib.run_config_yaml(configs['train'], recorded_eval_view(options, configs))
+  try:
+    rundir.write_start_configs(logdir, text, step)
+  except OSError as exc:
+    raise LaunchError(f'cannot write the config to {exc.filename or logdir}: '
+                      f'{exc.strerror or exc}; kept: '
+                      f'{checkpoints.latest_listed(logdir) or "no checkpoint"}', status=1) from None
+
+
+def recorded_eval_view(options, configs):
+  """The eval view written into ``<logdir>/config.yaml`` beside the train view.
+
+  A train-only run records the config file's eval view too, so that the run
+  directory can be evaluated from its own config; None when that view is not
+  valid (the record then holds the train view only).
+  """
+  if configs['eval'] is not None:
+    return configs['eval']
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  try:
+    return config_lib.load_configs(options.config, 'eval', options.set)['eval']
+  except ConfigError:
+    return None
+
+
+def report_end(trainer, metrics, logdir):
+  """The last lines of a training run: final accuracy, checkpoints, TensorBoard."""
+  if metrics is not None:
+    print(f'final test accuracy: {metrics["accuracy"]:.4f} (top-5 {metrics["top5_accuracy"]:.4f}, '
+          f'loss {metrics["loss"]:.4f}) at step {trainer.global_step}', flush=True)
+  best = os.path.abspath(os.path.join(logdir, 'best'))
+  print(f'checkpoints: {os.path.abspath(logdir)}'
+        + (f'  (best by eval accuracy in {best})' if os.path.isdir(best) else ''), flush=True)
+  print(f'TensorBoard: tensorboard --logdir {os.path.abspath(logdir)}', flush=True)
+
+
+def restore(trainer, options, logdir):
+  """Restores what the mode starts from; returns the checkpoint restored or None.
+
+  Eval and export read ``--checkpoint`` of the logdir; training resumes the
+  logdir's own checkpoint, else starts from ``--init_checkpoint`` if given.
+  """
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import warm_start  # pylint: disable=import-outside-toplevel
+  chief = distributed.is_chief()
+  if options.mode in READING_MODES:
+    restored = trainer.restore(warm_start.choose(logdir, options.checkpoint))
+    if restored is None:
+      raise LaunchError(f'no checkpoint found in {logdir}')
+  else:
+    restored = trainer.restore() if options.continue_learning else None
+  if restored and chief:
+    print(f'restored {restored} (step {trainer.global_step})', flush=True)
+  if options.init_checkpoint is None:
+    return restored
+  if restored is not None:
+    if chief:
+      print(f'--init_checkpoint {options.init_checkpoint} not used: resuming the run\'s own '
+            'checkpoint', flush=True)
+    return restored
+  items = trainer.pipeline.checkpoint_items() if options.init_optimizer_state else None
+  loaded = warm_start.warm_start(options.init_checkpoint, trainer.model, items)
+  if chief:
+    what = 'model weights and optimizer state' if items is not None else 'model weights'
+    print(f'initialized from {loaded} ({what}); starting at step {trainer.global_step}',
+          flush=True)
+  return None
+
+
+def export(trainer, export_dir, checkpoint):
+  """Writes the restored model as a SavedModel (chief only) and says how to load it."""
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import export as export_lib  # pylint: disable=import-outside-toplevel
+  if not distributed.is_chief():
+    return
+  try:
+    export_lib.export_saved_model(trainer.model, trainer.eval_data, export_dir,
+                                  {'checkpoint': os.path.abspath(checkpoint),
+                                   'step': trainer.global_step})
+  except export_lib.ExportError as exc:
+    raise LaunchError(str(exc)) from None
+  except OSError as exc:
+    raise LaunchError(f'--export_dir {export_dir}: cannot write the SavedModel '
+                      f'({exc.strerror or exc}); nothing was exported', status=1) from None
+  spec, _ = trainer.eval_data.serving_input()
+  print(f'exported {checkpoint} (step {trainer.global_step}) to {os.path.abspath(export_dir)}: '
+        f'signature {export_lib.SIGNATURE!r} takes {spec.dtype.name} images '
+        f'{list(spec.shape)}, returns probabilities and classes; load with '
+        f'tf.saved_model.load', flush=True)

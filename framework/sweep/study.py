@@ -1,0 +1,195 @@
+"""The runs of a study: several sweeps (arms), grouped by a swept key, and their time to accuracy.
+
+Every finished point (``result.json``) and failed point (``error.txt``) of a
+sweep directory counts, whichever sweep invocation ran it. Where an arm ran
+several learning rates at one key value (a tuning grid), :func:`chosen` keeps
+the learning rate with the best mean accuracy. The updates to a target
+accuracy come from the ``eval at step N: ... top-1 A`` lines of each run's
+``run.log`` (the first evaluation with ``A >= target``), the wall time from the
+same evaluation's TensorBoard event, counted from the run's first event.
+"""
+
+import glob
+import os
+import statistics
+
+from framework.sweep.grid import parse_value
+from framework.sweep.runner import EVAL_RE
+from framework.sweep.runner import LOG_FILE
+from framework.sweep.runner import read_error
+from framework.sweep.runner import read_result
+
+LR_KEY = 'lr_policy_params.learning_rate'
+DEFAULT_TARGET = 0.90
+# Not a config key: batch_size_per_gpu x iter_size (one worker), so that 16K
+# run as two micro-batches of 8K is told apart from 8K.
+GLOBAL_BATCH = 'global_batch'
+
+
+def number(text):
+  """``text`` as a float, or None when it is not a number."""
+  try:
+    return float(text)
+  except (TypeError, ValueError):
+    return None
+
+
+def eval_curve(logdir):
+  """``[(step, top-1 accuracy)]`` of every evaluation in the run's ``run.log``."""
+  try:
+    with open(os.path.join(logdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return []
+  matches = (EVAL_RE.match(line.strip()) for line in lines)
+  return [(int(m.group(1)), float(m.group(3))) for m in matches if m]
+
+
+def eval_seconds(logdir):
+  """``{step: seconds from the run's first event to that evaluation's event}``, or {}."""
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
+  starts, times = [], {}
+  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):
+    if not os.path.isdir(directory):
+      return {}
+    events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
+    events.Reload()
+    if tag is None:
+      starts.append(events.FirstEventTimestamp())
+    elif tag in events.Tags()['tensors']:
+      times = {e.step: e.wall_time for e in events.Tensors(tag)}
+  return {step: wall - starts[0] for step, wall in times.items()}
+
+
+def to_target(logdir, target):
+  """(updates, seconds) to the first evaluation with accuracy >= target; None where not reached."""
+  reached = [step for step, accuracy in eval_curve(logdir) if accuracy >= target]
+  if not reached:
+    return None, None
+  try:
+    seconds = eval_seconds(logdir).get(reached[0])
+  except (ValueError, OSError):
+    seconds = None
+  return reached[0], seconds
+
+
+def read_runs(label, directory, key, target=DEFAULT_TARGET):
+  """One dict per run directory of a sweep (finished or failed), sorted by key value and seed."""
+  runs = []
+  for logdir in sorted(glob.glob(os.path.join(directory, '*', ''))):
+    logdir = logdir.rstrip(os.sep)
+    result = read_result(logdir)
+    if result is None:
+      error = read_error(logdir)
+      if error is None:
+        continue  # running or never started
+      runs.append({'arm': label, 'status': 'failed', 'error': error, 'logdir': logdir,
+                   key: _value_from_name(logdir, key), 'seed': _value_from_name(logdir, 'seed'),
+                   'lr': _value_from_name(logdir, LR_KEY)})
+      continue
+    values = dict(result.get('point') or {})
+    values.update(result.get('derived') or {})
+    for override in result.get('overrides') or []:
+      name, _, text = override.partition('=')
+      values.setdefault(name, parse_value(text))
+    metrics = result.get('metrics') or {}
+    steps_to, seconds_to = to_target(logdir, target)
+    runs.append({'arm': label, 'status': 'ok', 'error': '', 'logdir': logdir,
+                 key: _key_value(values, key), 'seed': result.get('seed'),
+                 'lr': values.get(LR_KEY),
+                 'accuracy': metrics.get('accuracy'), 'top5': metrics.get('top5'),
+                 'loss': metrics.get('loss'), 'steps': metrics.get('steps'),
+                 'steps_to_target': steps_to, 'seconds_to_target': seconds_to,
+                 'wall_s': result.get('wall_s')})
+  runs.sort(key=lambda r: (number(r[key]) or 0.0, r['seed'] if r['seed'] is not None else -1))
+  return runs
+
+
+def _key_value(values, key):
+  if key != GLOBAL_BATCH:
+    return values.get(key)
+  batch = values.get('batch_size_per_gpu')
+  return None if batch is None else int(batch) * int(values.get('iter_size') or 1)
+
+
+def _value_from_name(logdir, name):
+  """A value from a point directory name such as ``batch_size_per_gpu=256__seed=0``."""
+  if name == GLOBAL_BATCH:
+    return _key_value({k: _value_from_name(logdir, k) for k in ('batch_size_per_gpu', 'iter_size')},
+                      name)
+  for part in os.path.basename(logdir).split('__'):
+    key, _, text = part.partition('=')
+    if key == name:
+      return parse_value(text)
+  return None
+
+
+def groups(runs, key):
+  """``{(arm, key value): [runs]}`` in arm order, then key order."""
+  result = {}
+  for run in runs:
+    result.setdefault((run['arm'], run[key]), []).append(run)
+  return result
+
+
+def by_learning_rate(members):
+  """``{lr: [runs]}`` of one arm at one key value; failed runs under the lr their name gives."""
+  result = {}
+  for run in members:
+    lr = run.get('lr')
+    result.setdefault(None if lr is None else round(lr, 6), []).append(run)
+  return result
+
+
+def accuracy_mean(runs):
+  """The mean test accuracy of the finished runs, or None."""
+  values = [r['accuracy'] for r in runs if r['status'] == 'ok' and r['accuracy'] is not None]
+  return statistics.fmean(values) if values else None
+
+
+def chosen(members):
+  """The runs of the learning rate with the best mean accuracy (more seeds break ties)."""
+  grid = by_learning_rate(members)
+  means = {lr: accuracy_mean(runs) for lr, runs in grid.items()}
+  scored = [(mean, len(grid[lr]), lr) for lr, mean in means.items() if mean is not None]
+  if not scored:
+    return members
+  best = max(scored, key=lambda t: (t[0], t[1]))[2]
+  return grid[best] + (grid.get(None, []) if best is not None else [])
+
+
+def ordered_values(runs, key):
+  """The runs' distinct values of ``key``, in numeric order."""
+  return sorted({run[key] for run in runs}, key=lambda v: number(v) or 0.0)
+
+
+def best_at_smallest(runs, key, arms):
+  """The best mean accuracy over the arms at the smallest key value, or None."""
+  grouped = groups(runs, key)
+  values = ordered_values(runs, key)
+  means = [accuracy_mean(chosen(grouped[(arm, values[0])])) for arm in arms
+           if values and (arm, values[0]) in grouped]
+  means = [m for m in means if m is not None]
+  return max(means) if means else None
+
+
+def steps_to_target(members):
+  """Fewest mean updates to the target over an arm's learning rates at one key value, or None.
+
+  A learning rate counts only when every finished seed reached the target.
+  """
+  best = None
+  for lr_runs in by_learning_rate(members).values():
+    ok = [r for r in lr_runs if r['status'] == 'ok']
+    steps = [r['steps_to_target'] for r in ok if r.get('steps_to_target') is not None]
+    if ok and len(steps) == len(ok):
+      mean = statistics.fmean(steps)
+      best = mean if best is None else min(best, mean)
+  return best
+
+
+def best_lr(runs, key, value):
+  """The learning rate with the best mean accuracy at the key's ``value``, or None."""
+  members = [r for r in runs if str(r[key]) == value]
+  best = [r['lr'] for r in chosen(members) if r['status'] == 'ok' and r.get('lr') is not None]
+  return best[0] if best else None

@@ -1,0 +1,352 @@
+"""The train loop: steps to ``max_steps`` and decides when to stop, save, summarize and evaluate.
+
+``Trainer.train`` hands its work to :func:`train`, which
+
+1. opens what the run writes (:class:`RunOutputs`: the periodic checkpoints,
+   the best checkpoint, the train and eval summary writers; the chief alone
+   writes), so that a logdir that cannot be written fails before any step;
+2. runs a :class:`TrainLoop` over the trainer's compiled step; between steps
+   the loop keeps the run's bookkeeping: the divergence check
+   (:class:`Divergence`), the images/sec window, the train summaries, the
+   periodic checkpoints, the evaluations (with the best checkpoint), and the
+   stop on a signal, which saves and raises ``stopping.RunStopped``;
+3. turns the TensorFlow errors a user can act on into one line: unreadable
+   input into ``DataError``, a failed write into ``CheckpointError``.
+
+The loop drives the trainer through its public surface (its config, sizes,
+``make_train_step``, ``train_iterator``, ``precise_bn``, ``evaluate``), so a
+subclass that wraps the step (scripts/bench_train.py) trains the same way.
+"""
+
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+import yaml
+
+from data.base import DataError
+from data.base import data_error_in
+from framework import checkpoints
+from framework import config as config_lib
+from framework import console
+from framework import distributed
+from framework import evaluation
+from framework import summaries
+from framework.checkpoints import CheckpointError
+from framework.stopping import RunStopped
+
+# Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
+_MAX_SKIPPED_UPDATES = 50
+# The images/sec rate is measured over a window of steps that starts again after this long.
+_RATE_WINDOW_SECONDS = 10.0
+_WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
+                   'Disk quota exceeded')
+
+
+class TrainingError(RuntimeError):
+  """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
+
+
+def train(trainer, evaluate_every=None, stop=None):
+  """Trains ``trainer`` until its ``max_steps``; ``Trainer.train`` documents the contract.
+
+  Returns:
+    The final eval metrics when evaluating, else None.
+  """
+  trainer.keep_for_rotation()
+  outputs = RunOutputs(trainer)
+  try:
+    with outputs.writer.as_default():
+      if outputs.writes and trainer.global_step == 0:
+        _write_run_config(trainer)
+      eval_metrics = TrainLoop(trainer, outputs, evaluate_every, stop).run()
+    outputs.close()
+  except tf.errors.OpError as exc:
+    error = _user_error(exc, trainer.logdir)
+    if error is None:
+      raise
+    raise error from None
+  return eval_metrics
+
+
+def _user_error(exc, logdir):
+  """The one-line error a TensorFlow error in training means for the user, or None."""
+  data_error = data_error_in(exc)
+  if data_error is not None:
+    return DataError(data_error)
+  if isinstance(exc, tf.errors.DataLossError):
+    return DataError(f'corrupt input data: {str(exc).splitlines()[0]}')
+  if _is_write_failure(exc, logdir):
+    kept = checkpoints.latest_listed(logdir)
+    return CheckpointError(f'writing to {logdir} failed ({" ".join(str(exc).split())}); '
+                           f'kept: {kept or "no checkpoint"}')
+  return None
+
+
+def _is_write_failure(exc, logdir):
+  """Whether a TensorFlow error is a failed write into the logdir (events, checkpoints)."""
+  message = str(exc)
+  return logdir in message or os.path.abspath(logdir) in message or any(
+      text in message for text in _WRITE_FAILURES)
+
+
+def _write_run_config(trainer):
+  """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
+  text = config_lib.to_yaml(trainer.config)
+  values = summaries.hparams(yaml.safe_load(text), trainer.overrides,
+                             {'global_batch': trainer.global_batch,
+                              'num_workers': trainer.num_workers})
+  summaries.write_run_config(trainer.logdir, text, values)
+
+
+class RunOutputs:
+  """What a training run writes, opened before its first step.
+
+  Attributes:
+    manager: the ``tf.train.CheckpointManager`` of the periodic checkpoints
+      (None on the workers that write nothing).
+    best: the ``checkpoints.BestCheckpoint`` (None on those workers).
+    writes: whether train summaries are written (chief, summaries on, steps to train).
+    writer: the train summary writer (a no-op writer when nothing is written).
+    eval_writer: the eval summary writer; its file appears with the first evaluation.
+
+  Raises:
+    CheckpointError: the logdir cannot be written; nothing of the run was written.
+  """
+
+  def __init__(self, trainer):
+    cfg, logdir = trainer.config, trainer.logdir
+    chief = distributed.is_chief()
+    # A run that trains nothing or writes no summaries leaves no empty event file.
+    self.writes = bool(chief and cfg['save_summaries_steps']
+                       and trainer.global_step < trainer.max_steps)
+    try:
+      self.manager = tf.train.CheckpointManager(
+          trainer.checkpoint, logdir, max_to_keep=cfg['num_checkpoints'],
+          checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
+      self.best = checkpoints.BestCheckpoint(
+          trainer.checkpoint, os.path.join(logdir, checkpoints.BEST_DIR)) if chief else None
+      self.writer = (tf.summary.create_file_writer(logdir) if self.writes
+                     else tf.summary.create_noop_writer())
+      self.eval_writer = summaries.LazyWriter(os.path.join(logdir, summaries.EVAL_DIR), chief)
+    except (OSError, tf.errors.OpError) as exc:
+      raise CheckpointError(f'cannot write to logdir {logdir} ({exc}); nothing of this '
+                            'run was written') from None
+
+  def latest(self):
+    """The newest periodic checkpoint (None when there is none, or on other workers)."""
+    return self.manager.latest_checkpoint if self.manager is not None else None
+
+  def save(self, model, step):
+    """Saves a checkpoint (chief only), never one holding non-finite model variables.
+
+    A diverging run can overflow the batch-norm statistics while its loss is
+    still finite; such a state is not saved and the run stops, keeping the
+    last good checkpoint.
+
+    Returns:
+      The saved path (None on other workers).
+
+    Raises:
+      TrainingError: when a model variable holds NaN or infinity.
+      CheckpointError: when the checkpoint cannot be written (its partial files are removed).
+    """
+    if self.manager is None:
+      return None
+    bad = [v.path for v in model.variables if not np.all(np.isfinite(v.numpy()))]
+    if bad:
+      raise TrainingError(
+          f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
+          f'last checkpoint kept: {self.latest() or "none yet"}. Lower the learning '
+          'rate, enable clipping (max_grad_norm) or LARC.')
+    return checkpoints.save(self.manager, step)
+
+  def close(self):
+    self.writer.close()
+    self.eval_writer.close()
+
+
+class Divergence:
+  """Stops a run whose loss or gradients are not finite and will not become so.
+
+  With float32 and a fixed loss scale a non-finite loss or gradient will not
+  go away by itself: the run stops at once. An adaptive loss scale skips such
+  steps and lowers the scale; the run stops only when no update lands for
+  ``_MAX_SKIPPED_UPDATES`` updates' worth of micro-steps.
+
+  Args:
+    config: the train config (``dtype``, ``loss_scaling``).
+    iter_size: micro-steps per update.
+    step: the global step training starts at.
+  """
+
+  def __init__(self, config, iter_size, step):
+    self.fail_fast = config['dtype'] == 'float32' and not isinstance(config['loss_scaling'], str)
+    self.limit = iter_size * (1 if self.fail_fast else _MAX_SKIPPED_UPDATES)
+    self.last_step = step
+    self.stalled = 0  # micro-steps in a row after which the global step had not moved
+
+  def check(self, step, loss, last_checkpoint):
+    """Counts one micro-step that ended at global ``step`` with ``loss``.
+
+    Args:
+      step: the global step after the micro-step.
+      loss: its loss.
+      last_checkpoint: ``f() -> path or None``, the checkpoint the message names as kept.
+
+    Raises:
+      TrainingError: when the run cannot go on.
+    """
+    self.stalled = self.stalled + 1 if step == self.last_step else 0
+    self.last_step = step
+    if (self.fail_fast and not np.isfinite(loss)) or self.stalled >= self.limit:
+      # Not saved now: the forward passes may have left non-finite batch-norm
+      # statistics; the last periodic checkpoint is the last good state.
+      what = 'loss' if not np.isfinite(loss) else 'gradients'
+      raise TrainingError(
+          f'non-finite {what} (loss {loss}) at step {step + 1}, '
+          f'{self.stalled} micro-step(s) without an applied update; last checkpoint kept: '
+          f'{last_checkpoint() or "none yet"}. Lower the learning rate, enable clipping '
+          '(max_grad_norm) or LARC.')
+
+
+class _Rate:
+  """Images per second over the steps of a window that starts again every few seconds."""
+
+  def __init__(self, images_per_step):
+    self.images_per_step = images_per_step
+    self.start = time.perf_counter()
+    self.images = 0
+    self.elapsed = 0.0
+    self.value = 0.0  # the rate at the last step
+
+  def step(self):
+    """Counts one step's images; returns the window's rate."""
+    self.images += self.images_per_step
+    self.elapsed = time.perf_counter() - self.start
+    self.value = self.images / self.elapsed if self.elapsed > 0 else 0.0
+    return self.value
+
+  def roll(self):
+    """Starts a new window once the current one is long enough."""
+    if self.elapsed > _RATE_WINDOW_SECONDS:
+      self.start, self.images = time.perf_counter(), 0
+
+
+class TrainLoop:
+  """One ``Trainer.train`` call, from its first step to ``max_steps`` or a stop.
+
+  Args:
+    trainer: the ``framework.trainer.Trainer`` to train.
+    outputs: its open :class:`RunOutputs`.
+    evaluate_every: evaluate every this many steps and at the end, or None.
+    stop: a ``stopping.StopRequest``, or None.
+  """
+
+  def __init__(self, trainer, outputs, evaluate_every, stop):
+    self.trainer = trainer
+    self.config = trainer.config
+    self.outputs = outputs
+    self.evaluate_every = evaluate_every
+    self.stop = stop
+    start = trainer.global_step
+    # The steps of the last checkpoint, train summary and evaluation.
+    self.last_saved = self.last_summary = self.last_eval = start
+    self.eval_metrics = None  # the last evaluation's metrics
+    self.values = None  # the last micro-step's metrics, as numpy values
+    self.rate = _Rate(trainer.batch_size * trainer.num_workers)
+    self.divergence = Divergence(self.config, trainer.iter_size, start)
+    self.progress = None  # the console's progress, shown while run() steps
+
+  def run(self):
+    """Steps until ``max_steps``; returns the final eval metrics when evaluating, else None.
+
+    Raises:
+      RunStopped: after a requested stop was saved.
+      TrainingError: non-finite values, or too many corrupt records.
+    """
+    trainer = self.trainer
+    step_fn = trainer.make_train_step()
+    iterator = trainer.train_iterator()
+    self._open_progress()
+    while trainer.global_step < trainer.max_steps:
+      signum = self.stop.agreed() if self.stop is not None else 0
+      if signum:
+        self._stop(signum)
+      metrics = step_fn(iterator)
+      self._after_step({k: v.numpy() for k, v in metrics.items()})
+    self.progress.close()
+    with trainer.precise_bn(trainer.global_step, keep=True):
+      self.outputs.save(trainer.model, trainer.global_step)
+      if self.evaluate_every is not None:
+        self._evaluate(trainer.global_step)
+    return self.eval_metrics
+
+  def _open_progress(self):
+    trainer, cfg = self.trainer, self.config
+    distributed.log(
+        f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
+        f'{trainer.max_steps} steps ({trainer.steps_per_epoch} steps/epoch), global batch '
+        f'{trainer.global_batch} = {trainer.batch_size} per worker x {trainer.num_workers} '
+        f'worker(s) x iter_size {trainer.iter_size}; starting at step {trainer.global_step}')
+    self.progress = console.Progress(
+        trainer.max_steps, trainer.global_step, trainer.steps_per_epoch, cfg['print_loss_steps'],
+        enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg))
+
+  def _after_step(self, values):
+    """The bookkeeping after one micro-step whose metrics are ``values``."""
+    trainer, cfg = self.trainer, self.config
+    self.values = values
+    step = int(values['global_step'])
+    self.divergence.check(step, values['loss'], self.outputs.latest)
+    trainer.train_data.check_corrupt_fraction(
+        int(trainer.data_position.numpy()) * trainer.batch_size)
+    rate = self.rate.step()
+    self.progress.update(step, values, rate)
+    if self.outputs.writes and self._summary_due(step):
+      self.last_summary = step
+      self._write_summaries(step)
+    self.rate.roll()
+    if cfg['save_checkpoint_steps'] and step - self.last_saved >= cfg['save_checkpoint_steps']:
+      self.outputs.save(trainer.model, step)
+      self.last_saved = step
+    if (self.evaluate_every and step - self.last_eval >= self.evaluate_every
+        and step < trainer.max_steps):
+      with trainer.precise_bn(step, keep=False, when=cfg['precise_bn'] and
+                              cfg['precise_bn']['before_each_eval']):
+        self._evaluate(step)
+      self.last_eval = step
+
+  def _summary_due(self, step):
+    """Train scalars are written every save_summaries_steps updates and at the last one.
+
+    Only after an update: with iter_size > 1 the step stays the same for
+    several micro-steps, and a resumed run starts at a step already written.
+    """
+    return step > self.last_summary and (step % self.config['save_summaries_steps'] == 0
+                                         or step == self.trainer.max_steps)
+
+  def _write_summaries(self, step):
+    summaries.write_train_scalars(step, self.values, self.rate.value,
+                                  self.trainer.steps_per_epoch, self.trainer.global_batch)
+
+  def _evaluate(self, step):
+    """Evaluates, reports, and offers the checkpoint to the best one."""
+    metrics = self.trainer.evaluate()
+    evaluation.report(step, metrics, self.outputs.eval_writer)
+    if self.outputs.best is not None:
+      self.outputs.best.offer(step, metrics['accuracy'])
+    self.eval_metrics = metrics
+
+  def _stop(self, signum):
+    """Writes the summaries, saves the current step (unless saved already), raises RunStopped."""
+    step = self.trainer.global_step
+    self.progress.close()
+    if self.outputs.writes and self.values is not None and step > self.last_summary:
+      self._write_summaries(step)
+    path = self.outputs.latest()
+    if self.outputs.manager is not None and (step != self.last_saved or path is None):
+      path = self.outputs.save(self.trainer.model, step)
+    tf.summary.flush()
+    raise RunStopped(signum, step, path)

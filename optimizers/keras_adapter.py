@@ -1,0 +1,76 @@
+"""The one adapter between the package's optimizers and Keras' private update hooks.
+
+A Keras 3 optimizer's ``apply`` ends in ``_backend_update_step``, which runs
+``update_step`` variable by variable, after ``_apply_weight_decay``.
+``FusedUpdate`` is the only class of the package that overrides the two: it
+asks ``dispatch.update_path`` which path the update takes and runs the
+optimizer's ``native_update`` or ``xla_update`` for all variables at once, or
+Keras' own per-variable path (the reference). Optimizers that fold weight
+decay into their update (LARS, LAMB) set ``FOLDS_WEIGHT_DECAY``.
+
+``apply_with_larc`` is ``apply`` for the LARC-and-update kernel: what Keras'
+``apply`` does around the update, for the case ``dispatch`` allows it in.
+"""
+
+import tensorflow as tf
+
+from optimizers import dispatch
+from optimizers import tf1_compat
+
+
+class FusedUpdate:
+  """Mixin, first among the bases of a Keras 3 optimizer, that runs its update on one of three paths.
+
+  The subclass provides ``xla_update(grads, variables, indices, learning_rate)``
+  (all variables in a few XLA launches) and may provide ``native_update``
+  with the same arguments and ``native_slots(variables)`` (the slots the
+  kernel writes, so ``dispatch`` can check their dtypes), and
+  ``native_larc_update(grads, keras_variables, variables, indices,
+  learning_rate, larc_params)``. ``variables`` are the tf.Variables behind
+  the Keras ones and ``indices`` their positions in the built variable list.
+  """
+
+  # Whether the fused paths may be taken (LARS and LAMB take ``fused=`` for it).
+  fused = True
+  # Weight decay is part of the subclass's update, not Keras' decoupled step.
+  FOLDS_WEIGHT_DECAY = False
+
+  def _apply_weight_decay(self, variables):
+    if self.FOLDS_WEIGHT_DECAY:
+      return None
+    return super()._apply_weight_decay(variables)
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    path = dispatch.update_path(self, grads, trainable_variables)
+    if path == dispatch.REFERENCE:
+      return super()._backend_update_step(grads, trainable_variables, learning_rate)
+    indices = [self._get_variable_index(v) for v in trainable_variables]
+    variables = [tf1_compat.unwrap(v) for v in trainable_variables]
+    update = self.native_update if path == dispatch.NATIVE else self.xla_update
+    update(list(grads), variables, indices, learning_rate)
+    return None
+
+  def apply_with_larc(self, grads, trainable_variables, larc_params):
+    """LARC at this optimizer's learning rate, then its update, as one kernel.
+
+    Call only where ``dispatch.update_path(self, grads, trainable_variables,
+    larc_params)`` is NATIVE: then Keras' ``apply`` would run nothing but the
+    update between building the optimizer and applying the variables'
+    constraints and counting the iteration, which this does too.
+
+    Returns:
+      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+    """
+    trainable_variables = list(trainable_variables)
+    if not self.built:
+      self.build(trainable_variables)
+    with tf.name_scope(self.name):
+      indices = [self._get_variable_index(v) for v in trainable_variables]
+      factors = self.native_larc_update(
+          list(grads), trainable_variables, [tf1_compat.unwrap(v) for v in trainable_variables],
+          indices, self.learning_rate, larc_params)
+      for variable in trainable_variables:
+        if variable.constraint is not None:
+          variable.assign(variable.constraint(variable))
+    self._iterations.assign_add(1)
+    return factors

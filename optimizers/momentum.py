@@ -1,0 +1,66 @@
+"""``MomentumOptimizer``: Keras' momentum SGD under its TF 1 name, with the fused paths."""
+
+import keras
+import tensorflow as tf
+
+from optimizers import exclusions
+from optimizers import fused
+from optimizers import native
+from optimizers import tf1_compat
+from optimizers.keras_adapter import FusedUpdate
+
+
+@keras.saving.register_keras_serializable(package='largebatch')
+class MomentumOptimizer(FusedUpdate, tf1_compat.TF1OptimizerMixin, keras.optimizers.SGD):
+  """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
+
+  Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
+  constant learning rate. The updates of all variables run as one XLA launch
+  (``xla_update``); after LARC, where the native kernel applies, LARC and the
+  update run as that one kernel (``native_larc_update``).
+  """
+
+  def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
+               **kwargs):
+    if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
+      raise ValueError(f'Momentum: momentum must be in [0, 1], got {momentum!r}')
+    super().__init__(learning_rate=learning_rate, momentum=float(momentum),
+                     nesterov=bool(use_nesterov), name=name, **kwargs)
+
+  def get_slot_names(self):
+    return ['momentum']
+
+  def _slot_lists(self):
+    return {'momentum': self.momentums}
+
+  def xla_update(self, grads, variables, indices, learning_rate):
+    """Keras' ``update_step`` for every variable, in one XLA launch."""
+    del indices
+    fused.jit_for(self, self._update_all)(grads, variables, tf.convert_to_tensor(learning_rate))
+
+  def _update_all(self, grads, variables, learning_rate):
+    for grad, var in zip(grads, variables):
+      self.update_step(grad, var, learning_rate)
+
+  def native_larc_update(self, grads, keras_variables, variables, indices, learning_rate,
+                         larc_params):
+    """LARC (docs/math.md) followed by this optimizer's update, in the native kernel.
+
+    Same math as ``stages.larc`` followed by ``update_step``: each adapted
+    variable's gradient is scaled by its LARC factor c, then
+    v ← m·v − lr·c·g; w ← w + v.
+
+    Returns:
+      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+    """
+    slots = [tf1_compat.unwrap(self.momentums[i]) for i in indices]
+    adapt = exclusions.larc_mask(keras_variables, larc_params)
+    return native.trust_momentum(
+        variables, slots, grads, learning_rate, adapt, 'larc_' + larc_params['larc_mode'],
+        self.momentum, eeta=larc_params['larc_eta'], epsilon=larc_params['epsilon'],
+        min_update=larc_params['min_update'], use_nesterov=self.nesterov)
+
+  def get_config(self):
+    config = super().get_config()
+    config['use_nesterov'] = config.pop('nesterov')
+    return config

@@ -1,0 +1,301 @@
+"""``GradientPipeline``: one large-batch update, read top to bottom.
+
+The stages, in the order of docs/math.md ("One update of optimize_loss"),
+each a call to a small function of ``stages.py`` (or of the module named):
+
+1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale
+2. accumulation over ``iter_size`` micro-batches (float32, mean)
+3. Horovod allreduce (average), once per applied update (``allreduce.py``)
+4. finite check -> loss-scaler update; a non-finite step stops here
+5. global-norm clipping (``clip_gradients``)
+6. LARC (``larc_params``)
+7. the optimizer's update, then global_step += 1
+
+Stages 6 and 7 are two steps (``larc_and_apply``) that run as one native
+kernel where ``dispatch.update_path`` allows it; the optimizers' own paths
+(native kernel, XLA, Keras' reference) are chosen there too. A pipeline holds
+the state of the update (optimizer, global step, loss scaler, accumulators)
+and returns the metrics of each micro-step; the trainer calls it directly,
+users' own loops through ``optimize_loss``.
+"""
+
+import tensorflow as tf
+
+from optimizers import allreduce
+from optimizers import dispatch
+from optimizers import exclusions
+from optimizers import settings
+from optimizers import stages
+from optimizers import summaries as summaries_lib
+from optimizers import tf1_compat
+from optimizers.agn import AGNOptimizer
+from optimizers.automatic_loss_scaler import make_loss_scaler
+from optimizers.catalog import is_instance
+from optimizers.catalog import make_optimizer
+from optimizers.catalog import normalize_dtype
+
+
+def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=True):
+  """Stages 6 and 7: LARC (when ``larc_params``), then the optimizer's update.
+
+  The two run as one native kernel, which reads each variable once, when
+  ``dispatch.update_path`` says so for these gradients; ``fuse=False`` (LARC's
+  learning rate is not the optimizer's) keeps them apart.
+
+  Args:
+    optimizer: a Keras optimizer (or ``AGNOptimizer``).
+    grads: gradients (None entries are left out of the update).
+    var_list: the matching variables.
+    learning_rate: the current base learning rate.
+    larc_params: checked ``larc_params`` or None.
+    fuse: whether ``learning_rate`` is the rate of the optimizer's update.
+
+  Returns:
+    {variable index: LARC factor} for the adapted variables.
+  """
+  present = [i for i, g in enumerate(grads) if g is not None]
+  grads_present = [grads[i] for i in present]
+  vars_present = [var_list[i] for i in present]
+  if (larc_params is not None and present and dispatch.update_path(
+      optimizer, grads_present, vars_present, larc_params, fuse) == dispatch.NATIVE):
+    # 6 and 7 in one kernel.
+    factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
+    adapts = exclusions.larc_mask(vars_present, larc_params)
+    return {i: factors[k] for k, i in enumerate(present) if adapts[k]}
+  factors = {}
+  if larc_params is not None:
+    # 6. LARC scales the gradients.
+    grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)
+  # 7. The optimizer's update (its own path: dispatch.update_path, asked by keras_adapter).
+  optimizer.apply([grads[i] for i in present], vars_present)
+  return factors
+
+
+def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
+  """The checked (clip_gradients, larc_params, compression, iter_size) of a pipeline."""
+  if not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
+    raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
+  if clip_gradients is not None and not (isinstance(clip_gradients, (int, float))
+                                         and clip_gradients > 0):
+    raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
+  larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
+  compression = settings.check_compression((horovod_params or {}).get('compression'))
+  return clip_gradients, larc_params, compression, iter_size
+
+
+def _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn):
+  """Pops ``learning_rate`` from ``optimizer_params``; the fixed rate when there is no schedule."""
+  if learning_rate_decay_fn is not None:
+    optimizer_params.pop('learning_rate', None)
+    return None
+  if 'learning_rate' not in optimizer_params and not is_instance(optimizer):
+    raise ValueError('optimize_loss: give learning_rate_decay_fn or '
+                     "optimizer_params['learning_rate']")
+  return optimizer_params.pop('learning_rate', None)
+
+
+class GradientPipeline(tf.Module):
+  """The state and stages of ``optimize_loss`` for one set of variables.
+
+  Calling it runs one micro-step and returns its metrics (see ``__call__``).
+
+  Args: as ``optimize_loss``, plus
+    var_list: the variables to train.
+    horovod_params: ``{'compression': 'none' | 'fp16'}`` for the allreduce.
+    log_global_norm: compute the global gradient norm every step for logging
+      (it is computed anyway when clipping or summarising it).
+  """
+
+  def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
+               dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
+               loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
+               horovod_params=None, log_global_norm=False, name='optimize_loss'):
+    super().__init__(name=name)
+    self.var_list = list(var_list)
+    if not self.var_list:
+      raise ValueError('optimize_loss: var_list is empty; nothing to train')
+    self.dtype = normalize_dtype(dtype)
+    self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
+        clip_gradients, larc_params, horovod_params, iter_size)
+    self.summaries = settings.check_summaries(summaries)
+    self.on_horovod = bool(on_horovod)
+    self.log_global_norm = log_global_norm
+    # The global norm is taken when clipping, logging or summarising it.
+    self._with_norm = (self.clip_gradients is not None or self.log_global_norm
+                       or 'global_gradient_norm' in self.summaries)
+    if self.on_horovod:
+      allreduce.init()
+    optimizer_params = dict(optimizer_params or {})
+    self.learning_rate_decay_fn = learning_rate_decay_fn
+    self._base_lr = _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn)
+    # The pipeline sets the optimizer's rate each update when it knows it.
+    self._owns_lr = learning_rate_decay_fn is not None or self._base_lr is not None
+    with tf.init_scope():
+      self._create_state(optimizer, optimizer_params, loss_scaling, loss_scaling_params)
+
+  def _create_state(self, optimizer, optimizer_params, loss_scaling, loss_scaling_params):
+    """The variables of the pipeline, the optimizer (built) and the loss scaler."""
+    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    # Micro-batches accumulated since the last applied update.
+    self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='micro_step')
+    # Allreduce calls, so tests and logs can confirm one per applied update.
+    self.allreduce_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='allreduce_count')
+    # The global norm of the last update's gradients, returned with every micro-step.
+    self.last_global_norm = tf.Variable(0.0, trainable=False, name='last_global_norm')
+    self.optimizer = make_optimizer(optimizer, optimizer_params, self._current_lr_value())
+    # AGN communicates by itself, once per period, instead of every update.
+    self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
+    self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
+    mixed = self.dtype.startswith('mixed_')
+    self.masters = stages.MasterWeights(self.var_list) if mixed else None
+    self.update_vars = self.masters.masters if self.masters is not None else self.var_list
+    self.optimizer.build(list(self.update_vars))
+    self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
+                        else None)
+
+  def _current_lr_value(self):
+    if self.learning_rate_decay_fn is not None:
+      return float(self.learning_rate_decay_fn(tf.constant(0, tf.int64)))
+    if self._base_lr is not None:
+      return self._base_lr
+    return None
+
+  def learning_rate(self):
+    """The learning rate for the next update (a float32 tensor)."""
+    if self.learning_rate_decay_fn is not None:
+      return tf.cast(self.learning_rate_decay_fn(self.global_step), tf.float32)
+    if self._base_lr is not None:
+      return tf.constant(self._base_lr, tf.float32)
+    return tf.cast(self.optimizer.learning_rate, tf.float32)
+
+  @property
+  def loss_scale(self):
+    return self.loss_scaler.loss_scale
+
+  def checkpoint_items(self):
+    """The state to checkpoint besides the model, as tf.train.Checkpoint keyword arguments."""
+    # The optimizer's variables are listed rather than the optimizer itself:
+    # tf.train.Checkpoint treats an object with get_slot_names() as a TF 1
+    # optimizer and would save its slots twice.
+    items = {'global_step': self.global_step, 'micro_step': self.micro_step,
+             'optimizer_variables': [tf1_compat.unwrap(v) for v in self.optimizer.variables],
+             'loss_scaler': self.loss_scaler}
+    if self.accumulator is not None:
+      items['accumulators'] = list(self.accumulator.sums)
+    if self.masters is not None and self.masters.has_half:
+      items['master_weights'] = self._half_masters()
+    return items
+
+  def state_variables(self):
+    """Every variable of the pipeline's state (optimizer slots included), e.g. to broadcast."""
+    result = [self.global_step, self.micro_step]
+    result += [tf1_compat.unwrap(v) for v in self.optimizer.variables]
+    result += list(self.loss_scaler.variables)
+    if self.accumulator is not None:
+      result += list(self.accumulator.sums)
+    if self.masters is not None:
+      result += self._half_masters()
+    return result
+
+  def _half_masters(self):
+    return [m for m, v in zip(self.masters.masters, self.masters.model_vars) if m is not v]
+
+  # --- one micro-step, stage by stage ------------------------------------------------------
+
+  def __call__(self, loss_fn, skip_update=None):
+    """One micro-step: gradients of ``loss_fn``, and an update when one is due.
+
+    Args:
+      loss_fn: zero-argument callable returning the loss of one micro-batch, or
+        a pair (loss, dict of tensors): the dict (e.g. the batch's accuracy)
+        is returned among the metrics.
+      skip_update: optional boolean; True accumulates only. When None the
+        update happens every ``iter_size`` micro-steps.
+
+    Returns:
+      A dict of tensors: ``loss`` (float32, unscaled); ``learning_rate`` and
+      ``loss_scale`` as this micro-step used them; ``applied`` (an update was
+      applied) and ``skipped`` (one was due but its gradients were not
+      finite); ``global_step`` after this micro-step; ``next_learning_rate``
+      and ``next_loss_scale``, those of the next update; ``global_norm``,
+      when it is computed, of the latest update's gradients before clipping
+      (on an accumulation-only micro-step, the previous update's); and the
+      entries of ``loss_fn``'s dict.
+    """
+    loss_scale = self.loss_scaler.loss_scale
+    metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
+    # 1. loss × S -> float32 gradients -> × 1/S
+    loss, grads = stages.scaled_gradients(_collecting(loss_fn, metrics), self.var_list,
+                                          loss_scale)
+    # 2. accumulation over iter_size micro-batches; stages 3-7 run when an update is due.
+    if self.accumulator is None:
+      due = tf.constant(True)
+      applied = self._update(grads)
+    else:
+      due = self._accumulate(grads, skip_update)
+      applied = tf.cond(due, self._update_accumulated, lambda: tf.constant(False))
+    metrics.update(loss=loss, applied=applied,
+                   skipped=tf.logical_and(due, tf.logical_not(applied)),
+                   global_step=tf.identity(self.global_step),
+                   next_learning_rate=self.learning_rate(),
+                   next_loss_scale=tf.identity(self.loss_scaler.loss_scale))
+    if self._with_norm:
+      metrics['global_norm'] = tf.identity(self.last_global_norm)
+    return metrics
+
+  def _accumulate(self, grads, skip_update):
+    """Adds the micro-batch's gradients; returns whether an update is due."""
+    self.accumulator.add(grads)
+    self.micro_step.assign_add(1)
+    if skip_update is None:
+      return self.micro_step >= self.iter_size
+    return tf.logical_not(tf.convert_to_tensor(skip_update))
+
+  def _update_accumulated(self):
+    applied = self._update(self.accumulator.mean(self.micro_step))
+    self.accumulator.reset()
+    self.micro_step.assign(0)
+    return applied
+
+  def _update(self, grads):
+    """Stages 3-7 on one update's gradients; returns whether the update was applied."""
+    # 3. Horovod average, once per update.
+    if self._allreduce:
+      grads = allreduce.average(grads, self.compression)
+      self.allreduce_count.assign_add(1)
+    # 4. finite check -> loss-scaler update; a non-finite step stops here.
+    has_nan, amax, norm = stages.gradient_statistics(grads, self._with_norm)
+    self.loss_scaler.update_op(has_nan, amax)
+    if norm is not None:
+      self.last_global_norm.assign(norm)
+    return stages.apply_if(tf.logical_not(has_nan), lambda: self._apply(grads, norm))
+
+  def _apply(self, grads, norm):
+    """Stages 5-7 on finite gradients, then global_step += 1."""
+    lr = self.learning_rate()
+    # 5. global-norm clipping.
+    update = grads
+    if self.clip_gradients is not None:
+      update, _ = stages.clip_by_global_norm(update, self.clip_gradients, norm)
+    # 6. LARC, and 7. the optimizer's update (one kernel where dispatch allows).
+    if self._owns_lr:
+      self.optimizer.learning_rate = lr
+    larc_factors = larc_and_apply(self.optimizer, update, self.update_vars, lr,
+                                  self.larc_params, fuse=self._owns_lr)
+    if self.masters is not None:
+      self.masters.copy_back()
+    summaries_lib.write(self.summaries, self.global_step,
+                        {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
+                         'global_norm': norm}, self.var_list, grads, larc_factors)
+    self.global_step.assign_add(1)
+
+
+def _collecting(loss_fn, metrics):
+  """``loss_fn`` returning the loss alone; a dict it returns with the loss goes into ``metrics``."""
+  def loss():
+    result = loss_fn()
+    if isinstance(result, tuple):
+      result, extra = result
+      metrics.update(extra)
+    return result
+  return loss

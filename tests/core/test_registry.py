@@ -1,0 +1,152 @@
+"""Registries: eager and lazy entries, facts, and TensorFlow-free package imports."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from core.registry import Registry
+from core.registry import UnknownNameError
+from core.registry import load_attribute
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+  """A module ``fake_entries`` counting its imports through the import system."""
+  module = types.ModuleType('fake_entries')
+  module.build = lambda: 'built'
+  module.Outer = types.SimpleNamespace(inner='nested')
+  loads = []
+
+  class Finder:
+    def find_spec(self, name, path=None, target=None):  # pylint: disable=unused-argument
+      if name != 'fake_entries':
+        return None
+      import importlib.machinery  # pylint: disable=import-outside-toplevel
+
+      class Loader:
+        def create_module(self, spec):  # pylint: disable=unused-argument
+          loads.append(name)
+          return module
+
+        def exec_module(self, mod):  # pylint: disable=unused-argument
+          pass
+
+      return importlib.machinery.ModuleSpec(name, Loader())
+
+  monkeypatch.setattr(sys, 'meta_path', [Finder()] + sys.meta_path)
+  monkeypatch.delitem(sys.modules, 'fake_entries', raising=False)
+  return loads
+
+
+def test_a_lazy_entry_is_imported_on_its_first_lookup_only(fake_module):
+  registry = Registry('model')
+  registry.register_lazy('fake', 'fake_entries:build', PARAMS={'a': 1})
+  registry.register('eager', len)
+  assert sorted(registry) == ['eager', 'fake'] and len(registry) == 2
+  assert 'fake' in registry and 'Fake' not in registry
+  assert registry.facts('fake') == {'PARAMS': {'a': 1}} and registry.facts('eager') == {}
+  assert not registry.is_loaded('fake') and registry.is_loaded('eager')
+  with pytest.raises(UnknownNameError, match=r"unknown model 'fak' \(did you mean 'fake'\?\); "
+                                             r'known: eager, fake'):
+    registry['fak']
+  with pytest.raises(UnknownNameError):
+    registry.facts('fak')
+  assert fake_module == []
+  assert registry['fake']() == 'built'
+  assert registry.get('fake')() == 'built' and registry.resolve('fake')() == 'built'
+  assert fake_module == ['fake_entries'] and registry.is_loaded('fake')
+  assert registry.get('nothing', 7) == 7
+
+
+def test_lazy_names_are_case_insensitive_when_the_registry_is(fake_module):
+  registry = Registry('optimizer', case_insensitive=True)
+  registry.register_lazy('Fake', 'fake_entries:Outer.inner')
+  assert 'FAKE' in registry and list(registry) == ['Fake']
+  assert registry['fake'] == 'nested'
+  with pytest.raises(ValueError, match="optimizer 'fake' is registered twice"):
+    registry.register('fake', len)
+  with pytest.raises(ValueError, match="optimizer 'FAKE' is registered twice"):
+    registry.register_lazy('FAKE', 'fake_entries:build')
+
+
+def test_a_lazy_target_must_name_module_and_attribute():
+  with pytest.raises(ValueError, match='expected "module:attribute"'):
+    Registry('model').register_lazy('x', 'fake_entries.build')
+  with pytest.raises(ValueError, match='expected "module:attribute"'):
+    load_attribute('os.path')
+  assert load_attribute('os.path:join') is os.path.join
+
+
+def run_python(code):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_packages_name_their_entries_without_tensorflow():
+  answer = run_python(
+      'import json, sys\n'
+      'import data, models, optimizers\n'
+      'from optimizers.registry import LR_POLICIES\n'
+      'from framework import config\n'
+      'names = [sorted(r) for r in config.default_registries().values()]\n'
+      'facts = [sorted(models.MODELS.facts(n)["PARAMS"]) for n in models.MODELS]\n'
+      'print(json.dumps({"names": names, "facts": facts,\n'
+      '                  "agn": optimizers.OPTIMIZER_CLS_NAMES.facts("agn"),\n'
+      '                  "all": optimizers.__all__, "dir": "LARSOptimizer" in dir(optimizers),\n'
+      '                  "loaded": sorted(m for m in ("tensorflow", "keras", "horovod")\n'
+      '                                   if m in sys.modules)}))\n')
+  assert answer['loaded'] == []
+  assert answer['names'] == [
+      ['resnet50', 'resnet_cifar'], ['cifar10', 'fashion_mnist', 'imagenet', 'synthetic'],
+      ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Momentum', 'RMSProp', 'SGD'],
+      ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',
+       'poly_decay', 'transformer_policy']]
+  assert answer['facts'][0] == ['bn_epsilon', 'bn_momentum', 'ghost_batch_size', 'weight_decay',
+                                'zero_init_residual']
+  assert answer['agn'] == {'WRAPS_OPTIMIZER': True}
+  assert answer['dir'] and 'optimize_loss' in answer['all'] and 'LARSOptimizer' in answer['all']
+
+
+def test_every_lazy_entry_and_export_loads_the_object_its_module_defines():
+  answer = run_python(
+      'import json\n'
+      'import data, models, optimizers\n'
+      'from framework import config\n'
+      'from optimizers import LARSOptimizer\n'
+      'wrong = []\n'
+      'for kind, registry in config.default_registries().items():\n'
+      '  for name in registry:\n'
+      '    obj = registry[name]\n'
+      '    declared = registry.facts(name).get("PARAMS")\n'
+      '    if declared is not None and obj.PARAMS is not declared:\n'
+      '      wrong.append(f"{kind} {name}: PARAMS")\n'
+      '    if registry.facts(name).get("WRAPS_OPTIMIZER", False) != getattr(obj, "WRAPS_OPTIMIZER", False):\n'
+      '      wrong.append(f"{kind} {name}: WRAPS_OPTIMIZER")\n'
+      'for name in optimizers.__all__:\n'
+      '  obj = getattr(optimizers, name)\n'
+      '  if getattr(obj, "__name__", name) != name and name not in ("OPTIMIZER_CLS_NAMES", "OPTIMIZER_SUMMARIES"):\n'
+      '    wrong.append(f"optimizers.{name}")\n'
+      'import optimizers.lars\n'
+      'print(json.dumps({"wrong": wrong, "same": LARSOptimizer is optimizers.lars.LARSOptimizer,\n'
+      '                  "policy": config.default_registries()["lr_policy"]["poly_decay"].__module__}))\n')
+  assert answer == {'wrong': [], 'same': True, 'policy': 'optimizers.lr_policies'}
+
+
+def test_with_keras_loaded_the_saveable_classes_register_on_import():
+  answer = run_python(
+      'import json\n'
+      'import keras\n'
+      'import optimizers, models\n'
+      'names = ["largebatch>LARSOptimizer", "largebatch>LAMB", "largebatch>MomentumOptimizer",\n'
+      '         "largebatch>LossScaleOptimizer", "models>ZeroPadShortcut"]\n'
+      'print(json.dumps([keras.saving.get_registered_object(n) is not None for n in names]))\n')
+  assert answer == [True] * 5

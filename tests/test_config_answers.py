@@ -1,0 +1,130 @@
+"""run.py answers --print_config and config mistakes without importing TensorFlow, at once.
+
+Each case runs run.py in a child process under ``python -X importtime``,
+which lists every module the process imports on stderr: the answer must come
+with no ``tensorflow``, ``keras`` or ``horovod`` among them
+(``TF_CPP_MIN_LOG_LEVEL=0`` keeps run.py from capturing stderr while
+TensorFlow loads, which would hide those lines too). The child's CPU
+time (user + system, from ``getrusage``) stays under a second; loading
+TensorFlow alone takes several.
+"""
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+HEAVY = ('tensorflow', 'keras', 'horovod')
+CPU_SECONDS = 1.0
+
+
+def answer(*args):
+  """Runs run.py; returns (exit status, stdout, stderr lines that are not import times, imports, CPU s)."""
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  result = subprocess.run([sys.executable, '-X', 'importtime', os.path.join(ROOT, 'run.py'),
+                           '--config', LARS_CONFIG, *args],
+                          cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='0'),
+                          capture_output=True, text=True, timeout=300, check=False)
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+  lines = result.stderr.splitlines()
+  imports = [line.rsplit('|', 1)[-1].strip() for line in lines if line.startswith('import time:')]
+  messages = [line for line in lines if line.strip() and not line.startswith('import time:')]
+  return result.returncode, result.stdout, messages, imports, cpu
+
+
+def heavy(imports):
+  return sorted({name.split('.')[0] for name in imports if name.split('.')[0] in HEAVY})
+
+
+def test_the_import_listing_shows_tensorflow_when_it_is_loaded():
+  # The check below can fail: a mistake only the optimizer's constructor finds loads TensorFlow.
+  status, _, messages, imports, _ = answer('--set', 'optimizer_params.momentum=abc')
+  assert status == 2 and messages[-1].startswith('error: optimizer_params.momentum: rejected by')
+  assert 'tensorflow' in heavy(imports)
+
+
+def test_print_config_answers_without_tensorflow():
+  status, stdout, messages, imports, cpu = answer('--print_config')
+  assert status == 0 and messages == []
+  printed = yaml.safe_load(stdout)
+  assert printed['optimizer'] == 'LARS' and printed['data_layer'] == 'fashion_mnist'
+  assert heavy(imports) == []
+  assert cpu < CPU_SECONDS
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--set', 'nonsense=1'], 'error: nonsense: unknown key; allowed keys: agn_params, '),
+    (['--set', 'batch_size_per_gpu=abc'],
+     "error: batch_size_per_gpu: expected an integer, got 'abc' (str)"),
+    (['--set', 'num_epochs=2h'], "error: num_epochs: expected a number, got '2h' (str)"),
+    (['--set', 'max_steps=100'], 'error: num_epochs, max_steps: give exactly one of them, got both'),
+    (['--set', 'optimizer=LRAS'], "error: optimizer: unknown optimizer 'LRAS' (did you mean 'LARS'?)"),
+    (['--set', 'lr_policy=poly_decai'],
+     "error: lr_policy: unknown lr policy 'poly_decai' (did you mean 'poly_decay'?)"),
+    (['--set', 'model=resnet_cifr'], "error: model: unknown model 'resnet_cifr' (did you mean"),
+    (['--set', 'model_params.dept=8'], 'error: model_params.dept: unknown key (did you mean '
+                                       'model_params.depth?)'),
+    (['--set', 'data_layer_params.augmnt=true'],
+     'error: data_layer_params.augmnt: unknown key (did you mean data_layer_params.augment?)'),
+    (['--set', 'lr_policy_params.warmup_epochs=-1'],
+     'error: lr_policy_params.warmup_epochs: expected a number >= 0 or a list of them, got -1'),
+    (['--set', 'larc_params={larc_mode: clip}'],
+     'error: larc_params.larc_eta: required key is missing (trust coefficient eta)'),
+    (['--set', 'larc_params={larc_eta: 0.001, larc_mode: cilp}'],
+     "error: larc_params.larc_mode: 'cilp' is not allowed (did you mean 'clip'?)"),
+    (['--set', 'loss_scaling=Backof'], "error: loss_scaling: 'Backof' is not allowed (did you mean "),
+    (['--set', 'precise_bn={num_batches: 0}'], 'error: precise_bn.num_batches: must be > 0, got 0'),
+    (['--set', 'horovod_params.compression=fp8'], "error: horovod_params.compression: 'fp8' is not "
+                                                  "allowed; allowed: 'none', 'fp16'"),
+    (['--set', 'agn_params={optimizer: Momentum}'], 'error: agn_params: only used with optimizer: AGN'),
+    (['--set', 'optimizer=AGN', '--set', 'agn_params={optimizer: Momentum, communication_period: 0}'],
+     'error: agn_params.communication_period: must be > 0, got 0'),
+    (['--set', 'dtype=float64'], "error: dtype: 'float64' is not allowed"),
+    (['--set', 'optimizer_params.learning_rate=0.1'],
+     'error: optimizer_params.learning_rate: not allowed, the learning rate comes from the lr policy'),
+    (['--set', 'summaries=[gradient_norms]'],
+     "error: summaries.0: 'gradient_norms' is not allowed (did you mean 'gradient_norm'?)"),
+    # loss_scaling_params are checked by the loss scalers' own check, which needs no TensorFlow.
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
+     "error: loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': params.scale_maxx: "
+     "unknown key for the 'Backoff' algorithm (did you mean params.scale_max?); allowed keys: "
+     'scale_max, scale_min, step_factor, step_window'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={step_factor: 1}'],
+     "error: loss_scaling_params.step_factor: rejected by loss_scaling 'Backoff': step_factor: "
+     'must be > 1, got 1'),
+    (['--set', 'loss_scaling=backoff', '--set', 'loss_scaling_params={scale_min: 65536}'],
+     "error: loss_scaling_params.scale_min: rejected by loss_scaling 'backoff': scale_max: "
+     'must be >= scale_min (65536.0), got 16384.0'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={step_window: 2.5}'],
+     "error: loss_scaling_params.step_window: rejected by loss_scaling 'Backoff': step_window: "
+     'expected an integer >= 1, got 2.5'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={step_window: 10}'],
+     "error: loss_scaling_params.step_window: rejected by loss_scaling 'LogMax': params.step_window: "
+     "unknown key for the 'LogMax' algorithm; allowed keys: beta1, beta2, log_max, "
+     'overflow_std_dev, scale_max, scale_min'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={beta2: 1.5}'],
+     "error: loss_scaling_params.beta2: rejected by loss_scaling 'LogMax': beta2: must be < 1.0, "
+     'got 1.5'),
+    (['--set', 'loss_scaling=LogMax', '--set', 'loss_scaling_params={scale_max: big}'],
+     "error: loss_scaling_params.scale_max: rejected by loss_scaling 'LogMax': scale_max: "
+     "expected a number, got 'big' (str)"),
+    (['--set', 'loss_scaling=dynamic', '--set', 'loss_scaling_params={growth_step: 10}'],
+     "error: loss_scaling_params.growth_step: rejected by loss_scaling 'dynamic': "
+     'loss_scaling_params.growth_step: unknown key for dynamic loss scaling (did you mean '
+     'loss_scaling_params.growth_steps?)'),
+    (['--set', 'loss_scaling_params={scale_max: 16}'],
+     'error: loss_scaling_params.scale_max: rejected by loss_scaling 1.0: loss_scaling_params: only '
+     'used with Backoff, LogMax or dynamic loss scaling'),
+])
+def test_config_mistakes_answer_in_one_line_without_tensorflow(args, message):
+  status, _, messages, imports, cpu = answer('--mode', 'train', *args)
+  assert status == 2
+  assert len(messages) == 1 and messages[0].startswith(message), messages
+  assert heavy(imports) == []
+  assert cpu < CPU_SECONDS
