@@ -13,11 +13,19 @@
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
 # the epochs, two seeds each (OUT/<arm>_half).
 #
-# Points run in order of importance (the batch-256 baselines, LARS at 8K, the
+# Points run in order of importance (LARS at 8K, the batch-256 baselines, the
 # budget check, LARS at 16K, then the rest), so a partial study already answers
 # the main question. It is resumable: run it again with the same OUT and
-# finished runs are skipped (a run cut off half-way starts again). At 48 epochs
-# a run takes about 30 minutes on an idle 2-core CPU; the 35 runs (4 of them at
+# finished runs are skipped (a run cut off half-way starts again).
+#
+# The results outlive the run directories: after every sweep, each finished
+# point's result.json (metrics, wall time and the curve of its evaluations) is
+# copied to ARCHIVE/<arm>/<point>.json (default docs/results/large_batch_e<epochs>,
+# kept under version control), and before the points run, archived results
+# missing from OUT are put back, so a fresh checkout skips every point already
+# archived and the report covers them. ARCHIVE= (empty) turns this off.
+#
+# At 48 epochs a run takes about 30 minutes on an idle 2-core CPU; the 35 runs (4 of them at
 # half length), about 16-17 hours. 8K and 16K need about 7 GB of memory. At the
 # end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
@@ -32,6 +40,7 @@ status=0
 # The epoch budget names the default output, so runs of another budget never mix.
 epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs)')"
 OUT="${1:-runs/large_batch_e$epochs}"
+ARCHIVE="${ARCHIVE-docs/results/large_batch_e$epochs}"
 
 DRY_RUN="${DRY_RUN:-0}"
 if [[ "${REPORT_ONLY:-0}" != 1 && "$DRY_RUN" != 1 ]]; then
@@ -55,6 +64,37 @@ sweep() {
       --grid "batch_size_per_gpu=$batch" --grid "iter_size=$iter" \
       --grid "lr_policy_params.learning_rate=$lrs" --seeds "$seeds" "$@" \
       $([[ "$DRY_RUN" == 1 ]] && echo --dry-run) || status=$?
+  archive
+}
+
+# restore: archived results missing from OUT go back into their point directories.
+restore() {
+  [[ -n "$ARCHIVE" && -d "$ARCHIVE" ]] || return 0
+  local saved arm point
+  for saved in "$ARCHIVE"/*/*.json; do
+    [[ -e "$saved" ]] || continue
+    arm="$(basename "$(dirname "$saved")")"
+    point="$(basename "$saved" .json)"
+    if [[ ! -e "$OUT/$arm/$point/result.json" ]]; then
+      # A half-finished run of the point is replaced by its archived result.
+      rm -rf "${OUT:?}/$arm/$point"
+      mkdir -p "$OUT/$arm/$point"
+      cp "$saved" "$OUT/$arm/$point/result.json"
+    fi
+  done
+}
+
+# archive: every finished point of OUT into ARCHIVE (a new or changed result only).
+archive() {
+  [[ -n "$ARCHIVE" && "$DRY_RUN" != 1 ]] || return 0
+  local result arm point
+  for result in "$OUT"/*/*/result.json; do
+    [[ -e "$result" ]] || continue
+    point="$(basename "$(dirname "$result")")"
+    arm="$(basename "$(dirname "$(dirname "$result")")")"
+    mkdir -p "$ARCHIVE/$arm"
+    cmp -s "$result" "$ARCHIVE/$arm/$point.json" || cp "$result" "$ARCHIVE/$arm/$point.json"
+  done
 }
 
 # best_lr ARM: the learning rate of ARM's grid with the best mean accuracy at G.
@@ -92,9 +132,10 @@ half() {
 if [[ "$DRY_RUN" == 1 ]]; then
   trap 'exit "$status"' EXIT
 fi
+restore
 if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
-  G=256; sgd second; lars 0,1
   G=8192; lars 0,1
+  G=256; sgd second; lars 0,1
   half
   G=16384; lars 0,1
   G=8192; sgd second
@@ -106,6 +147,7 @@ fi
 if [[ "$DRY_RUN" == 1 ]]; then
   exit "$status"
 fi
+archive
 
 arms=()
 for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epochs' \

@@ -3,7 +3,9 @@
 Each point runs as ``python run.py --config CONFIG --mode MODE --logdir
 OUT/<point> --continue_learning --set ...`` with its output in
 ``OUT/<point>/run.log``. A finished point gets ``result.json`` (the metrics
-of run.py's last lines and the wall time) and is skipped by a later sweep
+of run.py's last lines, the wall time and the curve of its evaluations, so
+that the file alone serves a report; a study keeps it under version control)
+and is skipped by a later sweep
 with the same OUT; a failed point gets ``error.txt`` (the last line it
 printed) and runs again, from an empty directory, next time.
 """
@@ -77,6 +79,47 @@ def last_line(path):
       return last_text_line(f.read())
   except OSError:
     return ''
+
+
+def eval_curve(logdir):
+  """``[(step, top-1 accuracy)]`` of every evaluation in the run's ``run.log``."""
+  try:
+    with open(os.path.join(logdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return []
+  matches = (EVAL_RE.match(line.strip()) for line in lines)
+  return [(int(m.group(1)), float(m.group(3))) for m in matches if m]
+
+
+def eval_seconds(logdir):
+  """``{step: seconds from the run's first event to that evaluation's event}``, or {}."""
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
+  starts, times = [], {}
+  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):
+    if not os.path.isdir(directory):
+      return {}
+    events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
+    events.Reload()
+    if tag is None:
+      starts.append(events.FirstEventTimestamp())
+    elif tag in events.Tags()['tensors']:
+      times = {e.step: e.wall_time for e in events.Tensors(tag)}
+  return {step: wall - starts[0] for step, wall in times.items()}
+
+
+def timed_curve(logdir):
+  """``[[step, top-1, seconds or None]]`` of the run's evaluations, as result.json keeps them.
+
+  The seconds count from the run's first TensorBoard event (the start of
+  training) to the evaluation's; None where the events do not say.
+  """
+  try:
+    seconds = eval_seconds(logdir)
+  except (ValueError, OSError):
+    seconds = {}
+  return [[step, accuracy, None if step not in seconds else round(seconds[step], 2)]
+          for step, accuracy in eval_curve(logdir)]
 
 
 def read_result(logdir):
@@ -239,7 +282,8 @@ class Sweep:
       result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
                 'seed': point.seed, 'overrides': self.overrides(point),
                 'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
-                'wall_s': round(wall, 2), 'finished': time.strftime('%Y-%m-%d %H:%M:%S')}
+                'wall_s': round(wall, 2), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
+                'curve': timed_curve(logdir)}
       with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
         json.dump(result, f, indent=2)
       log(f'finished {point.name}: accuracy {format_metric(metrics["accuracy"])}, '

@@ -4,9 +4,10 @@ Every finished point (``result.json``) and failed point (``error.txt``) of a
 sweep directory counts, whichever sweep invocation ran it. Where an arm ran
 several learning rates at one key value (a tuning grid), :func:`chosen` keeps
 the learning rate with the best mean accuracy. The updates to a target
-accuracy come from the ``eval at step N: ... top-1 A`` lines of each run's
-``run.log`` (the first evaluation with ``A >= target``), the wall time from the
-same evaluation's TensorBoard event, counted from the run's first event.
+accuracy come from the curve of evaluations that ``result.json`` keeps (the
+first evaluation with top-1 ``>= target``), or, for a result without one, from
+the ``eval at step N: ... top-1 A`` lines of ``run.log`` and the same
+evaluation's TensorBoard event, counted from the run's first event.
 """
 
 import glob
@@ -14,10 +15,9 @@ import os
 import statistics
 
 from framework.sweep.grid import parse_value
-from framework.sweep.runner import EVAL_RE
-from framework.sweep.runner import LOG_FILE
 from framework.sweep.runner import read_error
 from framework.sweep.runner import read_result
+from framework.sweep.runner import timed_curve
 
 LR_KEY = 'lr_policy_params.learning_rate'
 DEFAULT_TARGET = 0.90
@@ -34,43 +34,17 @@ def number(text):
     return None
 
 
-def eval_curve(logdir):
-  """``[(step, top-1 accuracy)]`` of every evaluation in the run's ``run.log``."""
-  try:
-    with open(os.path.join(logdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
-      lines = f.read().splitlines()
-  except OSError:
-    return []
-  matches = (EVAL_RE.match(line.strip()) for line in lines)
-  return [(int(m.group(1)), float(m.group(3))) for m in matches if m]
+def to_target(logdir, target, result=None):
+  """(updates, seconds) to the first evaluation with accuracy >= target; None where not reached.
 
-
-def eval_seconds(logdir):
-  """``{step: seconds from the run's first event to that evaluation's event}``, or {}."""
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
-  starts, times = [], {}
-  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):
-    if not os.path.isdir(directory):
-      return {}
-    events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
-    events.Reload()
-    if tag is None:
-      starts.append(events.FirstEventTimestamp())
-    elif tag in events.Tags()['tensors']:
-      times = {e.step: e.wall_time for e in events.Tensors(tag)}
-  return {step: wall - starts[0] for step, wall in times.items()}
-
-
-def to_target(logdir, target):
-  """(updates, seconds) to the first evaluation with accuracy >= target; None where not reached."""
-  reached = [step for step, accuracy in eval_curve(logdir) if accuracy >= target]
-  if not reached:
-    return None, None
-  try:
-    seconds = eval_seconds(logdir).get(reached[0])
-  except (ValueError, OSError):
-    seconds = None
-  return reached[0], seconds
+  The curve is the one ``result`` (the run's result.json) holds, or, for a
+  result written without one, read from the run directory.
+  """
+  curve = (result or {}).get('curve')
+  if curve is None:
+    curve = timed_curve(logdir)
+  reached = [(step, seconds) for step, accuracy, seconds in curve if accuracy >= target]
+  return reached[0] if reached else (None, None)
 
 
 def read_runs(label, directory, key, target=DEFAULT_TARGET):
@@ -93,7 +67,7 @@ def read_runs(label, directory, key, target=DEFAULT_TARGET):
       name, _, text = override.partition('=')
       values.setdefault(name, parse_value(text))
     metrics = result.get('metrics') or {}
-    steps_to, seconds_to = to_target(logdir, target)
+    steps_to, seconds_to = to_target(logdir, target, result)
     runs.append({'arm': label, 'status': 'ok', 'error': '', 'logdir': logdir,
                  key: _key_value(values, key), 'seed': result.get('seed'),
                  'lr': values.get(LR_KEY),

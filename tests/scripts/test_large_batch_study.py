@@ -8,10 +8,15 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def dry_run(out):
-  result = subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'large_batch_study.sh'), str(out)],
-                          cwd=ROOT, env=dict(os.environ, DRY_RUN='1'), capture_output=True,
-                          text=True, timeout=300, check=True)
+def study(out, archive='', **env):
+  """Runs the study script on ``out`` with ``archive`` as ARCHIVE (none by default)."""
+  return subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'large_batch_study.sh'), str(out)],
+                        cwd=ROOT, env=dict(os.environ, ARCHIVE=str(archive), **env),
+                        capture_output=True, text=True, timeout=300, check=True)
+
+
+def dry_run(out, archive=''):
+  result = study(out, archive, DRY_RUN='1')
   runs = []
   for line in result.stdout.splitlines():
     config = re.search(r'configs/large_batch/(\w+)\.py', line).group(1)
@@ -25,11 +30,11 @@ def dry_run(out):
 
 def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_path):
   runs = dry_run(tmp_path / 'study')
-  # The batch-256 SGD grid, then LARS at 256 and at 8K with two seeds.
+  # LARS at 8K with two seeds, then the batch-256 SGD grid and LARS at 256.
   assert [r[:5] for r in runs[:7]] == [
+      ('lars', 'lars', 8192, 11.31, 0), ('lars', 'lars', 8192, 11.31, 1),
       ('sgd', 'sgd', 256, 0.05, 0), ('sgd', 'sgd', 256, 0.1, 0), ('sgd', 'sgd', 256, 0.2, 0),
-      ('lars', 'lars', 256, 2.0, 0), ('lars', 'lars', 256, 2.0, 1),
-      ('lars', 'lars', 8192, 11.31, 0), ('lars', 'lars', 8192, 11.31, 1)]
+      ('lars', 'lars', 256, 2.0, 0), ('lars', 'lars', 256, 2.0, 1)]
   # LARS and LAMB: sqrt scaling; two seeds where the targets are measured.
   two_seeds = {'lars': (256, 8192, 16384), 'lamb': (8192,)}
   for arm, base in (('lars', 2.0), ('lamb', 0.005)):
@@ -67,3 +72,34 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   assert [seed for d, _, g, _, seed, _ in runs if d == 'sgd' and g not in (256, 8192)] == [0] * 9
   assert [(d, lr, seed, e) for d, _, _, lr, seed, e in runs if d == 'sgd_half'] == [
       ('sgd_half', 0.1, 0, '24.0'), ('sgd_half', 0.1, 1, '24.0')]
+
+
+def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
+  """What a study finished outlives its run directories: ARCHIVE holds each result.json."""
+  out, archive = tmp_path / 'study', tmp_path / 'archive'
+  name = 'batch_size_per_gpu=8192__iter_size=1__lr_policy_params.learning_rate=11.31__seed=0'
+  logdir = out / 'lars' / name
+  os.makedirs(logdir)
+  result = {'point': {'batch_size_per_gpu': 8192, 'iter_size': 1,
+                      'lr_policy_params.learning_rate': 11.31},
+            'seed': 0, 'overrides': [], 'metrics': {'accuracy': 0.9201, 'steps': 336},
+            'wall_s': 1800.0, 'curve': [[329, 0.9195, 1700.0], [336, 0.9201, 1790.0]]}
+  (logdir / 'result.json').write_text(json.dumps(result))
+  (logdir / 'ckpt-336.index').write_text('a checkpoint is not archived')
+  study(out, archive, REPORT_ONLY='1')
+  assert sorted(p.relative_to(archive).as_posix() for p in archive.rglob('*') if p.is_file()) == [
+      f'lars/{name}.json']
+  assert json.loads((archive / 'lars' / f'{name}.json').read_text()) == result
+  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 |' in (out / 'study.md').read_text()
+
+  # A fresh checkout: no run directories. The archived point is put back, so the
+  # report has its row and the study does not run it again.
+  fresh = tmp_path / 'fresh'
+  study(fresh, archive, REPORT_ONLY='1')
+  assert json.loads((fresh / 'lars' / name / 'result.json').read_text()) == result
+  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 |' in (fresh / 'study.md').read_text()
+  # A run of that point cut off half-way gives way to the archived result.
+  os.remove(fresh / 'lars' / name / 'result.json')
+  (fresh / 'lars' / name / 'run.log').write_text('training cut off\n')
+  study(fresh, archive, REPORT_ONLY='1')
+  assert sorted(os.listdir(fresh / 'lars' / name)) == ['result.json']

@@ -133,6 +133,31 @@ def test_steps_to_target_takes_the_fewest_over_the_grid(study):
   assert study_lib.to_target(at_8k[0]['logdir'], 0.9) == (87, 44.0)
 
 
+def test_a_result_with_its_curve_needs_no_run_directory(study, tmp_path):
+  """An archived result.json alone (no run.log, no events) gives the same row."""
+  archived = tmp_path / 'archived'
+  for logdir in sorted((study / 'sgd').iterdir()):
+    if not (logdir / 'result.json').exists():
+      continue
+    result = json.loads((logdir / 'result.json').read_text())
+    result['curve'] = [list(point) for point in study_lib.timed_curve(str(logdir))]
+    os.makedirs(archived / logdir.name)
+    (archived / logdir.name / 'result.json').write_text(json.dumps(result))
+  # lr 0.1 seed 0 of the fixture: evaluations at 250, 500 (0.905, 61 s after the start), 750.
+  first = json.loads((archived / 'batch_size_per_gpu=256__lr_policy_params.learning_rate=0.1'
+                      '__seed=0' / 'result.json').read_text())
+  assert first['curve'] == [[250, 0.85, 30.0], [500, 0.905, 61.0], [750, 0.91, 90.0]]
+  keep = ('batch_size_per_gpu', 'seed', 'lr', 'accuracy', 'steps_to_target', 'seconds_to_target')
+  from_dirs = [{k: r[k] for k in keep}
+               for r in study_lib.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
+               if r['status'] == 'ok']
+  from_files = [{k: r[k] for k in keep}
+                for r in study_lib.read_runs('SGD', str(archived), 'batch_size_per_gpu')]
+  assert from_files == from_dirs
+  assert [(r['steps_to_target'], r['seconds_to_target']) for r in from_files] == [
+      (500, 61.0), (300, 35.0), (700, 79.0), (None, None)]
+
+
 def test_report_refuses_a_bad_arm(study, capsys):
   assert study_report.main(['--arm', 'no-equals-sign', '--key', 'k', '--out', str(study)]) == 2
   assert study_report.main(['--arm', f'X={study / "missing"}', '--key', 'k',

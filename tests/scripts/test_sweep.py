@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import json
 import os
 import re
 import statistics
@@ -333,6 +334,13 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     assert float(row['top5']) == float(top5) and float(row['loss']) == float(loss)
     assert row['steps'] == step == '3'
     assert float(row['wall_s']) > 1.0
+    # result.json keeps the curve of the run's evaluations, each with its seconds
+    # since the start of training, so that the file alone serves a study's report.
+    evals = [re.match(r'eval at step (\d+): loss \S+, top-1 (\S+),', l).groups()
+             for l in (logdir / 'run.log').read_text().splitlines() if l.startswith('eval at step')]
+    curve = json.loads((logdir / 'result.json').read_text())['curve']
+    assert evals and [(c[0], c[1]) for c in curve] == [(int(s), float(a)) for s, a in evals]
+    assert all(0.0 < c[2] <= float(row['wall_s']) for c in curve)
     # The derived rate reached the run: 0.025 * 32 / 16, not the 0.1 of --set.
     saved = yaml.safe_load((logdir / 'config.yaml').read_text())
     resolved = {**saved['base_params'], **saved['train_params']}  # the train view
