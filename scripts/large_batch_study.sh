@@ -11,7 +11,9 @@
 #   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0 elsewhere
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
-# the epochs, two seeds each (OUT/<arm>_half).
+# the epochs, two seeds each (OUT/<arm>_half). Last, what each feature of the
+# recipe is worth: LARS at 8K, seed 0, with one of them taken out (plain batch
+# norm, no precise statistics, no label smoothing; OUT/lars_no_*).
 #
 # Points run in order of importance (LARS at 8K, the batch-256 baselines, the
 # budget check, LARS at 16K, then the rest), so a partial study already answers
@@ -25,9 +27,9 @@
 # missing from OUT are put back, so a fresh checkout skips every point already
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
-# At 48 epochs a run takes about 30 minutes on an idle 2-core CPU; the 35 runs (4 of them at
-# half length), about 16-17 hours. 8K and 16K need about 7 GB of memory. At the
-# end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
+# At 48 epochs a run takes about 30 minutes on an idle 2-core CPU; the 38 runs
+# (4 of them at half length), about 18 hours. 8K and 16K need about 7 GB of
+# memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md and the plots into docs/images.
 # DRY_RUN=1 prints the run.py commands of the points instead of running them.
@@ -60,7 +62,8 @@ sweep() {
     batch=8192
     iter=$((G / 8192))
   fi
-  "$PY" scripts/sweep.py --config "configs/large_batch/${arm%_half}.py" --out "$OUT/$arm" \
+  # The arm's config is the name's first word: sgd_half runs sgd.py.
+  "$PY" scripts/sweep.py --config "configs/large_batch/${arm%%_*}.py" --out "$OUT/$arm" \
       --grid "batch_size_per_gpu=$batch" --grid "iter_size=$iter" \
       --grid "lr_policy_params.learning_rate=$lrs" --seeds "$seeds" "$@" \
       $([[ "$DRY_RUN" == 1 ]] && echo --dry-run) || status=$?
@@ -118,6 +121,11 @@ sgd() {
     sweep sgd 1 "$best"
   fi
 }
+# ablation ARM SETTING: LARS at 8K, seed 0, with SETTING (one feature taken out).
+ablation() {
+  G=8192
+  sweep "$1" 0 "$(value '2.0 * math.sqrt(G / 256)')" --set "$2"
+}
 half() {
   local half_epochs
   half_epochs="$("$PY" -c "print($epochs / 2)")"
@@ -143,6 +151,9 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   G=8192; lamb 0,1
   G=16384; sgd; lamb 0
   for G in 1024 4096; do lars 0; sgd; lamb 0; done
+  ablation lars_no_ghost_bn model_params.ghost_batch_size=null
+  ablation lars_no_precise_bn precise_bn=null
+  ablation lars_no_smoothing label_smoothing=0.0
 fi
 if [[ "$DRY_RUN" == 1 ]]; then
   exit "$status"
@@ -151,7 +162,10 @@ archive
 
 arms=()
 for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epochs' \
-           lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs'; do
+           lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs' \
+           lars_no_ghost_bn:'LARS, plain batch norm' \
+           lars_no_precise_bn:'LARS, no precise BN statistics' \
+           lars_no_smoothing:'LARS, no label smoothing'; do
   [[ -d "$OUT/${arm%%:*}" ]] && arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
 done
 report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --out "$OUT"

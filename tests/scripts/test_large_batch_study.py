@@ -52,7 +52,15 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
       ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
   assert runs.index(half[0]) < runs.index(('lars', 'lars', 16384, 16.0, 0, None))
-  assert len(runs) == 8 + 6 + 15 + 2
+  # Last, LARS at 8K with one recipe feature taken out at a time, each its own arm.
+  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
+      (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
+                                            'lars_no_smoothing')]
+  assert len(runs) == 8 + 6 + 15 + 2 + 3
+  lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()[-3:]
+  for line, setting in zip(lines, ('model_params.ghost_batch_size=null', 'precise_bn=null',
+                                   'label_smoothing=0.0')):
+    assert f'--set {setting} ' in line
 
 
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
