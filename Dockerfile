@@ -36,13 +36,14 @@ ENV DEBIAN_FRONTEND=noninteractive \
 
 # System packages: Python 3.11, the compilers and CMake for Horovod, the hash
 # library headers TF 2.21's headers include, NCCL's headers and static library,
-# and the Fashion-MNIST data set package the configs read.
+# the Fashion-MNIST data set package the configs read, and tcmalloc, which
+# run.py restarts under (core/allocator.py).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       python3.11 python3.11-dev python3.11-venv \
       build-essential cmake ca-certificates \
       libhighwayhash-dev libfarmhash-dev \
-      dataset-fashion-mnist \
+      dataset-fashion-mnist libtcmalloc-minimal4 \
  && if ! dpkg -s libnccl-dev >/dev/null 2>&1; then \
       apt-get install -y --no-install-recommends libnccl2 libnccl-dev; \
     fi \

@@ -26,6 +26,17 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from core import allocator  # noqa: E402  pylint: disable=wrong-import-position
+
+if __name__ == '__main__':
+  # Before anything allocates: large batches run 1.4x faster under tcmalloc
+  # (core/allocator.py); LARGEBATCH_ALLOCATOR=system keeps glibc's malloc.
+  try:
+    allocator.reexec_under_tcmalloc()
+  except ValueError as exc:
+    print(f'error: {exc}', file=sys.stderr)
+    sys.exit(2)
+
 from framework import launch as launch_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 

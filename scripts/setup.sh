@@ -28,8 +28,10 @@ t0=$SECONDS
 # --- 1. Debian packages -------------------------------------------------------
 # dataset-fashion-mnist: the data set the tests and configs use.
 # libhighwayhash-dev, libfarmhash-dev: headers TF 2.21 includes but does not ship
-# (needed to compile Horovod's TF ops); cmake, g++, make: the Horovod build.
-APT_PACKAGES=(dataset-fashion-mnist libhighwayhash-dev libfarmhash-dev cmake g++ make)
+# (needed to compile Horovod's TF ops); cmake, g++, make: the Horovod build;
+# libtcmalloc-minimal4: the allocator run.py restarts under (core/allocator.py).
+APT_PACKAGES=(dataset-fashion-mnist libhighwayhash-dev libfarmhash-dev cmake g++ make
+              libtcmalloc-minimal4)
 
 python_path="$(command -v "$PYTHON" || true)"
 # Debian's own python3.11 needs python3.11-venv for `-m venv` and the headers for builds.
