@@ -340,3 +340,20 @@ def test_precise_bn_recomputes_the_statistics_and_leaves_training_alone(tmp_path
   precise_statistics(model, data.dataset(64, seed=0 + 1 + 8).take(3))
   for variable, value in zip(moving_variables, saved):
     np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6, err_msg=variable.path)
+
+
+def test_tcmalloc_and_glibc_train_to_the_same_bits(tmp_path):
+  """run.py restarts under tcmalloc (core/allocator.py); where tensors live changes no number."""
+  values = {}
+  for allocator in ('tcmalloc', 'system'):
+    logdir = tmp_path / allocator
+    env = {k: v for k, v in run_env(LARGEBATCH_ALLOCATOR=allocator).items() if k != 'LD_PRELOAD'}
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, 'run.py'), '--config', LARS_CONFIG, '--mode', 'train',
+         '--logdir', str(logdir), '--set', 'max_steps=6', '--set', 'deterministic=true', *SHORT],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    values[allocator] = checkpoint_values(tf.train.latest_checkpoint(str(logdir)))
+  assert values['tcmalloc'].keys() == values['system'].keys()
+  for name, value in values['tcmalloc'].items():
+    np.testing.assert_array_equal(value, values['system'][name], err_msg=name)
