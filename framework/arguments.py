@@ -5,7 +5,8 @@
 signature, and the optimizer is constructed once so that its own type and
 range checks answer as one-line config errors. Reading a signature or
 constructing means importing the owner, so these checks run once TensorFlow
-may be loaded; every other config check comes first and needs no TensorFlow.
+may be loaded; every other config check comes first and needs no TensorFlow,
+the names included where the registry declares them (``ARGUMENTS``).
 ``loss_scaling_params`` are checked the same way, by the loss scalers' own
 check, which needs no TensorFlow and so runs with the first checks.
 """
@@ -17,6 +18,7 @@ from core.params import ConfigError
 from core.registry import closest
 from framework.config_file import one_line
 from framework.schema import DURATION_KEYS
+from optimizers import registry
 from optimizers import settings
 
 
@@ -86,14 +88,19 @@ def check_loss_scaling(loss_scaling, params):
 def check_arguments(params, target, path, supplied, epoch_keys=False):
   """Checks the keys of ``params`` against the arguments ``target`` accepts.
 
-  Only checks: the params are passed as given (epoch keys converted by the
-  trainer), nothing is added from the signature.
+  ``target`` is the class or function itself, whose signature is read, or
+  the :class:`optimizers.registry.Arguments` its registration declares
+  (which needs nothing imported). Only checks: the params are passed as given
+  (epoch keys converted by the trainer), nothing is added from the signature.
   """
-  arguments = _keyword_arguments(target)
-  if arguments is None:
-    return
-  names, required, accepts_any = arguments
-  who = getattr(target, '__name__', type(target).__name__)
+  if isinstance(target, registry.Arguments):
+    names, required, accepts_any, who = target.names, target.required, False, target.who
+  else:
+    arguments = _keyword_arguments(target)
+    if arguments is None:
+      return
+    names, required, accepts_any = arguments
+    who = getattr(target, '__name__', type(target).__name__)
   allowed = [n for n in names if n not in supplied]
   if epoch_keys:
     allowed += [alias for alias, step in DURATION_KEYS.items() if step in allowed]

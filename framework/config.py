@@ -134,6 +134,7 @@ def validate(config, registries, mode='train', construct=True):
     _check_declared_params(result, kind, _declared(result, kind, registries, 'PARAMS'))
   _check_optimizer(result, registries)
   _check_lr_policy(result, registries)
+  _check_declared_arguments(result, registries)
   _check_batches(result, mode)
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
@@ -235,9 +236,7 @@ def _check_with_owners(config, registries):
   for kind in ('model', 'data_layer'):
     if _declared(config, kind, registries, 'PARAMS') is None:
       _check_declared_params(config, kind, getattr(_lookup(config, kind, registries), 'PARAMS', None))
-  optimizer = _lookup(config, 'optimizer', registries)
-  if getattr(optimizer, 'WRAPS_OPTIMIZER', False):
-    optimizer = _lookup({'optimizer': config['agn_params']['optimizer']}, 'optimizer', registries)
+  optimizer = _lookup(_optimizer_entry(config, registries), 'optimizer', registries)
   arguments.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
                             _OPTIMIZER_SUPPLIED)
   if inspect.isclass(optimizer):
@@ -246,6 +245,32 @@ def _check_with_owners(config, registries):
   policy = _lookup(config, 'lr_policy', registries)
   arguments.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
                             _LR_POLICY_SUPPLIED, epoch_keys=True)
+
+
+def _optimizer_entry(config, registries):
+  """``{'optimizer': ...}`` naming the optimizer that takes ``optimizer_params`` (AGN's inner one)."""
+  if _declared(config, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+    return {'optimizer': config['agn_params']['optimizer']}
+  return config
+
+
+def _check_declared_arguments(result, registries):
+  """The names of ``optimizer_params`` and ``lr_policy_params``, where the registries declare them.
+
+  Needs no TensorFlow: the ``ARGUMENTS`` of a registration. An entry without
+  them is checked against its signature by :func:`_check_with_owners`.
+
+  Raises:
+    ConfigError: for an unknown or missing argument, as the signature check says it.
+  """
+  declared = _declared(_optimizer_entry(result, registries), 'optimizer', registries, 'ARGUMENTS')
+  if declared is not None:
+    arguments.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
+                              _OPTIMIZER_SUPPLIED)
+  declared = _declared(result, 'lr_policy', registries, 'ARGUMENTS')
+  if declared is not None:
+    arguments.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
+                              _LR_POLICY_SUPPLIED, epoch_keys=True)
 
 
 def _registry(key, registries):

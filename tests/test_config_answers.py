@@ -88,6 +88,18 @@ def test_print_config_answers_without_tensorflow():
     (['--set', 'dtype=float64'], "error: dtype: 'float64' is not allowed"),
     (['--set', 'optimizer_params.learning_rate=0.1'],
      'error: optimizer_params.learning_rate: not allowed, the learning rate comes from the lr policy'),
+    # Argument names come from the registries' declarations (optimizers/registry.py).
+    (['--set', 'optimizer_params.momentun=0.9'],
+     'error: optimizer_params.momentun: unknown argument of LARSOptimizer (did you mean '
+     'optimizer_params.momentum?); accepted: clipnorm, clipvalue, eeta, ema_momentum, '),
+    (['--set', 'optimizer=AGN', '--set', 'agn_params={optimizer: LAMB}'],
+     'error: optimizer_params.momentum: unknown argument of LAMB (did you mean '
+     'optimizer_params.ema_momentum?); accepted: beta_1, beta_2, '),
+    (['--set', 'lr_policy_params.decay_epoch=3'],
+     'error: lr_policy_params.decay_epoch: unknown argument of poly_decay (did you mean '
+     'lr_policy_params.decay_epochs?); accepted: '),
+    (['--set', 'lr_policy=exp_decay'],
+     'error: lr_policy_params.power: unknown argument of exp_decay; accepted: '),
     (['--set', 'summaries=[gradient_norms]'],
      "error: summaries.0: 'gradient_norms' is not allowed (did you mean 'gradient_norm'?)"),
     # loss_scaling_params are checked by the loss scalers' own check, which needs no TensorFlow.

@@ -1,0 +1,48 @@
+"""The registries' declared arguments (optimizers/registry.py) are those of the real signatures.
+
+The config layer checks ``optimizer_params`` and ``lr_policy_params`` names
+against these declarations before TensorFlow is loaded; this test imports the
+classes and functions and reads their signatures, so a declaration that
+drifts from its code fails here.
+"""
+
+import importlib.metadata
+import os
+
+import pytest
+
+from framework.arguments import _keyword_arguments
+from optimizers import registry
+
+
+def declared_entries():
+  for reg in (registry.OPTIMIZER_CLS_NAMES, registry.LR_POLICIES):
+    for name in reg:
+      arguments = reg.facts(name).get('ARGUMENTS')
+      if arguments is not None:
+        yield pytest.param(reg, name, arguments, id=f'{reg.kind}:{name}')
+
+
+def test_the_pinned_keras_is_the_one_the_declarations_are_for():
+  # requirements.txt pins Keras; the optimizers' declarations hold for that version only.
+  assert importlib.metadata.version('keras') == registry.KERAS_VERSION
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(root, 'requirements.txt'), encoding='utf-8') as f:
+    assert f'keras=={registry.KERAS_VERSION}\n' in f.read()
+
+
+def test_every_entry_but_the_wrapper_declares_its_arguments():
+  undeclared = [name for reg in (registry.OPTIMIZER_CLS_NAMES, registry.LR_POLICIES) for name in reg
+                if 'ARGUMENTS' not in reg.facts(name)]
+  assert undeclared == ['AGN']  # its optimizer_params are the wrapped optimizer's
+
+
+@pytest.mark.parametrize('reg, name, arguments', list(declared_entries()))
+def test_declared_arguments_match_the_signature(reg, name, arguments):
+  target = reg[name]
+  names, required, accepts_any = _keyword_arguments(target)
+  assert not accepts_any
+  assert sorted(arguments.names) == sorted(names)
+  assert len(set(arguments.names)) == len(arguments.names)
+  assert sorted(arguments.required) == sorted(required)
+  assert arguments.who == target.__name__
