@@ -168,7 +168,7 @@ for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epoc
            lars_no_smoothing:'LARS, no label smoothing'; do
   [[ -d "$OUT/${arm%%:*}" ]] && arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
 done
-report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --out "$OUT"
+report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")
 if [[ "${DOC:-0}" == 1 ]]; then
   report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch)

@@ -11,7 +11,8 @@ invocation ran it (so seeds added later count), groups them by the value of
 - ``study.csv``: one row per run (arm, key value, seed, learning rate, metrics,
   updates and wall time to the target accuracy, wall time);
 - ``study.md``: one row per arm and key value: mean ± std of the test accuracy
-  over seeds, its gap to the best result at the smallest key value, the
+  over seeds, its gap to the best result at the smallest key value (or at
+  ``--baseline``), the
   learning rate, the updates, the updates and wall time to first reach
   ``--target`` test accuracy, and the wall time per run. Where an arm ran
   several learning rates at one key value (a tuning grid), the row is the
@@ -52,6 +53,9 @@ def parse_args(argv):
   parser.add_argument('--title', default='', help='plot title')
   parser.add_argument('--target', type=float, default=study.DEFAULT_TARGET,
                       help='test accuracy (a fraction) for updates and time to accuracy')
+  parser.add_argument('--baseline', type=float, metavar='VALUE',
+                      help='the key value whose best mean accuracy the gaps are measured to '
+                           '(default: the smallest of the runs; no gaps while it has no run)')
   parser.add_argument('--doc', metavar='FILE.md',
                       help=f'also put the table into FILE.md, between the lines {DOC_BEGIN} '
                            f'and {DOC_END}')
@@ -72,11 +76,15 @@ def _reached_text(runs, field, digits):
   return text if len(values) == len(ok) else f'{text} ({len(values)}/{len(ok)} reached)'
 
 
-def markdown(runs, key, arms, target=study.DEFAULT_TARGET):
-  """The study's table: a row per key value and arm, then the learning-rate grids and failures."""
+def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None):
+  """The study's table: a row per key value and arm, then the learning-rate grids and failures.
+
+  The gaps are to the best mean accuracy at the key value ``baseline`` (by
+  default the smallest the runs have).
+  """
   percent = f'{target * 100:g} %'
   grouped = study.groups(runs, key)
-  reference = study.best_at_smallest(runs, key, arms)
+  reference = study.best_at_smallest(runs, key, arms, baseline)
   cells, tuned = [], []
   for value in study.ordered_values(runs, key):
     for arm in arms:
@@ -270,7 +278,7 @@ def main(argv=None):
   report.write_csv(runs, ['arm', args.key, 'seed', 'status', 'lr', 'accuracy', 'top5', 'loss',
                           'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'logdir',
                           'error'], os.path.join(args.out, 'study.csv'))
-  table = markdown(runs, args.key, arms, args.target)
+  table = markdown(runs, args.key, arms, args.target, args.baseline)
   with open(os.path.join(args.out, 'study.md'), 'w', encoding='utf-8') as f:
     f.write(table)
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)

@@ -137,12 +137,18 @@ def ordered_values(runs, key):
   return sorted({run[key] for run in runs}, key=lambda v: number(v) or 0.0)
 
 
-def best_at_smallest(runs, key, arms):
-  """The best mean accuracy over the arms at the smallest key value, or None."""
+def best_at_smallest(runs, key, arms, baseline=None):
+  """The best mean accuracy over the arms at the key value ``baseline``, or None.
+
+  ``baseline`` defaults to the smallest key value of the runs; a study that
+  names it (batch 256) gets None, so no gaps, until a run there has finished.
+  """
   grouped = groups(runs, key)
   values = ordered_values(runs, key)
-  means = [accuracy_mean(chosen(grouped[(arm, values[0])])) for arm in arms
-           if values and (arm, values[0]) in grouped]
+  if baseline is None and values:
+    baseline = values[0]
+  means = [accuracy_mean(chosen(grouped[(arm, baseline)])) for arm in arms
+           if (arm, baseline) in grouped]
   means = [m for m in means if m is not None]
   return max(means) if means else None
 

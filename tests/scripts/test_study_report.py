@@ -205,3 +205,16 @@ def test_doc_block_and_images_are_written_from_the_runs(study, tmp_path):
   assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
                             '--out', str(out), '--doc', str(doc)]) == 2
   assert doc.read_text() == 'no markers\n'
+
+
+def test_gaps_are_to_the_named_baseline_and_absent_without_it(study, tmp_path):
+  runs = study_lib.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
+  # The fixture's best at 256 is lr 0.1 (seeds 0.91 and 0.93, mean 0.92); at 8192, 0.70.
+  assert study_lib.best_at_smallest(runs, 'batch_size_per_gpu', ['SGD']) == pytest.approx(0.92)
+  assert study_lib.best_at_smallest(runs, 'batch_size_per_gpu', ['SGD'], 8192) == pytest.approx(0.70)
+  at_8k = [r for r in runs if r['batch_size_per_gpu'] == 8192]
+  # Only 8K has run: its row has no gap to a batch 256 that has no result yet.
+  assert '| 8192 | SGD | 3.2 | 1/1 | 0.7000 | n/a |' in study_report.markdown(
+      at_8k, 'batch_size_per_gpu', ['SGD'], baseline=256)
+  assert '| 8192 | SGD | 3.2 | 1/1 | 0.7000 | -22.00 |' in study_report.markdown(
+      runs, 'batch_size_per_gpu', ['SGD'], baseline=256)
