@@ -166,7 +166,11 @@ for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epoc
            lars_no_ghost_bn:'LARS, plain batch norm' \
            lars_no_precise_bn:'LARS, no precise BN statistics' \
            lars_no_smoothing:'LARS, no label smoothing'; do
-  [[ -d "$OUT/${arm%%:*}" ]] && arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
+  [[ -d "$OUT/${arm%%:*}" ]] || continue
+  arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
+  # Gaps are to the best result of the three arms at batch 256, not to the
+  # half-budget check or an ablation.
+  [[ "${arm%%:*}" == *_* ]] || arms+=(--reference-arm "${arm#*:}")
 done
 report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")

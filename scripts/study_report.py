@@ -12,7 +12,7 @@ invocation ran it (so seeds added later count), groups them by the value of
   updates and wall time to the target accuracy, wall time);
 - ``study.md``: one row per arm and key value: mean ± std of the test accuracy
   over seeds, its gap to the best result at the smallest key value (or at
-  ``--baseline``), the
+  ``--baseline``; of the ``--reference-arm`` arms, or of all), the
   learning rate, the updates, the updates and wall time to first reach
   ``--target`` test accuracy, and the wall time per run. Where an arm ran
   several learning rates at one key value (a tuning grid), the row is the
@@ -56,6 +56,9 @@ def parse_args(argv):
   parser.add_argument('--baseline', type=float, metavar='VALUE',
                       help='the key value whose best mean accuracy the gaps are measured to '
                            '(default: the smallest of the runs; no gaps while it has no run)')
+  parser.add_argument('--reference-arm', action='append', default=[], metavar='LABEL',
+                      help='an arm whose results the gaps are measured to; repeatable '
+                           '(default: every arm)')
   parser.add_argument('--doc', metavar='FILE.md',
                       help=f'also put the table into FILE.md, between the lines {DOC_BEGIN} '
                            f'and {DOC_END}')
@@ -76,15 +79,15 @@ def _reached_text(runs, field, digits):
   return text if len(values) == len(ok) else f'{text} ({len(values)}/{len(ok)} reached)'
 
 
-def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None):
+def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, reference_arms=None):
   """The study's table: a row per key value and arm, then the learning-rate grids and failures.
 
-  The gaps are to the best mean accuracy at the key value ``baseline`` (by
-  default the smallest the runs have).
+  The gaps are to the best mean accuracy of ``reference_arms`` (default: all
+  arms) at the key value ``baseline`` (default: the smallest the runs have).
   """
   percent = f'{target * 100:g} %'
   grouped = study.groups(runs, key)
-  reference = study.best_at_smallest(runs, key, arms, baseline)
+  reference = study.best_at_smallest(runs, key, reference_arms or arms, baseline)
   cells, tuned = [], []
   for value in study.ordered_values(runs, key):
     for arm in arms:
@@ -262,6 +265,11 @@ def main(argv=None):
   except ValueError as exc:
     print(f'error: {exc}', file=sys.stderr)
     return 2
+  unknown = [label for label in args.reference_arm if label not in arms]
+  if unknown:
+    print(f'error: --reference-arm {unknown[0]!r}: not an --arm label; labels: '
+          f'{", ".join(arms)}', file=sys.stderr)
+    return 2
   if args.best_lr is not None:
     if len(arms) != 1:
       print('error: --best-lr takes exactly one --arm', file=sys.stderr)
@@ -278,7 +286,7 @@ def main(argv=None):
   report.write_csv(runs, ['arm', args.key, 'seed', 'status', 'lr', 'accuracy', 'top5', 'loss',
                           'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'logdir',
                           'error'], os.path.join(args.out, 'study.csv'))
-  table = markdown(runs, args.key, arms, args.target, args.baseline)
+  table = markdown(runs, args.key, arms, args.target, args.baseline, args.reference_arm)
   with open(os.path.join(args.out, 'study.md'), 'w', encoding='utf-8') as f:
     f.write(table)
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)

@@ -94,11 +94,20 @@ def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path)
             'wall_s': 1800.0, 'curve': [[329, 0.9195, 1700.0], [336, 0.9201, 1790.0]]}
   (logdir / 'result.json').write_text(json.dumps(result))
   (logdir / 'ckpt-336.index').write_text('a checkpoint is not archived')
+  # The budget check at 256 is in the table but is no reference for the gaps.
+  half_name = 'batch_size_per_gpu=256__iter_size=1__lr_policy_params.learning_rate=2__seed=0'
+  os.makedirs(out / 'lars_half' / half_name)
+  (out / 'lars_half' / half_name / 'result.json').write_text(json.dumps({
+      'point': {'batch_size_per_gpu': 256, 'iter_size': 1, 'lr_policy_params.learning_rate': 2},
+      'seed': 0, 'overrides': [], 'metrics': {'accuracy': 0.91, 'steps': 5616}, 'wall_s': 900.0,
+      'curve': [[5616, 0.91, 890.0]]}))
   study(out, archive, REPORT_ONLY='1')
   assert sorted(p.relative_to(archive).as_posix() for p in archive.rglob('*') if p.is_file()) == [
-      f'lars/{name}.json']
+      f'lars/{name}.json', f'lars_half/{half_name}.json']
   assert json.loads((archive / 'lars' / f'{name}.json').read_text()) == result
-  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 |' in (out / 'study.md').read_text()
+  table = (out / 'study.md').read_text()
+  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 | n/a |' in table
+  assert '| 256 | LARS, half the epochs | 2 | 1/1 | 0.9100 | n/a |' in table
 
   # A fresh checkout: no run directories. The archived point is put back, so the
   # report has its row and the study does not run it again.

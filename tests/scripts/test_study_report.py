@@ -218,3 +218,21 @@ def test_gaps_are_to_the_named_baseline_and_absent_without_it(study, tmp_path):
       at_8k, 'batch_size_per_gpu', ['SGD'], baseline=256)
   assert '| 8192 | SGD | 3.2 | 1/1 | 0.7000 | -22.00 |' in study_report.markdown(
       runs, 'batch_size_per_gpu', ['SGD'], baseline=256)
+
+
+def test_gaps_are_to_the_reference_arms_only(study, tmp_path, capsys):
+  # LARS at 256 (0.95 below) beats SGD's 0.92, but only SGD is the reference.
+  write_point(study / 'lars', 256, 0, 0.95, lr=2.0)
+  args = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+          '--key', 'batch_size_per_gpu', '--out', str(tmp_path / 'out')]
+  assert study_report.main(args + ['--reference-arm', 'SGD']) == 0
+  table = (tmp_path / 'out' / 'study.md').read_text()
+  assert '| 256 | LARS | 2 | 1/1 | 0.9500 | +3.00 |' in table
+  assert '| 256 | SGD | 0.1 | 2/2 | 0.9200 ± 0.0141 | +0.00 |' in table
+  assert study_report.main(args) == 0
+  assert '| 256 | SGD | 0.1 | 2/2 | 0.9200 ± 0.0141 | -3.00 |' in (
+      tmp_path / 'out' / 'study.md').read_text()
+  capsys.readouterr()
+  assert study_report.main(args + ['--reference-arm', 'LAMB']) == 2
+  assert capsys.readouterr().err == ("error: --reference-arm 'LAMB': not an --arm label; labels: "
+                                     'SGD, LARS\n')
