@@ -222,8 +222,10 @@ def _check_batches(result, mode):
 def _check_with_owners(config, registries):
   """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
 
-  ``optimizer_params`` against the optimizer class's arguments and
-  constructor, and ``lr_policy_params`` against the lr policy's arguments;
+  ``optimizer_params`` against the optimizer class's constructor (and its
+  arguments' names, unless the registration declared them and
+  :func:`_check_declared_arguments` checked them), and ``lr_policy_params``
+  against the lr policy's arguments, likewise;
   and the params of a model or data layer registered lazily without a
   ``PARAMS`` fact. Imports those owners, and with them TensorFlow (its
   start-up banner held back).
@@ -236,15 +238,18 @@ def _check_with_owners(config, registries):
   for kind in ('model', 'data_layer'):
     if _declared(config, kind, registries, 'PARAMS') is None:
       _check_declared_params(config, kind, getattr(_lookup(config, kind, registries), 'PARAMS', None))
-  optimizer = _lookup(_optimizer_entry(config, registries), 'optimizer', registries)
-  arguments.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
-                            _OPTIMIZER_SUPPLIED)
+  entry = _optimizer_entry(config, registries)
+  optimizer = _lookup(entry, 'optimizer', registries)
+  if _declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:  # else checked already
+    arguments.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
+                              _OPTIMIZER_SUPPLIED)
   if inspect.isclass(optimizer):
     arguments.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
                                     learning_rate=_TRIAL_LEARNING_RATE)
-  policy = _lookup(config, 'lr_policy', registries)
-  arguments.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
-                            _LR_POLICY_SUPPLIED, epoch_keys=True)
+  if _declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:  # else checked already
+    policy = _lookup(config, 'lr_policy', registries)
+    arguments.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
+                              _LR_POLICY_SUPPLIED, epoch_keys=True)
 
 
 def _optimizer_entry(config, registries):
