@@ -143,7 +143,7 @@ fi
 restore
 if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   G=8192; lars 0,1
-  G=256; sgd second; lars 0,1
+  G=256; lars 0,1; sgd second
   half
   G=16384; lars 0,1
   G=8192; sgd second
