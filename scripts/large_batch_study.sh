@@ -160,6 +160,11 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 archive
 
+# full_label ARM: the table label of a three-arm directory name.
+full_label() {
+  case "$1" in sgd) echo 'SGD (lr tuned)' ;; lars) echo LARS ;; lamb) echo LAMB ;; esac
+}
+
 arms=()
 for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epochs' \
            lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs' \
@@ -171,6 +176,15 @@ for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epoc
   # Gaps are to the best result of the three arms at batch 256, not to the
   # half-budget check or an ablation.
   [[ "${arm%%:*}" == *_* ]] || arms+=(--reference-arm "${arm#*:}")
+  # The targets, each a line under the table: LARS within 1 point of the best
+  # batch-256 result at 8K and within 2 at 16K; whether tuned SGD and LAMB do
+  # as well at 8K; and whether the budget is large enough (the best batch-256
+  # arm gains under 0.3 points from half the epochs to all of them).
+  case "${arm%%:*}" in
+    lars) arms+=(--claim "LARS@8192<=1.0" --claim "LARS@16384<=2.0") ;;
+    sgd|lamb) arms+=(--claim "${arm#*:}@8192<=1.0") ;;
+    *_half) [[ -d "$OUT/${arm%%_*}" ]] && arms+=(--budget "$(full_label "${arm%%_*}")=${arm#*:}") ;;
+  esac
 done
 report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")

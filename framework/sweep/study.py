@@ -143,14 +143,64 @@ def best_at_smallest(runs, key, arms, baseline=None):
   ``baseline`` defaults to the smallest key value of the runs; a study that
   names it (batch 256) gets None, so no gaps, until a run there has finished.
   """
+  best = best_arm(runs, key, arms, baseline)
+  return None if best is None else best[1]
+
+
+def best_arm(runs, key, arms, baseline=None):
+  """``(arm, mean accuracy, chosen runs)`` of the best of ``arms`` at ``baseline``, or None.
+
+  ``baseline`` defaults to the smallest key value of the runs.
+  """
   grouped = groups(runs, key)
   values = ordered_values(runs, key)
   if baseline is None and values:
     baseline = values[0]
-  means = [accuracy_mean(chosen(grouped[(arm, baseline)])) for arm in arms
-           if (arm, baseline) in grouped]
-  means = [m for m in means if m is not None]
-  return max(means) if means else None
+  best = None
+  for arm in arms:
+    if (arm, baseline) not in grouped:
+      continue
+    members = chosen(grouped[(arm, baseline)])
+    mean = accuracy_mean(members)
+    if mean is not None and (best is None or mean > best[1]):
+      best = (arm, mean, members)
+  return best
+
+
+def at_value(runs, arm, key, value):
+  """The runs of ``arm`` whose key equals ``value`` (as numbers where both are; 256 == '256.0')."""
+  def same(other):
+    a, b = number(other), number(value)
+    return a == b if a is not None and b is not None else str(other) == str(value)
+  return [r for r in runs if r['arm'] == arm and same(r[key])]
+
+
+def finished(members):
+  """How many of the runs finished with an accuracy."""
+  return sum(1 for r in members if r['status'] == 'ok' and r['accuracy'] is not None)
+
+
+def claim(runs, key, arm, value, points, reference):
+  """Whether ``arm`` at the key's ``value`` is within ``points`` (percentage points) of ``reference``.
+
+  ``reference`` is :func:`best_arm`'s answer at the baseline (or None). Returns
+  a dict: ``mean`` and ``seeds`` of the arm's chosen learning rate at ``value``
+  (None and 0 where nothing finished), ``gap`` in points (negative: below the
+  reference; None without both means) and ``met`` (None without a gap).
+  """
+  members = chosen(at_value(runs, arm, key, value))
+  mean = accuracy_mean(members)
+  gap = None if mean is None or reference is None else (mean - reference[1]) * 100.0
+  return {'mean': mean, 'seeds': finished(members), 'gap': gap,
+          'met': None if gap is None else gap >= -points}
+
+
+def budget_gain(runs, key, full_arm, half_arm, baseline):
+  """``(gain in points from half_arm to full_arm at baseline, seeds of each)``; gain None if either is missing."""
+  at = {arm: chosen(at_value(runs, arm, key, baseline)) for arm in (full_arm, half_arm)}
+  full, half = accuracy_mean(at[full_arm]), accuracy_mean(at[half_arm])
+  gain = None if full is None or half is None else (full - half) * 100.0
+  return gain, finished(at[full_arm]), finished(at[half_arm])
 
 
 def steps_to_target(members):

@@ -236,3 +236,65 @@ def test_gaps_are_to_the_reference_arms_only(study, tmp_path, capsys):
   assert study_report.main(args + ['--reference-arm', 'LAMB']) == 2
   assert capsys.readouterr().err == ("error: --reference-arm 'LAMB': not an --arm label; labels: "
                                      'SGD, LARS\n')
+
+
+def target_lines(table):
+  return table.split('Targets, checked from the runs above')[1].strip().splitlines()
+
+
+def test_targets_are_checked_from_the_runs(study, tmp_path, capsys):
+  # The budget check: SGD at 256 with half the epochs, lr 0.1, seeds at 0.917 and 0.919.
+  write_point(study / 'sgd_half', 256, 0, 0.917, lr=0.1)
+  write_point(study / 'sgd_half', 256, 1, 0.919, lr=0.1)
+  args = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+          '--arm', f'SGD half={study / "sgd_half"}', '--key', 'batch_size_per_gpu',
+          '--out', str(tmp_path / 'out'), '--baseline', '256', '--reference-arm', 'SGD',
+          '--reference-arm', 'LARS', '--claim', 'LARS@8192<=1.0', '--claim', 'LARS@8192<=6',
+          '--claim', 'SGD@8192<=1.0', '--claim', 'LARS@16384<=2.0',
+          '--budget', 'SGD=SGD half', '--budget', 'LARS=SGD half']
+  assert study_report.main(args) == 0
+  table = (tmp_path / 'out' / 'study.md').read_text()
+  head, *lines = table.split('Targets, checked from the runs above')[1].strip().splitlines()
+  # The best at 256 is SGD at lr 0.1 (0.91, 0.93: 92.00 %); LARS at 256 has 0.90.
+  assert head == '; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over 2 seeds:'
+  # LARS at 8192: 0.88 and 0.86, mean 87.00 %: 5.00 points below.
+  assert [line for line in lines if line] == [
+      '- LARS at 8192 within 1 point of it: 87.00 % over 2 seeds, -5.00 points: **missed**',
+      '- LARS at 8192 within 6 points of it: 87.00 % over 2 seeds, -5.00 points: **met**',
+      '- SGD at 8192 within 1 point of it: 70.00 % over 1 seed, -22.00 points: **missed** '
+      '(provisional: 1 of 2 seeds)',
+      '- LARS at 16384 within 2 points of it: not measured yet',
+      # 92.00 - 91.80 = 0.20 points, below 0.3: the best arm's budget is enough.
+      '- budget: SGD at batch_size_per_gpu 256 against SGD half: +0.20 points from half the '
+      'epochs (2 seeds) to all of them (2 seeds); the best arm gains less than 0.3: the '
+      'budget is **large enough**',
+      # LARS is not the best arm at 256: its gain is given, with no verdict.
+      '- budget: LARS at batch_size_per_gpu 256 against SGD half: -1.80 points from half the '
+      'epochs (2 seeds) to all of them (1 seed)']
+  assert study_report.main(args + ['--budget-points', '0.1']) == 0
+  assert 'the best arm gains no less than 0.1: the budget is **too small**' in (
+      tmp_path / 'out' / 'study.md').read_text()
+  # Before batch 256 has a result there is no reference to measure against.
+  only_8k = tmp_path / 'only_8k'
+  write_point(only_8k, 8192, 0, 0.92, lr=11.31)
+  assert study_report.main(['--arm', f'LARS={only_8k}', '--key', 'batch_size_per_gpu',
+                            '--out', str(tmp_path / 'o2'), '--baseline', '256',
+                            '--claim', 'LARS@8192<=1.0']) == 0
+  assert target_lines((tmp_path / 'o2' / 'study.md').read_text()) == [
+      '; the best result at batch_size_per_gpu 256: none yet:', '',
+      '- LARS at 8192 within 1 point of it: 92.00 % over 1 seed, no reference yet']
+  capsys.readouterr()
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--claim', 'LARS8192<=1'], "error: --claim 'LARS8192<=1': expected LABEL@VALUE<=POINTS"),
+    (['--claim', 'LARS@8192<1'], "error: --claim 'LARS@8192<1': expected LABEL@VALUE<=POINTS"),
+    (['--claim', 'LAMB@8192<=1'], "error: --claim 'LAMB': not an --arm label; labels: SGD, LARS"),
+    (['--budget', 'SGD'], "error: --budget 'SGD': expected FULL=HALF, two --arm labels"),
+    (['--budget', 'SGD=SGD half'], "error: --budget 'SGD half': not an --arm label"),
+])
+def test_a_malformed_target_is_one_line(study, tmp_path, capsys, flags, message):
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+                            '--key', 'batch_size_per_gpu', '--out', str(tmp_path)] + flags) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(message) and err.count('\n') == 1
