@@ -23,6 +23,7 @@ batch_size = 8192
 
 base_params = copy.deepcopy(lars.base_params)
 base_params['batch_size_per_gpu'] = batch_size
-base_params['lr_policy_params']['learning_rate'] = round(2.0 * math.sqrt(batch_size / 256), 4)
+# To 4 significant digits, as scripts/large_batch_study.sh sets it: 11.31.
+base_params['lr_policy_params']['learning_rate'] = float(f'{2.0 * math.sqrt(batch_size / 256):.4g}')
 
 eval_params = copy.deepcopy(lars.eval_params)

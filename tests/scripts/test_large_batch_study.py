@@ -63,6 +63,27 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
     assert f'--set {setting} ' in line
 
 
+def test_lars_8k_config_is_the_study_point(tmp_path):
+  """configs/large_batch/lars_8k.py resolves to the study's LARS 8K point, seed 0, to the key."""
+  from framework import config_file  # pylint: disable=import-outside-toplevel
+  line = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()[0]
+  assert 'configs/large_batch/lars.py' in line and 'random_seed=0' in line
+  overrides = re.findall(r'--set (\S+)', line)
+  # iter_size=1 is the default, which lars_8k.py leaves as it is.
+  from framework.schema import SCHEMA  # pylint: disable=import-outside-toplevel
+  assert 'iter_size=1' in overrides and SCHEMA['iter_size'].default == 1
+  overrides.remove('iter_size=1')
+  # The training config is the same to the key. (The study's --set also makes
+  # its evaluation batch 8192, lars_8k.py's is 1000: the same 10,000 test images.)
+  point = config_file.resolve(
+      config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars.py')), 'train',
+      overrides)
+  one = config_file.resolve(
+      config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars_8k.py')), 'train')
+  assert one == point
+  assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
+
+
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   out = tmp_path / 'study'
   for lr, accuracy in ((0.05, 0.90), (0.1, 0.92), (0.2, 0.91)):
