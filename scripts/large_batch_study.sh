@@ -34,7 +34,9 @@
 # table into docs/large_batch.md and the plots into docs/images.
 # DRY_RUN=1 prints the run.py commands of the points instead of running them.
 set -euo pipefail
-
+# The study runs for hours. Bash reads a script as it goes, so an edit to this
+# file would change a study already running; the braces make bash read it all first.
+{
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 PY=.venv/bin/python
@@ -193,3 +195,4 @@ if [[ "${DOC:-0}" == 1 ]]; then
 fi
 "${report[@]}" || status=$?
 exit "$status"
+}

@@ -107,6 +107,7 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
   percent = f'{target * 100:g} %'
   grouped = study.groups(runs, key)
   reference = study.best_at_smallest(runs, key, reference_arms or arms, baseline)
+  timing = study.timing_machine(runs)
   cells, tuned = [], []
   for value in study.ordered_values(runs, key):
     for arm in arms:
@@ -115,10 +116,13 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
         continue
       if len([lr for lr in study.by_learning_rate(members) if lr is not None]) > 1:
         tuned.append((value, arm, members))
-      cells.append(_chosen_cells(value, arm, study.chosen(members), reference))
+      cells.append(_chosen_cells(value, arm, study.chosen(members), reference, timing))
   lines = report.table_lines([key, 'arm', 'learning rate', 'seeds ok', 'test accuracy',
                               'gap (points)', 'steps', f'steps to {percent}',
                               f'wall to {percent} (s)', 'wall (s) per run'], cells)
+  if timing is not None:
+    lines += ['', f'Wall times are seconds on {timing}, from the runs made there; † marks a '
+                  'row timed only on another machine, or before machines were recorded.']
   if tuned:
     lines += ['', 'Learning-rate grids (the row above is the learning rate in bold):', '']
     lines += report.table_lines(
@@ -206,9 +210,18 @@ def _provisional(seeds, wanted):
   return f' (provisional: {seeds} of {wanted} seeds)' if seeds < wanted else ''
 
 
-def _chosen_cells(value, arm, rows, reference):
-  """The table cells of the chosen runs of one arm at one key value."""
+def _chosen_cells(value, arm, rows, reference, timing=None):
+  """The table cells of the chosen runs of one arm at one key value.
+
+  The wall times are those of the runs on the machine ``timing``; where none
+  ran there, those of the others, marked †.
+  """
   ok = [r for r in rows if r['status'] == 'ok']
+  timed = [r for r in ok if timing is None or r.get('machine') == timing]
+  mark = ''
+  if not timed:
+    timed, mark = ok, ' †'
+  walls = [r['wall_s'] for r in timed]
   lrs = sorted({round(r['lr'], 4) for r in ok if r.get('lr') is not None})
   steps = sorted({r['steps'] for r in ok if r.get('steps') is not None})
   mean = study.accuracy_mean(rows)
@@ -216,8 +229,8 @@ def _chosen_cells(value, arm, rows, reference):
   return [str(value), arm, ', '.join(f'{lr:g}' for lr in lrs) or 'n/a', f'{len(ok)}/{len(rows)}',
           report.mean_std_text([r['accuracy'] for r in ok]), gap,
           ', '.join(map(str, steps)) or 'n/a', _reached_text(rows, 'steps_to_target', 0),
-          _reached_text(rows, 'seconds_to_target', 0),
-          report.mean_std_text([r['wall_s'] for r in ok], 0)]
+          _reached_text(timed, 'seconds_to_target', 0) + (mark if walls else ''),
+          report.mean_std_text(walls, 0) + (mark if walls else '')]
 
 
 def _grid_cells(value, arm, members):
@@ -391,8 +404,8 @@ def main(argv=None):
     return 2
   os.makedirs(args.out, exist_ok=True)
   report.write_csv(runs, ['arm', args.key, 'seed', 'status', 'lr', 'accuracy', 'top5', 'loss',
-                          'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'logdir',
-                          'error'], os.path.join(args.out, 'study.csv'))
+                          'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'machine',
+                          'logdir', 'error'], os.path.join(args.out, 'study.csv'))
   table = markdown(runs, args.key, arms, args.target, args.baseline, args.reference_arm)
   table += ''.join(line + '\n' for line in targets(
       runs, args.key, claims, budgets, args.baseline, args.reference_arm or arms,

@@ -3,7 +3,7 @@
 Each point runs as ``python run.py --config CONFIG --mode MODE --logdir
 OUT/<point> --continue_learning --set ...`` with its output in
 ``OUT/<point>/run.log``. A finished point gets ``result.json`` (the metrics
-of run.py's last lines, the wall time and the curve of its evaluations, so
+of run.py's last lines, the wall time, the machine and the curve of its evaluations, so
 that the file alone serves a report; a study keeps it under version control)
 and is skipped by a later sweep
 with the same OUT; a failed point gets ``error.txt`` (the last line it
@@ -12,6 +12,7 @@ printed) and runs again, from an empty directory, next time.
 
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -283,7 +284,7 @@ class Sweep:
                 'seed': point.seed, 'overrides': self.overrides(point),
                 'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
                 'wall_s': round(wall, 2), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-                'curve': timed_curve(logdir)}
+                'curve': timed_curve(logdir), 'machine': machine()}
       with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
         json.dump(result, f, indent=2)
       log(f'finished {point.name}: accuracy {format_metric(metrics["accuracy"])}, '
@@ -298,6 +299,27 @@ class Sweep:
       self.failed += 1
       log(f'FAILED {point.name} ({status}): {error}  [log: {log_path}]')
     self.progress()
+
+
+def machine():
+  """This machine in one line, e.g. ``AMD EPYC (family 26, model 2), 2 CPUs``.
+
+  Kept in every result.json, so that a study whose runs span machines
+  compares wall times only between runs of one machine.
+  """
+  fields = {}
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+      for line in f:
+        name, sep, value = line.partition(':')
+        if sep and name.strip() in ('model name', 'cpu family', 'model'):
+          fields.setdefault(name.strip(), value.strip())
+  except OSError:
+    pass
+  name = fields.get('model name') or platform.processor() or platform.machine() or 'unknown CPU'
+  if 'cpu family' in fields and 'model' in fields:
+    name += f' (family {fields["cpu family"]}, model {fields["model"]})'
+  return f'{name}, {os.cpu_count()} CPUs'
 
 
 def format_metric(value, digits=4):

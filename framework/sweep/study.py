@@ -74,7 +74,7 @@ def read_runs(label, directory, key, target=DEFAULT_TARGET):
                  'accuracy': metrics.get('accuracy'), 'top5': metrics.get('top5'),
                  'loss': metrics.get('loss'), 'steps': metrics.get('steps'),
                  'steps_to_target': steps_to, 'seconds_to_target': seconds_to,
-                 'wall_s': result.get('wall_s')})
+                 'wall_s': result.get('wall_s'), 'machine': result.get('machine')})
   runs.sort(key=lambda r: (number(r[key]) or 0.0, r['seed'] if r['seed'] is not None else -1))
   return runs
 
@@ -96,6 +96,19 @@ def _value_from_name(logdir, name):
     if key == name:
       return parse_value(text)
   return None
+
+
+def timing_machine(runs):
+  """The machine most finished runs recorded (the first of a tie in run order), or None.
+
+  Wall times are compared between runs of this machine only: a study that
+  spans sessions may run on CPUs several times apart in speed.
+  """
+  counts = {}
+  for run in runs:
+    if run['status'] == 'ok' and run.get('machine'):
+      counts[run['machine']] = counts.get(run['machine'], 0) + 1
+  return max(counts, key=counts.get) if counts else None
 
 
 def groups(runs, key):

@@ -33,7 +33,7 @@ def write_events(directory, start, evals=()):
 
 
 def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, lr=None,
-                curve=()):
+                curve=(), machine=None):
   """A point directory as scripts/sweep.py leaves it (result.json, or error.txt).
 
   ``curve``: ``(step, accuracy, seconds since the start)`` of its evaluations,
@@ -55,6 +55,8 @@ def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, l
             'metrics': {'accuracy': accuracy, 'top5': 0.99, 'loss': 0.3,
                         'steps': 12 * 60000 // batch},
             'wall_s': wall}
+  if machine is not None:
+    result['machine'] = machine
   with open(os.path.join(logdir, 'result.json'), 'w') as f:
     json.dump(result, f)
   with open(os.path.join(logdir, 'run.log'), 'w') as f:
@@ -298,3 +300,36 @@ def test_a_malformed_target_is_one_line(study, tmp_path, capsys, flags, message)
                             '--key', 'batch_size_per_gpu', '--out', str(tmp_path)] + flags) == 2
   err = capsys.readouterr().err
   assert err.startswith(message) and err.count('\n') == 1
+
+
+def test_wall_times_are_compared_on_one_machine(tmp_path):
+  fast, slow = 'CPU A (family 26, model 2), 2 CPUs', 'CPU B (family 25, model 17), 2 CPUs'
+  arm = tmp_path / 'lars'
+  # 256: one run on each machine; 8192: two on the fast one; 16384: only on the slow one.
+  write_point(arm, 256, 0, 0.93, wall=1000.0, lr=2.0, machine=fast, curve=[(500, 0.9, 100.0)])
+  write_point(arm, 256, 1, 0.93, wall=5000.0, lr=2.0, machine=slow, curve=[(500, 0.9, 700.0)])
+  write_point(arm, 8192, 0, 0.92, wall=900.0, lr=11.31, machine=fast, curve=[(160, 0.9, 400.0)])
+  write_point(arm, 8192, 1, 0.92, wall=1100.0, lr=11.31, machine=fast,
+              curve=[(150, 0.9, 500.0)])
+  write_point(arm, 16384, 0, 0.91, wall=4000.0, lr=16.0, curve=[(100, 0.9, 3000.0)])
+  runs = study_lib.read_runs('LARS', str(arm), 'batch_size_per_gpu')
+  assert study_lib.timing_machine(runs) == fast  # three runs, against one
+  table = study_report.markdown(runs, 'batch_size_per_gpu', ['LARS'])
+  rows = {line.split('|')[1].strip(): [c.strip() for c in line.strip('|').split('|')]
+          for line in table.splitlines() if line.startswith('| ') and '---' not in line}
+  # 256: the accuracy counts both seeds, the wall times only the fast machine's.
+  assert rows['256'][3:] == ['2/2', '0.9300 ± 0.0000', '+0.00', '2812', '500 ± 0', '100', '1000']
+  assert rows['8192'][7:] == ['155 ± 7', '450 ± 71', '1000 ± 141']
+  # 16384 ran only on a machine not recorded: its own times, marked.
+  assert rows['16384'][7:] == ['100', '3000 †', '4000 †']
+  assert (f'Wall times are seconds on {fast}, from the runs made there; † marks a row timed only '
+          'on another machine, or before machines were recorded.') in table
+
+
+def test_the_machine_names_its_cpu_and_count():
+  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  name = runner.machine()
+  assert name.endswith(f', {os.cpu_count()} CPUs') and len(name) > len(', 2 CPUs')
+  with open('/proc/cpuinfo') as f:
+    model = [l.split(':', 1)[1].strip() for l in f if l.startswith('model name')][0]
+  assert name.startswith(model + ' (family ')

@@ -341,6 +341,8 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     curve = json.loads((logdir / 'result.json').read_text())['curve']
     assert evals and [(c[0], c[1]) for c in curve] == [(int(s), float(a)) for s, a in evals]
     assert all(0.0 < c[2] <= float(row['wall_s']) for c in curve)
+    # ... and the machine it ran on, whose wall times a study compares.
+    assert json.loads((logdir / 'result.json').read_text())['machine'] == runner.machine()
     # The derived rate reached the run: 0.025 * 32 / 16, not the 0.1 of --set.
     saved = yaml.safe_load((logdir / 'config.yaml').read_text())
     resolved = {**saved['base_params'], **saved['train_params']}  # the train view
