@@ -19,8 +19,9 @@ invocation ran it (so seeds added later count), groups them by the value of
   learning rate with the best mean accuracy, and a second table lists the grid;
 - ``study.png``: accuracy against the key, one line per arm, std error bars;
 - ``steps.png``: updates to the target against the key, log-log, one line per
-  arm (for a tuning grid, the fewest mean updates over its learning rates, as
-  Shallue et al. 2019 measure steps to result), with the line of perfect scaling.
+  arm (the ``--reference-arm`` arms where named; for a tuning grid, the fewest
+  mean updates over its learning rates, as Shallue et al. 2019 measure steps
+  to result), with the line of perfect scaling.
 
 With ``--claim LABEL@VALUE<=POINTS`` (e.g. ``LARS@8192<=1.0``) and ``--budget
 FULL=HALF``, lines under the table say whether each target is met: the arm's
@@ -413,7 +414,10 @@ def main(argv=None):
   with open(os.path.join(args.out, 'study.md'), 'w', encoding='utf-8') as f:
     f.write(table)
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)
-  plotted_steps = plot_steps(runs, args.key, arms, os.path.join(args.out, 'steps.png'),
+  # The steps figure compares optimizers at one budget: the reference arms only,
+  # not a half-budget check or an ablation.
+  plotted_steps = plot_steps(runs, args.key, args.reference_arm or arms,
+                             os.path.join(args.out, 'steps.png'),
                              args.title, args.target)
   images = (copy_images(args.doc_images, args.out, plotted, plotted_steps, args.target)
             if args.doc_images else [])

@@ -333,3 +333,14 @@ def test_the_machine_names_its_cpu_and_count():
   with open('/proc/cpuinfo') as f:
     model = [l.split(':', 1)[1].strip() for l in f if l.startswith('model name')][0]
   assert name.startswith(model + ' (family ')
+
+
+def test_the_steps_figure_draws_the_reference_arms(study, tmp_path, monkeypatch):
+  drawn = []
+  monkeypatch.setattr(study_report, 'plot_steps',
+                      lambda runs, key, arms, *rest: drawn.append(list(arms)) or False)
+  args = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+          '--key', 'batch_size_per_gpu', '--out', str(tmp_path)]
+  assert study_report.main(args) == 0
+  assert study_report.main(args + ['--reference-arm', 'LARS']) == 0
+  assert drawn == [['SGD', 'LARS'], ['LARS']]
