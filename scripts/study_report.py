@@ -45,6 +45,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import study  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import targets  # noqa: E402  pylint: disable=wrong-import-position
 
 DOC_BEGIN = '<!-- study_report: begin -->'
 DOC_END = '<!-- study_report: end -->'
@@ -134,81 +135,6 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
     lines += ['', 'Failed runs:', '']
     lines += [f'- {r["arm"]}, `{os.path.basename(r["logdir"])}`: {r["error"]}' for r in failed]
   return '\n'.join(lines) + '\n'
-
-
-def parse_claim(text):
-  """``(label, value, points)`` of a ``--claim LABEL@VALUE<=POINTS``; ValueError if malformed."""
-  head, sep, points = text.rpartition('<=')
-  label, at, value = head.rpartition('@')
-  if not sep or not at or not label or study.number(value) is None or study.number(points) is None:
-    raise ValueError(f'--claim {text!r}: expected LABEL@VALUE<=POINTS, e.g. LARS@8192<=1.0')
-  return label, value, float(points)
-
-
-def parse_budget(text):
-  """``(full label, half label)`` of a ``--budget FULL=HALF``; ValueError if malformed."""
-  full, sep, half = text.partition('=')
-  if not sep or not full or not half:
-    raise ValueError(f'--budget {text!r}: expected FULL=HALF, two --arm labels')
-  return full, half
-
-
-def targets(runs, key, claims, budgets, baseline, reference_arms, seeds_wanted=2,
-            budget_points=0.3):
-  """The lines under the table that say whether each target is met, from the runs.
-
-  ``claims``: ``(label, value, points)``; ``budgets``: ``(full label, half label)``.
-  A target measured on fewer than ``seeds_wanted`` seeds on either side is
-  provisional; one without a result on either side is not measured yet.
-  """
-  if not claims and not budgets:
-    return []
-  best = study.best_arm(runs, key, reference_arms, baseline)
-  where = f'{key} {baseline:g}' if baseline is not None else 'the smallest value'
-  if best is None:
-    reference_text = f'the best result at {where}: none yet'
-  else:
-    reference_text = (f'the best result at {where} is {best[0]}, '
-                      f'{_percent(best[1])} over {_seeds(study.finished(best[2]))}')
-  lines = ['', f'Targets, checked from the runs above; {reference_text}:', '']
-  for label, value, points in claims:
-    result = study.claim(runs, key, label, value, points, best)
-    line = f'- {label} at {value} within {points:g} point{"" if points == 1 else "s"} of it: '
-    if result['gap'] is None:
-      line += 'not measured yet' if result['mean'] is None else (
-          f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, no reference yet')
-    else:
-      line += (f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, '
-               f'{result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
-      line += _provisional(min(result['seeds'], study.finished(best[2])), seeds_wanted)
-    lines.append(line)
-  for full, half in budgets:
-    gain, full_seeds, half_seeds = study.budget_gain(runs, key, full, half, baseline)
-    line = f'- budget: {full} at {where} against {half}: '
-    if gain is None:
-      lines.append(line + 'not measured yet')
-      continue
-    line += (f'{gain:+.2f} points from half the epochs ({_seeds(half_seeds)}) to all of them '
-             f'({_seeds(full_seeds)})')
-    if best is not None and best[0] == full:
-      verdict = 'large enough' if gain < budget_points else 'too small'
-      line += (f'; the best arm gains {"less" if gain < budget_points else "no less"} than '
-               f'{budget_points:g}: the budget is **{verdict}**')
-      line += _provisional(min(full_seeds, half_seeds), seeds_wanted)
-    lines.append(line)
-  return lines
-
-
-def _percent(fraction):
-  return f'{fraction * 100:.2f} %'
-
-
-def _seeds(count):
-  return f'{count} seed' + ('' if count == 1 else 's')
-
-
-def _provisional(seeds, wanted):
-  return f' (provisional: {seeds} of {wanted} seeds)' if seeds < wanted else ''
 
 
 def _chosen_cells(value, arm, rows, reference, timing=None):
@@ -368,8 +294,8 @@ def copy_images(prefix, out, plotted, plotted_steps, target):
 
 def checked_targets(args, arms):
   """``(claims, budgets)`` of the arguments; ValueError for a malformed one or a label not of ``arms``."""
-  claims = [parse_claim(text) for text in args.claim]
-  budgets = [parse_budget(text) for text in args.budget]
+  claims = [targets.parse_claim(text) for text in args.claim]
+  budgets = [targets.parse_budget(text) for text in args.budget]
   named = ([('--reference-arm', label) for label in args.reference_arm]
            + [('--claim', label) for label, _, _ in claims]
            + [('--budget', label) for pair in budgets for label in pair])
@@ -408,7 +334,7 @@ def main(argv=None):
                           'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'machine',
                           'logdir', 'error'], os.path.join(args.out, 'study.csv'))
   table = markdown(runs, args.key, arms, args.target, args.baseline, args.reference_arm)
-  table += ''.join(line + '\n' for line in targets(
+  table += ''.join(line + '\n' for line in targets.report_lines(
       runs, args.key, claims, budgets, args.baseline, args.reference_arm or arms,
       args.seeds_wanted, args.budget_points))
   with open(os.path.join(args.out, 'study.md'), 'w', encoding='utf-8') as f:

@@ -193,29 +193,6 @@ def finished(members):
   return sum(1 for r in members if r['status'] == 'ok' and r['accuracy'] is not None)
 
 
-def claim(runs, key, arm, value, points, reference):
-  """Whether ``arm`` at the key's ``value`` is within ``points`` (percentage points) of ``reference``.
-
-  ``reference`` is :func:`best_arm`'s answer at the baseline (or None). Returns
-  a dict: ``mean`` and ``seeds`` of the arm's chosen learning rate at ``value``
-  (None and 0 where nothing finished), ``gap`` in points (negative: below the
-  reference; None without both means) and ``met`` (None without a gap).
-  """
-  members = chosen(at_value(runs, arm, key, value))
-  mean = accuracy_mean(members)
-  gap = None if mean is None or reference is None else (mean - reference[1]) * 100.0
-  return {'mean': mean, 'seeds': finished(members), 'gap': gap,
-          'met': None if gap is None else gap >= -points}
-
-
-def budget_gain(runs, key, full_arm, half_arm, baseline):
-  """``(gain in points from half_arm to full_arm at baseline, seeds of each)``; gain None if either is missing."""
-  at = {arm: chosen(at_value(runs, arm, key, baseline)) for arm in (full_arm, half_arm)}
-  full, half = accuracy_mean(at[full_arm]), accuracy_mean(at[half_arm])
-  gain = None if full is None or half is None else (full - half) * 100.0
-  return gain, finished(at[full_arm]), finished(at[half_arm])
-
-
 def steps_to_target(members):
   """Fewest mean updates to the target over an arm's learning rates at one key value, or None.
 

@@ -1,0 +1,110 @@
+"""A study's targets, checked from its runs: an arm within some points of the best baseline, and the budget.
+
+``--claim LABEL@VALUE<=POINTS`` (scripts/study_report.py) asks whether the arm
+LABEL at the key's VALUE is within POINTS percentage points of the best mean
+accuracy of the reference arms at the baseline (docs/large_batch.md: LARS at
+8K within 1.0 of the best at batch 256); ``--budget FULL=HALF`` how much the
+best arm at the baseline gains from half the epochs (HALF) to all of them
+(FULL). A target measured on fewer seeds than wanted is provisional.
+"""
+
+from framework.sweep import study
+
+
+def parse_claim(text):
+  """``(label, value, points)`` of a ``--claim LABEL@VALUE<=POINTS``; ValueError if malformed."""
+  head, sep, points = text.rpartition('<=')
+  label, at, value = head.rpartition('@')
+  if not sep or not at or not label or study.number(value) is None or study.number(points) is None:
+    raise ValueError(f'--claim {text!r}: expected LABEL@VALUE<=POINTS, e.g. LARS@8192<=1.0')
+  return label, value, float(points)
+
+
+def parse_budget(text):
+  """``(full label, half label)`` of a ``--budget FULL=HALF``; ValueError if malformed."""
+  full, sep, half = text.partition('=')
+  if not sep or not full or not half:
+    raise ValueError(f'--budget {text!r}: expected FULL=HALF, two --arm labels')
+  return full, half
+
+
+def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wanted=2,
+                 budget_points=0.3):
+  """The lines under the table that say whether each target is met, from the runs.
+
+  ``claims``: ``(label, value, points)``; ``budgets``: ``(full label, half label)``.
+  A target measured on fewer than ``seeds_wanted`` seeds on either side is
+  provisional; one without a result on either side is not measured yet.
+  """
+  if not claims and not budgets:
+    return []
+  best = study.best_arm(runs, key, reference_arms, baseline)
+  where = f'{key} {baseline:g}' if baseline is not None else 'the smallest value'
+  if best is None:
+    reference_text = f'the best result at {where}: none yet'
+  else:
+    reference_text = (f'the best result at {where} is {best[0]}, '
+                      f'{_percent(best[1])} over {_seeds(study.finished(best[2]))}')
+  lines = ['', f'Targets, checked from the runs above; {reference_text}:', '']
+  for label, value, points in claims:
+    result = claim(runs, key, label, value, points, best)
+    line = f'- {label} at {value} within {points:g} point{"" if points == 1 else "s"} of it: '
+    if result['gap'] is None:
+      line += 'not measured yet' if result['mean'] is None else (
+          f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, no reference yet')
+    else:
+      line += (f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, '
+               f'{result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
+      line += _provisional(min(result['seeds'], study.finished(best[2])), seeds_wanted)
+    lines.append(line)
+  for full, half in budgets:
+    gain, full_seeds, half_seeds = budget_gain(runs, key, full, half, baseline)
+    line = f'- budget: {full} at {where} against {half}: '
+    if gain is None:
+      lines.append(line + 'not measured yet')
+      continue
+    line += (f'{gain:+.2f} points from half the epochs ({_seeds(half_seeds)}) to all of them '
+             f'({_seeds(full_seeds)})')
+    if best is not None and best[0] == full:
+      verdict = 'large enough' if gain < budget_points else 'too small'
+      line += (f'; the best arm gains {"less" if gain < budget_points else "no less"} than '
+               f'{budget_points:g}: the budget is **{verdict}**')
+      line += _provisional(min(full_seeds, half_seeds), seeds_wanted)
+    lines.append(line)
+  return lines
+
+
+def _percent(fraction):
+  return f'{fraction * 100:.2f} %'
+
+
+def _seeds(count):
+  return f'{count} seed' + ('' if count == 1 else 's')
+
+
+def _provisional(seeds, wanted):
+  return f' (provisional: {seeds} of {wanted} seeds)' if seeds < wanted else ''
+
+
+def claim(runs, key, arm, value, points, reference):
+  """Whether ``arm`` at the key's ``value`` is within ``points`` (percentage points) of ``reference``.
+
+  ``reference`` is :func:`study.best_arm`'s answer at the baseline (or None). Returns
+  a dict: ``mean`` and ``seeds`` of the arm's chosen learning rate at ``value``
+  (None and 0 where nothing finished), ``gap`` in points (negative: below the
+  reference; None without both means) and ``met`` (None without a gap).
+  """
+  members = study.chosen(study.at_value(runs, arm, key, value))
+  mean = study.accuracy_mean(members)
+  gap = None if mean is None or reference is None else (mean - reference[1]) * 100.0
+  return {'mean': mean, 'seeds': study.finished(members), 'gap': gap,
+          'met': None if gap is None else gap >= -points}
+
+
+def budget_gain(runs, key, full_arm, half_arm, baseline):
+  """``(gain in points from half_arm to full_arm at baseline, seeds of each)``; gain None if either is missing."""
+  at = {arm: study.chosen(study.at_value(runs, arm, key, baseline))
+        for arm in (full_arm, half_arm)}
+  full, half = study.accuracy_mean(at[full_arm]), study.accuracy_mean(at[half_arm])
+  gain = None if full is None or half is None else (full - half) * 100.0
+  return gain, study.finished(at[full_arm]), study.finished(at[half_arm])
