@@ -15,9 +15,9 @@
 # recipe is worth: LARS at 8K, seed 0, with one of them taken out (plain batch
 # norm, no precise statistics, no label smoothing; OUT/lars_no_*).
 #
-# Points run in order of importance (LARS at 8K, the batch-256 baselines, the
-# budget check, LARS at 16K, then the rest), so a partial study already answers
-# the main question. It is resumable: run it again with the same OUT and
+# Points run in order of importance (LARS at 8K, 256 and 16K, the batch-256
+# SGD grid, the budget check, then the rest), so a partial study already answers
+# the main questions. It is resumable: run it again with the same OUT and
 # finished runs are skipped (a run cut off half-way starts again).
 #
 # The results outlive the run directories: after every sweep, each finished
@@ -145,9 +145,10 @@ fi
 restore
 if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   G=8192; lars 0,1
-  G=256; lars 0,1; sgd second
-  half
+  G=256; lars 0,1
   G=16384; lars 0,1
+  G=256; sgd second
+  half
   G=8192; sgd second
   G=256; lamb 0
   G=8192; lamb 0,1

@@ -30,10 +30,12 @@ def dry_run(out, archive=''):
 
 def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_path):
   runs = dry_run(tmp_path / 'study')
-  # LARS at 8K with two seeds, then LARS at 256 and the batch-256 SGD grid.
-  assert [r[:5] for r in runs[:7]] == [
+  # LARS at 8K, 256 and 16K with two seeds each (the two targets), then the
+  # batch-256 SGD grid.
+  assert [r[:5] for r in runs[:9]] == [
       ('lars', 'lars', 8192, 11.31, 0), ('lars', 'lars', 8192, 11.31, 1),
       ('lars', 'lars', 256, 2.0, 0), ('lars', 'lars', 256, 2.0, 1),
+      ('lars', 'lars', 16384, 16.0, 0), ('lars', 'lars', 16384, 16.0, 1),
       ('sgd', 'sgd', 256, 0.05, 0), ('sgd', 'sgd', 256, 0.1, 0), ('sgd', 'sgd', 256, 0.2, 0)]
   # LARS and LAMB: sqrt scaling; two seeds where the targets are measured.
   two_seeds = {'lars': (256, 8192, 16384), 'lamb': (8192,)}
@@ -51,7 +53,7 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   half = [r for r in runs if r[0].endswith('_half')]
   assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
       ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
-  assert runs.index(half[0]) < runs.index(('lars', 'lars', 16384, 16.0, 0, None))
+  assert runs.index(half[0]) < runs.index(('sgd', 'sgd', 8192, 0.5657, 0, None))
   # Last, LARS at 8K with one recipe feature taken out at a time, each its own arm.
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
