@@ -212,7 +212,9 @@ def run_mode(trainer, options, configs, logdir, stop):
     return 0
   evaluate_every = None
   if options.mode == 'train_eval':
-    evaluate_every = main_config(configs)['eval_steps'] or trainer.steps_per_epoch
+    # Every epoch: its updates rounded down (3 of 3.5), at least 1.
+    evaluate_every = (main_config(configs)['eval_steps']
+                      or max(1, int(trainer.steps_per_epoch)))
   metrics = trainer.train(evaluate_every=evaluate_every, stop=stop)
   if chief:
     report_end(trainer, metrics, logdir)

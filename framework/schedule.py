@@ -14,8 +14,17 @@ from optimizers.lr_policies import LR_POLICIES
 
 
 def steps_per_epoch(train_data, batch_size, iter_size):
-  """Applied updates per epoch: one worker's full micro-batches // iter_size (at least 1)."""
-  return max(1, train_data.train_batches_per_epoch(batch_size) // iter_size)
+  """Applied updates per epoch: one worker's full micro-batches / iter_size.
+
+  A fraction where ``iter_size`` does not divide an epoch's micro-batches
+  (Fashion-MNIST at batch 8192 has 7; with ``iter_size: 2``, 3.5 updates):
+  the data is one stream of micro-batches across epochs, so ``num_epochs``
+  epochs are ``ceil(num_epochs × 3.5)`` updates and read the micro-batches of
+  that many epochs, as at ``iter_size: 1``, rather than dropping one an epoch.
+  An int where it divides them.
+  """
+  batches = train_data.train_batches_per_epoch(batch_size)
+  return batches // iter_size if batches % iter_size == 0 else batches / iter_size
 
 
 def total_steps(cfg, per_epoch):

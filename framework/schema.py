@@ -110,7 +110,8 @@ SCHEMA = {
     'data_layer_params': Param(dict, {}, doc="checked against the data layer's PARAMS"),
     'batch_size_per_gpu': Param(int, REQUIRED, check=positive, doc='examples per replica per micro-batch'),
     'num_epochs': Param(float, None, check=_finite_positive,
-                        doc='training length in epochs (or max_steps)'),
+                        doc='training length in epochs (or max_steps): ceil(epochs x micro-batches '
+                            'per epoch / iter_size) updates'),
     'max_steps': Param(int, None, check=positive, doc='training length in updates (or num_epochs)'),
     'optimizer': _NameOrObject('class', inspect.isclass, doc='registered optimizer name, or the class'),
     'optimizer_params': Param(dict, {}, doc="keyword arguments of the optimizer, except learning_rate"),

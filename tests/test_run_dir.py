@@ -259,3 +259,21 @@ def test_the_saved_config_re_evaluates_and_re_runs_the_run(trained, tmp_path):
   rerun = run('--config', str(saved), '--mode', 'train_eval', '--logdir', str(again))
   assert FINAL_RE.search(rerun.stdout).group(4) == '20'
   assert (again / 'config.yaml').read_text() == saved.read_text()
+
+
+def test_epochs_count_micro_batches_when_iter_size_does_not_divide_an_epoch(tmp_path):
+  """5 micro-batches an epoch at iter_size 2: 2.5 updates an epoch, so 2 epochs are 5 updates.
+
+  The micro-batches are one stream across epochs: the run reads all 10 of its
+  2 epochs (none dropped), and is evaluated every 2 updates (2.5 rounded down)
+  and at the end.
+  """
+  logdir = tmp_path / 'run'
+  result = run('--config', SGD_CONFIG, '--mode', 'train_eval', '--logdir', str(logdir),
+               *SYNTHETIC, '--set', 'data_layer_params.num_examples=80', '--set', 'num_epochs=2',
+               '--set', 'iter_size=2')
+  assert 'for 5 steps (2.5 steps/epoch), global batch 32' in result.stdout, result.stdout
+  assert [int(step) for step, _ in EVAL_RE.findall(result.stdout)] == [2, 4, 5]
+  values = checkpoint_values(str(logdir / 'ckpt-5'))
+  position = [v for name, v in values.items() if name.startswith('data_position')]
+  assert position == [10]

@@ -82,12 +82,14 @@ def test_plot_lr_counts_workers_and_iter_size_and_plots_past_the_end(tmp_path, c
                        '--set', 'lr_policy_params.learning_rate=0.4', '--steps', '600',
                        '--out', str(out)]) == 0
   printed = capsys.readouterr().out
-  # 60,000 / 2 workers // 256 = 117 micro-batches per worker, // iter_size 2 = 58 updates.
-  assert '464 steps = 8 epochs of 58 steps, global batch 1024' in printed
+  # 60,000 / 2 workers // 256 = 117 micro-batches per worker, / iter_size 2 = 58.5 updates
+  # an epoch (the stream of micro-batches runs on across epochs): 8 epochs are 468
+  # updates, and the 1-epoch warm-up 59 (58.5 rounded half up).
+  assert '468 steps = 8 epochs of 58.5 steps, global batch 1024' in printed
   rates = table(printed)
-  assert sorted(rates) == [0, 58, 150, 300, 450, 600]
+  assert sorted(rates) == [0, 59, 150, 300, 450, 600]
   np.testing.assert_allclose([rates[s] for s in sorted(rates)],
-                             poly_with_warmup(sorted(rates), 0.4, 58, 464, 2.0), rtol=1e-5,
+                             poly_with_warmup(sorted(rates), 0.4, 59, 468, 2.0), rtol=1e-5,
                              atol=1e-9)
   assert rates[600] == 0.0  # past max_steps the poly decay stays at min_lr
   check_png(out)
