@@ -8,7 +8,8 @@
 # shared recipe of configs/large_batch/common.py. Three arms:
 #   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
 #         with seed 0; at 256 and 8K the best lr of the grid then runs with seed 1
-#   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0 elsewhere
+#   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0
+#         elsewhere; at 16K also tuned on SGD's grid (x 0.5, x 2; the best with seed 1)
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
 # the epochs, two seeds each (OUT/<arm>_half). Last, what each feature of the
@@ -112,17 +113,18 @@ best_lr() {
 # lars SEEDS, lamb SEEDS: the arm at G with its square-root-scaled rate.
 lars() { sweep lars "$1" "$(value '2.0 * math.sqrt(G / 256)')"; }
 lamb() { sweep lamb "$1" "$(value '0.005 * math.sqrt(G / 256)')"; }
-# sgd [second]: the three-point grid at G with seed 0; with "second", then the
-# grid's best rate with seed 1.
-sgd() {
-  local base
-  base="$(value '0.1 * math.sqrt(G / 256)')"
-  sweep sgd 0 "$(value "0.5 * $base"),$base,$(value "2 * $base")"
+# grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
+# seed 0; with "second", then the grid's best rate with seed 1.
+grid() {
+  local arm=$1 base=$2
+  sweep "$arm" 0 "$(value "0.5 * $base"),$base,$(value "2 * $base")"
   local best
-  if [[ "${1:-}" == second ]] && best="$(best_lr sgd)"; then
-    sweep sgd 1 "$best"
+  if [[ "${3:-}" == second ]] && best="$(best_lr "$arm")"; then
+    sweep "$arm" 1 "$best"
   fi
 }
+# sgd [second]: momentum SGD's grid around 0.1*sqrt(G/256).
+sgd() { grid sgd "$(value '0.1 * math.sqrt(G / 256)')" "$@"; }
 # ablation ARM SETTING: LARS at 8K, seed 0, with SETTING (one feature taken out).
 ablation() {
   G=8192
@@ -149,6 +151,8 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   G=16384; lars 0,1
   G=256; sgd second
   half
+  # LARS at 16K, its rate tuned on SGD's grid (the 2-point target is the hardest).
+  G=16384; grid lars "$(value '2.0 * math.sqrt(G / 256)')" second
   G=8192; sgd second
   G=256; lamb 0
   G=8192; lamb 0,1

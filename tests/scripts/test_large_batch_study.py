@@ -40,10 +40,16 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   # LARS and LAMB: sqrt scaling; two seeds where the targets are measured.
   two_seeds = {'lars': (256, 8192, 16384), 'lamb': (8192,)}
   for arm, base in (('lars', 2.0), ('lamb', 0.005)):
-    points = sorted((g, lr, seed) for d, _, g, lr, seed, _ in runs if d == arm)
-    assert points == sorted((g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
-                            for g in (256, 1024, 4096, 8192, 16384)
-                            for seed in ((0, 1) if g in two_seeds[arm] else (0,)))
+    points = sorted({(g, lr, seed) for d, _, g, lr, seed, _ in runs if d == arm})
+    expected = {(g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
+                for g in (256, 1024, 4096, 8192, 16384)
+                for seed in ((0, 1) if g in two_seeds[arm] else (0,))}
+    if arm == 'lars':  # at 16K, also SGD's grid around the rule: x 0.5 and x 2
+      expected |= {(16384, 8.0, 0), (16384, 32.0, 0)}
+    assert points == sorted(expected)
+  # The 16K grid comes after the budget check; its best rate gets seed 1 once it has results.
+  grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
+  assert grid == [(16.0, 0), (16.0, 1), (8.0, 0), (16.0, 0), (32.0, 0)]
   # SGD: the three-point grid with seed 0; no second seed before the grid has results.
   sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
   assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
@@ -58,7 +64,7 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert len(runs) == 8 + 6 + 15 + 2 + 3
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3  # the 16K grid lists lr 16, seed 0, again
   lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()[-3:]
   for line, setting in zip(lines, ('model_params.ghost_batch_size=null', 'precise_bn=null',
                                    'label_smoothing=0.0')):
