@@ -38,8 +38,11 @@ def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wan
   """
   if not claims and not budgets:
     return []
+  if baseline is None:  # the smallest key value, as for the gaps
+    values = study.ordered_values(runs, key)
+    baseline = values[0] if values else None
   best = study.best_arm(runs, key, reference_arms, baseline)
-  where = f'{key} {baseline:g}' if baseline is not None else 'the smallest value'
+  where = f'{key} {baseline:g}' if study.number(baseline) is not None else f'{key} {baseline}'
   if best is None:
     reference_text = f'the best result at {where}: none yet'
   else:

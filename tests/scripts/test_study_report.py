@@ -344,3 +344,15 @@ def test_the_steps_figure_draws_the_reference_arms(study, tmp_path, monkeypatch)
   assert study_report.main(args) == 0
   assert study_report.main(args + ['--reference-arm', 'LARS']) == 0
   assert drawn == [['SGD', 'LARS'], ['LARS']]
+
+
+def test_targets_default_to_the_smallest_key_value(study, tmp_path):
+  write_point(study / 'sgd_half', 256, 0, 0.915, lr=0.1)
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--arm', f'half={study / "sgd_half"}',
+                            '--key', 'batch_size_per_gpu', '--out', str(tmp_path),
+                            '--reference-arm', 'SGD', '--claim', 'SGD@8192<=1',
+                            '--budget', 'SGD=half']) == 0
+  lines = target_lines((tmp_path / 'study.md').read_text())
+  assert lines[0] == ('; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over '
+                      '2 seeds:')
+  assert lines[3].startswith('- budget: SGD at batch_size_per_gpu 256 against half: +0.50 points')
