@@ -28,8 +28,8 @@
 # missing from OUT are put back, so a fresh checkout skips every point already
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
-# At 48 epochs a run takes 30-50 minutes on an idle 2-core CPU; the 38 runs
-# (4 of them at half length), 18-32 hours. 8K and 16K need about 7 GB of
+# At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
+# EPYC); the 40 runs (4 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
 # memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md and the plots into docs/images.
