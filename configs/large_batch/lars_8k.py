@@ -5,13 +5,15 @@ the study's recipe (``lars.py``, ``common.py``):
 
   python run.py --config=configs/large_batch/lars_8k.py --mode=train_eval --logdir=runs/lars_8k
 
-Measured (docs/large_batch.md), seed 0, with this file's recipe (linear decay,
-eeta 0.002): **92.25 %** test top-1 after 48 epochs (336 updates; 90 % first
-reached at update 161), about 50 minutes on an idle 2-core AMD EPYC (the
-study's archived run, docs/results/large_batch_e48/lars/). The previous
-round measured 92.01 % on an Intel Xeon, against 92.67 % for its best
-batch-256 SGD run. With eeta 0.001: 91.24 %; with that and power-2 decay:
-90.74 %; at 24 epochs (168 updates): 87.39 %. Memory: about 6.5 GB.
+Measured (docs/large_batch.md) with this file's recipe (linear decay, eeta
+0.002): **92.25 %** (seed 0) and **92.12 %** (seed 1) test top-1 after 48
+epochs (336 updates; 90 % first reached at update 161 and 154), 92.19 ± 0.09 %,
+0.33 points below LARS at batch 256 (92.52 ± 0.32 %); the study's archived
+runs, docs/results/large_batch_e48/lars/. A run takes about 17 minutes on the
+2-core Zen 5 EPYC of the latest round (50 on an earlier AMD EPYC). The
+previous round measured 92.01 % on an Intel Xeon. With eeta 0.001: 91.24 %;
+with that and power-2 decay: 90.74 %; at 24 epochs (168 updates): 87.39 %.
+Memory: about 6.5 GB.
 """
 
 import copy
