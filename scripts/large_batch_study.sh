@@ -167,30 +167,28 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 archive
 
-# full_label ARM: the table label of a three-arm directory name.
-full_label() {
-  case "$1" in sgd) echo 'SGD (lr tuned)' ;; lars) echo LARS ;; lamb) echo LAMB ;; esac
-}
-
+# Each arm's directory under OUT and its label in the table, in table order.
+declare -A label=([sgd]='SGD (lr tuned)' [lars]=LARS [lamb]=LAMB
+                  [sgd_half]='SGD, half the epochs' [lars_half]='LARS, half the epochs'
+                  [lamb_half]='LAMB, half the epochs' [lars_no_ghost_bn]='LARS, plain batch norm'
+                  [lars_no_precise_bn]='LARS, no precise BN statistics'
+                  [lars_no_smoothing]='LARS, no label smoothing')
 arms=()
-for arm in sgd:'SGD (lr tuned)' lars:LARS lamb:LAMB sgd_half:'SGD, half the epochs' \
-           lars_half:'LARS, half the epochs' lamb_half:'LAMB, half the epochs' \
-           lars_no_ghost_bn:'LARS, plain batch norm' \
-           lars_no_precise_bn:'LARS, no precise BN statistics' \
-           lars_no_smoothing:'LARS, no label smoothing'; do
-  [[ -d "$OUT/${arm%%:*}" ]] || continue
-  arms+=(--arm "${arm#*:}=$OUT/${arm%%:*}")
+for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn lars_no_precise_bn \
+            lars_no_smoothing; do
+  [[ -d "$OUT/$name" ]] || continue
+  arms+=(--arm "${label[$name]}=$OUT/$name")
   # Gaps are to the best result of the three arms at batch 256, not to the
   # half-budget check or an ablation.
-  [[ "${arm%%:*}" == *_* ]] || arms+=(--reference-arm "${arm#*:}")
+  [[ "$name" == *_* ]] || arms+=(--reference-arm "${label[$name]}")
   # The targets, each a line under the table: LARS within 1 point of the best
   # batch-256 result at 8K and within 2 at 16K; whether tuned SGD and LAMB do
   # as well at 8K; and whether the budget is large enough (the best batch-256
   # arm gains under 0.3 points from half the epochs to all of them).
-  case "${arm%%:*}" in
+  case "$name" in
     lars) arms+=(--claim "LARS@8192<=1.0" --claim "LARS@16384<=2.0") ;;
-    sgd|lamb) arms+=(--claim "${arm#*:}@8192<=1.0") ;;
-    *_half) [[ -d "$OUT/${arm%%_*}" ]] && arms+=(--budget "$(full_label "${arm%%_*}")=${arm#*:}") ;;
+    sgd|lamb) arms+=(--claim "${label[$name]}@8192<=1.0") ;;
+    *_half) [[ -d "$OUT/${name%%_*}" ]] && arms+=(--budget "${label[${name%%_*}]}=${label[$name]}") ;;
   esac
 done
 report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"

@@ -165,19 +165,22 @@ def best_arm(runs, key, arms, baseline=None):
 
   ``baseline`` defaults to the smallest key value of the runs.
   """
-  grouped = groups(runs, key)
-  values = ordered_values(runs, key)
-  if baseline is None and values:
-    baseline = values[0]
+  baseline = baseline_value(runs, key, baseline)
   best = None
   for arm in arms:
-    if (arm, baseline) not in grouped:
-      continue
-    members = chosen(grouped[(arm, baseline)])
+    members = chosen(at_value(runs, arm, key, baseline))
     mean = accuracy_mean(members)
     if mean is not None and (best is None or mean > best[1]):
       best = (arm, mean, members)
   return best
+
+
+def baseline_value(runs, key, baseline=None):
+  """``baseline``, or where it is None the smallest key value of the runs (None without runs)."""
+  if baseline is not None:
+    return baseline
+  values = ordered_values(runs, key)
+  return values[0] if values else None
 
 
 def at_value(runs, arm, key, value):

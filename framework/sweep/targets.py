@@ -38,9 +38,7 @@ def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wan
   """
   if not claims and not budgets:
     return []
-  if baseline is None:  # the smallest key value, as for the gaps
-    values = study.ordered_values(runs, key)
-    baseline = values[0] if values else None
+  baseline = study.baseline_value(runs, key, baseline)  # as for the gaps
   best = study.best_arm(runs, key, reference_arms, baseline)
   where = f'{key} {baseline:g}' if study.number(baseline) is not None else f'{key} {baseline}'
   if best is None:
