@@ -176,23 +176,36 @@ def _grid_cells(value, arm, members):
   return cells
 
 
+def accuracy_series(runs, key, arms):
+  """``{arm: [(key value, mean %, std %)]}``: the table's rows, at each value the chosen rate's runs.
+
+  Where an arm's learning rate was tuned on a grid, only the runs of the rate
+  the table shows count, not the whole grid.
+  """
+  grouped = study.groups(runs, key)
+  series = {}
+  for arm in arms:
+    for value in study.ordered_values(runs, key):
+      accuracy = [r['accuracy'] * 100.0 for r in study.chosen(grouped.get((arm, value), []))
+                  if r['status'] == 'ok' and r['accuracy'] is not None]
+      if accuracy:
+        std = statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0
+        series.setdefault(arm, []).append((value, statistics.fmean(accuracy), std))
+  return series
+
+
 def plot(runs, key, arms, path, title):
   """Test accuracy against the key, one line per arm, std error bars; False if nothing to plot."""
-  grouped = study.groups([r for r in runs if r['status'] == 'ok' and r['accuracy'] is not None],
-                         key)
-  if not grouped:
+  series = accuracy_series(runs, key, arms)
+  if not series:
     return False
-  values = sorted({v for _, v in grouped}, key=lambda v: study.number(v) or 0.0)
+  values = sorted({v for points in series.values() for v, _, _ in points},
+                  key=lambda v: study.number(v) or 0.0)
   scale = report.x_scale(values)
   plt = report.pyplot()
   figure, axes = plt.subplots(figsize=(7, 4.5))
-  for arm in arms:
-    xs = [v for v in values if (arm, v) in grouped]
-    if not xs:
-      continue
-    accuracy = [[r['accuracy'] * 100.0 for r in grouped[(arm, v)]] for v in xs]
-    means = [statistics.fmean(a) for a in accuracy]
-    stds = [statistics.stdev(a) if len(a) > 1 else 0.0 for a in accuracy]
+  for arm, points in series.items():
+    xs, means, stds = zip(*points)
     positions = xs if scale != 'category' else [values.index(v) for v in xs]
     axes.errorbar(positions, means, yerr=stds, marker='o', capsize=4, label=arm)
   report.style_x_axis(axes, scale, values, [str(v) for v in values])
