@@ -7,7 +7,8 @@
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
 # shared recipe of configs/large_batch/common.py. Three arms:
 #   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
-#         with seed 0; at 256 and 8K the best lr of the grid then runs with seed 1
+#         with seed 0, grown by x 2 past an edge where the best lr is on it (at
+#         most twice); at 256 and 8K the best lr of the grid then runs with seed 1
 #   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0
 #         elsewhere; at 16K also tuned on SGD's grid (x 0.5, x 2; the best with seed 1)
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
@@ -29,7 +30,7 @@
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
-# EPYC); the 40 runs (4 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
+# EPYC); the ~40 runs (4 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
 # memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md and the plots into docs/images.
@@ -113,12 +114,30 @@ best_lr() {
 # lars SEEDS, lamb SEEDS: the arm at G with its square-root-scaled rate.
 lars() { sweep lars "$1" "$(value '2.0 * math.sqrt(G / 256)')"; }
 lamb() { sweep lamb "$1" "$(value '0.005 * math.sqrt(G / 256)')"; }
+# at_least A B, at_most A B: compare the learning rates A and B as numbers.
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
+at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 # grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
-# seed 0; with "second", then the grid's best rate with seed 1.
+# seed 0. A best rate at an edge of the grid is no optimum, so the grid grows
+# by a factor of 2 past that edge (seed 0; at most twice). With "second", the
+# best rate then runs with seed 1.
 grid() {
-  local arm=$1 base=$2
-  sweep "$arm" 0 "$(value "0.5 * $base"),$base,$(value "2 * $base")"
-  local best
+  local arm=$1 base=$2 lo hi best grown=0
+  lo="$(value "0.5 * $base")"
+  hi="$(value "2 * $base")"
+  sweep "$arm" 0 "$lo,$base,$hi"
+  while ((grown < 2)) && best="$(best_lr "$arm")"; do
+    if at_least "$best" "$hi"; then
+      hi="$(value "2 * $hi")"
+      sweep "$arm" 0 "$hi"
+    elif at_most "$best" "$lo"; then
+      lo="$(value "0.5 * $lo")"
+      sweep "$arm" 0 "$lo"
+    else
+      break
+    fi
+    grown=$((grown + 1))
+  done
   if [[ "${3:-}" == second ]] && best="$(best_lr "$arm")"; then
     sweep "$arm" 1 "$best"
   fi

@@ -111,6 +111,39 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
       ('sgd_half', 0.1, 0, '24.0'), ('sgd_half', 0.1, 1, '24.0')]
 
 
+def write_sgd_results(out, batch, accuracies):
+  """Finished SGD points at ``batch``: ``{(lr, seed): accuracy}``."""
+  for (lr, seed), accuracy in accuracies.items():
+    name = f'batch_size_per_gpu={batch}__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed={seed}'
+    os.makedirs(out / 'sgd' / name)
+    (out / 'sgd' / name / 'result.json').write_text(json.dumps({
+        'point': {'batch_size_per_gpu': batch, 'iter_size': 1,
+                  'lr_policy_params.learning_rate': lr},
+        'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': 336},
+        'wall_s': 600.0}))
+
+
+def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
+  out = tmp_path / 'study'
+  # At 8K the grid is 0.2828, 0.5657, 1.131; its largest rate is the best.
+  write_sgd_results(out, 8192, {(0.2828, 0): 0.89, (0.5657, 0): 0.91, (1.131, 0): 0.915})
+  sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
+  # One more rate past the edge (twice the rounded 1.131); with no result yet
+  # the best is still 1.131, which then gets seed 1.
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (1.131, 1)]
+  # 2.262 better again: the grid grows once more (at most twice), to 4.524;
+  # that one's worse, so 2.262 is the grid's best and gets seed 1.
+  write_sgd_results(out, 8192, {(2.262, 0): 0.92, (4.524, 0): 0.80})
+  sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (4.524, 0), (2.262, 1)]
+  # At the low edge it grows downward, and never more than twice.
+  low = tmp_path / 'low'
+  write_sgd_results(low, 8192, {(0.2828, 0): 0.92, (0.5657, 0): 0.91, (1.131, 0): 0.90,
+                                (0.1414, 0): 0.93, (0.0707, 0): 0.94})
+  sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0), (0.0707, 1)]
+
+
 def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
   """What a study finished outlives its run directories: ARCHIVE holds each result.json."""
   out, archive = tmp_path / 'study', tmp_path / 'archive'
