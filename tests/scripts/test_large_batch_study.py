@@ -92,15 +92,21 @@ def test_lars_8k_config_is_the_study_point(tmp_path):
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
 
 
+def write_sgd_results(out, batch, accuracies, steps=336):
+  """Finished SGD points at ``batch``: ``{(lr, seed): accuracy}``."""
+  for (lr, seed), accuracy in accuracies.items():
+    name = f'batch_size_per_gpu={batch}__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed={seed}'
+    os.makedirs(out / 'sgd' / name)
+    (out / 'sgd' / name / 'result.json').write_text(json.dumps({
+        'point': {'batch_size_per_gpu': batch, 'iter_size': 1,
+                  'lr_policy_params.learning_rate': lr},
+        'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': steps},
+        'wall_s': 600.0}))
+
+
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   out = tmp_path / 'study'
-  for lr, accuracy in ((0.05, 0.90), (0.1, 0.92), (0.2, 0.91)):
-    logdir = out / 'sgd' / f'batch_size_per_gpu=256__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed=0'
-    os.makedirs(logdir)
-    (logdir / 'result.json').write_text(json.dumps({
-        'point': {'batch_size_per_gpu': 256, 'iter_size': 1, 'lr_policy_params.learning_rate': lr},
-        'seed': 0, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': 5616},
-        'wall_s': 600.0}))
+  write_sgd_results(out, 256, {(0.05, 0): 0.90, (0.1, 0): 0.92, (0.2, 0): 0.91}, steps=5616)
   runs = dry_run(out)
   sgd_256 = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'sgd' and g == 256]
   # The grid (listed by the dry run, skipped by a real one), then its best rate with seed 1.
@@ -109,18 +115,6 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   assert [seed for d, _, g, _, seed, _ in runs if d == 'sgd' and g not in (256, 8192)] == [0] * 9
   assert [(d, lr, seed, e) for d, _, _, lr, seed, e in runs if d == 'sgd_half'] == [
       ('sgd_half', 0.1, 0, '24.0'), ('sgd_half', 0.1, 1, '24.0')]
-
-
-def write_sgd_results(out, batch, accuracies):
-  """Finished SGD points at ``batch``: ``{(lr, seed): accuracy}``."""
-  for (lr, seed), accuracy in accuracies.items():
-    name = f'batch_size_per_gpu={batch}__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed={seed}'
-    os.makedirs(out / 'sgd' / name)
-    (out / 'sgd' / name / 'result.json').write_text(json.dumps({
-        'point': {'batch_size_per_gpu': batch, 'iter_size': 1,
-                  'lr_policy_params.learning_rate': lr},
-        'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': 336},
-        'wall_s': 600.0}))
 
 
 def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
