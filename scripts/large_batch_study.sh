@@ -7,8 +7,8 @@
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
 # shared recipe of configs/large_batch/common.py. Three arms:
 #   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
-#         with seed 0, grown by x 2 past an edge where the best lr is on it (at
-#         most twice); at 256 and 8K the best lr of the grid then runs with seed 1
+#         with seed 0, grown by x 2 past an edge while the best lr is on it (at
+#         most four times); at 256 and 8K the best lr of the grid then runs with seed 1
 #   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0
 #         elsewhere; at 16K also tuned on SGD's grid (x 0.5, x 2; the best with seed 1)
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
@@ -119,14 +119,15 @@ at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 # grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
 # seed 0. A best rate at an edge of the grid is no optimum, so the grid grows
-# by a factor of 2 past that edge (seed 0; at most twice). With "second", the
-# best rate then runs with seed 1.
+# by a factor of 2 past that edge (seed 0) until the best rate is inside it, at
+# most four times (a factor of 64 from end to end). With "second", the best rate
+# then runs with seed 1.
 grid() {
   local arm=$1 base=$2 lo hi best grown=0
   lo="$(value "0.5 * $base")"
   hi="$(value "2 * $base")"
   sweep "$arm" 0 "$lo,$base,$hi"
-  while ((grown < 2)) && best="$(best_lr "$arm")"; do
+  while ((grown < 4)) && best="$(best_lr "$arm")"; do
     if at_least "$best" "$hi"; then
       hi="$(value "2 * $hi")"
       sweep "$arm" 0 "$hi"

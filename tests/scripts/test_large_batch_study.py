@@ -125,17 +125,24 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
   # One more rate past the edge (twice the rounded 1.131); with no result yet
   # the best is still 1.131, which then gets seed 1.
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (1.131, 1)]
-  # 2.262 better again: the grid grows once more (at most twice), to 4.524;
-  # that one's worse, so 2.262 is the grid's best and gets seed 1.
+  # 2.262 better again: the grid grows once more, to 4.524; that one's worse,
+  # so 2.262 is inside the grid, its best, and gets seed 1.
   write_sgd_results(out, 8192, {(2.262, 0): 0.92, (4.524, 0): 0.80})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (4.524, 0), (2.262, 1)]
-  # At the low edge it grows downward, and never more than twice.
+  # At the low edge it grows downward while each new rate wins, and never more
+  # than four times: the best rate then gets seed 1 though it is still an edge.
   low = tmp_path / 'low'
   write_sgd_results(low, 8192, {(0.2828, 0): 0.92, (0.5657, 0): 0.91, (1.131, 0): 0.90,
-                                (0.1414, 0): 0.93, (0.0707, 0): 0.94})
+                                (0.1414, 0): 0.93, (0.0707, 0): 0.94, (0.03535, 0): 0.95})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
-  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0), (0.0707, 1)]
+  # 0.01767 has no result yet, so the best is 0.03535 for now.
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0),
+                    (0.03535, 0), (0.01767, 0), (0.03535, 1)]
+  write_sgd_results(low, 8192, {(0.01767, 0): 0.96})
+  sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0),
+                    (0.03535, 0), (0.01767, 0), (0.01767, 1)]
 
 
 def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
