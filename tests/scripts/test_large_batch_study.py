@@ -50,6 +50,12 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   # The 16K grid comes after the budget check; its best rate gets seed 1 once it has results.
   grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
   assert grid == [(16.0, 0), (16.0, 1), (8.0, 0), (16.0, 0), (32.0, 0)]
+  # Then LARS with twice the recipe's eeta at 16K (two seeds), its own arm on
+  # lars.py; at 8K it runs with seed 0 just before the ablations.
+  eeta = [(i, c, g, lr, seed) for i, (d, c, g, lr, seed, _) in enumerate(runs) if d == 'lars_eeta']
+  last_16k_grid = max(i for i, r in enumerate(runs) if r[:3] == ('lars', 'lars', 16384))
+  assert eeta == [(last_16k_grid + 1, 'lars', 16384, 16.0, 0), (last_16k_grid + 2, 'lars', 16384, 16.0, 1),
+                  (len(runs) - 4, 'lars', 8192, 11.31, 0)]
   # SGD: the three-point grid with seed 0; no second seed before the grid has results.
   sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
   assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
@@ -64,11 +70,13 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3  # the 16K grid lists lr 16, seed 0, again
-  lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()[-3:]
-  for line, setting in zip(lines, ('model_params.ghost_batch_size=null', 'precise_bn=null',
-                                   'label_smoothing=0.0')):
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 3  # the 16K grid lists lr 16, seed 0, again
+  lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
+  for line, setting in zip(lines[-3:], ('model_params.ghost_batch_size=null', 'precise_bn=null',
+                                        'label_smoothing=0.0')):
     assert f'--set {setting} ' in line
+  assert [line for line in lines if '--set optimizer_params.eeta=0.004 ' in line] == [
+      lines[i] for i, *_ in eeta]
 
 
 def test_lars_8k_config_is_the_study_point(tmp_path):
@@ -92,13 +100,16 @@ def test_lars_8k_config_is_the_study_point(tmp_path):
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
 
 
-def write_sgd_results(out, batch, accuracies, steps=336):
-  """Finished SGD points at ``batch``: ``{(lr, seed): accuracy}``."""
+def write_sgd_results(out, batch, accuracies, steps=336, arm='sgd'):
+  """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``."""
+  # Above 8K the study accumulates micro-batches of 8K, as the script does.
+  per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
   for (lr, seed), accuracy in accuracies.items():
-    name = f'batch_size_per_gpu={batch}__iter_size=1__lr_policy_params.learning_rate={lr:g}__seed={seed}'
-    os.makedirs(out / 'sgd' / name)
-    (out / 'sgd' / name / 'result.json').write_text(json.dumps({
-        'point': {'batch_size_per_gpu': batch, 'iter_size': 1,
+    name = (f'batch_size_per_gpu={per_gpu}__iter_size={iter_size}'
+            f'__lr_policy_params.learning_rate={lr:g}__seed={seed}')
+    os.makedirs(out / arm / name)
+    (out / arm / name / 'result.json').write_text(json.dumps({
+        'point': {'batch_size_per_gpu': per_gpu, 'iter_size': iter_size,
                   'lr_policy_params.learning_rate': lr},
         'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': steps},
         'wall_s': 600.0}))
@@ -143,6 +154,23 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0),
                     (0.03535, 0), (0.01767, 0), (0.01767, 1)]
+
+
+def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
+  out = tmp_path / 'study'
+  write_sgd_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
+  write_sgd_results(out, 16384, {(16, 0): 0.90, (16, 1): 0.902}, steps=168, arm='lars')
+  write_sgd_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta')
+  study(out, REPORT_ONLY='1')
+  table = (out / 'study.md').read_text()
+  # Its gap is to batch 256's best (SGD, 92.5 %); it is no reference itself.
+  assert '| 16384 | LARS, eeta 0.004 | 16 | 2/2 | 0.9080 ± 0.0028 | -1.70 | 168 |' in table
+  assert '| 16384 | LARS | 16 | 2/2 | 0.9010 ± 0.0014 | -2.40 | 168 |' in table
+  assert ('- LARS at 16384 within 2 points of it: 90.10 % over 2 seeds, -2.40 points: **missed**\n'
+          in table)
+  assert ('- LARS, eeta 0.004 at 16384 within 2 points of it: 90.80 % over 2 seeds, -1.70 points: '
+          '**met**\n' in table)
+  assert '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n' in table
 
 
 def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
