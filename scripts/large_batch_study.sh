@@ -11,8 +11,8 @@
 #         most four times); at 256 and 8K the best lr of the grid then runs with seed 1
 #   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0
 #         elsewhere; at 16K also tuned on SGD's grid (x 0.5, x 2; the best with seed 1)
-#         and with twice the recipe's eeta (0.004; OUT/lars_eeta, seeds 0 and 1;
-#         at 8K seed 0 near the end), the change that moved the 8K point most
+#         and with twice the recipe's eeta (0.004; OUT/lars_eeta, seeds 0 and 1
+#         at 16K and 8K), the change that moved the 8K point most
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
 # the epochs, two seeds each (OUT/<arm>_half). Last, what each feature of the
@@ -179,14 +179,15 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   half
   # LARS at 16K, its rate tuned on SGD's grid (the 2-point target is the hardest).
   G=16384; grid lars "$(value '2.0 * math.sqrt(G / 256)')" second
-  # and with twice the eeta, which is the step of the adapted layers alone.
+  # and with twice the eeta, which is the step of the adapted layers alone,
+  # there and at 8K.
   G=16384; lars_eeta 0,1
+  G=8192; lars_eeta 0,1
   G=8192; sgd second
   G=256; lamb 0
   G=8192; lamb 0,1
   G=16384; sgd; lamb 0
   for G in 1024 4096; do lars 0; sgd; lamb 0; done
-  G=8192; lars_eeta 0
   ablation lars_no_ghost_bn model_params.ghost_batch_size=null
   ablation lars_no_precise_bn precise_bn=null
   ablation lars_no_smoothing label_smoothing=0.0

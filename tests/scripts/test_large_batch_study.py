@@ -50,12 +50,12 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   # The 16K grid comes after the budget check; its best rate gets seed 1 once it has results.
   grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
   assert grid == [(16.0, 0), (16.0, 1), (8.0, 0), (16.0, 0), (32.0, 0)]
-  # Then LARS with twice the recipe's eeta at 16K (two seeds), its own arm on
-  # lars.py; at 8K it runs with seed 0 just before the ablations.
+  # Then LARS with twice the recipe's eeta, its own arm on lars.py: two seeds
+  # at 16K, then two at 8K.
   eeta = [(i, c, g, lr, seed) for i, (d, c, g, lr, seed, _) in enumerate(runs) if d == 'lars_eeta']
   last_16k_grid = max(i for i, r in enumerate(runs) if r[:3] == ('lars', 'lars', 16384))
-  assert eeta == [(last_16k_grid + 1, 'lars', 16384, 16.0, 0), (last_16k_grid + 2, 'lars', 16384, 16.0, 1),
-                  (len(runs) - 4, 'lars', 8192, 11.31, 0)]
+  assert eeta == [(last_16k_grid + 1 + i, 'lars', g, lr, seed) for i, (g, lr, seed) in enumerate(
+      [(16384, 16.0, 0), (16384, 16.0, 1), (8192, 11.31, 0), (8192, 11.31, 1)])]
   # SGD: the three-point grid with seed 0; no second seed before the grid has results.
   sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
   assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
@@ -70,7 +70,7 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 3  # the 16K grid lists lr 16, seed 0, again
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 4  # the 16K grid lists lr 16, seed 0, again
   lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
   for line, setting in zip(lines[-3:], ('model_params.ghost_batch_size=null', 'precise_bn=null',
                                         'label_smoothing=0.0')):
