@@ -8,7 +8,7 @@
 # shared recipe of configs/large_batch/common.py. Three arms:
 #   sgd   momentum SGD, lr tuned at each G on a grid 0.1*sqrt(G/256) x {0.5, 1, 2}
 #         with seed 0, grown by x 2 past an edge while the best lr is on it (at
-#         most four times); at 256 and 8K the best lr of the grid then runs with seed 1
+#         most six times); at 256 and 8K the best lr of the grid then runs with seed 1
 #   lars  LARS, lr = 2.0*sqrt(G/256); seeds 0 and 1 at 256, 8K and 16K, seed 0
 #         elsewhere; at 16K also tuned on SGD's grid (x 0.5, x 2; the best with seed 1)
 #         and with twice the recipe's eeta (0.004; OUT/lars_eeta, seeds 0 and 1
@@ -126,14 +126,14 @@ at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 # grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
 # seed 0. A best rate at an edge of the grid is no optimum, so the grid grows
 # by a factor of 2 past that edge (seed 0) until the best rate is inside it, at
-# most four times (a factor of 64 from end to end). With "second", the best rate
+# most six times (a factor of 256 from end to end). With "second", the best rate
 # then runs with seed 1.
 grid() {
   local arm=$1 base=$2 lo hi best grown=0
   lo="$(value "0.5 * $base")"
   hi="$(value "2 * $base")"
   sweep "$arm" 0 "$lo,$base,$hi"
-  while ((grown < 4)) && best="$(best_lr "$arm")"; do
+  while ((grown < 6)) && best="$(best_lr "$arm")"; do
     if at_least "$best" "$hi"; then
       hi="$(value "2 * $hi")"
       sweep "$arm" 0 "$hi"

@@ -141,19 +141,20 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
   write_sgd_results(out, 8192, {(2.262, 0): 0.92, (4.524, 0): 0.80})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (4.524, 0), (2.262, 1)]
-  # At the low edge it grows downward while each new rate wins, and never more
-  # than four times: the best rate then gets seed 1 though it is still an edge.
+  # At the low edge it grows downward while each new rate wins, never more than
+  # six times: the best rate then gets seed 1 though it is still an edge. Each
+  # rate is half the rounded one before (4 significant digits).
+  lows = [0.2828]
+  for _ in range(6):
+    lows.append(float(f'{0.5 * lows[-1]:.4g}'))
   low = tmp_path / 'low'
   write_sgd_results(low, 8192, {(0.2828, 0): 0.92, (0.5657, 0): 0.91, (1.131, 0): 0.90,
-                                (0.1414, 0): 0.93, (0.0707, 0): 0.94, (0.03535, 0): 0.95})
+                                **{(lr, 0): 0.93 + 0.001 * i for i, lr in enumerate(lows[1:])}})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
-  # 0.01767 has no result yet, so the best is 0.03535 for now.
-  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0),
-                    (0.03535, 0), (0.01767, 0), (0.03535, 1)]
-  write_sgd_results(low, 8192, {(0.01767, 0): 0.96})
-  sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
-  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (0.1414, 0), (0.0707, 0),
-                    (0.03535, 0), (0.01767, 0), (0.01767, 1)]
+  assert lows[1:4] == [0.1414, 0.0707, 0.03535]
+  assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0)] + [(lr, 0) for lr in lows[1:]] + [
+      (lows[-1], 1)]
+
 
 
 def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
