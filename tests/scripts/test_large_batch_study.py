@@ -156,7 +156,6 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
       (lows[-1], 1)]
 
 
-
 def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
   out = tmp_path / 'study'
   write_sgd_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
