@@ -117,8 +117,10 @@ best_lr() {
 lars() { sweep lars "$1" "$(value '2.0 * math.sqrt(G / 256)')"; }
 lamb() { sweep lamb "$1" "$(value '0.005 * math.sqrt(G / 256)')"; }
 # lars_eeta SEEDS: LARS at G with twice the eeta of configs/large_batch/lars.py.
+eeta2="$("$PY" -c "from configs.large_batch import lars
+print(f'{2 * lars.base_params[\"optimizer_params\"][\"eeta\"]:g}')")"
 lars_eeta() {
-  sweep lars_eeta "$1" "$(value '2.0 * math.sqrt(G / 256)')" --set optimizer_params.eeta=0.004
+  sweep lars_eeta "$1" "$(value '2.0 * math.sqrt(G / 256)')" --set "optimizer_params.eeta=$eeta2"
 }
 # at_least A B, at_most A B: compare the learning rates A and B as numbers.
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
@@ -198,7 +200,7 @@ fi
 archive
 
 # Each arm's directory under OUT and its label in the table, in table order.
-declare -A label=([sgd]='SGD (lr tuned)' [lars]=LARS [lamb]=LAMB [lars_eeta]='LARS, eeta 0.004'
+declare -A label=([sgd]='SGD (lr tuned)' [lars]=LARS [lamb]=LAMB [lars_eeta]="LARS, eeta $eeta2"
                   [sgd_half]='SGD, half the epochs' [lars_half]='LARS, half the epochs'
                   [lamb_half]='LAMB, half the epochs' [lars_no_ghost_bn]='LARS, plain batch norm'
                   [lars_no_precise_bn]='LARS, no precise BN statistics'

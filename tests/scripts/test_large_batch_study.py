@@ -100,7 +100,7 @@ def test_lars_8k_config_is_the_study_point(tmp_path):
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
 
 
-def write_sgd_results(out, batch, accuracies, steps=336, arm='sgd'):
+def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``."""
   # Above 8K the study accumulates micro-batches of 8K, as the script does.
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
@@ -117,7 +117,7 @@ def write_sgd_results(out, batch, accuracies, steps=336, arm='sgd'):
 
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
   out = tmp_path / 'study'
-  write_sgd_results(out, 256, {(0.05, 0): 0.90, (0.1, 0): 0.92, (0.2, 0): 0.91}, steps=5616)
+  write_results(out, 256, {(0.05, 0): 0.90, (0.1, 0): 0.92, (0.2, 0): 0.91}, steps=5616)
   runs = dry_run(out)
   sgd_256 = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'sgd' and g == 256]
   # The grid (listed by the dry run, skipped by a real one), then its best rate with seed 1.
@@ -131,14 +131,14 @@ def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
 def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
   out = tmp_path / 'study'
   # At 8K the grid is 0.2828, 0.5657, 1.131; its largest rate is the best.
-  write_sgd_results(out, 8192, {(0.2828, 0): 0.89, (0.5657, 0): 0.91, (1.131, 0): 0.915})
+  write_results(out, 8192, {(0.2828, 0): 0.89, (0.5657, 0): 0.91, (1.131, 0): 0.915})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
   # One more rate past the edge (twice the rounded 1.131); with no result yet
   # the best is still 1.131, which then gets seed 1.
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (1.131, 1)]
   # 2.262 better again: the grid grows once more, to 4.524; that one's worse,
   # so 2.262 is inside the grid, its best, and gets seed 1.
-  write_sgd_results(out, 8192, {(2.262, 0): 0.92, (4.524, 0): 0.80})
+  write_results(out, 8192, {(2.262, 0): 0.92, (4.524, 0): 0.80})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(out) if d == 'sgd' and g == 8192]
   assert sgd_8k == [(0.2828, 0), (0.5657, 0), (1.131, 0), (2.262, 0), (4.524, 0), (2.262, 1)]
   # At the low edge it grows downward while each new rate wins, never more than
@@ -148,7 +148,7 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
   for _ in range(6):
     lows.append(float(f'{0.5 * lows[-1]:.4g}'))
   low = tmp_path / 'low'
-  write_sgd_results(low, 8192, {(0.2828, 0): 0.92, (0.5657, 0): 0.91, (1.131, 0): 0.90,
+  write_results(low, 8192, {(0.2828, 0): 0.92, (0.5657, 0): 0.91, (1.131, 0): 0.90,
                                 **{(lr, 0): 0.93 + 0.001 * i for i, lr in enumerate(lows[1:])}})
   sgd_8k = [(lr, seed) for d, _, g, lr, seed, _ in dry_run(low) if d == 'sgd' and g == 8192]
   assert lows[1:4] == [0.1414, 0.0707, 0.03535]
@@ -158,9 +158,9 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
 
 def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
   out = tmp_path / 'study'
-  write_sgd_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
-  write_sgd_results(out, 16384, {(16, 0): 0.90, (16, 1): 0.902}, steps=168, arm='lars')
-  write_sgd_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta')
+  write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
+  write_results(out, 16384, {(16, 0): 0.90, (16, 1): 0.902}, steps=168, arm='lars')
+  write_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta')
   study(out, REPORT_ONLY='1')
   table = (out / 'study.md').read_text()
   # Its gap is to batch 256's best (SGD, 92.5 %); it is no reference itself.
