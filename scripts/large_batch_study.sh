@@ -208,7 +208,12 @@ declare -A label=([sgd]='SGD (lr tuned)' [lars]=LARS [lamb]=LAMB [lars_eeta]="LA
 arms=()
 for name in sgd lars lamb lars_eeta sgd_half lars_half lamb_half lars_no_ghost_bn lars_no_precise_bn \
             lars_no_smoothing; do
-  [[ -d "$OUT/$name" ]] || continue
+  # The arms with a target line are listed before they have run, so that the
+  # line says "not measured yet" instead of being left out.
+  case "$name" in
+    sgd|lars|lamb|lars_eeta) mkdir -p "$OUT/$name" ;;
+    *) [[ -d "$OUT/$name" ]] || continue ;;
+  esac
   arms+=(--arm "${label[$name]}=$OUT/$name")
   # Gaps are to the best result of the three arms at batch 256, not to the
   # half-budget check, an ablation or the eeta variant (names with a _).

@@ -173,6 +173,22 @@ def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
   assert '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n' in table
 
 
+def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
+  # Only the batch-256 SGD grid has run: the other arms' targets are listed as
+  # not measured, not left out of the list.
+  out = tmp_path / 'study'
+  write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
+  study(out, REPORT_ONLY='1')
+  lines = [line for line in (out / 'study.md').read_text().splitlines() if ' within ' in line]
+  assert lines == [
+      '- SGD (lr tuned) at 8192 within 1 point of it: not measured yet',
+      '- LARS at 8192 within 1 point of it: not measured yet',
+      '- LARS at 16384 within 2 points of it: not measured yet',
+      '- LAMB at 8192 within 1 point of it: not measured yet',
+      '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet',
+      '- LARS, eeta 0.004 at 16384 within 2 points of it: not measured yet']
+
+
 def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
   """What a study finished outlives its run directories: ARCHIVE holds each result.json."""
   out, archive = tmp_path / 'study', tmp_path / 'archive'
@@ -202,8 +218,12 @@ def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path)
   # The targets under the table wait for batch 256 at the full budget.
   assert table.endswith(
       'Targets, checked from the runs above; the best result at global_batch 256: none yet:\n\n'
+      '- SGD (lr tuned) at 8192 within 1 point of it: not measured yet\n'
       '- LARS at 8192 within 1 point of it: 92.01 % over 1 seed, no reference yet\n'
       '- LARS at 16384 within 2 points of it: not measured yet\n'
+      '- LAMB at 8192 within 1 point of it: not measured yet\n'
+      '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n'
+      '- LARS, eeta 0.004 at 16384 within 2 points of it: not measured yet\n'
       '- budget: LARS at global_batch 256 against LARS, half the epochs: not measured yet\n')
 
   # A fresh checkout: no run directories. The archived point is put back, so the
