@@ -88,6 +88,10 @@ def parse_args(argv):
   parser.add_argument('--best-lr', metavar='VALUE',
                       help='print only the learning rate with the best mean accuracy at this '
                            'key value (one --arm), and exit (status 3 when none finished)')
+  parser.add_argument('--best-arm', metavar='VALUE',
+                      help='print only the label of the arm with the best mean accuracy at this '
+                           "key value (each at its best learning rate), and exit (status 3 when "
+                           'none finished)')
   return parser.parse_args(argv)
 
 
@@ -338,6 +342,12 @@ def main(argv=None):
     if lr is None:
       return 3
     print(f'{lr:g}')
+    return 0
+  if args.best_arm is not None:
+    best = study.best_arm(runs, args.key, arms, args.best_arm)
+    if best is None:
+      return 3
+    print(best[0])
     return 0
   if not runs:
     print(f'error: no finished or failed runs under {", ".join(args.arm)}', file=sys.stderr)

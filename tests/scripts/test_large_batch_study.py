@@ -51,11 +51,17 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
   assert grid == [(16.0, 0), (16.0, 1), (8.0, 0), (16.0, 0), (32.0, 0)]
   # Then LARS with twice the recipe's eeta, its own arm on lars.py: two seeds
-  # at 16K, then two at 8K.
-  eeta = [(i, c, g, lr, seed) for i, (d, c, g, lr, seed, _) in enumerate(runs) if d == 'lars_eeta']
+  # at 16K, then two at 8K (no larger eeta before these have results); and
+  # two at 256, after LAMB at 8K.
+  eeta = [(i, c, g, lr, seed) for i, (d, c, g, lr, seed, _) in enumerate(runs)
+          if d == 'lars_eeta0.004']
+  assert {d for d, *_ in runs if d.startswith('lars_eeta')} == {'lars_eeta0.004'}
   last_16k_grid = max(i for i, r in enumerate(runs) if r[:3] == ('lars', 'lars', 16384))
-  assert eeta == [(last_16k_grid + 1 + i, 'lars', g, lr, seed) for i, (g, lr, seed) in enumerate(
-      [(16384, 16.0, 0), (16384, 16.0, 1), (8192, 11.31, 0), (8192, 11.31, 1)])]
+  assert eeta[:4] == [(last_16k_grid + 1 + i, 'lars', g, lr, seed) for i, (g, lr, seed) in
+                      enumerate([(16384, 16.0, 0), (16384, 16.0, 1), (8192, 11.31, 0),
+                                 (8192, 11.31, 1)])]
+  lamb_8k = max(i for i, r in enumerate(runs) if r[:3] == ('lamb', 'lamb', 8192))
+  assert eeta[4:] == [(lamb_8k + 1, 'lars', 256, 2.0, 0), (lamb_8k + 2, 'lars', 256, 2.0, 1)]
   # SGD: the three-point grid with seed 0; no second seed before the grid has results.
   sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
   assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
@@ -70,7 +76,7 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 4  # the 16K grid lists lr 16, seed 0, again
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6  # the 16K grid lists lr 16, seed 0, again
   lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
   for line, setting in zip(lines[-3:], ('model_params.ghost_batch_size=null', 'precise_bn=null',
                                         'label_smoothing=0.0')):
@@ -107,7 +113,7 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   for (lr, seed), accuracy in accuracies.items():
     name = (f'batch_size_per_gpu={per_gpu}__iter_size={iter_size}'
             f'__lr_policy_params.learning_rate={lr:g}__seed={seed}')
-    os.makedirs(out / arm / name)
+    os.makedirs(out / arm / name, exist_ok=True)
     (out / arm / name / 'result.json').write_text(json.dumps({
         'point': {'batch_size_per_gpu': per_gpu, 'iter_size': iter_size,
                   'lr_policy_params.learning_rate': lr},
@@ -156,14 +162,47 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
       (lows[-1], 1)]
 
 
+def test_lars_eeta_grows_while_the_largest_eeta_wins(tmp_path):
+  out = tmp_path / 'study'
+
+  def eeta_8k():
+    return [(d, lr, seed) for d, _, g, lr, seed, _ in dry_run(out)
+            if d.startswith('lars') and g == 8192 and '_no_' not in d][2:]
+
+  # Twice the recipe's eeta (0.004) loses to the recipe's at 8K: no larger eeta.
+  write_results(out, 8192, {(11.31, 0): 0.920, (11.31, 1): 0.922}, arm='lars')
+  write_results(out, 8192, {(11.31, 0): 0.918, (11.31, 1): 0.920}, arm='lars_eeta0.004')
+  assert eeta_8k() == [('lars_eeta0.004', 11.31, 0), ('lars_eeta0.004', 11.31, 1)]
+  # It wins (0.922 against 0.921 on average): eeta doubles to 0.008, seed 0.
+  write_results(out, 8192, {(11.31, 0): 0.925, (11.31, 1): 0.919}, arm='lars_eeta0.004')
+  assert eeta_8k()[2:] == [('lars_eeta0.008', 11.31, 0)]
+  # 0.008 wins again: 0.016; with 0.016 worse, 0.008 is the best and gets seed 1.
+  write_results(out, 8192, {(11.31, 0): 0.930}, arm='lars_eeta0.008')
+  assert eeta_8k()[2:] == [('lars_eeta0.008', 11.31, 0), ('lars_eeta0.016', 11.31, 0),
+                           ('lars_eeta0.008', 11.31, 1)]
+  # 0.016 best too: the grid has grown twice, its limit, and 0.016 gets seed 1.
+  write_results(out, 8192, {(11.31, 0): 0.935}, arm='lars_eeta0.016')
+  assert eeta_8k()[2:] == [('lars_eeta0.008', 11.31, 0), ('lars_eeta0.016', 11.31, 0),
+                           ('lars_eeta0.016', 11.31, 1)]
+  # Each eeta is a row of its own, in order of eeta, with its own target lines.
+  write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.93}, steps=11232)
+  study(out, REPORT_ONLY='1')
+  table = (out / 'study.md').read_text()
+  rows = [line.split(' | ')[1] for line in table.split('Learning-rate grids')[0].splitlines()
+          if line.startswith('| 8192 |')]
+  assert rows == ['LARS', 'LARS, eeta 0.004', 'LARS, eeta 0.008', 'LARS, eeta 0.016']
+  assert '- LARS, eeta 0.016 at 8192 within 1 point of it: 93.50 % over 1 seed, +0.50 points: ' in (
+      table)
+
+
 def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
   out = tmp_path / 'study'
   write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
   write_results(out, 16384, {(16, 0): 0.90, (16, 1): 0.902}, steps=168, arm='lars')
-  write_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta')
+  write_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta0.004')
   study(out, REPORT_ONLY='1')
   table = (out / 'study.md').read_text()
-  # Its gap is to batch 256's best (SGD, 92.5 %); it is no reference itself.
+  # Its gap is to batch 256's best (SGD, 92.5 %).
   assert '| 16384 | LARS, eeta 0.004 | 16 | 2/2 | 0.9080 ± 0.0028 | -1.70 | 168 |' in table
   assert '| 16384 | LARS | 16 | 2/2 | 0.9010 ± 0.0014 | -2.40 | 168 |' in table
   assert ('- LARS at 16384 within 2 points of it: 90.10 % over 2 seeds, -2.40 points: **missed**\n'
@@ -171,6 +210,12 @@ def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
   assert ('- LARS, eeta 0.004 at 16384 within 2 points of it: 90.80 % over 2 seeds, -1.70 points: '
           '**met**\n' in table)
   assert '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n' in table
+  # LARS with any eeta is tuned LARS, and counts for the best batch-256 result.
+  write_results(out, 256, {(2, 0): 0.94, (2, 1): 0.93}, steps=11232, arm='lars_eeta0.004')
+  study(out, REPORT_ONLY='1')
+  table = (out / 'study.md').read_text()
+  assert 'the best result at global_batch 256 is LARS, eeta 0.004, 93.50 % over 2 seeds' in table
+  assert '| 16384 | LARS, eeta 0.004 | 16 | 2/2 | 0.9080 ± 0.0028 | -2.70 | 168 |' in table
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):

@@ -189,6 +189,21 @@ def test_best_lr_and_global_batch(study, capsys, tmp_path):
   assert [(r['global_batch'], r['status']) for r in runs] == [(16384, 'ok'), (16384, 'failed')]
 
 
+def test_best_arm_compares_each_arm_at_its_best_learning_rate(study, capsys, tmp_path):
+  arms = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+          '--key', 'batch_size_per_gpu', '--out', str(tmp_path)]
+  # At 256: SGD's best rate, 0.1, averages 0.92 over its two seeds (its lr 0.2
+  # run, 0.90, does not count against it); LARS has 0.90.
+  assert study_report.main(arms + ['--best-arm', '256']) == 0
+  assert capsys.readouterr().out == 'SGD\n'
+  # At 8K: LARS's two seeds average 0.87, SGD's one run has 0.70.
+  assert study_report.main(arms + ['--best-arm', '8192']) == 0
+  assert capsys.readouterr().out == 'LARS\n'
+  # At 16K nothing finished (SGD failed, LARS still running).
+  assert study_report.main(arms + ['--best-arm', '16384']) == 3
+  assert capsys.readouterr().out == ''
+
+
 def test_doc_block_and_images_are_written_from_the_runs(study, tmp_path):
   doc = tmp_path / 'page.md'
   doc.write_text('# Study\n\n<!-- study_report: begin -->\nold table\n<!-- study_report: end -->\n'
