@@ -107,7 +107,11 @@ def test_lars_8k_config_is_the_study_point(tmp_path):
 
 
 def write_results(out, batch, accuracies, steps=336, arm='sgd'):
-  """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``."""
+  """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``.
+
+  Each keeps the curve of its evaluations, as the study's results do, here
+  the last one alone.
+  """
   # Above 8K the study accumulates micro-batches of 8K, as the script does.
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
   for (lr, seed), accuracy in accuracies.items():
@@ -118,7 +122,7 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
         'point': {'batch_size_per_gpu': per_gpu, 'iter_size': iter_size,
                   'lr_policy_params.learning_rate': lr},
         'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': steps},
-        'wall_s': 600.0}))
+        'wall_s': 600.0, 'curve': [[steps, accuracy, 590.0]]}))
 
 
 def test_the_best_sgd_rate_gets_the_second_seed_and_the_budget_check(tmp_path):
