@@ -195,6 +195,11 @@ def test_lars_eeta_grows_while_the_largest_eeta_wins(tmp_path):
   rows = [line.split(' | ')[1] for line in table.split('Learning-rate grids')[0].splitlines()
           if line.startswith('| 8192 |')]
   assert rows == ['LARS', 'LARS, eeta 0.004', 'LARS, eeta 0.008', 'LARS, eeta 0.016']
+  # A larger eeta has target lines where it is LARS's best (0.016 at 8K), and
+  # twice the recipe's has them everywhere.
+  assert [line.split(' within ')[0] for line in table.splitlines() if ' within ' in line] == [
+      '- SGD (lr tuned) at 8192', '- LARS at 8192', '- LARS at 16384', '- LAMB at 8192',
+      '- LARS, eeta 0.004 at 8192', '- LARS, eeta 0.004 at 16384', '- LARS, eeta 0.016 at 8192']
   assert '- LARS, eeta 0.016 at 8192 within 1 point of it: 93.50 % over 1 seed, +0.50 points: ' in (
       table)
 
