@@ -266,9 +266,10 @@ for name in sgd lars lamb "${eetas[@]}" sgd_half lars_half lamb_half lars_no_gho
   case "$name" in
     lars) arms+=(--claim "${label[$name]}@8192<=1.0" --claim "${label[$name]}@16384<=2.0") ;;
     lars_eeta*)
-      for G in 8192 16384; do
+      for target in 8192:1.0 16384:2.0; do
+        G=${target%:*}
         if [[ "$name" == "lars_eeta$eeta2" || "lars_eeta$(best_eeta)" == "$name" ]]; then
-          arms+=(--claim "${label[$name]}@$G<=$((G / 8192)).0")
+          arms+=(--claim "${label[$name]}@$G<=${target#*:}")
         fi
       done ;;
     sgd|lamb) arms+=(--claim "${label[$name]}@8192<=1.0") ;;
