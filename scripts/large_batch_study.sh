@@ -119,9 +119,10 @@ best_lr() {
 lars() { sweep lars "$1" "$(value '2.0 * math.sqrt(G / 256)')"; }
 lamb() { sweep lamb "$1" "$(value '0.005 * math.sqrt(G / 256)')"; }
 # The recipe's eeta (configs/large_batch/lars.py).
-eeta1="$("$PY" -c "from configs.large_batch import lars
-print(f'{lars.base_params[\"optimizer_params\"][\"eeta\"]:g}')")"
-eeta2="$("$PY" -c "print(f'{2 * $eeta1:.4g}')")"
+# eeta2: twice it, the first point of the eeta grid.
+read -r eeta1 eeta2 < <("$PY" -c "from configs.large_batch import lars
+eeta = lars.base_params['optimizer_params']['eeta']
+print(f'{eeta:g} {2 * eeta:.4g}')")
 # lars_eeta SEEDS EETA: LARS at G with eeta EETA in place of the recipe's
 # (OUT/lars_eeta<EETA>).
 lars_eeta() {
@@ -155,7 +156,7 @@ eeta_grid() {
     lars_eeta 1 "$best"
   fi
 }
-# at_least A B, at_most A B: compare the learning rates A and B as numbers.
+# at_least A B, at_most A B: compare two learning rates (or eetas) as numbers.
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 # grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
@@ -246,6 +247,14 @@ declare -A label=([sgd]='SGD (lr tuned)' [lars]=LARS [lamb]=LAMB
 # every target has its line ("not measured yet") from the start.
 mkdir -p "$OUT/lars_eeta$eeta2"
 mapfile -t eetas < <(cd "$OUT" && printf '%s\n' lars_eeta* | sort -V)
+# LARS's two targets (batch:points), and the LARS arm with the best mean
+# accuracy at each of those batches.
+lars_targets=(8192:1.0 16384:2.0)
+declare -A best_lars
+for target in "${lars_targets[@]}"; do
+  G=${target%:*}
+  best_lars[$G]="lars_eeta$(best_eeta || true)"
+done
 arms=()
 for name in sgd lars lamb "${eetas[@]}" sgd_half lars_half lamb_half lars_no_ghost_bn \
             lars_no_precise_bn lars_no_smoothing; do
@@ -264,11 +273,11 @@ for name in sgd lars lamb "${eetas[@]}" sgd_half lars_half lamb_half lars_no_gho
   # LAMB do as well at 8K; and whether the budget is large enough (the best
   # batch-256 arm gains under 0.3 points from half the epochs to all of them).
   case "$name" in
-    lars) arms+=(--claim "${label[$name]}@8192<=1.0" --claim "${label[$name]}@16384<=2.0") ;;
-    lars_eeta*)
-      for target in 8192:1.0 16384:2.0; do
+    lars|lars_eeta*)
+      for target in "${lars_targets[@]}"; do
         G=${target%:*}
-        if [[ "$name" == "lars_eeta$eeta2" || "lars_eeta$(best_eeta)" == "$name" ]]; then
+        if [[ "$name" == lars || "$name" == "lars_eeta$eeta2" || "$name" == "${best_lars[$G]}" ]]
+        then
           arms+=(--claim "${label[$name]}@$G<=${target#*:}")
         fi
       done ;;
