@@ -6,7 +6,12 @@
 Reads every finished point (``result.json``) and failed point (``error.txt``)
 of each sweep directory written by ``scripts/sweep.py``, whichever sweep
 invocation ran it (so seeds added later count), groups them by the value of
-``--key`` and writes to ``--out``:
+``--key`` and writes to ``--out``. A label given to several ``--arm``
+directories makes one arm of all their runs, tuned over what tells them apart:
+``--arm LARS=runs/lars --arm LARS=runs/lars_eeta0.004`` (the second swept with
+``--set optimizer_params.eeta=0.004``) is LARS with its learning rate and eeta
+tuned; its *setting* at each run is the learning rate and the ``--set``
+overrides that differ between the directories.
 
 - ``study.csv``: one row per run (arm, key value, seed, learning rate, metrics,
   updates and wall time to the target accuracy, wall time);
@@ -15,12 +20,12 @@ invocation ran it (so seeds added later count), groups them by the value of
   ``--baseline``; of the ``--reference-arm`` arms, or of all), the
   learning rate, the updates, the updates and wall time to first reach
   ``--target`` test accuracy, and the wall time per run. Where an arm ran
-  several learning rates at one key value (a tuning grid), the row is the
-  learning rate with the best mean accuracy, and a second table lists the grid;
+  several settings at one key value (a tuning grid), the row is the setting
+  with the best mean accuracy, and a second table lists the grid;
 - ``study.png``: accuracy against the key, one line per arm, std error bars;
 - ``steps.png``: updates to the target against the key, log-log, one line per
   arm (the ``--reference-arm`` arms where named; for a tuning grid, the fewest
-  mean updates over its learning rates, as Shallue et al. 2019 measure steps
+  mean updates over its settings, as Shallue et al. 2019 measure steps
   to result), with the line of perfect scaling.
 
 With ``--claim LABEL@VALUE<=POINTS`` (e.g. ``LARS@8192<=1.0``) and ``--budget
@@ -54,7 +59,9 @@ DOC_END = '<!-- study_report: end -->'
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--arm', action='append', required=True, metavar='LABEL=DIR',
-                      help='a sweep directory and its label; repeatable, in table order')
+                      help='a sweep directory and its label; repeatable, in table order; a '
+                           'label repeated makes one arm of its directories, tuned over their '
+                           '--set overrides')
   parser.add_argument('--key', required=True,
                       help=f'the swept config key to group by, or {study.GLOBAL_BATCH} '
                            '(batch_size_per_gpu x iter_size)')
@@ -105,7 +112,7 @@ def _reached_text(runs, field, digits):
 
 
 def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, reference_arms=None):
-  """The study's table: a row per key value and arm, then the learning-rate grids and failures.
+  """The study's table: a row per key value and arm, then the tuning grids and failures.
 
   The gaps are to the best mean accuracy of ``reference_arms`` (default: all
   arms) at the key value ``baseline`` (default: the smallest the runs have).
@@ -120,7 +127,7 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
       members = grouped.get((arm, value))
       if not members:
         continue
-      if len([lr for lr in study.by_learning_rate(members) if lr is not None]) > 1:
+      if len(study.tuned(members)) > 1:
         tuned.append((value, arm, members))
       cells.append(_chosen_cells(value, arm, study.chosen(members), reference, timing))
   lines = report.table_lines([key, 'arm', 'learning rate', 'seeds ok', 'test accuracy',
@@ -130,7 +137,8 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
     lines += ['', f'Wall times are seconds on {timing}, from the runs made there; † marks a '
                   'row timed only on another machine, or before machines were recorded.']
   if tuned:
-    lines += ['', 'Learning-rate grids (the row above is the learning rate in bold):', '']
+    lines += ['', 'Tuning grids (the row above is the setting in bold; a setting without '
+                  '`name=value` ran with its config\'s value):', '']
     lines += report.table_lines(
         [key, 'arm', 'learning rate', 'seeds ok', 'test accuracy', f'steps to {percent}'],
         [cells for value, arm, members in tuned for cells in _grid_cells(value, arm, members)])
@@ -153,25 +161,34 @@ def _chosen_cells(value, arm, rows, reference, timing=None):
   if not timed:
     timed, mark = ok, ' †'
   walls = [r['wall_s'] for r in timed]
-  lrs = sorted({round(r['lr'], 4) for r in ok if r.get('lr') is not None})
+  settings = sorted({(r.get('setting') or (), round(r['lr'], 4)) for r in ok
+                     if r.get('lr') is not None}, key=_setting_order)
   steps = sorted({r['steps'] for r in ok if r.get('steps') is not None})
   mean = study.accuracy_mean(rows)
   gap = 'n/a' if mean is None or reference is None else f'{(mean - reference) * 100:+.2f}'
-  return [str(value), arm, ', '.join(f'{lr:g}' for lr in lrs) or 'n/a', f'{len(ok)}/{len(rows)}',
+  return [str(value), arm, '; '.join(study.setting_text(lr, setting) for setting, lr in settings)
+          or 'n/a', f'{len(ok)}/{len(rows)}',
           report.mean_std_text([r['accuracy'] for r in ok]), gap,
           ', '.join(map(str, steps)) or 'n/a', _reached_text(rows, 'steps_to_target', 0),
           _reached_text(timed, 'seconds_to_target', 0) + (mark if walls else ''),
           report.mean_std_text(walls, 0) + (mark if walls else '')]
 
 
+def _setting_order(setting_lr):
+  """Sorts ``(setting, lr)`` pairs: by the overrides (the config's value first), then the lr."""
+  setting, lr = setting_lr
+  return ([(name, value is not None, study.number(value) or 0.0, str(value))
+           for name, value in setting], -1.0 if lr is None else lr)
+
+
 def _grid_cells(value, arm, members):
-  """One row of cells per learning rate of a tuning grid, the chosen one in bold."""
+  """One row of cells per setting of a tuning grid, the chosen one in bold."""
   best = {r['logdir'] for r in study.chosen(members)}
   cells = []
-  for lr, lr_runs in sorted(study.by_learning_rate(members).items(),
-                            key=lambda item: -1.0 if item[0] is None else item[0]):
+  for (setting, lr), lr_runs in sorted(study.by_setting(members).items(),
+                                       key=lambda item: _setting_order(item[0])):
     ok = [r for r in lr_runs if r['status'] == 'ok']
-    label = 'n/a' if lr is None else f'{lr:g}'
+    label = study.setting_text(lr, setting)
     if best & {r['logdir'] for r in lr_runs} and lr is not None:
       label = f'**{label}**'
     cells.append([str(value), arm, label, f'{len(ok)}/{len(lr_runs)}',
@@ -291,9 +308,10 @@ def read_arms(arm_texts, key, target):
       raise ValueError(f'--arm {text!r}: expected LABEL=DIR')
     if not os.path.isdir(directory):
       raise ValueError(f'--arm {text!r}: {directory} is not a directory')
-    arms.append(label)
+    if label not in arms:
+      arms.append(label)
     runs += study.read_runs(label, directory, key, target)
-  return arms, runs
+  return arms, study.mark_settings(runs)
 
 
 def copy_images(prefix, out, plotted, plotted_steps, target):
@@ -353,7 +371,9 @@ def main(argv=None):
     print(f'error: no finished or failed runs under {", ".join(args.arm)}', file=sys.stderr)
     return 2
   os.makedirs(args.out, exist_ok=True)
-  report.write_csv(runs, ['arm', args.key, 'seed', 'status', 'lr', 'accuracy', 'top5', 'loss',
+  for run in runs:
+    run['set'] = study.overrides_text(run['setting'])
+  report.write_csv(runs, ['arm', args.key, 'seed', 'status', 'lr', 'set', 'accuracy', 'top5', 'loss',
                           'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'machine',
                           'logdir', 'error'], os.path.join(args.out, 'study.csv'))
   table = markdown(runs, args.key, arms, args.target, args.baseline, args.reference_arm)

@@ -1,9 +1,12 @@
 """The runs of a study: several sweeps (arms), grouped by a swept key, and their time to accuracy.
 
 Every finished point (``result.json``) and failed point (``error.txt``) of a
-sweep directory counts, whichever sweep invocation ran it. Where an arm ran
-several learning rates at one key value (a tuning grid), :func:`chosen` keeps
-the learning rate with the best mean accuracy. The updates to a target
+sweep directory counts, whichever sweep invocation ran it. An arm may span
+several sweep directories, each run with its own fixed ``--set`` overrides
+(LARS with one eeta per directory): the overrides that differ between an
+arm's runs make up, with the learning rate, the run's *setting*
+(:func:`mark_settings`). Where an arm ran several settings at one key value
+(a tuning grid), :func:`chosen` keeps the setting with the best mean accuracy. The updates to a target
 accuracy come from the curve of evaluations that ``result.json`` keeps (the
 first evaluation with top-1 ``>= target``), or, for a result without one, from
 the ``eval at step N: ... top-1 A`` lines of ``run.log`` and the same
@@ -20,6 +23,7 @@ from framework.sweep.runner import read_result
 from framework.sweep.runner import timed_curve
 
 LR_KEY = 'lr_policy_params.learning_rate'
+SEED_KEY = 'random_seed'
 DEFAULT_TARGET = 0.90
 # Not a config key: batch_size_per_gpu x iter_size (one worker), so that 16K
 # run as two micro-batches of 8K is told apart from 8K.
@@ -59,24 +63,63 @@ def read_runs(label, directory, key, target=DEFAULT_TARGET):
         continue  # running or never started
       runs.append({'arm': label, 'status': 'failed', 'error': error, 'logdir': logdir,
                    key: _value_from_name(logdir, key), 'seed': _value_from_name(logdir, 'seed'),
-                   'lr': _value_from_name(logdir, LR_KEY)})
+                   'lr': _value_from_name(logdir, LR_KEY), 'fixed': {}, 'setting': ()})
       continue
     values = dict(result.get('point') or {})
     values.update(result.get('derived') or {})
+    fixed = {}  # the sweep's --set overrides: the same for every point of its directory
     for override in result.get('overrides') or []:
       name, _, text = override.partition('=')
+      if name not in values and name != SEED_KEY:
+        fixed[name] = parse_value(text)
       values.setdefault(name, parse_value(text))
     metrics = result.get('metrics') or {}
     steps_to, seconds_to = to_target(logdir, target, result)
     runs.append({'arm': label, 'status': 'ok', 'error': '', 'logdir': logdir,
                  key: _key_value(values, key), 'seed': result.get('seed'),
-                 'lr': values.get(LR_KEY),
+                 'lr': values.get(LR_KEY), 'fixed': fixed, 'setting': (),
                  'accuracy': metrics.get('accuracy'), 'top5': metrics.get('top5'),
                  'loss': metrics.get('loss'), 'steps': metrics.get('steps'),
                  'steps_to_target': steps_to, 'seconds_to_target': seconds_to,
                  'wall_s': result.get('wall_s'), 'machine': result.get('machine')})
   runs.sort(key=lambda r: (number(r[key]) or 0.0, r['seed'] if r['seed'] is not None else -1))
   return runs
+
+
+def mark_settings(runs):
+  """Sets each run's ``setting``: its fixed overrides that differ between the runs of its arm.
+
+  ``((name, value), ...)`` in name order, value None where the run left the
+  config's value; ``()`` in an arm whose runs all share their overrides (a
+  half-budget arm's ``num_epochs``, say). A failed run, whose overrides are not
+  recorded, keeps ``()``. Returns ``runs``.
+  """
+  for arm in {run['arm'] for run in runs}:
+    members = [r for r in runs if r['arm'] == arm and r['status'] == 'ok']
+    names = sorted({name for r in members for name in r['fixed']})
+    varying = [name for name in names if len({repr(r['fixed'].get(name)) for r in members}) > 1]
+    for run in members:
+      run['setting'] = tuple((name, run['fixed'].get(name)) for name in varying)
+  return runs
+
+
+def overrides_text(setting):
+  """The overrides of a run's ``setting`` as the table shows them: ``eeta=0.004`` ('' for none).
+
+  An override the run did not set (value None) is left out: it ran with its
+  config's value.
+  """
+  parts = []
+  for name, value in setting:
+    if value is not None:
+      numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+      parts.append(f'{name.rsplit(".", 1)[-1]}={value:{"g" if numeric else ""}}')
+  return ', '.join(parts)
+
+
+def setting_text(lr, setting=()):
+  """A learning rate and a setting's overrides: ``11.31, eeta=0.004`` (``n/a`` for no lr)."""
+  return ', '.join(filter(None, ['n/a' if lr is None else f'{lr:g}', overrides_text(setting)]))
 
 
 def _key_value(values, key):
@@ -119,13 +162,22 @@ def groups(runs, key):
   return result
 
 
-def by_learning_rate(members):
-  """``{lr: [runs]}`` of one arm at one key value; failed runs under the lr their name gives."""
+def by_setting(members):
+  """``{(setting, lr): [runs]}`` of one arm at one key value; failed runs under the lr their name gives.
+
+  A failed run whose name gives no learning rate is under ``((), None)``.
+  """
   result = {}
   for run in members:
     lr = run.get('lr')
-    result.setdefault(None if lr is None else round(lr, 6), []).append(run)
+    result.setdefault((run.get('setting') or (), None if lr is None else round(lr, 6)),
+                      []).append(run)
   return result
+
+
+def tuned(members):
+  """The settings of one arm at one key value that have a learning rate (more than one: a grid)."""
+  return [setting for setting in by_setting(members) if setting[1] is not None]
 
 
 def accuracy_mean(runs):
@@ -135,14 +187,18 @@ def accuracy_mean(runs):
 
 
 def chosen(members):
-  """The runs of the learning rate with the best mean accuracy (more seeds break ties)."""
-  grid = by_learning_rate(members)
-  means = {lr: accuracy_mean(runs) for lr, runs in grid.items()}
-  scored = [(mean, len(grid[lr]), lr) for lr, mean in means.items() if mean is not None]
+  """The runs of the setting with the best mean accuracy (more seeds break ties).
+
+  Failed runs with no learning rate in their name go with the chosen setting.
+  """
+  grid = by_setting(members)
+  scored = [(mean, len(runs), index) for index, (setting, runs) in enumerate(grid.items())
+            if (mean := accuracy_mean(runs)) is not None]
   if not scored:
     return members
-  best = max(scored, key=lambda t: (t[0], t[1]))[2]
-  return grid[best] + (grid.get(None, []) if best is not None else [])
+  best = list(grid)[max(scored, key=lambda t: (t[0], t[1], -t[2]))[2]]
+  unknown = ((), None)
+  return grid[best] + (grid.get(unknown, []) if best != unknown else [])
 
 
 def ordered_values(runs, key):
@@ -197,12 +253,12 @@ def finished(members):
 
 
 def steps_to_target(members):
-  """Fewest mean updates to the target over an arm's learning rates at one key value, or None.
+  """Fewest mean updates to the target over an arm's settings at one key value, or None.
 
-  A learning rate counts only when every finished seed reached the target.
+  A setting counts only when every finished seed reached the target.
   """
   best = None
-  for lr_runs in by_learning_rate(members).values():
+  for lr_runs in by_setting(members).values():
     ok = [r for r in lr_runs if r['status'] == 'ok']
     steps = [r['steps_to_target'] for r in ok if r.get('steps_to_target') is not None]
     if ok and len(steps) == len(ok):

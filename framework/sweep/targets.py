@@ -45,16 +45,18 @@ def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wan
     reference_text = f'the best result at {where}: none yet'
   else:
     reference_text = (f'the best result at {where} is {best[0]}, '
-                      f'{_percent(best[1])} over {_seeds(study.finished(best[2]))}')
+                      f'{_percent(best[1])} over {_seeds(study.finished(best[2]))}'
+                      f'{_setting(best[2])}')
   lines = ['', f'Targets, checked from the runs above; {reference_text}:', '']
   for label, value, points in claims:
     result = claim(runs, key, label, value, points, best)
     line = f'- {label} at {value} within {points:g} point{"" if points == 1 else "s"} of it: '
     if result['gap'] is None:
       line += 'not measured yet' if result['mean'] is None else (
-          f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, no reference yet')
+          f'{_percent(result["mean"])} over {_seeds(result["seeds"])}{result["setting"]}, '
+          'no reference yet')
     else:
-      line += (f'{_percent(result["mean"])} over {_seeds(result["seeds"])}, '
+      line += (f'{_percent(result["mean"])} over {_seeds(result["seeds"])}{result["setting"]}, '
                f'{result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
       line += _provisional(min(result['seeds'], study.finished(best[2])), seeds_wanted)
     lines.append(line)
@@ -83,6 +85,15 @@ def _seeds(count):
   return f'{count} seed' + ('' if count == 1 else 's')
 
 
+def _setting(members):
+  """`` (lr 11.31, eeta=0.004)``: the setting of an arm's chosen runs ('' without a learning rate)."""
+  lr = next((r['lr'] for r in members if r['status'] == 'ok' and r.get('lr') is not None), None)
+  if lr is None:
+    return ''
+  setting = next(r.get('setting') or () for r in members if r['status'] == 'ok')
+  return f' (lr {study.setting_text(lr, setting)})'
+
+
 def _provisional(seeds, wanted):
   return f' (provisional: {seeds} of {wanted} seeds)' if seeds < wanted else ''
 
@@ -91,15 +102,16 @@ def claim(runs, key, arm, value, points, reference):
   """Whether ``arm`` at the key's ``value`` is within ``points`` (percentage points) of ``reference``.
 
   ``reference`` is :func:`study.best_arm`'s answer at the baseline (or None). Returns
-  a dict: ``mean`` and ``seeds`` of the arm's chosen learning rate at ``value``
-  (None and 0 where nothing finished), ``gap`` in points (negative: below the
-  reference; None without both means) and ``met`` (None without a gap).
+  a dict: ``mean`` and ``seeds`` of the arm's chosen setting at ``value``
+  (None and 0 where nothing finished), ``setting`` (its text, `` (lr 11.31,
+  eeta=0.004)``, or ''), ``gap`` in points (negative: below the reference;
+  None without both means) and ``met`` (None without a gap).
   """
   members = study.chosen(study.at_value(runs, arm, key, value))
   mean = study.accuracy_mean(members)
   gap = None if mean is None or reference is None else (mean - reference[1]) * 100.0
-  return {'mean': mean, 'seeds': study.finished(members), 'gap': gap,
-          'met': None if gap is None else gap >= -points}
+  return {'mean': mean, 'seeds': study.finished(members), 'setting': _setting(members),
+          'gap': gap, 'met': None if gap is None else gap >= -points}
 
 
 def budget_gain(runs, key, full_arm, half_arm, baseline):

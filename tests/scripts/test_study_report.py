@@ -33,11 +33,13 @@ def write_events(directory, start, evals=()):
 
 
 def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, lr=None,
-                curve=(), machine=None):
+                curve=(), machine=None, fixed=()):
   """A point directory as scripts/sweep.py leaves it (result.json, or error.txt).
 
   ``curve``: ``(step, accuracy, seconds since the start)`` of its evaluations,
   written to run.log and to TensorBoard events as the trainer writes them.
+  ``fixed``: the sweep's ``--set`` overrides (``'optimizer_params.eeta=0.004'``),
+  recorded first, as scripts/sweep.py records them.
   """
   name = f'batch_size_per_gpu={batch}__seed={seed}'
   if lr is not None:
@@ -51,7 +53,8 @@ def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, l
   lr = 0.1 * batch / 256 if lr is None else lr
   result = {'point': {'batch_size_per_gpu': batch},
             'derived': {'lr_policy_params.learning_rate': lr},
-            'seed': seed, 'overrides': [f'batch_size_per_gpu={batch}', f'random_seed={seed}'],
+            'seed': seed,
+            'overrides': list(fixed) + [f'batch_size_per_gpu={batch}', f'random_seed={seed}'],
             'metrics': {'accuracy': accuracy, 'top5': 0.99, 'loss': 0.3,
                         'steps': 12 * 60000 // batch},
             'wall_s': wall}
@@ -93,7 +96,7 @@ def test_report_groups_seeds_and_lists_failures(study, capsys):
                             '--key', 'batch_size_per_gpu', '--out', str(out)])
   assert code == 0
   table = (out / 'study.md').read_text()
-  main_table = table.split('Learning-rate grids')[0]
+  main_table = table.split('Tuning grids')[0]
   rows = {tuple(c.strip() for c in line.strip('|').split('|')[:2]): line
           for line in main_table.splitlines() if line.startswith('| ') and '---' not in line}
   # The best lr of the grid: mean ± sample std over seeds, gap to the best at 256,
@@ -112,7 +115,7 @@ def test_report_groups_seeds_and_lists_failures(study, capsys):
   assert order == [('256', 'SGD'), ('256', 'LARS'), ('8192', 'SGD'), ('8192', 'LARS'),
                    ('16384', 'SGD')]
   # The grid table lists both learning rates at 256, the chosen one in bold.
-  grid = table.split('Learning-rate grids')[1]
+  grid = table.split('Tuning grids')[1]
   assert '| 256 | SGD | **0.1** | 2/2 | 0.9200 ± 0.0141 | 600 ± 141 |' in grid
   assert '| 256 | SGD | 0.2 | 1/1 | 0.9000 | 300 |' in grid
   with open(out / 'study.csv') as f:
@@ -273,12 +276,14 @@ def test_targets_are_checked_from_the_runs(study, tmp_path, capsys):
   table = (tmp_path / 'out' / 'study.md').read_text()
   head, *lines = table.split('Targets, checked from the runs above')[1].strip().splitlines()
   # The best at 256 is SGD at lr 0.1 (0.91, 0.93: 92.00 %); LARS at 256 has 0.90.
-  assert head == '; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over 2 seeds:'
+  assert head == '; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over 2 seeds (lr 0.1):'
   # LARS at 8192: 0.88 and 0.86, mean 87.00 %: 5.00 points below.
   assert [line for line in lines if line] == [
-      '- LARS at 8192 within 1 point of it: 87.00 % over 2 seeds, -5.00 points: **missed**',
-      '- LARS at 8192 within 6 points of it: 87.00 % over 2 seeds, -5.00 points: **met**',
-      '- SGD at 8192 within 1 point of it: 70.00 % over 1 seed, -22.00 points: **missed** '
+      '- LARS at 8192 within 1 point of it: 87.00 % over 2 seeds (lr 3.2), -5.00 points: '
+      '**missed**',
+      '- LARS at 8192 within 6 points of it: 87.00 % over 2 seeds (lr 3.2), -5.00 points: **met**',
+      '- SGD at 8192 within 1 point of it: 70.00 % over 1 seed (lr 3.2), -22.00 points: '
+      '**missed** '
       '(provisional: 1 of 2 seeds)',
       '- LARS at 16384 within 2 points of it: not measured yet',
       # 92.00 - 91.80 = 0.20 points, below 0.3: the best arm's budget is enough.
@@ -299,7 +304,7 @@ def test_targets_are_checked_from_the_runs(study, tmp_path, capsys):
                             '--claim', 'LARS@8192<=1.0']) == 0
   assert target_lines((tmp_path / 'o2' / 'study.md').read_text()) == [
       '; the best result at batch_size_per_gpu 256: none yet:', '',
-      '- LARS at 8192 within 1 point of it: 92.00 % over 1 seed, no reference yet']
+      '- LARS at 8192 within 1 point of it: 92.00 % over 1 seed (lr 11.31), no reference yet']
   capsys.readouterr()
 
 
@@ -362,6 +367,61 @@ def test_the_accuracy_figure_draws_the_tables_rates(study):
       (256, 90.0, 0.0), (8192, 87.0, round(2 ** 0.5, 6))]
 
 
+def test_an_arm_of_several_sweeps_is_tuned_over_their_overrides(study, tmp_path):
+  """One label over the recipe's sweep and two with eeta set: one row per batch, its best setting."""
+  eeta4, eeta8 = study / 'lars_eeta0.004', study / 'lars_eeta0.008'
+  for directory, eeta in ((eeta4, 0.004), (eeta8, 0.008)):
+    os.makedirs(directory)
+  # At 8K the recipe's LARS has 0.88 and 0.86 (87.0 %); eeta 0.004: 0.89 and
+  # 0.87 (88.0 %, the best); eeta 0.008: 0.95 once, 0.79 once (87.0 %, one
+  # more seed does not break the tie in its favour: the first setting keeps it).
+  write_point(eeta4, 8192, 0, 0.89, fixed=['optimizer_params.eeta=0.004'],
+              curve=[(60, 0.9, 30.0)])
+  write_point(eeta4, 8192, 1, 0.87, fixed=['optimizer_params.eeta=0.004'],
+              curve=[(80, 0.9, 40.0)])
+  write_point(eeta8, 8192, 0, 0.95, fixed=['optimizer_params.eeta=0.008'])
+  write_point(eeta8, 8192, 1, 0.79, fixed=['optimizer_params.eeta=0.008'])
+  write_point(eeta8, 256, 0, error='diverged')
+  # An arm whose every run sets the same override (half the epochs) shows none.
+  write_point(study / 'half', 256, 0, 0.90, lr=0.1, fixed=['num_epochs=6'])
+  arms = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+          '--arm', f'LARS={eeta4}', '--arm', f'LARS={eeta8}', '--arm', f'half={study / "half"}']
+  out = tmp_path / 'out'
+  assert study_report.main(arms + ['--key', 'batch_size_per_gpu', '--out', str(out),
+                                   '--claim', 'LARS@8192<=5.0']) == 0
+  table = (out / 'study.md').read_text()
+  main_table, grids = table.split('Tuning grids')
+  # One LARS row per batch size; at 8K eeta 0.004's two seeds, the gap to SGD's
+  # 92.0 % at 256. The recipe's sweep, which leaves eeta as configured, shows none.
+  assert [line.split(' | ')[:3] for line in main_table.splitlines() if '| LARS |' in line] == [
+      ['| 256', 'LARS', '0.1'], ['| 8192', 'LARS', '3.2, eeta=0.004']]
+  assert '| 8192 | LARS | 3.2, eeta=0.004 | 2/2 | 0.8800 ± 0.0141 | -4.00 | 87 | 70 ± 14 |' in (
+      main_table)
+  assert '| 256 | half | 0.1 | 1/1 | 0.9000 | -2.00 |' in main_table
+  assert [line for line in grids.splitlines() if line.startswith('| 8192 | LARS')] == [
+      '| 8192 | LARS | 3.2 | 2/2 | 0.8700 ± 0.0141 | 87 (1/2 reached) |',
+      '| 8192 | LARS | **3.2, eeta=0.004** | 2/2 | 0.8800 ± 0.0141 | 70 ± 14 |',
+      '| 8192 | LARS | 3.2, eeta=0.008 | 2/2 | 0.8700 ± 0.1131 | not reached |']
+  assert ('- LARS at 8192 within 5 points of it: 88.00 % over 2 seeds (lr 3.2, eeta=0.004), '
+          '-4.00 points: **met**') in grids
+  assert 'LARS, `batch_size_per_gpu=256__seed=0`: diverged' in grids
+  with open(out / 'study.csv') as f:
+    sets = {(r['arm'], r['batch_size_per_gpu'], r['seed'], r['set']) for r in csv.DictReader(f)
+            if r['arm'] in ('LARS', 'half') and r['status'] == 'ok'}
+  assert sets == {('half', '256', '0', ''), ('LARS', '256', '0', ''), ('LARS', '8192', '0', ''), ('LARS', '8192', '1', ''),
+                  ('LARS', '8192', '0', 'eeta=0.004'), ('LARS', '8192', '1', 'eeta=0.004'),
+                  ('LARS', '8192', '0', 'eeta=0.008'), ('LARS', '8192', '1', 'eeta=0.008')}
+  # The figure has one LARS line, through the chosen setting at each batch size.
+  labels, runs = study_report.read_arms([a for a in arms if a != '--arm'],
+                                        'batch_size_per_gpu', 0.9)
+  assert labels == ['SGD', 'LARS', 'half']
+  series = study_report.accuracy_series(runs, 'batch_size_per_gpu', labels)
+  assert [(v, round(m, 6)) for v, m, _ in series['LARS']] == [(256, 90.0), (8192, 88.0)]
+  # Fewest updates to 90 % over LARS's settings at 8K: eeta 0.004's, 70 on average.
+  assert study_lib.steps_to_target([r for r in runs if r['arm'] == 'LARS'
+                                    and r['batch_size_per_gpu'] == 8192]) == 70
+
+
 def test_the_steps_figure_draws_the_reference_arms(study, tmp_path, monkeypatch):
   drawn = []
   monkeypatch.setattr(study_report, 'plot_steps',
@@ -381,5 +441,5 @@ def test_targets_default_to_the_smallest_key_value(study, tmp_path):
                             '--budget', 'SGD=half']) == 0
   lines = target_lines((tmp_path / 'study.md').read_text())
   assert lines[0] == ('; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over '
-                      '2 seeds:')
+                      '2 seeds (lr 0.1):')
   assert lines[3].startswith('- budget: SGD at batch_size_per_gpu 256 against half: +0.50 points')
