@@ -86,10 +86,16 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
 
 
 def test_lars_8k_config_is_the_study_point(tmp_path):
-  """configs/large_batch/lars_8k.py resolves to the study's LARS 8K point, seed 0, to the key."""
+  """configs/large_batch/lars_8k.py resolves to the study's LARS 8K point, seed 0, to the key.
+
+  That point is the one the table's LARS row chose at 8K: eeta 0.004 (the
+  eeta grid's winner there, docs/large_batch.md).
+  """
   from framework import config_file  # pylint: disable=import-outside-toplevel
-  line = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()[0]
-  assert 'configs/large_batch/lars.py' in line and 'random_seed=0' in line
+  line, = [line for line in study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
+           if '/lars_eeta0.004/batch_size_per_gpu=8192__iter_size=1__' in line
+           and 'random_seed=0' in line]
+  assert 'configs/large_batch/lars.py' in line
   overrides = re.findall(r'--set (\S+)', line)
   # iter_size=1 is the default, which lars_8k.py leaves as it is.
   from framework.schema import SCHEMA  # pylint: disable=import-outside-toplevel
@@ -104,16 +110,19 @@ def test_lars_8k_config_is_the_study_point(tmp_path):
       config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars_8k.py')), 'train')
   assert one == point
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
+  assert one['optimizer_params']['eeta'] == 0.004
 
 
 def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``.
 
   Each keeps the curve of its evaluations, as the study's results do, here
-  the last one alone.
+  the last one alone, and its overrides: an eeta arm's ``lars_eeta<EETA>``
+  its ``--set optimizer_params.eeta=<EETA>`` first, as scripts/sweep.py records them.
   """
   # Above 8K the study accumulates micro-batches of 8K, as the script does.
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
+  fixed = [f'optimizer_params.eeta={arm[len("lars_eeta"):]}'] if arm.startswith('lars_eeta') else []
   for (lr, seed), accuracy in accuracies.items():
     name = (f'batch_size_per_gpu={per_gpu}__iter_size={iter_size}'
             f'__lr_policy_params.learning_rate={lr:g}__seed={seed}')
@@ -121,7 +130,9 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
     (out / arm / name / 'result.json').write_text(json.dumps({
         'point': {'batch_size_per_gpu': per_gpu, 'iter_size': iter_size,
                   'lr_policy_params.learning_rate': lr},
-        'seed': seed, 'overrides': [], 'metrics': {'accuracy': accuracy, 'steps': steps},
+        'seed': seed, 'metrics': {'accuracy': accuracy, 'steps': steps},
+        'overrides': fixed + [f'batch_size_per_gpu={per_gpu}', f'iter_size={iter_size}',
+                              f'lr_policy_params.learning_rate={lr:g}', f'random_seed={seed}'],
         'wall_s': 600.0, 'curve': [[steps, accuracy, 590.0]]}))
 
 
@@ -188,43 +199,49 @@ def test_lars_eeta_grows_while_the_largest_eeta_wins(tmp_path):
   write_results(out, 8192, {(11.31, 0): 0.935}, arm='lars_eeta0.016')
   assert eeta_8k()[2:] == [('lars_eeta0.008', 11.31, 0), ('lars_eeta0.016', 11.31, 0),
                            ('lars_eeta0.016', 11.31, 1)]
-  # Each eeta is a row of its own, in order of eeta, with its own target lines.
+  # The eetas are one arm, LARS, tuned over them as SGD over its rates: its
+  # row at 8K is the best eeta (0.016), the grid below lists each in order
+  # of eeta (the recipe's first), and its target lines are those of that row.
   write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.93}, steps=11232)
   study(out, REPORT_ONLY='1')
-  table = (out / 'study.md').read_text()
-  rows = [line.split(' | ')[1] for line in table.split('Learning-rate grids')[0].splitlines()
-          if line.startswith('| 8192 |')]
-  assert rows == ['LARS', 'LARS, eeta 0.004', 'LARS, eeta 0.008', 'LARS, eeta 0.016']
-  # A larger eeta has target lines where it is LARS's best (0.016 at 8K), and
-  # twice the recipe's has them everywhere.
-  assert [line.split(' within ')[0] for line in table.splitlines() if ' within ' in line] == [
-      '- SGD (lr tuned) at 8192', '- LARS at 8192', '- LARS at 16384', '- LAMB at 8192',
-      '- LARS, eeta 0.004 at 8192', '- LARS, eeta 0.004 at 16384', '- LARS, eeta 0.016 at 8192']
-  assert '- LARS, eeta 0.016 at 8192 within 1 point of it: 93.50 % over 1 seed, +0.50 points: ' in (
-      table)
+  main_table, grids = (out / 'study.md').read_text().split('Tuning grids')
+  assert [line.split(' | ')[1:4] for line in main_table.splitlines()
+          if line.startswith('| 8192 |')] == [['LARS (eeta tuned)', '11.31, eeta=0.016', '1/1']]
+  assert [line.split(' | ')[1:5] for line in grids.splitlines() if line.startswith('| 8192 |')] == [
+      ['LARS (eeta tuned)', '11.31', '2/2', '0.9210 ± 0.0014'],
+      ['LARS (eeta tuned)', '11.31, eeta=0.004', '2/2', '0.9220 ± 0.0042'],
+      ['LARS (eeta tuned)', '11.31, eeta=0.008', '1/1', '0.9300'],
+      ['LARS (eeta tuned)', '**11.31, eeta=0.016**', '1/1', '0.9350']]
+  assert [line.split(' within ')[0] for line in grids.splitlines() if ' within ' in line] == [
+      '- SGD (lr tuned) at 8192', '- LARS (eeta tuned) at 8192', '- LARS (eeta tuned) at 16384',
+      '- LAMB at 8192']
+  assert ('- LARS (eeta tuned) at 8192 within 1 point of it: 93.50 % over 1 seed '
+          '(lr 11.31, eeta=0.016), +0.50 points: ') in grids
 
 
-def test_lars_with_twice_the_eeta_has_its_own_row_and_target_lines(tmp_path):
+def test_lars_row_is_its_best_eeta_and_counts_for_the_baseline(tmp_path):
   out = tmp_path / 'study'
   write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.92}, steps=11232)
   write_results(out, 16384, {(16, 0): 0.90, (16, 1): 0.902}, steps=168, arm='lars')
   write_results(out, 16384, {(16, 0): 0.91, (16, 1): 0.906}, steps=168, arm='lars_eeta0.004')
   study(out, REPORT_ONLY='1')
   table = (out / 'study.md').read_text()
-  # Its gap is to batch 256's best (SGD, 92.5 %).
-  assert '| 16384 | LARS, eeta 0.004 | 16 | 2/2 | 0.9080 ± 0.0028 | -1.70 | 168 |' in table
-  assert '| 16384 | LARS | 16 | 2/2 | 0.9010 ± 0.0014 | -2.40 | 168 |' in table
-  assert ('- LARS at 16384 within 2 points of it: 90.10 % over 2 seeds, -2.40 points: **missed**\n'
+  # At 16K, eeta 0.004 (90.80 %) beats the recipe's (90.10 %): the LARS row and
+  # its target are eeta 0.004's, the gap to batch 256's best (SGD, 92.5 %).
+  assert ('| 16384 | LARS (eeta tuned) | 16, eeta=0.004 | 2/2 | 0.9080 ± 0.0028 | -1.70 | 168 |'
           in table)
-  assert ('- LARS, eeta 0.004 at 16384 within 2 points of it: 90.80 % over 2 seeds, -1.70 points: '
-          '**met**\n' in table)
-  assert '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n' in table
+  assert '| 16384 | LARS (eeta tuned) | 16 | 2/2 | 0.9010 ± 0.0014 | 168 ± 0 |' in table  # the grid
+  assert ('- LARS (eeta tuned) at 16384 within 2 points of it: 90.80 % over 2 seeds '
+          '(lr 16, eeta=0.004), -1.70 points: **met**\n' in table)
+  assert '- LARS (eeta tuned) at 8192 within 1 point of it: not measured yet\n' in table
   # LARS with any eeta is tuned LARS, and counts for the best batch-256 result.
   write_results(out, 256, {(2, 0): 0.94, (2, 1): 0.93}, steps=11232, arm='lars_eeta0.004')
   study(out, REPORT_ONLY='1')
   table = (out / 'study.md').read_text()
-  assert 'the best result at global_batch 256 is LARS, eeta 0.004, 93.50 % over 2 seeds' in table
-  assert '| 16384 | LARS, eeta 0.004 | 16 | 2/2 | 0.9080 ± 0.0028 | -2.70 | 168 |' in table
+  assert ('the best result at global_batch 256 is LARS (eeta tuned), 93.50 % over 2 seeds '
+          '(lr 2, eeta=0.004)') in table
+  assert ('| 16384 | LARS (eeta tuned) | 16, eeta=0.004 | 2/2 | 0.9080 ± 0.0028 | -2.70 | 168 |'
+          in table)
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
@@ -236,11 +253,9 @@ def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
   lines = [line for line in (out / 'study.md').read_text().splitlines() if ' within ' in line]
   assert lines == [
       '- SGD (lr tuned) at 8192 within 1 point of it: not measured yet',
-      '- LARS at 8192 within 1 point of it: not measured yet',
-      '- LARS at 16384 within 2 points of it: not measured yet',
-      '- LAMB at 8192 within 1 point of it: not measured yet',
-      '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet',
-      '- LARS, eeta 0.004 at 16384 within 2 points of it: not measured yet']
+      '- LARS (eeta tuned) at 8192 within 1 point of it: not measured yet',
+      '- LARS (eeta tuned) at 16384 within 2 points of it: not measured yet',
+      '- LAMB at 8192 within 1 point of it: not measured yet']
 
 
 def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path):
@@ -267,25 +282,25 @@ def test_finished_points_are_archived_and_put_back_into_a_fresh_output(tmp_path)
       f'lars/{name}.json', f'lars_half/{half_name}.json']
   assert json.loads((archive / 'lars' / f'{name}.json').read_text()) == result
   table = (out / 'study.md').read_text()
-  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 | n/a |' in table
+  assert '| 8192 | LARS (eeta tuned) | 11.31 | 1/1 | 0.9201 | n/a |' in table
   assert '| 256 | LARS, half the epochs | 2 | 1/1 | 0.9100 | n/a |' in table
   # The targets under the table wait for batch 256 at the full budget.
   assert table.endswith(
       'Targets, checked from the runs above; the best result at global_batch 256: none yet:\n\n'
       '- SGD (lr tuned) at 8192 within 1 point of it: not measured yet\n'
-      '- LARS at 8192 within 1 point of it: 92.01 % over 1 seed, no reference yet\n'
-      '- LARS at 16384 within 2 points of it: not measured yet\n'
+      '- LARS (eeta tuned) at 8192 within 1 point of it: 92.01 % over 1 seed (lr 11.31), '
+      'no reference yet\n'
+      '- LARS (eeta tuned) at 16384 within 2 points of it: not measured yet\n'
       '- LAMB at 8192 within 1 point of it: not measured yet\n'
-      '- LARS, eeta 0.004 at 8192 within 1 point of it: not measured yet\n'
-      '- LARS, eeta 0.004 at 16384 within 2 points of it: not measured yet\n'
-      '- budget: LARS at global_batch 256 against LARS, half the epochs: not measured yet\n')
+      '- budget: LARS (eeta tuned) at global_batch 256 against LARS, half the epochs: '
+      'not measured yet\n')
 
   # A fresh checkout: no run directories. The archived point is put back, so the
   # report has its row and the study does not run it again.
   fresh = tmp_path / 'fresh'
   study(fresh, archive, REPORT_ONLY='1')
   assert json.loads((fresh / 'lars' / name / 'result.json').read_text()) == result
-  assert '| 8192 | LARS | 11.31 | 1/1 | 0.9201 |' in (fresh / 'study.md').read_text()
+  assert '| 8192 | LARS (eeta tuned) | 11.31 | 1/1 | 0.9201 |' in (fresh / 'study.md').read_text()
   # A run of that point cut off half-way gives way to the archived result.
   os.remove(fresh / 'lars' / name / 'result.json')
   (fresh / 'lars' / name / 'run.log').write_text('training cut off\n')
