@@ -383,7 +383,8 @@ def test_an_arm_of_several_sweeps_is_tuned_over_their_overrides(study, tmp_path)
   write_point(eeta8, 8192, 1, 0.79, fixed=['optimizer_params.eeta=0.008'])
   write_point(eeta8, 256, 0, error='diverged')
   # An arm whose every run sets the same override (half the epochs) shows none.
-  write_point(study / 'half', 256, 0, 0.90, lr=0.1, fixed=['num_epochs=6'])
+  # Its rate, as every rate, is shown as given (the study's 4 significant digits).
+  write_point(study / 'half', 256, 0, 0.90, lr=0.02828, fixed=['num_epochs=6'])
   arms = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
           '--arm', f'LARS={eeta4}', '--arm', f'LARS={eeta8}', '--arm', f'half={study / "half"}']
   out = tmp_path / 'out'
@@ -397,7 +398,7 @@ def test_an_arm_of_several_sweeps_is_tuned_over_their_overrides(study, tmp_path)
       ['| 256', 'LARS', '0.1'], ['| 8192', 'LARS', '3.2, eeta=0.004']]
   assert '| 8192 | LARS | 3.2, eeta=0.004 | 2/2 | 0.8800 ± 0.0141 | -4.00 | 87 | 70 ± 14 |' in (
       main_table)
-  assert '| 256 | half | 0.1 | 1/1 | 0.9000 | -2.00 |' in main_table
+  assert '| 256 | half | 0.02828 | 1/1 | 0.9000 | -2.00 |' in main_table
   assert [line for line in grids.splitlines() if line.startswith('| 8192 | LARS')] == [
       '| 8192 | LARS | 3.2 | 2/2 | 0.8700 ± 0.0141 | 87 (1/2 reached) |',
       '| 8192 | LARS | **3.2, eeta=0.004** | 2/2 | 0.8800 ± 0.0141 | 70 ± 14 |',
