@@ -15,12 +15,16 @@
 #         is tuned too: twice the recipe's (0.004) with seeds 0 and 1, doubled
 #         again while the largest eeta wins (at most twice; seed 0, the best then
 #         with seed 1); each eeta its own sweep, OUT/lars_eeta<EETA>, and the
-#         table's LARS row at each G the best of them all (as SGD's is its best lr)
+#         table's LARS row at each G the best of them all (as SGD's is its best lr).
+#         At 1K and 4K it runs with the best eeta at 8K.
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
-# the epochs, two seeds each (OUT/<arm>_half). Last, what each feature of the
-# recipe is worth: LARS at 8K, seed 0, with one of them taken out (plain batch
-# norm, no precise statistics, no label smoothing; OUT/lars_no_*).
+# the epochs, two seeds each (OUT/<arm>_half); LARS once more at its best eeta
+# at 256 when that is not the recipe's (OUT/lars_half_eeta<EETA>), so that full
+# and half budget are compared at one setting. Last, what each feature of the
+# recipe is worth: LARS at 8K (its best eeta there), seed 0, with one of them
+# taken out (plain batch norm, no precise statistics, no label smoothing;
+# OUT/lars_no_*).
 #
 # Points run in order of importance (LARS at 8K, 256 and 16K, the batch-256
 # SGD grid, the budget check, then the rest), so a partial study already answers
@@ -35,7 +39,7 @@
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
-# EPYC); the ~40 runs (4 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
+# EPYC); the ~50 runs (4 to 6 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
 # memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md and the plots into docs/images.
@@ -160,6 +164,7 @@ eeta_grid() {
 # at_least A B, at_most A B: compare two learning rates (or eetas) as numbers.
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
+equal() { at_least "$1" "$2" && at_most "$1" "$2"; }
 # grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
 # seed 0. A best rate at an edge of the grid is no optimum, so the grid grows
 # by a factor of 2 past that edge (seed 0) until the best rate is inside it, at
@@ -188,10 +193,22 @@ grid() {
 }
 # sgd [second]: momentum SGD's grid around 0.1*sqrt(G/256).
 sgd() { grid sgd "$(value '0.1 * math.sqrt(G / 256)')" "$@"; }
-# ablation ARM SETTING: LARS at 8K, seed 0, with SETTING (one feature taken out).
+# eeta_8k: the best eeta at 8K (the target batch), the one LARS runs with
+# where its eeta is not tuned: at 1K and 4K, and in the ablations.
+eeta_8k() { G=8192 best_eeta; }
+# lars_tuned SEEDS: LARS at G with eeta_8k, in its sweep (lars for the recipe's).
+lars_tuned() {
+  local eeta
+  eeta="$(eeta_8k)" || eeta=$eeta1
+  if equal "$eeta" "$eeta1"; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
+}
+# ablation ARM SETTING: LARS at 8K with eeta_8k, seed 0, with SETTING (one
+# feature taken out).
 ablation() {
   G=8192
-  sweep "$1" 0 "$(value '2.0 * math.sqrt(G / 256)')" --set "$2"
+  local eeta
+  eeta="$(eeta_8k)" || eeta=$eeta1
+  sweep "$1" 0 "$(value '2.0 * math.sqrt(G / 256)')" --set "optimizer_params.eeta=$eeta" --set "$2"
 }
 half() {
   local half_epochs
@@ -202,6 +219,18 @@ half() {
     sweep sgd_half 0,1 "$best" --set "num_epochs=$half_epochs"
   fi
   sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
+}
+# half_eeta: the budget check of LARS at its best eeta at 256, when that is not
+# the recipe's (OUT/lars_half_eeta<EETA>), so that the budget line compares
+# like with like: the full and the half budget at one setting.
+half_eeta() {
+  local half_epochs eeta
+  half_epochs="$("$PY" -c "print($epochs / 2)")"
+  G=256
+  if eeta="$(best_eeta)" && ! equal "$eeta" "$eeta1"; then
+    sweep "lars_half_eeta$eeta" 0,1 "$(value '2.0 * math.sqrt(G / 256)')" \
+        --set "num_epochs=$half_epochs" --set "optimizer_params.eeta=$eeta"
+  fi
 }
 
 if [[ "$DRY_RUN" == 1 ]]; then
@@ -226,8 +255,9 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   # LARS's eeta at batch 256 too, so that the best batch-256 result is that of
   # LARS tuned as at the large batches, not only of SGD.
   G=256; eeta_grid
+  half_eeta
   G=16384; sgd; lamb 0
-  for G in 1024 4096; do lars 0; sgd; lamb 0; done
+  for G in 1024 4096; do lars_tuned 0; sgd; lamb 0; done
   ablation lars_no_ghost_bn model_params.ghost_batch_size=null
   ablation lars_no_precise_bn precise_bn=null
   ablation lars_no_smoothing label_smoothing=0.0
@@ -255,8 +285,8 @@ for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn \
     *) [[ -d "$OUT/$name" ]] || continue ;;
   esac
   arms+=(--arm "${label[$name]}=$OUT/$name")
-  if [[ "$name" == lars ]]; then
-    for dir in "$OUT"/lars_eeta*; do
+  if [[ "$name" == lars || "$name" == lars_half ]]; then
+    for dir in "$OUT/${name}_eeta"*; do
       [[ -d "$dir" ]] && arms+=(--arm "${label[$name]}=$dir")
     done
   fi

@@ -32,7 +32,8 @@ With ``--claim LABEL@VALUE<=POINTS`` (e.g. ``LARS@8192<=1.0``) and ``--budget
 FULL=HALF``, lines under the table say whether each target is met: the arm's
 mean at that value against the best reference result at ``--baseline``, and
 how much the best arm at the baseline gains from half the epochs to all of
-them (the budget is large enough below ``--budget-points``); a target measured
+them, at its chosen setting (HALF's runs of the same rate and overrides but
+``num_epochs``; the budget is large enough below ``--budget-points``); a target measured
 on fewer than ``--seeds-wanted`` seeds is marked provisional.
 
 The updates to the target come from the ``eval at step N: ... top-1 A`` lines
@@ -86,7 +87,9 @@ def parse_args(argv):
                            'repeatable; each gets a line under the table')
   parser.add_argument('--budget', action='append', default=[], metavar='FULL=HALF',
                       help='two arm labels, the full epoch budget and half of it: the line under '
-                           'the table gives how much FULL gains over HALF at --baseline; repeatable')
+                           'the table gives how much FULL gains over HALF at --baseline, both at '
+                           "FULL's chosen setting (HALF's runs may differ in num_epochs only); "
+                           'repeatable')
   parser.add_argument('--budget-points', type=float, default=0.3, metavar='POINTS',
                       help='the budget is large enough when the best reference arm gains less '
                            'than this from half the epochs to all of them (default 0.3)')

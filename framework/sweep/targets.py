@@ -5,7 +5,8 @@ LABEL at the key's VALUE is within POINTS percentage points of the best mean
 accuracy of the reference arms at the baseline (docs/large_batch.md: LARS at
 8K within 1.0 of the best at batch 256); ``--budget FULL=HALF`` how much the
 best arm at the baseline gains from half the epochs (HALF) to all of them
-(FULL). A target measured on fewer seeds than wanted is provisional.
+(FULL), like for like: HALF's runs at FULL's chosen setting. A target measured
+on fewer seeds than wanted is provisional.
 """
 
 from framework.sweep import study
@@ -61,11 +62,14 @@ def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wan
       line += _provisional(min(result['seeds'], study.finished(best[2])), seeds_wanted)
     lines.append(line)
   for full, half in budgets:
-    gain, full_seeds, half_seeds = budget_gain(runs, key, full, half, baseline)
+    gain, full_seeds, half_seeds, setting = budget_gain(runs, key, full, half, baseline)
     line = f'- budget: {full} at {where} against {half}: '
     if gain is None:
-      lines.append(line + 'not measured yet')
+      lines.append(line + (f'not measured at its chosen setting ({setting}) yet'
+                           if full_seeds and setting else 'not measured yet'))
       continue
+    if setting:
+      line = f'- budget: {full} at {where} against {half} ({setting}): '
     line += (f'{gain:+.2f} points from half the epochs ({_seeds(half_seeds)}) to all of them '
              f'({_seeds(full_seeds)})')
     if best is not None and best[0] == full:
@@ -87,11 +91,17 @@ def _seeds(count):
 
 def _setting(members):
   """`` (lr 11.31, eeta=0.004)``: the setting of an arm's chosen runs ('' without a learning rate)."""
+  text = _setting_text(members)
+  return f' ({text})' if text else ''
+
+
+def _setting_text(members):
+  """``lr 11.31, eeta=0.004``: the setting of an arm's chosen runs ('' without a learning rate)."""
   lr = next((r['lr'] for r in members if r['status'] == 'ok' and r.get('lr') is not None), None)
   if lr is None:
     return ''
   setting = next(r.get('setting') or () for r in members if r['status'] == 'ok')
-  return f' (lr {study.setting_text(lr, setting)})'
+  return f'lr {study.setting_text(lr, setting)}'
 
 
 def _provisional(seeds, wanted):
@@ -114,10 +124,30 @@ def claim(runs, key, arm, value, points, reference):
           'gap': gap, 'met': None if gap is None else gap >= -points}
 
 
+# The override that makes a half-budget run: compared across the budget, not matched.
+BUDGET_KEY = 'num_epochs'
+
+
 def budget_gain(runs, key, full_arm, half_arm, baseline):
-  """``(gain in points from half_arm to full_arm at baseline, seeds of each)``; gain None if either is missing."""
-  at = {arm: study.chosen(study.at_value(runs, arm, key, baseline))
-        for arm in (full_arm, half_arm)}
-  full, half = study.accuracy_mean(at[full_arm]), study.accuracy_mean(at[half_arm])
-  gain = None if full is None or half is None else (full - half) * 100.0
-  return gain, study.finished(at[full_arm]), study.finished(at[half_arm])
+  """``(gain, full seeds, half seeds, setting text)`` of ``half_arm`` against ``full_arm`` at baseline.
+
+  Like for like: the full arm's chosen setting against the half arm's runs of
+  that same setting (the same learning rate and overrides but the epochs,
+  ``BUDGET_KEY``). ``gain`` in points from half to full, None if either side has
+  no result; ``setting text`` is the chosen setting, ``lr 2, eeta=0.004``.
+  """
+  full = study.chosen(study.at_value(runs, full_arm, key, baseline))
+  chosen = [r for r in full if r['status'] == 'ok']
+  if not chosen:
+    return None, 0, 0, ''
+  def rate(run):
+    return None if run['lr'] is None else round(run['lr'], 6)
+  def same_setting(run):
+    names = (set(run['fixed']) | set(chosen[0]['fixed'])) - {BUDGET_KEY}
+    return rate(run) == rate(chosen[0]) and all(
+        repr(run['fixed'].get(n)) == repr(chosen[0]['fixed'].get(n)) for n in names)
+  half = [r for r in study.at_value(runs, half_arm, key, baseline)
+          if r['status'] == 'ok' and same_setting(r)]
+  full_mean, half_mean = study.accuracy_mean(full), study.accuracy_mean(half)
+  gain = None if full_mean is None or half_mean is None else (full_mean - half_mean) * 100.0
+  return gain, study.finished(full), study.finished(half), _setting_text(full)

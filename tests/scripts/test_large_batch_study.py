@@ -117,12 +117,15 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   """Finished points of ``arm`` (SGD by default) at ``batch``: ``{(lr, seed): accuracy}``.
 
   Each keeps the curve of its evaluations, as the study's results do, here
-  the last one alone, and its overrides: an eeta arm's ``lars_eeta<EETA>``
-  its ``--set optimizer_params.eeta=<EETA>`` first, as scripts/sweep.py records them.
+  the last one alone, and its overrides first, as scripts/sweep.py records
+  them: a half-budget arm's (``*_half*``) ``--set num_epochs=24.0``, an eeta
+  arm's (``*_eeta<EETA>``) ``--set optimizer_params.eeta=<EETA>``.
   """
   # Above 8K the study accumulates micro-batches of 8K, as the script does.
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
-  fixed = [f'optimizer_params.eeta={arm[len("lars_eeta"):]}'] if arm.startswith('lars_eeta') else []
+  eeta = re.search(r'_eeta([0-9.]+)$', arm)
+  fixed = (['num_epochs=24.0'] if '_half' in arm else []) + (
+      [f'optimizer_params.eeta={eeta.group(1)}'] if eeta else [])
   for (lr, seed), accuracy in accuracies.items():
     name = (f'batch_size_per_gpu={per_gpu}__iter_size={iter_size}'
             f'__lr_policy_params.learning_rate={lr:g}__seed={seed}')
@@ -242,6 +245,46 @@ def test_lars_row_is_its_best_eeta_and_counts_for_the_baseline(tmp_path):
           '(lr 2, eeta=0.004)') in table
   assert ('| 16384 | LARS (eeta tuned) | 16, eeta=0.004 | 2/2 | 0.9080 ± 0.0028 | -2.70 | 168 |'
           in table)
+
+
+def test_lars_runs_its_best_eeta_where_it_is_not_tuned_and_in_the_budget_check(tmp_path):
+  out = tmp_path / 'study'
+  # At 8K eeta 0.004 beats the recipe's and 0.008: LARS runs it at 1K and 4K,
+  # and the ablations at 8K take one feature out of that setting.
+  write_results(out, 8192, {(11.31, 0): 0.92, (11.31, 1): 0.92}, arm='lars')
+  write_results(out, 8192, {(11.31, 0): 0.925, (11.31, 1): 0.925}, arm='lars_eeta0.004')
+  write_results(out, 8192, {(11.31, 0): 0.91}, arm='lars_eeta0.008')
+  # At 256 eeta 0.008 wins (93.4 %; 0.016 loses): the budget check runs LARS
+  # at eeta 0.008 with half the epochs too, seeds 0 and 1, after that grid.
+  write_results(out, 256, {(2, 0): 0.925, (2, 1): 0.925}, steps=11232, arm='lars')
+  write_results(out, 256, {(2, 0): 0.93, (2, 1): 0.93}, steps=11232, arm='lars_eeta0.004')
+  write_results(out, 256, {(2, 0): 0.935, (2, 1): 0.933}, steps=11232, arm='lars_eeta0.008')
+  write_results(out, 256, {(2, 0): 0.92}, steps=11232, arm='lars_eeta0.016')
+  runs = dry_run(out)
+  assert [(d, g, lr, seed) for d, c, g, lr, seed, _ in runs if c == 'lars' and g in (1024, 4096)] == [
+      ('lars_eeta0.004', 1024, 4.0, 0), ('lars_eeta0.004', 4096, 8.0, 0)]
+  half = [(i, d, g, lr, seed, e) for i, (d, _, g, lr, seed, e) in enumerate(runs)
+          if d.startswith('lars_half_')]
+  last_256_eeta = max(i for i, r in enumerate(runs) if r[0].startswith('lars_eeta') and r[2] == 256)
+  assert half == [(last_256_eeta + 1, 'lars_half_eeta0.008', 256, 2.0, 0, '24.0'),
+                  (last_256_eeta + 2, 'lars_half_eeta0.008', 256, 2.0, 1, '24.0')]
+  lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
+  assert all('--set optimizer_params.eeta=0.008 ' in lines[i] for i, *_ in half)
+  assert [re.findall(r'--set ((?:optimizer_params.eeta|model_params|precise_bn|label_smoothing)\S*)',
+                     line) for line in lines[-3:]] == [
+      ['optimizer_params.eeta=0.004', setting] for setting in (
+          'model_params.ghost_batch_size=null', 'precise_bn=null', 'label_smoothing=0.0')]
+  # The budget line compares eeta 0.008 at both budgets (93.4 % against 93.0 %),
+  # not the recipe's eeta with half the epochs (93.5 %).
+  write_results(out, 256, {(2, 0): 0.935, (2, 1): 0.935}, steps=5616, arm='lars_half')
+  write_results(out, 256, {(2, 0): 0.93, (2, 1): 0.93}, steps=5616, arm='lars_half_eeta0.008')
+  study(out, REPORT_ONLY='1')
+  table = (out / 'study.md').read_text()
+  assert ('- budget: LARS (eeta tuned) at global_batch 256 against LARS, half the epochs '
+          '(lr 2, eeta=0.008): +0.40 points from half the epochs (2 seeds) to all of them '
+          '(2 seeds); the best arm gains no less than 0.3: the budget is **too small**\n') in table
+  # The half-budget runs are one arm too, its row at its best setting.
+  assert '| 256 | LARS, half the epochs | 2 | 2/2 | 0.9350 ± 0.0000 |' in table
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):

@@ -287,11 +287,11 @@ def test_targets_are_checked_from_the_runs(study, tmp_path, capsys):
       '(provisional: 1 of 2 seeds)',
       '- LARS at 16384 within 2 points of it: not measured yet',
       # 92.00 - 91.80 = 0.20 points, below 0.3: the best arm's budget is enough.
-      '- budget: SGD at batch_size_per_gpu 256 against SGD half: +0.20 points from half the '
+      '- budget: SGD at batch_size_per_gpu 256 against SGD half (lr 0.1): +0.20 points from half the '
       'epochs (2 seeds) to all of them (2 seeds); the best arm gains less than 0.3: the '
       'budget is **large enough**',
       # LARS is not the best arm at 256: its gain is given, with no verdict.
-      '- budget: LARS at batch_size_per_gpu 256 against SGD half: -1.80 points from half the '
+      '- budget: LARS at batch_size_per_gpu 256 against SGD half (lr 0.1): -1.80 points from half the '
       'epochs (2 seeds) to all of them (1 seed)']
   assert study_report.main(args + ['--budget-points', '0.1']) == 0
   assert 'the best arm gains no less than 0.1: the budget is **too small**' in (
@@ -443,4 +443,34 @@ def test_targets_default_to_the_smallest_key_value(study, tmp_path):
   lines = target_lines((tmp_path / 'study.md').read_text())
   assert lines[0] == ('; the best result at batch_size_per_gpu 256 is SGD, 92.00 % over '
                       '2 seeds (lr 0.1):')
-  assert lines[3].startswith('- budget: SGD at batch_size_per_gpu 256 against half: +0.50 points')
+  assert lines[3].startswith('- budget: SGD at batch_size_per_gpu 256 against half (lr 0.1): +0.50 points')
+
+
+def test_the_budget_compares_the_full_arms_chosen_setting_at_both_budgets(tmp_path):
+  # LARS at 256: the recipe's eeta (91.5 %) and eeta 0.004 (92.5 %, its chosen setting).
+  study = tmp_path / 'study'
+  for seed, accuracy in ((0, 0.91), (1, 0.92)):
+    write_point(study / 'lars', 256, seed, accuracy, lr=2.0)
+  for seed, accuracy in ((0, 0.93), (1, 0.92)):
+    write_point(study / 'lars_eeta', 256, seed, accuracy, lr=2.0,
+                fixed=['optimizer_params.eeta=0.004'])
+  # Half the epochs at the recipe's eeta only, 93.0 %: not the chosen setting.
+  for seed in (0, 1):
+    write_point(study / 'half', 256, seed, 0.93, lr=2.0, fixed=['num_epochs=6'])
+  args = ['--arm', f'LARS={study / "lars"}', '--arm', f'LARS={study / "lars_eeta"}',
+          '--arm', f'half={study / "half"}', '--key', 'batch_size_per_gpu', '--out',
+          str(tmp_path / 'out'), '--reference-arm', 'LARS', '--budget', 'LARS=half']
+  assert study_report.main(args) == 0
+  assert target_lines((tmp_path / 'out' / 'study.md').read_text())[-1] == (
+      '- budget: LARS at batch_size_per_gpu 256 against half: not measured at its chosen '
+      'setting (lr 2, eeta=0.004) yet')
+  # Half the epochs at eeta 0.004 too, 92.1 %: the line compares that with
+  # 92.5 %, +0.40 points (not -0.50 against the recipe's eeta's 93.0 %).
+  for seed, accuracy in ((0, 0.92), (1, 0.922)):
+    write_point(study / 'half_eeta', 256, seed, accuracy, lr=2.0,
+                fixed=['num_epochs=6', 'optimizer_params.eeta=0.004'])
+  assert study_report.main(args + ['--arm', f'half={study / "half_eeta"}']) == 0
+  assert target_lines((tmp_path / 'out' / 'study.md').read_text())[-1] == (
+      '- budget: LARS at batch_size_per_gpu 256 against half (lr 2, eeta=0.004): +0.40 points '
+      'from half the epochs (2 seeds) to all of them (2 seeds); the best arm gains no less '
+      'than 0.3: the budget is **too small**')
