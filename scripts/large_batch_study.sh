@@ -193,13 +193,14 @@ grid() {
 }
 # sgd [second]: momentum SGD's grid around 0.1*sqrt(G/256).
 sgd() { grid sgd "$(value '0.1 * math.sqrt(G / 256)')" "$@"; }
-# eeta_8k: the best eeta at 8K (the target batch), the one LARS runs with
-# where its eeta is not tuned: at 1K and 4K, and in the ablations.
-eeta_8k() { G=8192 best_eeta; }
+# eeta_8k: the best eeta at 8K (the target batch; the recipe's before 8K has
+# results), the one LARS runs with where its eeta is not tuned: at 1K and 4K,
+# and in the ablations.
+eeta_8k() { G=8192 best_eeta || echo "$eeta1"; }
 # lars_tuned SEEDS: LARS at G with eeta_8k, in its sweep (lars for the recipe's).
 lars_tuned() {
   local eeta
-  eeta="$(eeta_8k)" || eeta=$eeta1
+  eeta="$(eeta_8k)"
   if equal "$eeta" "$eeta1"; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
 }
 # ablation ARM SETTING: LARS at 8K with eeta_8k, seed 0, with SETTING (one
@@ -207,29 +208,28 @@ lars_tuned() {
 ablation() {
   G=8192
   local eeta
-  eeta="$(eeta_8k)" || eeta=$eeta1
+  eeta="$(eeta_8k)"
   sweep "$1" 0 "$(value '2.0 * math.sqrt(G / 256)')" --set "optimizer_params.eeta=$eeta" --set "$2"
 }
+# half_epochs: the budget check's epochs, as recorded in its runs (24.0).
+half_epochs() { "$PY" -c "print($epochs / 2)"; }
 half() {
-  local half_epochs
-  half_epochs="$("$PY" -c "print($epochs / 2)")"
   G=256
   local best
   if best="$(best_lr sgd)"; then
-    sweep sgd_half 0,1 "$best" --set "num_epochs=$half_epochs"
+    sweep sgd_half 0,1 "$best" --set "num_epochs=$(half_epochs)"
   fi
-  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$half_epochs"
+  sweep lars_half 0,1 "$(value '2.0 * math.sqrt(G / 256)')" --set "num_epochs=$(half_epochs)"
 }
 # half_eeta: the budget check of LARS at its best eeta at 256, when that is not
 # the recipe's (OUT/lars_half_eeta<EETA>), so that the budget line compares
 # like with like: the full and the half budget at one setting.
 half_eeta() {
-  local half_epochs eeta
-  half_epochs="$("$PY" -c "print($epochs / 2)")"
+  local eeta
   G=256
   if eeta="$(best_eeta)" && ! equal "$eeta" "$eeta1"; then
     sweep "lars_half_eeta$eeta" 0,1 "$(value '2.0 * math.sqrt(G / 256)')" \
-        --set "num_epochs=$half_epochs" --set "optimizer_params.eeta=$eeta"
+        --set "num_epochs=$(half_epochs)" --set "optimizer_params.eeta=$eeta"
   fi
 }
 

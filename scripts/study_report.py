@@ -164,7 +164,7 @@ def _chosen_cells(value, arm, rows, reference, timing=None):
   if not timed:
     timed, mark = ok, ' †'
   walls = [r['wall_s'] for r in timed]
-  settings = sorted({(r.get('setting') or (), round(r['lr'], 6)) for r in ok
+  settings = sorted({(r.get('setting') or (), study.rate_key(r['lr'])) for r in ok
                      if r.get('lr') is not None}, key=_setting_order)
   steps = sorted({r['steps'] for r in ok if r.get('steps') is not None})
   mean = study.accuracy_mean(rows)

@@ -162,6 +162,11 @@ def groups(runs, key):
   return result
 
 
+def rate_key(lr):
+  """A learning rate as settings are keyed and compared: 6 decimals (None stays None)."""
+  return None if lr is None else round(lr, 6)
+
+
 def by_setting(members):
   """``{(setting, lr): [runs]}`` of one arm at one key value; failed runs under the lr their name gives.
 
@@ -170,7 +175,7 @@ def by_setting(members):
   result = {}
   for run in members:
     lr = run.get('lr')
-    result.setdefault((run.get('setting') or (), None if lr is None else round(lr, 6)),
+    result.setdefault((run.get('setting') or (), rate_key(lr)),
                       []).append(run)
   return result
 

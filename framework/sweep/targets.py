@@ -63,13 +63,12 @@ def report_lines(runs, key, claims, budgets, baseline, reference_arms, seeds_wan
     lines.append(line)
   for full, half in budgets:
     gain, full_seeds, half_seeds, setting = budget_gain(runs, key, full, half, baseline)
-    line = f'- budget: {full} at {where} against {half}: '
+    line = f'- budget: {full} at {where} against {half}'
     if gain is None:
-      lines.append(line + (f'not measured at its chosen setting ({setting}) yet'
-                           if full_seeds and setting else 'not measured yet'))
+      lines.append(line + (f': not measured at its chosen setting ({setting}) yet'
+                           if full_seeds and setting else ': not measured yet'))
       continue
-    if setting:
-      line = f'- budget: {full} at {where} against {half} ({setting}): '
+    line += (f' ({setting}): ' if setting else ': ')
     line += (f'{gain:+.2f} points from half the epochs ({_seeds(half_seeds)}) to all of them '
              f'({_seeds(full_seeds)})')
     if best is not None and best[0] == full:
@@ -140,11 +139,9 @@ def budget_gain(runs, key, full_arm, half_arm, baseline):
   chosen = [r for r in full if r['status'] == 'ok']
   if not chosen:
     return None, 0, 0, ''
-  def rate(run):
-    return None if run['lr'] is None else round(run['lr'], 6)
   def same_setting(run):
     names = (set(run['fixed']) | set(chosen[0]['fixed'])) - {BUDGET_KEY}
-    return rate(run) == rate(chosen[0]) and all(
+    return study.rate_key(run['lr']) == study.rate_key(chosen[0]['lr']) and all(
         repr(run['fixed'].get(n)) == repr(chosen[0]['fixed'].get(n)) for n in names)
   half = [r for r in study.at_value(runs, half_arm, key, baseline)
           if r['status'] == 'ok' and same_setting(r)]
