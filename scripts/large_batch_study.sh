@@ -31,10 +31,11 @@
 # the main questions. It is resumable: run it again with the same OUT and
 # finished runs are skipped (a run cut off half-way starts again).
 #
-# The results outlive the run directories: after every sweep, each finished
-# point's result.json (metrics, wall time and the curve of its evaluations) is
-# copied to ARCHIVE/<arm>/<point>.json (default docs/results/large_batch_e<epochs>,
-# kept under version control), and before the points run, archived results
+# The results outlive the run directories: as soon as a point finishes (sweep.py
+# --archive), and again after every sweep, its result.json (metrics, wall time and
+# the curve of its evaluations) is copied to ARCHIVE/<arm>/<point>.json (default
+# docs/results/large_batch_e<epochs>, kept under version control), so a study cut
+# off inside a grid keeps the grid's finished points; before the points run, archived results
 # missing from OUT are put back, so a fresh checkout skips every point already
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
@@ -79,6 +80,7 @@ sweep() {
   "$PY" scripts/sweep.py --config "configs/large_batch/${arm%%_*}.py" --out "$OUT/$arm" \
       --grid "batch_size_per_gpu=$batch" --grid "iter_size=$iter" \
       --grid "lr_policy_params.learning_rate=$lrs" --seeds "$seeds" "$@" \
+      $([[ -n "$ARCHIVE" ]] && echo --archive "$ARCHIVE/$arm") \
       $([[ "$DRY_RUN" == 1 ]] && echo --dry-run) || status=$?
   archive
 }

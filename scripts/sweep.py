@@ -23,7 +23,9 @@ of ``--seeds``, given to the run as ``random_seed``). It runs as
 
 with its output in ``OUT/<point>/run.log``. On success the sweep writes
 ``OUT/<point>/result.json`` (the metrics of run.py's last lines and the wall
-time) and a later sweep with the same ``--out`` skips the point; a failed point
+time) and a later sweep with the same ``--out`` skips the point; with
+``--archive DIR`` a copy goes to ``DIR/<point>.json`` at once, so what a sweep
+cut off has finished outlives its run directories. A failed point
 gets ``error.txt`` (the last line it printed) and runs again, from an empty
 directory, next time. At the end the sweep writes ``results.csv``,
 ``results.md`` (mean and standard deviation over seeds) and ``accuracy.png``
@@ -79,6 +81,9 @@ def parse_args(argv):
   parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                       help='an override given to every run, before the grid values')
   parser.add_argument('--seeds', help='comma-separated random seeds; each point runs once per seed')
+  parser.add_argument('--archive', metavar='DIR',
+                      help="a copy of each point's result.json goes to DIR/<point>.json as soon as "
+                           'the point finishes (e.g. a directory under version control)')
   parser.add_argument('--jobs', type=int, default=1,
                       help='runs at the same time (each run.py uses all cores it sees)')
   parser.add_argument('--dry-run', action='store_true', help='print the commands and exit')
@@ -121,6 +126,9 @@ def check_arguments(args):
     raise SweepError(f'--jobs: must be >= 1, got {args.jobs}')
   if not os.path.isfile(args.config):
     raise SweepError(f'--config {args.config}: file not found')
+  if args.archive and os.path.exists(args.archive) and not os.path.isdir(args.archive):
+    raise SweepError(f'--archive {args.archive}: not a directory (it receives one '
+                     '<point>.json per finished point)')
   return build_points(args)
 
 

@@ -150,7 +150,8 @@ class Sweep:
 
   Args:
     args: the sweep's flags: ``config``, ``out``, ``mode``, ``set`` (the
-      overrides given to every point) and ``jobs``.
+      overrides given to every point), ``jobs`` and ``archive`` (a directory
+      that receives a copy of each finished point's result.json, or None).
     points: the :class:`framework.sweep.grid.Point` list to run, in order.
   """
 
@@ -287,6 +288,10 @@ class Sweep:
                 'curve': timed_curve(logdir), 'machine': machine()}
       with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
         json.dump(result, f, indent=2)
+      if self.args.archive:
+        os.makedirs(self.args.archive, exist_ok=True)
+        shutil.copyfile(os.path.join(logdir, RESULT_FILE),
+                        os.path.join(self.args.archive, f'{point.name}.json'))
       log(f'finished {point.name}: accuracy {format_metric(metrics["accuracy"])}, '
            f'{metrics["steps"]} steps, {wall:.1f} s')
     else:

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -167,6 +168,17 @@ def test_sweep_argument_mistakes(tmp_path, argv, message):
   args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(tmp_path), *argv])
   with pytest.raises(grid.SweepError, match=re.escape(message)):
     sweep.build_points(args)
+
+
+def test_an_archive_that_is_not_a_directory_is_refused_before_anything_runs(tmp_path):
+  taken = tmp_path / 'results.json'
+  taken.write_text('{}')
+  args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(tmp_path / 'out'), '--seeds', '0',
+                           '--archive', str(taken)])
+  with pytest.raises(grid.SweepError, match=re.escape(f'--archive {taken}: not a directory')):
+    sweep.check_arguments(args)
+  args.archive = str(tmp_path / 'new')  # made when the first point finishes
+  assert [p.name for p in sweep.check_arguments(args)] == ['seed=0']
 
 
 def test_metrics_are_read_from_the_last_lines_of_run_py():
@@ -379,3 +391,31 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   again = {(r['batch_size_per_gpu'], r['optimizer']): r for r in read_csv(out / 'results.csv')}
   assert again['32', 'Momentum']['accuracy'] == rows['32', 'Momentum']['accuracy']
   assert again['1024', 'LARS']['status'] == 'failed'
+
+
+def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_path):
+  """--archive copies each result.json when its point finishes, not when the sweep ends."""
+  out, archive = tmp_path / 'sweep', tmp_path / 'kept'
+  first, second = ('batch_size_per_gpu=32__optimizer=Momentum',
+                   'batch_size_per_gpu=32__optimizer=LARS')
+  command = [sys.executable, SCRIPT, '--config', SGD_CONFIG, *SHORT, '--out', str(out),
+             '--archive', str(archive), '--grid', 'batch_size_per_gpu=32',
+             '--grid', 'optimizer=Momentum,LARS', '--jobs', '1']
+  with subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+    seen = []
+    for line in process.stdout:
+      seen.append(line)
+      if f'started {second}' in line:
+        # The first point is archived before the second starts; the sweep is then
+        # cut off (Ctrl-C) while the second runs.
+        assert sorted(os.listdir(archive)) == [f'{first}.json'], ''.join(seen)
+        process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130, ''.join(seen)
+  assert f'interrupted {second}; it runs again next time' in ''.join(seen)
+  assert sorted(os.listdir(archive)) == [f'{first}.json']
+  kept = json.loads((archive / f'{first}.json').read_text())
+  assert kept == json.loads((out / first / 'result.json').read_text())
+  assert kept['point'] == {'batch_size_per_gpu': 32, 'optimizer': 'Momentum'}
+  assert kept['metrics']['steps'] == 3 and 0.0 <= kept['metrics']['accuracy'] <= 1.0
+  assert not (out / 'results.csv').exists()  # the sweep never reached its end
