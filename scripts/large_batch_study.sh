@@ -40,7 +40,7 @@
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
-# EPYC); the ~50 runs (4 to 6 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
+# EPYC); the ~55 runs (4 to 6 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
 # memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md and the plots into docs/images.
@@ -167,30 +167,32 @@ eeta_grid() {
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 at_most() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 equal() { at_least "$1" "$2" && at_most "$1" "$2"; }
-# grid ARM BASE [second]: ARM's three-point grid BASE x {0.5, 1, 2} at G with
-# seed 0. A best rate at an edge of the grid is no optimum, so the grid grows
-# by a factor of 2 past that edge (seed 0) until the best rate is inside it, at
-# most six times (a factor of 256 from end to end). With "second", the best rate
-# then runs with seed 1.
+# grid ARM BASE [second|once [sweep.py arguments]]: ARM's three-point grid
+# BASE x {0.5, 1, 2} at G with seed 0. A best rate at an edge of the grid is no
+# optimum, so the grid grows by a factor of 2 past that edge (seed 0) until the
+# best rate is inside it, at most six times (a factor of 256 from end to end).
+# With "second", the best rate then runs with seed 1. Further arguments go to
+# every sweep of the grid.
 grid() {
-  local arm=$1 base=$2 lo hi best grown=0
+  local arm=$1 base=$2 second=${3:-} lo hi best grown=0
+  shift $(($# < 3 ? $# : 3))
   lo="$(value "0.5 * $base")"
   hi="$(value "2 * $base")"
-  sweep "$arm" 0 "$lo,$base,$hi"
+  sweep "$arm" 0 "$lo,$base,$hi" "$@"
   while ((grown < 6)) && best="$(best_lr "$arm")"; do
     if at_least "$best" "$hi"; then
       hi="$(value "2 * $hi")"
-      sweep "$arm" 0 "$hi"
+      sweep "$arm" 0 "$hi" "$@"
     elif at_most "$best" "$lo"; then
       lo="$(value "0.5 * $lo")"
-      sweep "$arm" 0 "$lo"
+      sweep "$arm" 0 "$lo" "$@"
     else
       break
     fi
     grown=$((grown + 1))
   done
-  if [[ "${3:-}" == second ]] && best="$(best_lr "$arm")"; then
-    sweep "$arm" 1 "$best"
+  if [[ "$second" == second ]] && best="$(best_lr "$arm")"; then
+    sweep "$arm" 1 "$best" "$@"
   fi
 }
 # sgd [second]: momentum SGD's grid around 0.1*sqrt(G/256).
@@ -205,13 +207,31 @@ lars_tuned() {
   eeta="$(eeta_8k)"
   if equal "$eeta" "$eeta1"; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
 }
-# ablation ARM SETTING: LARS at 8K with eeta_8k, seed 0, with SETTING (one
-# feature taken out).
-ablation() {
-  G=8192
+# eeta_8k_arm: the sweep of LARS at eeta_8k (lars for the recipe's eeta).
+eeta_8k_arm() {
   local eeta
   eeta="$(eeta_8k)"
-  sweep "$1" 0 "$(value '2.0 * math.sqrt(G / 256)')" --set "optimizer_params.eeta=$eeta" --set "$2"
+  if equal "$eeta" "$eeta1"; then echo lars; else echo "lars_eeta$eeta"; fi
+}
+# lars_rate_grid: LARS at 8K with eeta_8k, its rate tuned as SGD's is (the
+# grid around the square-root rule, grown past an edge; the best rate with
+# seed 1). The eeta grid moves the step of the adapted layers alone; the rate
+# also moves that of the batch-norm and bias variables, which take it plainly.
+lars_rate_grid() {
+  G=8192
+  local arm
+  arm="$(eeta_8k_arm)"
+  grid "$arm" "$(value '2.0 * math.sqrt(G / 256)')" second \
+      $([[ "$arm" != lars ]] && echo --set "optimizer_params.eeta=$(eeta_8k)")
+}
+# ablation ARM SETTING: LARS at 8K at its best setting (eeta_8k, and the best
+# rate of that eeta), seed 0, with SETTING (one feature taken out).
+ablation() {
+  G=8192
+  local eeta lr
+  eeta="$(eeta_8k)"
+  lr="$(best_lr "$(eeta_8k_arm)")" || lr="$(value '2.0 * math.sqrt(G / 256)')"
+  sweep "$1" 0 "$lr" --set "optimizer_params.eeta=$eeta" --set "$2"
 }
 # half_epochs: the budget check's epochs, as recorded in its runs (24.0).
 half_epochs() { "$PY" -c "print($epochs / 2)"; }
@@ -260,6 +280,7 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   half_eeta
   G=16384; sgd; lamb 0
   for G in 1024 4096; do lars_tuned 0; sgd; lamb 0; done
+  lars_rate_grid
   ablation lars_no_ghost_bn model_params.ghost_batch_size=null
   ablation lars_no_precise_bn precise_bn=null
   ablation lars_no_smoothing label_smoothing=0.0

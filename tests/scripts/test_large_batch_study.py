@@ -44,8 +44,8 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
     expected = {(g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
                 for g in (256, 1024, 4096, 8192, 16384)
                 for seed in ((0, 1) if g in two_seeds[arm] else (0,))}
-    if arm == 'lars':  # at 16K, also SGD's grid around the rule: x 0.5 and x 2
-      expected |= {(16384, 8.0, 0), (16384, 32.0, 0)}
+    if arm == 'lars':  # at 16K and 8K, also SGD's grid around the rule: x 0.5 and x 2
+      expected |= {(16384, 8.0, 0), (16384, 32.0, 0), (8192, 5.655, 0), (8192, 22.62, 0)}
     assert points == sorted(expected)
   # The 16K grid comes after the budget check; its best rate gets seed 1 once it has results.
   grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
@@ -72,11 +72,17 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
       ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
   assert runs.index(half[0]) < runs.index(('sgd', 'sgd', 8192, 0.5657, 0, None))
-  # Last, LARS at 8K with one recipe feature taken out at a time, each its own arm.
+  # After 1K and 4K, LARS's rate at 8K on SGD's grid (at the recipe's eeta until
+  # the eeta grid has results); last, LARS at 8K with one recipe feature taken
+  # out at a time, each its own arm.
+  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-6:-3]] == [
+      ('lars', 'lars', 8192, lr, 0) for lr in (5.655, 11.31, 22.62)]
+  assert runs.index(('lamb', 'lamb', 4096, 0.02, 0, None)) == len(runs) - 7
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6  # the 16K grid lists lr 16, seed 0, again
+  # The 16K and 8K rate grids list lr 16 and 11.31, seed 0, again.
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3
   lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
   for line, setting in zip(lines[-3:], ('model_params.ghost_batch_size=null', 'precise_bn=null',
                                         'label_smoothing=0.0')):
@@ -183,9 +189,10 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
 def test_lars_eeta_grows_while_the_largest_eeta_wins(tmp_path):
   out = tmp_path / 'study'
 
-  def eeta_8k():
-    return [(d, lr, seed) for d, _, g, lr, seed, _ in dry_run(out)
-            if d.startswith('lars') and g == 8192 and '_no_' not in d][2:]
+  def eeta_8k():  # LARS at 8K up to 1K (the rate grid and the ablations come later)
+    runs = dry_run(out)
+    runs = runs[:min(i for i, r in enumerate(runs) if r[2] == 1024)]
+    return [(d, lr, seed) for d, _, g, lr, seed, _ in runs if d.startswith('lars') and g == 8192][2:]
 
   # Twice the recipe's eeta (0.004) loses to the recipe's at 8K: no larger eeta.
   write_results(out, 8192, {(11.31, 0): 0.920, (11.31, 1): 0.922}, arm='lars')
@@ -285,6 +292,37 @@ def test_lars_runs_its_best_eeta_where_it_is_not_tuned_and_in_the_budget_check(t
           '(2 seeds); the best arm gains no less than 0.3: the budget is **too small**\n') in table
   # The half-budget runs are one arm too, its row at its best setting.
   assert '| 256 | LARS, half the epochs | 2 | 2/2 | 0.9350 ± 0.0000 |' in table
+
+
+def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_best(tmp_path):
+  out = tmp_path / 'study'
+  # At 8K eeta 0.004 beats the recipe's; at that eeta the rule's rate (11.31)
+  # loses to twice it, the grid's upper edge.
+  write_results(out, 8192, {(11.31, 0): 0.92, (11.31, 1): 0.92}, arm='lars')
+  write_results(out, 8192, {(11.31, 0): 0.925, (11.31, 1): 0.925, (5.655, 0): 0.91,
+                            (22.62, 0): 0.93}, arm='lars_eeta0.004')
+
+  def rate_grid(runs):
+    first = max(i for i, r in enumerate(runs) if r[:3] == ('lamb', 'lamb', 4096)) + 1
+    return [(d, lr, seed) for d, _, g, lr, seed, _ in runs[first:-3]], runs[-3:]
+
+  # The grid grows past that edge (45.25, seed 0); with no result there yet,
+  # 22.62 is the best rate and runs with seed 1; the ablations take it.
+  grid, ablations = rate_grid(dry_run(out))
+  assert grid == [('lars_eeta0.004', lr, 0) for lr in (5.655, 11.31, 22.62, 45.24)] + [
+      ('lars_eeta0.004', 22.62, 1)]
+  assert [(d, lr, seed) for d, _, _, lr, seed, _ in ablations] == [
+      (d, 22.62, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn', 'lars_no_smoothing')]
+  lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
+  assert all('--set optimizer_params.eeta=0.004 ' in line for line in lines[-8:])
+  # 45.24 worse: 22.62 is inside the grid; its two seeds make the LARS row at 8K.
+  write_results(out, 8192, {(45.24, 0): 0.80, (22.62, 1): 0.928}, arm='lars_eeta0.004')
+  assert rate_grid(dry_run(out))[0][-2:] == [('lars_eeta0.004', 45.24, 0),
+                                             ('lars_eeta0.004', 22.62, 1)]
+  write_results(out, 256, {(0.1, 0): 0.93, (0.1, 1): 0.93}, steps=11232)
+  study(out, REPORT_ONLY='1')
+  assert ('- LARS (eeta tuned) at 8192 within 1 point of it: 92.90 % over 2 seeds '
+          '(lr 22.62, eeta=0.004), -0.10 points: **met**\n') in (out / 'study.md').read_text()
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
