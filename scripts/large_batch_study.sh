@@ -16,13 +16,15 @@
 #         again while the largest eeta wins (at most twice; seed 0, the best then
 #         with seed 1); each eeta its own sweep, OUT/lars_eeta<EETA>, and the
 #         table's LARS row at each G the best of them all (as SGD's is its best lr).
-#         At 1K and 4K it runs with the best eeta at 8K.
+#         At 1K and 4K it runs with the best eeta at 8K; at 8K, with that eeta,
+#         its lr is then tuned on SGD's grid too (grown past an edge; the best
+#         with seed 1).
 #   lamb  LAMB, lr = 0.005*sqrt(G/256); seeds 0 and 1 at 8K, seed 0 elsewhere
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
 # the epochs, two seeds each (OUT/<arm>_half); LARS once more at its best eeta
 # at 256 when that is not the recipe's (OUT/lars_half_eeta<EETA>), so that full
 # and half budget are compared at one setting. Last, what each feature of the
-# recipe is worth: LARS at 8K (its best eeta there), seed 0, with one of them
+# recipe is worth: LARS at 8K (its best eeta and lr there), seed 0, with one of them
 # taken out (plain batch norm, no precise statistics, no label smoothing;
 # OUT/lars_no_*).
 #
