@@ -23,14 +23,15 @@
 # and a budget check: SGD (at its best lr) and LARS at batch 256 again with half
 # the epochs, two seeds each (OUT/<arm>_half); LARS once more at its best eeta
 # at 256 when that is not the recipe's (OUT/lars_half_eeta<EETA>), so that full
-# and half budget are compared at one setting. Last, what each feature of the
+# and half budget are compared at one setting. Then what each feature of the
 # recipe is worth: LARS at 8K (its best eeta and lr there), seed 0, with one of them
 # taken out (plain batch norm, no precise statistics, no label smoothing;
 # OUT/lars_no_*).
 #
 # Points run in order of importance (LARS at 8K, 256 and 16K, the batch-256
-# SGD grid, the budget check, then the rest), so a partial study already answers
-# the main questions. It is resumable: run it again with the same OUT and
+# SGD grid, the budget check, the rest up to 16K, LARS's rate grid at 8K and
+# the ablations, last 1K and 4K), so a partial study already answers the main
+# questions. It is resumable: run it again with the same OUT and
 # finished runs are skipped (a run cut off half-way starts again).
 #
 # The results outlive the run directories: as soon as a point finishes (sweep.py
@@ -55,15 +56,16 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 PY=.venv/bin/python
 status=0
+DRY_RUN="${DRY_RUN:-0}"
+# Set up before anything asks the environment's Python (on a fresh machine it
+# does not exist yet); a report or a dry run only needs the environment there.
+if [[ "${REPORT_ONLY:-0}" != 1 && "$DRY_RUN" != 1 || ! -x "$PY" ]]; then
+  bash scripts/setup.sh
+fi
 # The epoch budget names the default output, so runs of another budget never mix.
 epochs="$("$PY" -c 'from configs.large_batch import common; print(common.num_epochs)')"
 OUT="${1:-runs/large_batch_e$epochs}"
 ARCHIVE="${ARCHIVE-docs/results/large_batch_e$epochs}"
-
-DRY_RUN="${DRY_RUN:-0}"
-if [[ "${REPORT_ONLY:-0}" != 1 && "$DRY_RUN" != 1 ]]; then
-  bash scripts/setup.sh
-fi
 
 # value EXPRESSION: a learning rate from an expression in G, to 4 significant digits.
 value() { "$PY" -c "import math; G = $G; print(f'{($1):.4g}')"; }
@@ -203,17 +205,13 @@ sgd() { grid sgd "$(value '0.1 * math.sqrt(G / 256)')" "$@"; }
 # results), the one LARS runs with where its eeta is not tuned: at 1K and 4K,
 # and in the ablations.
 eeta_8k() { G=8192 best_eeta || echo "$eeta1"; }
-# lars_tuned SEEDS: LARS at G with eeta_8k, in its sweep (lars for the recipe's).
+# arm_of EETA: the sweep of LARS at EETA (lars for the recipe's eeta).
+arm_of() { if equal "$1" "$eeta1"; then echo lars; else echo "lars_eeta$1"; fi; }
+# lars_tuned SEEDS: LARS at G with eeta_8k, in its sweep.
 lars_tuned() {
   local eeta
   eeta="$(eeta_8k)"
-  if equal "$eeta" "$eeta1"; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
-}
-# eeta_8k_arm: the sweep of LARS at eeta_8k (lars for the recipe's eeta).
-eeta_8k_arm() {
-  local eeta
-  eeta="$(eeta_8k)"
-  if equal "$eeta" "$eeta1"; then echo lars; else echo "lars_eeta$eeta"; fi
+  if [[ "$(arm_of "$eeta")" == lars ]]; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
 }
 # lars_rate_grid: LARS at 8K with eeta_8k, its rate tuned as SGD's is (the
 # grid around the square-root rule, grown past an edge; the best rate with
@@ -221,10 +219,11 @@ eeta_8k_arm() {
 # also moves that of the batch-norm and bias variables, which take it plainly.
 lars_rate_grid() {
   G=8192
-  local arm
-  arm="$(eeta_8k_arm)"
+  local eeta arm
+  eeta="$(eeta_8k)"
+  arm="$(arm_of "$eeta")"
   grid "$arm" "$(value '2.0 * math.sqrt(G / 256)')" second \
-      $([[ "$arm" != lars ]] && echo --set "optimizer_params.eeta=$(eeta_8k)")
+      $([[ "$arm" != lars ]] && echo --set "optimizer_params.eeta=$eeta")
 }
 # ablation ARM SETTING: LARS at 8K at its best setting (eeta_8k, and the best
 # rate of that eeta), seed 0, with SETTING (one feature taken out).
@@ -232,7 +231,7 @@ ablation() {
   G=8192
   local eeta lr
   eeta="$(eeta_8k)"
-  lr="$(best_lr "$(eeta_8k_arm)")" || lr="$(value '2.0 * math.sqrt(G / 256)')"
+  lr="$(best_lr "$(arm_of "$eeta")")" || lr="$(value '2.0 * math.sqrt(G / 256)')"
   sweep "$1" 0 "$lr" --set "optimizer_params.eeta=$eeta" --set "$2"
 }
 # half_epochs: the budget check's epochs, as recorded in its runs (24.0).
@@ -281,11 +280,13 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   G=256; eeta_grid
   half_eeta
   G=16384; sgd; lamb 0
-  for G in 1024 4096; do lars_tuned 0; sgd; lamb 0; done
+  # The 8K target once more: LARS's rate tuned there at its best eeta, then
+  # what each feature of the recipe is worth at that setting.
   lars_rate_grid
   ablation lars_no_ghost_bn model_params.ghost_batch_size=null
   ablation lars_no_precise_bn precise_bn=null
   ablation lars_no_smoothing label_smoothing=0.0
+  for G in 1024 4096; do lars_tuned 0; sgd; lamb 0; done
 fi
 if [[ "$DRY_RUN" == 1 ]]; then
   exit "$status"

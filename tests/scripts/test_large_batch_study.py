@@ -72,20 +72,23 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
       ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
   assert runs.index(half[0]) < runs.index(('sgd', 'sgd', 8192, 0.5657, 0, None))
-  # After 1K and 4K, LARS's rate at 8K on SGD's grid (at the recipe's eeta until
-  # the eeta grid has results); last, LARS at 8K with one recipe feature taken
-  # out at a time, each its own arm.
-  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-6:-3]] == [
+  # After 16K, LARS's rate at 8K on SGD's grid (at the recipe's eeta until the
+  # eeta grid has results), then LARS at 8K with one recipe feature taken out at
+  # a time, each its own arm; last, 1K and 4K (LARS, the SGD grid, LAMB each).
+  lamb_16k = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None))
+  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 1:lamb_16k + 4]] == [
       ('lars', 'lars', 8192, lr, 0) for lr in (5.655, 11.31, 22.62)]
-  assert runs.index(('lamb', 'lamb', 4096, 0.02, 0, None)) == len(runs) - 7
-  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[-3:]] == [
+  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 4:lamb_16k + 7]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
+  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:]] == [
+      (d, g) for g in (1024, 4096) for d in ('lars', 'sgd', 'sgd', 'sgd', 'lamb')]
   # The 16K and 8K rate grids list lr 16 and 11.31, seed 0, again.
   assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3
   lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
-  for line, setting in zip(lines[-3:], ('model_params.ghost_batch_size=null', 'precise_bn=null',
-                                        'label_smoothing=0.0')):
+  for line, setting in zip(lines[lamb_16k + 4:lamb_16k + 7],
+                           ('model_params.ghost_batch_size=null', 'precise_bn=null',
+                            'label_smoothing=0.0')):
     assert f'--set {setting} ' in line
   assert [line for line in lines if '--set optimizer_params.eeta=0.004 ' in line] == [
       lines[i] for i, *_ in eeta]
@@ -189,9 +192,9 @@ def test_a_best_rate_at_the_edge_of_the_grid_grows_it(tmp_path):
 def test_lars_eeta_grows_while_the_largest_eeta_wins(tmp_path):
   out = tmp_path / 'study'
 
-  def eeta_8k():  # LARS at 8K up to 1K (the rate grid and the ablations come later)
+  def eeta_8k():  # LARS at 8K up to LAMB at 16K (the rate grid and the ablations come later)
     runs = dry_run(out)
-    runs = runs[:min(i for i, r in enumerate(runs) if r[2] == 1024)]
+    runs = runs[:runs.index(('lamb', 'lamb', 16384, 0.04, 0, None))]
     return [(d, lr, seed) for d, _, g, lr, seed, _ in runs if d.startswith('lars') and g == 8192][2:]
 
   # Twice the recipe's eeta (0.004) loses to the recipe's at 8K: no larger eeta.
@@ -277,8 +280,9 @@ def test_lars_runs_its_best_eeta_where_it_is_not_tuned_and_in_the_budget_check(t
                   (last_256_eeta + 2, 'lars_half_eeta0.008', 256, 2.0, 1, '24.0')]
   lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
   assert all('--set optimizer_params.eeta=0.008 ' in lines[i] for i, *_ in half)
+  ablations = [i for i, r in enumerate(runs) if r[0].startswith('lars_no_')]
   assert [re.findall(r'--set ((?:optimizer_params.eeta|model_params|precise_bn|label_smoothing)\S*)',
-                     line) for line in lines[-3:]] == [
+                     lines[i]) for i in ablations] == [
       ['optimizer_params.eeta=0.004', setting] for setting in (
           'model_params.ghost_batch_size=null', 'precise_bn=null', 'label_smoothing=0.0')]
   # The budget line compares eeta 0.008 at both budgets (93.4 % against 93.0 %),
@@ -303,8 +307,11 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
                             (22.62, 0): 0.93}, arm='lars_eeta0.004')
 
   def rate_grid(runs):
-    first = max(i for i, r in enumerate(runs) if r[:3] == ('lamb', 'lamb', 4096)) + 1
-    return [(d, lr, seed) for d, _, g, lr, seed, _ in runs[first:-3]], runs[-3:]
+    """The runs after LAMB at 16K, up to the ablations; and the ablations, next."""
+    first = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None)) + 1
+    ablations = min(i for i, r in enumerate(runs) if r[0].startswith('lars_no_'))
+    return ([(d, lr, seed) for d, _, g, lr, seed, _ in runs[first:ablations]],
+            runs[ablations:ablations + 3])
 
   # The grid grows past that edge (45.25, seed 0); with no result there yet,
   # 22.62 is the best rate and runs with seed 1; the ablations take it.
@@ -313,8 +320,10 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
       ('lars_eeta0.004', 22.62, 1)]
   assert [(d, lr, seed) for d, _, _, lr, seed, _ in ablations] == [
       (d, 22.62, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn', 'lars_no_smoothing')]
+  runs = dry_run(out)
+  first = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None)) + 1
   lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
-  assert all('--set optimizer_params.eeta=0.004 ' in line for line in lines[-8:])
+  assert all('--set optimizer_params.eeta=0.004 ' in line for line in lines[first:first + 8])
   # 45.24 worse: 22.62 is inside the grid; its two seeds make the LARS row at 8K.
   write_results(out, 8192, {(45.24, 0): 0.80, (22.62, 1): 0.928}, arm='lars_eeta0.004')
   assert rate_grid(dry_run(out))[0][-2:] == [('lars_eeta0.004', 45.24, 0),
