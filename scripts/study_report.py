@@ -55,6 +55,8 @@ from framework.sweep import targets  # noqa: E402  pylint: disable=wrong-import-
 
 DOC_BEGIN = '<!-- study_report: begin -->'
 DOC_END = '<!-- study_report: end -->'
+SUMMARY_BEGIN = '<!-- study_report: summary begin -->'
+SUMMARY_END = '<!-- study_report: summary end -->'
 
 
 def parse_args(argv):
@@ -79,6 +81,10 @@ def parse_args(argv):
   parser.add_argument('--doc', metavar='FILE.md',
                       help=f'also put the table into FILE.md, between the lines {DOC_BEGIN} '
                            f'and {DOC_END}')
+  parser.add_argument('--summary', metavar='FILE.md',
+                      help='also put the study at a glance (an accuracy matrix of arms and key '
+                           f'values, and the targets) into FILE.md, between the lines '
+                           f'{SUMMARY_BEGIN} and {SUMMARY_END}')
   parser.add_argument('--doc-images', metavar='PREFIX',
                       help='also copy the plots to PREFIX_accuracy.png and PREFIX_steps.png')
   parser.add_argument('--claim', action='append', default=[], metavar='LABEL@VALUE<=POINTS',
@@ -150,6 +156,40 @@ def markdown(runs, key, arms, target=study.DEFAULT_TARGET, baseline=None, refere
     lines += ['', 'Failed runs:', '']
     lines += [f'- {r["arm"]}, `{os.path.basename(r["logdir"])}`: {r["error"]}' for r in failed]
   return '\n'.join(lines) + '\n'
+
+
+def summary(runs, key, arms, baseline=None, reference_arms=None):
+  """The study at a glance: a row per arm, a column per key value, the table's accuracy in %.
+
+  A cell is the arm's chosen setting at that value, as in the table: the mean
+  test accuracy ± its standard deviation over seeds (the mean alone for one
+  seed) and, in brackets, the gap in points to the best result of
+  ``reference_arms`` at ``baseline``; empty where the arm has no finished run.
+  """
+  grouped = study.groups(runs, key)
+  reference = study.best_at_smallest(runs, key, reference_arms or arms, baseline)
+  values = study.ordered_values(runs, key)
+  cells = []
+  for arm in arms:
+    row = [arm]
+    for value in values:
+      members = study.chosen(grouped.get((arm, value), []))
+      accuracy = [r['accuracy'] * 100.0 for r in members
+                  if r['status'] == 'ok' and r['accuracy'] is not None]
+      text = report.mean_std_text(accuracy, 2) if accuracy else ''
+      if accuracy and reference is not None:
+        text += f' ({(study.accuracy_mean(members) - reference) * 100:+.2f})'
+      row.append(text)
+    cells.append(row)
+  caption = ('Test accuracy (%) of each arm at its chosen setting, mean ± standard deviation '
+             'over seeds (one seed where no ± is shown)')
+  if reference is not None:
+    at = study.baseline_value(runs, key, baseline)
+    at = f'{study.number(at):g}' if study.number(at) is not None else at
+    caption += (f'; in brackets, the gap in points to the best result at {key} {at} '
+                f'({reference * 100:.2f} %)')
+  return '\n'.join(report.table_lines(['arm'] + [str(v) for v in values], cells)
+                   + ['', caption + '.']) + '\n'
 
 
 def _chosen_cells(value, arm, rows, reference, timing=None):
@@ -277,8 +317,8 @@ def plot_steps(runs, key, arms, path, title, target):
   return True
 
 
-def write_into_doc(path, table, images=()):
-  """Replaces the text between the DOC_BEGIN and DOC_END lines of ``path`` with ``table``.
+def write_into_doc(path, table, images=(), markers=(DOC_BEGIN, DOC_END)):
+  """Replaces the text between the two ``markers`` lines of ``path`` with ``table``.
 
   ``images``: ``(alt text, image path)`` pairs, linked after the table
   relative to the page.
@@ -288,10 +328,10 @@ def write_into_doc(path, table, images=()):
   """
   with open(path, encoding='utf-8') as f:
     text = f.read()
-  begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
+  begin, end = text.find(markers[0]), text.find(markers[1])
   if begin < 0 or end < begin:
-    raise ValueError(f'{path}: no {DOC_BEGIN} ... {DOC_END} block to write the table into')
-  begin += len(DOC_BEGIN)
+    raise ValueError(f'{path}: no {markers[0]} ... {markers[1]} block to write the table into')
+  begin += len(markers[0])
   links = ''.join(f'\n![{alt}]({os.path.relpath(image, os.path.dirname(os.path.abspath(path)))})\n'
                   for alt, image in images)
   with open(path, 'w', encoding='utf-8') as f:
@@ -380,9 +420,10 @@ def main(argv=None):
                           'steps', 'steps_to_target', 'seconds_to_target', 'wall_s', 'machine',
                           'logdir', 'error'], os.path.join(args.out, 'study.csv'))
   table = markdown(runs, args.key, arms, args.target, args.baseline, args.reference_arm)
-  table += ''.join(line + '\n' for line in targets.report_lines(
+  target_text = ''.join(line + '\n' for line in targets.report_lines(
       runs, args.key, claims, budgets, args.baseline, args.reference_arm or arms,
       args.seeds_wanted, args.budget_points))
+  table += target_text
   with open(os.path.join(args.out, 'study.md'), 'w', encoding='utf-8') as f:
     f.write(table)
   plotted = plot(runs, args.key, arms, os.path.join(args.out, 'study.png'), args.title)
@@ -393,12 +434,17 @@ def main(argv=None):
                              args.title, args.target)
   images = (copy_images(args.doc_images, args.out, plotted, plotted_steps, args.target)
             if args.doc_images else [])
-  if args.doc:
-    try:
-      write_into_doc(args.doc, table, images)
-    except (OSError, ValueError) as exc:
-      print(f'error: --doc: {exc}', file=sys.stderr)
-      return 2
+  written = [('--doc', args.doc, table, images, (DOC_BEGIN, DOC_END)),
+             ('--summary', args.summary,
+              summary(runs, args.key, arms, args.baseline, args.reference_arm) + target_text, (),
+              (SUMMARY_BEGIN, SUMMARY_END))]
+  for flag, path, text, linked, markers in written:
+    if path:
+      try:
+        write_into_doc(path, text, linked, markers)
+      except (OSError, ValueError) as exc:
+        print(f'error: {flag}: {exc}', file=sys.stderr)
+        return 2
   print(table, end='')
   print(f'wrote {os.path.join(args.out, "study.csv")}, study.md'
         + (', study.png' if plotted else ' (nothing to plot)')

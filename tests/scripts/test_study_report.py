@@ -227,6 +227,43 @@ def test_doc_block_and_images_are_written_from_the_runs(study, tmp_path):
   assert doc.read_text() == 'no markers\n'
 
 
+def test_the_summary_is_a_matrix_of_the_tables_rows_and_the_targets(study, tmp_path, capsys):
+  readme = tmp_path / 'README.md'
+  readme.write_text('# Project\n\n<!-- study_report: summary begin -->\nold\n'
+                    '<!-- study_report: summary end -->\n\nMore.\n')
+  out = tmp_path / 'report'
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+                            '--key', 'batch_size_per_gpu', '--out', str(out), '--baseline', '256',
+                            '--reference-arm', 'SGD', '--claim', 'LARS@8192<=1.0',
+                            '--summary', str(readme)]) == 0
+  text = readme.read_text()
+  block = text.split('<!-- study_report: summary begin -->\n')[1].split(
+      '<!-- study_report: summary end -->')[0]
+  # The fixture's chosen settings: SGD at 256, lr 0.1 (91 and 93: 92.00 ± 1.41 %,
+  # the reference), at 8192 70 %; LARS at 256 90 %, at 8192 88 and 86 %. SGD at
+  # 16384 failed and LARS's is still running: empty cells.
+  assert block.splitlines()[:4] == [
+      '| arm | 256 | 8192 | 16384 |', '|---|---|---|---|',
+      '| SGD | 92.00 ± 1.41 (+0.00) | 70.00 (-22.00) |  |',
+      '| LARS | 90.00 (-2.00) | 87.00 ± 1.41 (-5.00) |  |']
+  assert ('in brackets, the gap in points to the best result at batch_size_per_gpu 256 '
+          '(92.00 %).') in block
+  # The target lines are the full table's, word for word.
+  assert block.endswith(''.join(line + '\n' for line in target_lines(
+      (out / 'study.md').read_text())[2:]))
+  assert '- LARS at 8192 within 1 point of it: 87.00 % over 2 seeds (lr 3.2), -5.00 points' in block
+  assert 'old' not in text and text.startswith('# Project\n') and text.endswith('\n\nMore.\n')
+  # A file without the two lines is named in one line and left as it was.
+  readme.write_text('no markers\n')
+  capsys.readouterr()
+  assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--key', 'batch_size_per_gpu',
+                            '--out', str(out), '--summary', str(readme)]) == 2
+  assert capsys.readouterr().err == (
+      f'error: --summary: {readme}: no <!-- study_report: summary begin --> ... '
+      '<!-- study_report: summary end --> block to write the table into\n')
+  assert readme.read_text() == 'no markers\n'
+
+
 def test_gaps_are_to_the_named_baseline_and_absent_without_it(study, tmp_path):
   runs = study_lib.read_runs('SGD', str(study / 'sgd'), 'batch_size_per_gpu')
   # The fixture's best at 256 is lr 0.1 (seeds 0.91 and 0.93, mean 0.92); at 8192, 0.70.
