@@ -164,7 +164,8 @@ def summary(runs, key, arms, baseline=None, reference_arms=None):
   A cell is the arm's chosen setting at that value, as in the table: the mean
   test accuracy ± its standard deviation over seeds (the mean alone for one
   seed) and, in brackets, the gap in points to the best result of
-  ``reference_arms`` at ``baseline``; empty where the arm has no finished run.
+  ``reference_arms`` at ``baseline``; empty where the arm has no finished run,
+  and an arm with none at all (an ablation still running) has no row.
   """
   grouped = study.groups(runs, key)
   reference = study.best_at_smallest(runs, key, reference_arms or arms, baseline)
@@ -180,7 +181,8 @@ def summary(runs, key, arms, baseline=None, reference_arms=None):
       if accuracy and reference is not None:
         text += f' ({(study.accuracy_mean(members) - reference) * 100:+.2f})'
       row.append(text)
-    cells.append(row)
+    if any(row[1:]):
+      cells.append(row)
   caption = ('Test accuracy (%) of each arm at its chosen setting, mean ± standard deviation '
              'over seeds (one seed where no ± is shown)')
   if reference is not None:

@@ -232,7 +232,10 @@ def test_the_summary_is_a_matrix_of_the_tables_rows_and_the_targets(study, tmp_p
   readme.write_text('# Project\n\n<!-- study_report: summary begin -->\nold\n'
                     '<!-- study_report: summary end -->\n\nMore.\n')
   out = tmp_path / 'report'
+  # An ablation whose only run is still going has no row yet.
+  os.makedirs(tmp_path / 'ablation' / 'batch_size_per_gpu=8192__seed=0')
   assert study_report.main(['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
+                            '--arm', f'Ablation={tmp_path / "ablation"}',
                             '--key', 'batch_size_per_gpu', '--out', str(out), '--baseline', '256',
                             '--reference-arm', 'SGD', '--claim', 'LARS@8192<=1.0',
                             '--summary', str(readme)]) == 0
@@ -242,10 +245,10 @@ def test_the_summary_is_a_matrix_of_the_tables_rows_and_the_targets(study, tmp_p
   # The fixture's chosen settings: SGD at 256, lr 0.1 (91 and 93: 92.00 ± 1.41 %,
   # the reference), at 8192 70 %; LARS at 256 90 %, at 8192 88 and 86 %. SGD at
   # 16384 failed and LARS's is still running: empty cells.
-  assert block.splitlines()[:4] == [
+  assert block.splitlines()[:5] == [
       '| arm | 256 | 8192 | 16384 |', '|---|---|---|---|',
       '| SGD | 92.00 ± 1.41 (+0.00) | 70.00 (-22.00) |  |',
-      '| LARS | 90.00 (-2.00) | 87.00 ± 1.41 (-5.00) |  |']
+      '| LARS | 90.00 (-2.00) | 87.00 ± 1.41 (-5.00) |  |', '']
   assert ('in brackets, the gap in points to the best result at batch_size_per_gpu 256 '
           '(92.00 %).') in block
   # The target lines are the full table's, word for word.
