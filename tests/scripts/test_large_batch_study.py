@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,6 +93,40 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
     assert f'--set {setting} ' in line
   assert [line for line in lines if '--set optimizer_params.eeta=0.004 ' in line] == [
       lines[i] for i, *_ in eeta]
+
+
+def test_a_fresh_checkout_is_set_up_before_the_study_asks_its_python(tmp_path):
+  """With no .venv yet, the study runs scripts/setup.sh before anything needs .venv/bin/python.
+
+  The checkout is this one seen through links, but for its own scripts/setup.sh,
+  a stand-in that makes .venv/bin/python (this interpreter) and says so.
+  """
+  checkout = tmp_path / 'checkout'
+  (checkout / 'scripts').mkdir(parents=True)
+  for name in os.listdir(ROOT):
+    if name not in ('scripts', '.venv', '.git', 'runs'):
+      os.symlink(os.path.join(ROOT, name), checkout / name)
+  for name in os.listdir(os.path.join(ROOT, 'scripts')):
+    if name != 'setup.sh':
+      os.symlink(os.path.join(ROOT, 'scripts', name), checkout / 'scripts' / name)
+  (checkout / 'scripts' / 'setup.sh').write_text(
+      '#!/usr/bin/env bash\necho "setup ran"\nmkdir -p .venv/bin\n'
+      f'printf \'#!/bin/sh\\nexec {sys.executable} "$@"\\n\' > .venv/bin/python\n'
+      'chmod +x .venv/bin/python\n')
+
+  def dry_run_lines():
+    result = subprocess.run(['bash', str(checkout / 'scripts' / 'large_batch_study.sh'),
+                             str(tmp_path / 'out')], cwd=tmp_path,
+                            env=dict(os.environ, ARCHIVE='', DRY_RUN='1'),
+                            capture_output=True, text=True, timeout=300, check=True)
+    return result.stdout.splitlines()
+
+  lines = dry_run_lines()
+  assert lines[0] == 'setup ran'
+  assert '/configs/large_batch/lars.py' in lines[1] and '--logdir ' in lines[1]
+  # Set up already: a dry run (or a report) leaves the environment as it is.
+  lines = dry_run_lines()
+  assert 'setup ran' not in lines and '/configs/large_batch/lars.py' in lines[0]
 
 
 def test_lars_8k_config_is_the_study_point(tmp_path):
