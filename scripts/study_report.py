@@ -436,10 +436,10 @@ def main(argv=None):
                              args.title, args.target)
   images = (copy_images(args.doc_images, args.out, plotted, plotted_steps, args.target)
             if args.doc_images else [])
+  glance = (summary(runs, args.key, arms, args.baseline, args.reference_arm) + target_text
+            if args.summary else '')
   written = [('--doc', args.doc, table, images, (DOC_BEGIN, DOC_END)),
-             ('--summary', args.summary,
-              summary(runs, args.key, arms, args.baseline, args.reference_arm) + target_text, (),
-              (SUMMARY_BEGIN, SUMMARY_END))]
+             ('--summary', args.summary, glance, (), (SUMMARY_BEGIN, SUMMARY_END))]
   for flag, path, text, linked, markers in written:
     if path:
       try:
