@@ -212,7 +212,7 @@ arm_of() { if equal "$1" "$eeta1"; then echo lars; else echo "lars_eeta$1"; fi; 
 lars_tuned() {
   local eeta
   eeta="$(eeta_8k)"
-  if [[ "$(arm_of "$eeta")" == lars ]]; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
+  if equal "$eeta" "$eeta1"; then lars "$1"; else lars_eeta "$1" "$eeta"; fi
 }
 # lars_rate_grid: LARS at 8K with eeta_8k, its rate tuned as SGD's is (the
 # grid around the square-root rule, grown past an edge; the best rate with

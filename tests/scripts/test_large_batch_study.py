@@ -350,12 +350,12 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
 
   # The grid grows past that edge (45.25, seed 0); with no result there yet,
   # 22.62 is the best rate and runs with seed 1; the ablations take it.
-  grid, ablations = rate_grid(dry_run(out))
+  runs = dry_run(out)
+  grid, ablations = rate_grid(runs)
   assert grid == [('lars_eeta0.004', lr, 0) for lr in (5.655, 11.31, 22.62, 45.24)] + [
       ('lars_eeta0.004', 22.62, 1)]
   assert [(d, lr, seed) for d, _, _, lr, seed, _ in ablations] == [
       (d, 22.62, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn', 'lars_no_smoothing')]
-  runs = dry_run(out)
   first = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None)) + 1
   lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
   assert all('--set optimizer_params.eeta=0.004 ' in line for line in lines[first:first + 8])
