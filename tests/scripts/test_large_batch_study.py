@@ -16,21 +16,25 @@ def study(out, archive='', **env):
                         capture_output=True, text=True, timeout=300, check=True)
 
 
-def dry_run(out, archive=''):
-  result = study(out, archive, DRY_RUN='1')
+def dry_run(out, archive='', with_lines=False):
+  """The runs the study would make on ``out``: ``(arm, config, global batch, lr, seed, epochs)``.
+
+  With ``with_lines``, also the run.py command lines they come from.
+  """
+  lines = study(out, archive, DRY_RUN='1').stdout.splitlines()
   runs = []
-  for line in result.stdout.splitlines():
+  for line in lines:
     config = re.search(r'configs/large_batch/(\w+)\.py', line).group(1)
     sets = dict(s.split('=', 1) for s in re.findall(r'--set (\S+)', line))
     runs.append((os.path.basename(os.path.dirname(re.search(r'--logdir (\S+)', line).group(1))),
                  config, int(sets['batch_size_per_gpu']) * int(sets['iter_size']),
                  float(sets['lr_policy_params.learning_rate']), int(sets['random_seed']),
                  sets.get('num_epochs')))
-  return runs
+  return (runs, lines) if with_lines else runs
 
 
 def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_path):
-  runs = dry_run(tmp_path / 'study')
+  runs, lines = dry_run(tmp_path / 'study', with_lines=True)
   # LARS at 8K, 256 and 16K with two seeds each (the two targets), then the
   # batch-256 SGD grid.
   assert [r[:5] for r in runs[:9]] == [
@@ -82,11 +86,17 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 4:lamb_16k + 7]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:]] == [
+  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:-2]] == [
       (d, g) for g in (1024, 4096) for d in ('lars', 'sgd', 'sgd', 'sgd', 'lamb')]
+  # Last, LARS at 8K at the ablations' setting with a warm-up twice as long,
+  # seeds 0 and 1, its own arm.
+  assert [r[:5] for r in runs[-2:]] == [('lars_warmup0.3', 'lars', 8192, 11.31, seed)
+                                        for seed in (0, 1)]
   # The 16K and 8K rate grids list lr 16 and 11.31, seed 0, again.
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3
-  lines = study(tmp_path / 'again', DRY_RUN='1').stdout.splitlines()
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3 + 2
+  for line in lines[-2:]:
+    assert ('--set optimizer_params.eeta=0.002 --set lr_policy_params.warmup_fraction=0.3 '
+            '--set lr_policy_params.decay_fraction=0.7 ') in line
   for line, setting in zip(lines[lamb_16k + 4:lamb_16k + 7],
                            ('model_params.ghost_batch_size=null', 'precise_bn=null',
                             'label_smoothing=0.0')):
@@ -169,7 +179,9 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
   eeta = re.search(r'_eeta([0-9.]+)$', arm)
   fixed = (['num_epochs=24.0'] if '_half' in arm else []) + (
-      [f'optimizer_params.eeta={eeta.group(1)}'] if eeta else [])
+      [f'optimizer_params.eeta={eeta.group(1)}'] if eeta else []) + (
+      ['lr_policy_params.warmup_fraction=0.3', 'lr_policy_params.decay_fraction=0.7']
+      if '_warmup' in arm else [])
   for (lr, seed), accuracy in accuracies.items():
     name = (f'batch_size_per_gpu={per_gpu}__iter_size={iter_size}'
             f'__lr_policy_params.learning_rate={lr:g}__seed={seed}')
@@ -305,7 +317,7 @@ def test_lars_runs_its_best_eeta_where_it_is_not_tuned_and_in_the_budget_check(t
   write_results(out, 256, {(2, 0): 0.93, (2, 1): 0.93}, steps=11232, arm='lars_eeta0.004')
   write_results(out, 256, {(2, 0): 0.935, (2, 1): 0.933}, steps=11232, arm='lars_eeta0.008')
   write_results(out, 256, {(2, 0): 0.92}, steps=11232, arm='lars_eeta0.016')
-  runs = dry_run(out)
+  runs, lines = dry_run(out, with_lines=True)
   assert [(d, g, lr, seed) for d, c, g, lr, seed, _ in runs if c == 'lars' and g in (1024, 4096)] == [
       ('lars_eeta0.004', 1024, 4.0, 0), ('lars_eeta0.004', 4096, 8.0, 0)]
   half = [(i, d, g, lr, seed, e) for i, (d, _, g, lr, seed, e) in enumerate(runs)
@@ -313,7 +325,6 @@ def test_lars_runs_its_best_eeta_where_it_is_not_tuned_and_in_the_budget_check(t
   last_256_eeta = max(i for i, r in enumerate(runs) if r[0].startswith('lars_eeta') and r[2] == 256)
   assert half == [(last_256_eeta + 1, 'lars_half_eeta0.008', 256, 2.0, 0, '24.0'),
                   (last_256_eeta + 2, 'lars_half_eeta0.008', 256, 2.0, 1, '24.0')]
-  lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
   assert all('--set optimizer_params.eeta=0.008 ' in lines[i] for i, *_ in half)
   ablations = [i for i, r in enumerate(runs) if r[0].startswith('lars_no_')]
   assert [re.findall(r'--set ((?:optimizer_params.eeta|model_params|precise_bn|label_smoothing)\S*)',
@@ -350,14 +361,13 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
 
   # The grid grows past that edge (45.25, seed 0); with no result there yet,
   # 22.62 is the best rate and runs with seed 1; the ablations take it.
-  runs = dry_run(out)
+  runs, lines = dry_run(out, with_lines=True)
   grid, ablations = rate_grid(runs)
   assert grid == [('lars_eeta0.004', lr, 0) for lr in (5.655, 11.31, 22.62, 45.24)] + [
       ('lars_eeta0.004', 22.62, 1)]
   assert [(d, lr, seed) for d, _, _, lr, seed, _ in ablations] == [
       (d, 22.62, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn', 'lars_no_smoothing')]
   first = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None)) + 1
-  lines = study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
   assert all('--set optimizer_params.eeta=0.004 ' in line for line in lines[first:first + 8])
   # 45.24 worse: 22.62 is inside the grid; its two seeds make the LARS row at 8K.
   write_results(out, 8192, {(45.24, 0): 0.80, (22.62, 1): 0.928}, arm='lars_eeta0.004')
@@ -367,6 +377,20 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
   study(out, REPORT_ONLY='1')
   assert ('- LARS (eeta tuned) at 8192 within 1 point of it: 92.90 % over 2 seeds '
           '(lr 22.62, eeta=0.004), -0.10 points: **met**\n') in (out / 'study.md').read_text()
+  # The longer warm-up takes that setting too, with seeds 0 and 1; it is a row
+  # of its own with its own line under the 8K target, and no reference.
+  runs, lines = dry_run(out, with_lines=True)
+  assert [(d, lr, seed) for d, _, _, lr, seed, _ in runs[-2:]] == [
+      ('lars_warmup0.3', 22.62, 0), ('lars_warmup0.3', 22.62, 1)]
+  assert all('--set optimizer_params.eeta=0.004 --set lr_policy_params.warmup_fraction=0.3 '
+             in line for line in lines[-2:])
+  write_results(out, 8192, {(22.62, 0): 0.918, (22.62, 1): 0.926}, arm='lars_warmup0.3')
+  write_results(out, 256, {(2, 0): 0.95}, steps=11232, arm='lars_warmup0.3')
+  study(out, REPORT_ONLY='1')
+  table = (out / 'study.md').read_text()
+  assert '| 8192 | LARS, 30 % warm-up | 22.62 | 2/2 | 0.9220 ± 0.0057 | -0.80 | 336 |' in table
+  assert ('- LARS, 30 % warm-up at 8192 within 1 point of it: 92.20 % over 2 seeds '
+          '(lr 22.62), -0.80 points: **met**\n') in table
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
