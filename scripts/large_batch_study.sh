@@ -26,15 +26,17 @@
 # and half budget are compared at one setting. Then what each feature of the
 # recipe is worth: LARS at 8K (its best eeta and lr there), seed 0, with one of them
 # taken out (plain batch norm, no precise statistics, no label smoothing;
-# OUT/lars_no_*); and one step past the recipe at that setting, seeds 0 and 1:
-# a warm-up over 30 % of the updates instead of 15 % (OUT/lars_warmup0.3, its
-# own row and its own line under the 8K target).
+# OUT/lars_no_*); and two steps past the recipe at that setting, each alone,
+# seeds 0 and 1: a warm-up over 30 % of the updates instead of 15 %
+# (OUT/lars_warmup0.3), and Nesterov momentum (OUT/lars_nesterov), each its own
+# row with its own line under the 8K target.
 #
 # Points run in order of importance (LARS at 8K, 256 and 16K, the batch-256
 # SGD grid, the budget check, the rest up to 16K, LARS's rate grid at 8K and
-# the ablations, then 1K and 4K, last the longer warm-up), so a partial study
-# already answers the main questions. It is resumable: run it again with the same OUT and
-# finished runs are skipped (a run cut off half-way starts again).
+# the ablations, then 1K and 4K, last the two steps past the recipe), so a
+# partial study already answers the main questions. It is resumable: run it
+# again with the same OUT and finished runs are skipped (a run cut off
+# half-way starts again).
 #
 # The results outlive the run directories: as soon as a point finishes (sweep.py
 # --archive), and again after every sweep, its result.json (metrics, wall time and
@@ -299,6 +301,8 @@ if [[ "${REPORT_ONLY:-0}" != 1 ]]; then
   # 25-45 %), the decay over the rest.
   at_best_8k lars_warmup0.3 0,1 lr_policy_params.warmup_fraction=0.3 \
       lr_policy_params.decay_fraction=0.7
+  # and Nesterov momentum in place of heavy-ball momentum.
+  at_best_8k lars_nesterov 0,1 optimizer_params.use_nesterov=true
 fi
 if [[ "$DRY_RUN" == 1 ]]; then
   exit "$status"
@@ -313,12 +317,12 @@ declare -A label=([sgd]='SGD (lr tuned)' [lars]='LARS (eeta tuned)' [lamb]=LAMB
                   [lamb_half]='LAMB, half the epochs' [lars_no_ghost_bn]='LARS, plain batch norm'
                   [lars_no_precise_bn]='LARS, no precise BN statistics'
                   [lars_no_smoothing]='LARS, no label smoothing'
-                  [lars_warmup0.3]='LARS, 30 % warm-up')
+                  [lars_warmup0.3]='LARS, 30 % warm-up' [lars_nesterov]='LARS, Nesterov momentum')
 # SGD, LARS and LAMB are listed before they have run, so that every target
 # has its line ("not measured yet") from the start.
 arms=()
 for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn \
-            lars_no_precise_bn lars_no_smoothing lars_warmup0.3; do
+            lars_no_precise_bn lars_no_smoothing lars_warmup0.3 lars_nesterov; do
   case "$name" in
     sgd|lars|lamb) mkdir -p "$OUT/$name" ;;
     *) [[ -d "$OUT/$name" ]] || continue ;;
@@ -329,17 +333,17 @@ for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn \
       [[ -d "$dir" ]] && arms+=(--arm "${label[$name]}=$dir")
     done
   fi
-  # Gaps are to the best result at batch 256 of the full-budget arms (LARS
-  # with any eeta among them), not to the half-budget check or an ablation.
-  [[ "$name" == *_half || "$name" == *_no_* || "$name" == *_warmup* ]] ||
-    arms+=(--reference-arm "${label[$name]}")
+  # Gaps are to the best result at batch 256 of the three arms (LARS with any
+  # eeta among them), not to the half-budget check, an ablation or a step past
+  # the recipe.
+  case "$name" in sgd|lars|lamb) arms+=(--reference-arm "${label[$name]}") ;; esac
   # The targets, each a line under the table: LARS within 1 point of the best
   # batch-256 result at 8K and within 2 at 16K; whether tuned SGD and LAMB do
   # as well at 8K; and whether the budget is large enough (the best batch-256
   # arm gains under 0.3 points from half the epochs to all of them).
   case "$name" in
     lars) arms+=(--claim "${label[$name]}@8192<=1.0" --claim "${label[$name]}@16384<=2.0") ;;
-    sgd|lamb|lars_warmup*) arms+=(--claim "${label[$name]}@8192<=1.0") ;;
+    sgd|lamb|lars_warmup*|lars_nesterov) arms+=(--claim "${label[$name]}@8192<=1.0") ;;
     *_half) [[ -d "$OUT/${name%%_*}" ]] && arms+=(--budget "${label[${name%%_*}]}=${label[$name]}") ;;
   esac
 done

@@ -86,17 +86,21 @@ def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_pa
   assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 4:lamb_16k + 7]] == [
       (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
                                             'lars_no_smoothing')]
-  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:-2]] == [
+  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:-4]] == [
       (d, g) for g in (1024, 4096) for d in ('lars', 'sgd', 'sgd', 'sgd', 'lamb')]
-  # Last, LARS at 8K at the ablations' setting with a warm-up twice as long,
-  # seeds 0 and 1, its own arm.
-  assert [r[:5] for r in runs[-2:]] == [('lars_warmup0.3', 'lars', 8192, 11.31, seed)
+  # Last, LARS at 8K at the ablations' setting, seeds 0 and 1, with a warm-up
+  # twice as long, then with Nesterov momentum, each its own arm.
+  assert [r[:5] for r in runs[-4:]] == [(d, 'lars', 8192, 11.31, seed)
+                                        for d in ('lars_warmup0.3', 'lars_nesterov')
                                         for seed in (0, 1)]
   # The 16K and 8K rate grids list lr 16 and 11.31, seed 0, again.
-  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3 + 2
-  for line in lines[-2:]:
+  assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3 + 4
+  for line in lines[-4:-2]:
     assert ('--set optimizer_params.eeta=0.002 --set lr_policy_params.warmup_fraction=0.3 '
-            '--set lr_policy_params.decay_fraction=0.7 ') in line
+            '--set lr_policy_params.decay_fraction=0.7 --set batch_size_per_gpu') in line
+  for line in lines[-2:]:
+    assert ('--set optimizer_params.eeta=0.002 --set optimizer_params.use_nesterov=true '
+            '--set batch_size_per_gpu') in line
   for line, setting in zip(lines[lamb_16k + 4:lamb_16k + 7],
                            ('model_params.ghost_batch_size=null', 'precise_bn=null',
                             'label_smoothing=0.0')):
@@ -377,12 +381,14 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
   study(out, REPORT_ONLY='1')
   assert ('- LARS (eeta tuned) at 8192 within 1 point of it: 92.90 % over 2 seeds '
           '(lr 22.62, eeta=0.004), -0.10 points: **met**\n') in (out / 'study.md').read_text()
-  # The longer warm-up takes that setting too, with seeds 0 and 1; it is a row
-  # of its own with its own line under the 8K target, and no reference.
+  # The steps past the recipe take that setting too, with seeds 0 and 1; each
+  # is a row of its own with its own line under the 8K target, and no reference.
   runs, lines = dry_run(out, with_lines=True)
-  assert [(d, lr, seed) for d, _, _, lr, seed, _ in runs[-2:]] == [
-      ('lars_warmup0.3', 22.62, 0), ('lars_warmup0.3', 22.62, 1)]
+  assert [(d, lr, seed) for d, _, _, lr, seed, _ in runs[-4:]] == [
+      (d, 22.62, seed) for d in ('lars_warmup0.3', 'lars_nesterov') for seed in (0, 1)]
   assert all('--set optimizer_params.eeta=0.004 --set lr_policy_params.warmup_fraction=0.3 '
+             in line for line in lines[-4:-2])
+  assert all('--set optimizer_params.eeta=0.004 --set optimizer_params.use_nesterov=true '
              in line for line in lines[-2:])
   write_results(out, 8192, {(22.62, 0): 0.918, (22.62, 1): 0.926}, arm='lars_warmup0.3')
   write_results(out, 256, {(2, 0): 0.95}, steps=11232, arm='lars_warmup0.3')
@@ -391,6 +397,11 @@ def test_lars_rate_at_8k_is_tuned_at_its_best_eeta_and_the_ablations_take_the_be
   assert '| 8192 | LARS, 30 % warm-up | 22.62 | 2/2 | 0.9220 ± 0.0057 | -0.80 | 336 |' in table
   assert ('- LARS, 30 % warm-up at 8192 within 1 point of it: 92.20 % over 2 seeds '
           '(lr 22.62), -0.80 points: **met**\n') in table
+  write_results(out, 8192, {(22.62, 0): 0.91}, arm='lars_nesterov')
+  study(out, REPORT_ONLY='1')
+  assert ('- LARS, Nesterov momentum at 8192 within 1 point of it: 91.00 % over 1 seed '
+          '(lr 22.62), -2.00 points: **missed** (provisional: 1 of 2 seeds)\n') in (
+              out / 'study.md').read_text()
 
 
 def test_every_target_has_its_line_before_its_arm_has_run(tmp_path):
