@@ -30,7 +30,10 @@ gets ``error.txt`` (the last line it printed) and runs again, from an empty
 directory, next time. At the end the sweep writes ``results.csv``,
 ``results.md`` (mean and standard deviation over seeds) and ``accuracy.png``
 to OUT, and exits with status 1 when a point failed (2 for a mistake in the
-sweep's own arguments). Failed points are listed in the tables and marked with
+sweep's own arguments). SIGINT (Ctrl-C) or SIGTERM stops the runs under way,
+which run again next time, and ends the sweep with status 128 + the signal
+(130, 143), also where the sweep was started with SIGINT ignored (``cmd &`` in
+a script). Failed points are listed in the tables and marked with
 a red cross on the plot; its x axis is logarithmic for batch-like keys.
 
 Before any point runs, every point's config is resolved and validated as
@@ -47,6 +50,7 @@ grid's key paths, the derived keys defined before, and ``seed``.
 import argparse
 import os
 import shlex
+import signal
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,10 +155,20 @@ def main(argv=None):
     print('\n'.join(f'error: {line}' for line in str(exc).splitlines()), file=sys.stderr)
     return 2
   runner.log(f'{len(points)} point(s) in {sweep.out}, all configs valid')
+  stopped_by = []
+
+  def stop(signum, _):
+    stopped_by.append(signum)
+    raise KeyboardInterrupt
+
+  # Installed here, not left to Python, which leaves SIGINT ignored when the
+  # sweep starts with it ignored, and ends on SIGTERM with the runs left going.
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, stop)
   try:
     failed = sweep.run()
   except KeyboardInterrupt:
-    return 130
+    return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
   report.write_results(sweep)
   if failed:
     runner.log(f'{len(failed)} of {len(points)} point(s) failed:')

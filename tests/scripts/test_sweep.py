@@ -393,7 +393,13 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   assert again['1024', 'LARS']['status'] == 'failed'
 
 
-def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_path):
+def _ignore_sigint():
+  """As ``cmd &`` in a script starts a command: with SIGINT ignored."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_path, signum):
   """--archive copies each result.json when its point finishes, not when the sweep ends."""
   out, archive = tmp_path / 'sweep', tmp_path / 'kept'
   first, second = ('batch_size_per_gpu=32__optimizer=Momentum',
@@ -401,17 +407,20 @@ def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_p
   command = [sys.executable, SCRIPT, '--config', SGD_CONFIG, *SHORT, '--out', str(out),
              '--archive', str(archive), '--grid', 'batch_size_per_gpu=32',
              '--grid', 'optimizer=Momentum,LARS', '--jobs', '1']
+  # Started with SIGINT ignored, the sweep still stops on it (a study script's
+  # background jobs start so).
   with subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'),
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        preexec_fn=_ignore_sigint) as process:
     seen = []
     for line in process.stdout:
       seen.append(line)
       if f'started {second}' in line:
         # The first point is archived before the second starts; the sweep is then
-        # cut off (Ctrl-C) while the second runs.
+        # cut off (Ctrl-C, or a scheduler's SIGTERM) while the second runs.
         assert sorted(os.listdir(archive)) == [f'{first}.json'], ''.join(seen)
-        process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=120) == 130, ''.join(seen)
+        process.send_signal(signum)
+    assert process.wait(timeout=120) == 128 + signum, ''.join(seen)
   assert f'interrupted {second}; it runs again next time' in ''.join(seen)
   assert sorted(os.listdir(archive)) == [f'{first}.json']
   kept = json.loads((archive / f'{first}.json').read_text())
