@@ -47,8 +47,8 @@
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
-# EPYC); the ~55 runs (4 to 6 of them at half length), 10-32 hours. 8K and 16K need about 7 GB of
-# memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
+# EPYC); about 50 runs before any result, 78 as the grids grew and second
+# seeds were added here (8 of them at half length), 20-60 hours. 8K and 16K need about 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md, the plots into docs/images, and the study at a
 # glance (accuracy by arm and batch, and the targets) into README.md.
