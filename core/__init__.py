@@ -5,7 +5,8 @@ imported on first lookup (``core.registry``), package exports loaded on first
 access (``core.lazy``), parameter checking with one-line config errors
 (``core.params``), the precision names (``core.precision``) and the restart
 under tcmalloc that run.py makes before anything allocates
-(``core.allocator``). Nothing here
+(``core.allocator``), and the signals that stop a run or a sweep with their
+exit status (``core.signals``). Nothing here
 imports TensorFlow, Keras or another package of this repository, so the config
 layer can use it before TensorFlow is loaded (docs/architecture.md;
 tests/core/test_layers.py checks it).

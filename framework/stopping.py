@@ -14,9 +14,9 @@ which run.py turns into the exit status and the resume command.
 import os
 import signal
 
+from core.signals import STOP_SIGNALS as SIGNALS
+from core.signals import exit_status
 from framework import distributed
-
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class RunStopped(Exception):
@@ -27,11 +27,6 @@ class RunStopped(Exception):
     self.signum = signum
     self.step = step
     self.checkpoint = checkpoint
-
-
-def exit_status(signum):
-  """The documented exit status of a run stopped by ``signum``."""
-  return 128 + int(signum)
 
 
 class StopRequest:

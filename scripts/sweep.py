@@ -55,6 +55,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from core import signals  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import SweepError  # noqa: E402  pylint: disable=wrong-import-position
@@ -163,12 +164,12 @@ def main(argv=None):
 
   # Installed here, not left to Python, which leaves SIGINT ignored when the
   # sweep starts with it ignored, and ends on SIGTERM with the runs left going.
-  for signum in (signal.SIGINT, signal.SIGTERM):
+  for signum in signals.STOP_SIGNALS:
     signal.signal(signum, stop)
   try:
     failed = sweep.run()
   except KeyboardInterrupt:
-    return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
+    return signals.exit_status(stopped_by[0] if stopped_by else signal.SIGINT)
   report.write_results(sweep)
   if failed:
     runner.log(f'{len(failed)} of {len(points)} point(s) failed:')

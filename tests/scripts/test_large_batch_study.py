@@ -177,7 +177,8 @@ def write_results(out, batch, accuracies, steps=336, arm='sgd'):
   Each keeps the curve of its evaluations, as the study's results do, here
   the last one alone, and its overrides first, as scripts/sweep.py records
   them: a half-budget arm's (``*_half*``) ``--set num_epochs=24.0``, an eeta
-  arm's (``*_eeta<EETA>``) ``--set optimizer_params.eeta=<EETA>``.
+  arm's (``*_eeta<EETA>``) ``--set optimizer_params.eeta=<EETA>``, the
+  warm-up step's (``*_warmup*``) its warm-up and decay fractions.
   """
   # Above 8K the study accumulates micro-batches of 8K, as the script does.
   per_gpu, iter_size = min(batch, 8192), max(1, batch // 8192)
