@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The large-batch study of docs/large_batch.md, in one command:
 #
-#   bash scripts/large_batch_study.sh [OUT]   (default OUT: runs/large_batch_e<epochs>)
+#   bash scripts/large_batch/run_study.sh [OUT]   (default OUT: runs/large_batch_e<epochs>)
 #
 # Fashion-MNIST, ResNet-8, the same epochs at every global batch size G = 256,
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
@@ -48,7 +48,7 @@
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
 # EPYC); about 50 runs before any result, 78 as the grids grew and second
-# seeds were added here (8 of them at half length), 20-60 hours. 8K and 16K need about 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/study_report.py writes
+# seeds were added here (8 of them at half length), 20-60 hours. 8K and 16K need about 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/large_batch/report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md, the plots into docs/images, and the study at a
 # glance (accuracy by arm and batch, and the targets) into README.md.
@@ -57,7 +57,7 @@ set -euo pipefail
 # The study runs for hours. Bash reads a script as it goes, so an edit to this
 # file would change a study already running; the braces make bash read it all first.
 {
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
 PY=.venv/bin/python
 status=0
@@ -127,7 +127,7 @@ archive() {
 # best_lr ARM: the learning rate of ARM's grid with the best mean accuracy at G.
 best_lr() {
   [[ -d "$OUT/$1" ]] || return 3
-  "$PY" scripts/study_report.py --arm "$1=$OUT/$1" --key global_batch --out "$OUT" \
+  "$PY" scripts/large_batch/report.py --arm "$1=$OUT/$1" --key global_batch --out "$OUT" \
       --best-lr "$G"
 }
 
@@ -152,7 +152,7 @@ best_eeta() {
     [[ -d "$dir" ]] && arms+=(--arm "$(basename "$dir")=$dir")
   done
   ((${#arms[@]})) || return 3
-  best="$("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --out "$OUT" \
+  best="$("$PY" scripts/large_batch/report.py "${arms[@]}" --key global_batch --out "$OUT" \
           --best-arm "$G")" || return 3
   if [[ "$best" == lars ]]; then echo "$eeta1"; else echo "${best#lars_eeta}"; fi
 }
@@ -348,7 +348,7 @@ for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn \
     *_half) [[ -d "$OUT/${name%%_*}" ]] && arms+=(--budget "${label[${name%%_*}]}=${label[$name]}") ;;
   esac
 done
-report=("$PY" scripts/study_report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
+report=("$PY" scripts/large_batch/report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")
 if [[ "${DOC:-0}" == 1 ]]; then
   report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch --summary README.md)

@@ -1,4 +1,4 @@
-"""Tests of scripts/study_report.py and framework.sweep.study: sweeps of several arms, one table."""
+"""Tests of scripts/large_batch/report.py, study.py and targets.py: sweeps of several arms, one table."""
 
 import csv
 import json
@@ -6,11 +6,9 @@ import os
 
 import pytest
 
-from framework.sweep import study as study_lib
+from scripts.large_batch import report as study_report
+from scripts.large_batch import study as study_lib
 from tests.scripts.test_plots import check_png
-from tests.scripts.test_plots import load_script
-
-study_report = load_script('study_report')
 
 
 def write_events(directory, start, evals=()):
