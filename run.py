@@ -5,6 +5,7 @@
   python run.py --config=runs/fm_lars/config.yaml --mode=eval --logdir=runs/fm_lars --checkpoint=best
   python run.py --config=runs/fm_lars/config.yaml --mode=export --logdir=runs/fm_lars \
       --export_dir=exports/fm_lars
+  python run.py --config=configs/fashion_mnist_lars.py --num_workers=2   # tf.distribute, this machine
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
 Exit status: 0 done (or nothing to do); 2 a config, data or logdir mistake, in
@@ -64,6 +65,9 @@ def parse_args(argv):
   parser.add_argument('--init_optimizer_state', action='store_true',
                       help='with --init_checkpoint: load its optimizer state too (slots, loss '
                            'scale); the step still starts at 0')
+  parser.add_argument('--num_workers', type=int, default=1, metavar='N',
+                      help='start N workers of this run on this machine (the '
+                           'multi_worker_mirrored engine, under TF_CONFIG); see docs/distributed.md')
   return parser.parse_args(argv)
 
 
@@ -89,6 +93,13 @@ def check_flags(args):
     fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
   if args.init_optimizer_state and args.init_checkpoint is None:
     fail('--init_optimizer_state: only used with --init_checkpoint')
+  if args.num_workers < 1:
+    fail(f'--num_workers: must be >= 1, got {args.num_workers}')
+  if args.num_workers > 1 and args.print_config:
+    fail('--num_workers: not used with --print_config')
+  if args.num_workers > 1 and os.environ.get('TF_CONFIG', '').strip():
+    fail('--num_workers: TF_CONFIG is set already (this process is a worker of a cluster); '
+         'drop --num_workers, or unset TF_CONFIG to start a local cluster')
 
 
 def resume_command(argv):
@@ -105,15 +116,20 @@ def main(argv=None):
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   try:
-    # --print_config skips the checks that import TensorFlow (the optimizer's and
-    # lr policy's arguments), so it answers at once; a run makes them all.
-    configs = config_lib.load_configs(args.config, args.mode, args.set,
-                                      construct=not args.print_config)
+    # The checks that import TensorFlow (the optimizer's and lr policy's
+    # arguments) wait: --print_config answers at once without them, and a run
+    # makes them once its multi-worker engine has started (framework/launch.py).
+    configs = config_lib.load_configs(args.config, args.mode, args.set, construct=False)
   except ConfigError as exc:
     fail(config_lib.format_error(exc))
   if args.print_config:
     print(config_lib.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
+  if args.num_workers > 1:
+    from framework import local_cluster  # pylint: disable=import-outside-toplevel
+    command = [sys.executable, os.path.abspath(__file__),
+               *local_cluster.without_flag(argv, '--num_workers')]
+    return local_cluster.run(command, args.num_workers)
   try:
     return launch_lib.launch(args, configs, resume_command(argv))
   except launch_lib.LaunchError as exc:

@@ -219,6 +219,21 @@ def _check_batches(result, mode):
       raise ConfigError(f'model_params.ghost_batch_size: {ghost} must divide {key} ({size})')
 
 
+def check_with_owners(configs, registries=None):
+  """The checks ``load_configs(construct=False)`` left out, on each of its configs.
+
+  A run loads its configs without them, starts its multi-worker engine (which
+  must come before any other TensorFlow op), then makes them.
+
+  Raises:
+    ConfigError: naming the key path of the first mistake.
+  """
+  registries = default_registries() if registries is None else registries
+  for cfg in configs.values():
+    if cfg is not None:
+      _check_with_owners(cfg, registries)
+
+
 def _check_with_owners(config, registries):
   """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
 

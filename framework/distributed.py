@@ -1,19 +1,31 @@
-"""Horovod start-up and the rank-0 questions of the framework; a single worker otherwise.
+"""Which multi-worker engine a run uses, its start-up, and the chief's questions.
 
-Horovod itself (starting it, the allreduce of ``optimize_loss``, broadcasts)
-lives in ``optimizers.allreduce``, which the optimizers use without knowing
-the framework; this module starts it for a run and adds what only the
-framework asks: whether horovodrun launched the process, whether this worker
-is the chief that writes files and prints (:func:`log`), and the sums and
-maxima of host values the trainer needs (eval metrics, stop requests).
-Everything degrades to the single-process answer when Horovod is not
-initialised.
+The collectives themselves (the gradient all-reduce, broadcasts, host sums)
+live in ``optimizers.allreduce``, the seam both engines stand behind; this
+module picks the engine for a run from its config and its environment, starts
+it, and adds what only the framework asks: whether this worker is the chief
+that writes files and prints (:func:`log`), and the sums and maxima of host
+values the trainer needs (eval metrics, stop requests).
+
+The engine follows ``distribution`` (``auto`` by default):
+
+- ``horovod``: the process was started by ``horovodrun`` (or mpirun);
+- ``multi_worker_mirrored``: ``TF_CONFIG`` names more than one task (Kubernetes'
+  TFJob, ``run.py --num_workers``, any launcher), or Slurm started more than one
+  task (``srun``), read by TensorFlow's own ``SlurmClusterResolver``;
+- ``none``: one process.
+
+A choice the environment cannot honour fails in one line naming what is missing.
+Everything degrades to the single-process answer when no engine runs.
 """
 
+import json
 import os
+import shutil
+import socket
 
-import tensorflow as tf
-
+from core.params import ConfigError
+from core.params import check_params
 from framework import console
 from optimizers import allreduce
 # Start-up and the job's shape, as the optimizers see them.
@@ -28,13 +40,194 @@ from optimizers.allreduce import wakes_on_enqueue  # noqa: F401
 # The names the trainer and scripts call them by.
 allreduce_average = allreduce.average
 broadcast_variables = allreduce.broadcast
+engine_name = allreduce.engine_name
+
+AUTO = 'auto'
+CHOICES = (AUTO, allreduce.NONE, allreduce.HOROVOD, allreduce.MULTI_WORKER_MIRRORED)
 
 _LAUNCHER_VARIABLES = ('HOROVOD_RANK', 'HOROVOD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
+_CLUSTER_JOBS = ('chief', 'worker')
 
 
-def launched_by_horovodrun():
-  """Whether this process was started by horovodrun (or mpirun) with more than one worker."""
-  return any(v in os.environ for v in _LAUNCHER_VARIABLES)
+def launched_by_horovodrun(environ=None):
+  """Whether this process was started by horovodrun (or mpirun)."""
+  environ = os.environ if environ is None else environ
+  return any(v in environ for v in _LAUNCHER_VARIABLES)
+
+
+def tf_config_cluster(environ=None):
+  """The cluster of ``TF_CONFIG``, checked: (addresses in rank order, this task's rank), or None.
+
+  Only the chief and worker jobs train; the chief, when there is one, is rank 0.
+
+  Raises:
+    ConfigError: ``TF_CONFIG`` is not JSON, names no task of its cluster, or
+      names one address twice.
+  """
+  environ = os.environ if environ is None else environ
+  text = environ.get('TF_CONFIG', '').strip()
+  if not text:
+    return None
+  try:
+    spec = json.loads(text)
+  except ValueError as exc:
+    raise ConfigError(f'TF_CONFIG: not valid JSON ({exc})') from None
+  if not isinstance(spec, dict) or not isinstance(spec.get('cluster', {}), dict):
+    raise ConfigError('TF_CONFIG: expected {"cluster": {"worker": [...]}, "task": {"type": '
+                      '"worker", "index": i}}')
+  cluster = spec.get('cluster') or {}
+  if not cluster:
+    return None
+  addresses, seen = [], {}
+  for job in _CLUSTER_JOBS:
+    tasks = cluster.get(job, [])
+    if not isinstance(tasks, list) or not all(isinstance(a, str) for a in tasks):
+      raise ConfigError(f'TF_CONFIG: cluster.{job} must be a list of "host:port" strings, got '
+                        f'{tasks!r}')
+    for index, address in enumerate(tasks):
+      if address in seen:
+        raise ConfigError(f'TF_CONFIG: {address} is named twice ({seen[address]} and '
+                          f'{job} {index}); every task needs an address of its own')
+      seen[address] = f'{job} {index}'
+      addresses.append(address)
+  others = sorted(set(cluster) - set(_CLUSTER_JOBS))
+  if others:
+    raise ConfigError(f'TF_CONFIG: cluster jobs {others} are not supported; multi-worker '
+                      f'training uses {list(_CLUSTER_JOBS)}')
+  task = spec.get('task') or {}
+  job, index = task.get('type'), task.get('index')
+  tasks = cluster.get(job) if job in _CLUSTER_JOBS else None
+  if tasks is None or not isinstance(index, int) or not 0 <= index < len(tasks):
+    raise ConfigError(f'TF_CONFIG: task {task!r} is not one of the cluster\'s tasks '
+                      f'({", ".join(f"{j} 0..{len(cluster[j]) - 1}" for j in _CLUSTER_JOBS if cluster.get(j))})')
+  offset = len(cluster.get('chief', [])) if job == 'worker' else 0
+  return addresses, offset + index
+
+
+def slurm_tasks(environ=None):
+  """The number of tasks of this Slurm job step, or 0 outside Slurm."""
+  environ = os.environ if environ is None else environ
+  if 'SLURM_PROCID' not in environ:
+    return 0
+  for name in ('SLURM_STEP_NUM_TASKS', 'SLURM_NTASKS'):
+    if environ.get(name, '').isdigit():
+      return int(environ[name])
+  return 1
+
+
+def choose_engine(choice, environ=None):
+  """The engine a run uses: ``choice`` ('auto', ...) resolved against the environment.
+
+  Returns:
+    (engine, where): the engine name and what selected it, in words.
+
+  Raises:
+    ConfigError: a choice the environment cannot honour, in one line.
+  """
+  environ = os.environ if environ is None else environ
+  horovodrun = launched_by_horovodrun(environ)
+  cluster = tf_config_cluster(environ)
+  tf_config_workers = len(cluster[0]) if cluster else 0
+  slurm = slurm_tasks(environ)
+  if choice == AUTO:
+    if horovodrun and tf_config_workers > 1:
+      raise ConfigError('distribution: auto, but both horovodrun and a TF_CONFIG of '
+                        f'{tf_config_workers} tasks are in the environment; set distribution: '
+                        'horovod or multi_worker_mirrored')
+    if horovodrun:
+      return allreduce.HOROVOD, 'horovodrun'
+    if tf_config_workers > 1:
+      return allreduce.MULTI_WORKER_MIRRORED, 'TF_CONFIG'
+    if slurm > 1:
+      return allreduce.MULTI_WORKER_MIRRORED, 'Slurm'
+    return allreduce.NONE, 'one process'
+  if choice == allreduce.HOROVOD:
+    return allreduce.HOROVOD, 'horovodrun' if horovodrun else 'distribution: horovod'
+  if choice == allreduce.MULTI_WORKER_MIRRORED:
+    if horovodrun:
+      raise ConfigError('distribution: multi_worker_mirrored, but horovodrun started this '
+                        'process; launch with TF_CONFIG, srun or run.py --num_workers instead, '
+                        'or set distribution: horovod')
+    if tf_config_workers:
+      return allreduce.MULTI_WORKER_MIRRORED, 'TF_CONFIG'
+    if slurm:
+      return allreduce.MULTI_WORKER_MIRRORED, 'Slurm'
+    raise ConfigError('distribution: multi_worker_mirrored needs a cluster: run with '
+                      'run.py --num_workers=N, set TF_CONFIG, or launch with srun')
+  # none
+  if horovodrun or tf_config_workers > 1 or slurm > 1:
+    launcher = ('horovodrun' if horovodrun else
+                f'TF_CONFIG ({tf_config_workers} tasks)' if tf_config_workers > 1 else
+                f'Slurm ({slurm} tasks)')
+    raise ConfigError(f'distribution: none, but {launcher} started several workers; they would '
+                      'train apart and write one logdir; set distribution: auto')
+  return allreduce.NONE, 'distribution: none'
+
+
+def _check_own_port(addresses, own):
+  """Refuses, in one line, a local address of this task whose port is taken."""
+  host, _, port = addresses[own].rpartition(':')
+  if not port.isdigit():
+    raise ConfigError(f'TF_CONFIG: {addresses[own]} is not "host:port"')
+  if host not in ('localhost', '127.0.0.1', '[::1]', socket.gethostname()):
+    return
+  with socket.socket() as probe:
+    try:
+      probe.bind(('' if host == socket.gethostname() else '127.0.0.1', int(port)))
+    except OSError as exc:
+      raise ConfigError(f'TF_CONFIG: this task\'s address {addresses[own]} cannot be used: port '
+                        f'{port} is in use on this machine ({exc.strerror}); choose a free '
+                        'port') from None
+
+
+def _slurm_resolver(params):
+  """TensorFlow's Slurm resolver, without GPUs where nvidia-smi is missing."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  kwargs = {'port_base': params['port_base']}
+  if shutil.which('nvidia-smi') is None and 'CUDA_VISIBLE_DEVICES' not in os.environ:
+    kwargs['gpus_per_node'] = 0
+  try:
+    return tf.distribute.cluster_resolver.SlurmClusterResolver(**kwargs)
+  except (RuntimeError, KeyError, ValueError, OSError) as exc:
+    raise ConfigError(f'Slurm: cannot resolve the cluster of this job step ({exc}); '
+                      'SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST and '
+                      'SLURM_STEP_TASKS_PER_NODE are read, and scontrol must be on PATH') from None
+
+
+def start(choice=AUTO, params=None, environ=None):
+  """Starts the engine of a run (before any other TensorFlow op); returns its name.
+
+  Args:
+    choice: the config's ``distribution``.
+    params: the config's ``distribution_params`` (timeout_seconds, implementation,
+      port_base); None: their defaults.
+
+  Raises:
+    ConfigError: a choice the environment cannot honour, a bad TF_CONFIG or a
+      port in use, in one line.
+    RuntimeError: Horovod is missing or the cluster cannot start.
+  """
+  environ = os.environ if environ is None else environ
+  if params is None:
+    from framework.schema import DISTRIBUTION_SCHEMA  # pylint: disable=import-outside-toplevel
+    params = check_params({}, DISTRIBUTION_SCHEMA, 'distribution_params')
+  engine, where = choose_engine(choice, environ)
+  if engine == allreduce.HOROVOD:
+    allreduce.init()
+  elif engine == allreduce.MULTI_WORKER_MIRRORED:
+    resolver = None
+    if where == 'TF_CONFIG':
+      addresses, own = tf_config_cluster(environ)
+      _check_own_port(addresses, own)
+    else:
+      resolver = _slurm_resolver(params)
+    try:
+      allreduce.init_collective(resolver, timeout_seconds=params['timeout_seconds'],
+                                implementation=params['implementation'])
+    except Exception as exc:  # TensorFlow's errors from the cluster start-up
+      raise RuntimeError(f'{where}: the multi-worker cluster could not start '
+                         f'({" ".join(str(exc).split())[:300]})') from None
+  return engine
 
 
 def is_chief():
@@ -49,15 +242,9 @@ def log(message):
 
 def sum_array(values):
   """The element-wise sum of a numpy array over workers (float64)."""
-  hvd = allreduce.horovod()
-  if hvd is None or hvd.size() == 1:
-    return values
-  return hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Sum).numpy()
+  return allreduce.sum_host(values)
 
 
 def max_over_workers(value):
-  """The largest of an integer over all workers (one scalar allreduce when there are several)."""
-  hvd = allreduce.horovod()
-  if hvd is None or hvd.size() == 1:
-    return int(value)
-  return int(hvd.allreduce(tf.constant(int(value), tf.int64), op=hvd.Max).numpy())
+  """The largest of an integer over all workers (one small collective when there are several)."""
+  return allreduce.max_host(value)

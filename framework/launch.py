@@ -52,7 +52,7 @@ def choose_logdir(options, cfg):
 
 
 def launch(options, configs, resume):
-  """Starts Horovod if asked, checks the logdir and runs the mode.
+  """Starts the multi-worker engine, checks the logdir and runs the mode.
 
   Args:
     options: run.py's parsed flags (see the module docstring).
@@ -67,13 +67,9 @@ def launch(options, configs, resume):
   Raises:
     LaunchError: a mistake or a failed run.
   """
-  from framework import distributed  # pylint: disable=import-outside-toplevel
   cfg = main_config(configs)
-  if cfg['use_horovod'] or distributed.launched_by_horovodrun():
-    try:
-      distributed.init()
-    except RuntimeError as exc:
-      raise LaunchError(str(exc)) from None
+  distributed = start_engine(cfg)
+  check_with_owners(configs)
   logdir = choose_logdir(options, cfg)
   if options.mode == 'export':
     from framework import export as export_lib  # pylint: disable=import-outside-toplevel
@@ -87,6 +83,37 @@ def launch(options, configs, resume):
   finally:
     if lock is not None:
       lock.release()
+
+
+def check_with_owners(configs):
+  """The config checks that construct the optimizer and lr policy (TensorFlow), as one line."""
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  try:
+    config_lib.check_with_owners(configs)
+  except ConfigError as exc:
+    raise LaunchError(config_lib.format_error(exc)) from None
+
+
+def start_engine(cfg):
+  """Starts the run's multi-worker engine (before any other TensorFlow op); returns the module.
+
+  Raises:
+    LaunchError: a choice the environment cannot honour, or a cluster that cannot start.
+  """
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  choice = cfg['distribution']
+  if cfg['use_horovod'] and choice == distributed.AUTO:
+    choice = 'horovod'
+  try:
+    engine = distributed.start(choice, cfg['distribution_params'])
+  except (ConfigError, RuntimeError) as exc:
+    raise LaunchError(str(exc)) from None
+  if engine != 'none':
+    distributed.log(f'engine: {distributed.engine_name()}, {distributed.size()} workers; '
+                    f'{distributed.allreduce.describe()}')
+  return distributed
 
 
 def check_logdir(logdir, options, chief):
@@ -178,7 +205,7 @@ def run(options, configs, logdir, resume):
   except DataError as exc:
     raise LaunchError(str(exc)) from None
   except (TrainingError, checkpoints.CheckpointError) as exc:
-    raise LaunchError(str(exc), status=1) from None
+    raise LaunchError(str(exc)) from None
   finally:
     if stop is not None:
       stop.uninstall()

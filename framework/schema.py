@@ -103,6 +103,19 @@ PRECISE_BN_SCHEMA = {
 
 _OPTIONAL_INT = (int, type(None))
 
+DISTRIBUTION_CHOICES = ('auto', 'none', 'horovod', 'multi_worker_mirrored')
+
+DISTRIBUTION_SCHEMA = {
+    'timeout_seconds': Param(_OPTIONAL_INT, 600, check=positive,
+                             doc='multi_worker_mirrored: how long a collective waits for its peers '
+                                 'before the run fails (None: for ever)'),
+    'implementation': Param(str, 'auto', choices=('auto', 'ring', 'nccl'),
+                            doc='multi_worker_mirrored: the all-reduce (auto: NCCL on GPUs, ring '
+                                'on CPUs)'),
+    'port_base': Param(int, 8888, check=positive,
+                       doc='multi_worker_mirrored under Slurm: the first port of a node\'s tasks'),
+}
+
 SCHEMA = {
     'model': _NameOrObject('callable', callable, doc='registered model name, or the builder itself'),
     'model_params': Param(dict, {}, doc="checked against the model's PARAMS"),
@@ -135,8 +148,14 @@ SCHEMA = {
     'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
     'logdir': Param(str, None, doc='run directory; None: nothing written'),
     'random_seed': Param(int, 0, check=_seed, doc='seed of Python, NumPy and TensorFlow'),
-    'use_horovod': Param(bool, False, doc='one process per device, gradients allreduced'),
-    'horovod_params': DictParam(settings.HOROVOD_SCHEMA, {}, doc='allreduce options'),
+    'distribution': Param(str, 'auto', choices=DISTRIBUTION_CHOICES,
+                          doc='the multi-worker engine; auto: horovod under horovodrun, '
+                              'multi_worker_mirrored under a TF_CONFIG or Slurm cluster, else none'),
+    'distribution_params': DictParam(DISTRIBUTION_SCHEMA, {}, doc='multi-worker engine options'),
+    'use_horovod': Param(bool, False, doc='the same as distribution: horovod'),
+    'horovod_params': DictParam(settings.HOROVOD_SCHEMA, {},
+                                doc='all-reduce options (both engines; compression: fp16 sends '
+                                    'float16)'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
     'label_smoothing': Param(float, 0.0, check=_probability, doc='for the classification loss'),
     'precise_bn': DictParam(PRECISE_BN_SCHEMA, None,

@@ -5,7 +5,8 @@ each a call to a small function of ``stages.py`` (or of the module named):
 
 1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale
 2. accumulation over ``iter_size`` micro-batches (float32, mean)
-3. Horovod allreduce (average), once per applied update (``allreduce.py``)
+3. all-reduce (average over workers, Horovod or tf.distribute), once per applied update
+   (``allreduce.py``)
 4. finite check -> loss-scaler update; a non-finite step stops here
 5. global-norm clipping (``clip_gradients``)
 6. LARC (``larc_params``)
@@ -123,7 +124,8 @@ class GradientPipeline(tf.Module):
     # The global norm is taken when clipping, logging or summarising it.
     self._with_norm = (self.clip_gradients is not None or self.log_global_norm
                        or 'global_gradient_norm' in self.summaries)
-    if self.on_horovod:
+    if self.on_horovod and allreduce.engine_name() == allreduce.NONE:
+      # OpenSeq2Seq's on_horovod=True starts Horovod; an engine already running serves as it is.
       allreduce.init()
     optimizer_params = dict(optimizer_params or {})
     self.learning_rate_decay_fn = learning_rate_decay_fn
@@ -259,7 +261,7 @@ class GradientPipeline(tf.Module):
 
   def _update(self, grads):
     """Stages 3-7 on one update's gradients; returns whether the update was applied."""
-    # 3. Horovod average, once per update.
+    # 3. the average over workers, once per update.
     if self._allreduce:
       grads = allreduce.average(grads, self.compression)
       self.allreduce_count.assign_add(1)

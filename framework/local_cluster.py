@@ -1,0 +1,154 @@
+"""``run.py --num_workers=N``: N workers of one run on this machine, under TF_CONFIG.
+
+The launcher starts N copies of the same command, each with a ``TF_CONFIG``
+naming N free localhost ports and its own index, so each selects the
+``multi_worker_mirrored`` engine as under any other launcher. It
+
+- shares the machine's cores among the workers (TensorFlow's thread pools and
+  OpenMP, unless the environment sets them);
+- forwards SIGINT and SIGTERM to every worker, which stop together at the same
+  step, save once and exit 128 + the signal; so does the launcher;
+- ends the others when one worker fails or dies, and exits with that worker's
+  status (1 for a worker killed by a signal it did not get from here), so a
+  dead worker never leaves the job hanging.
+
+No TensorFlow is imported here: the workers start it themselves.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from core.signals import STOP_SIGNALS
+from core.signals import exit_status
+
+# How long the others get to stop by themselves after one worker failed, before SIGKILL.
+GRACE_SECONDS = 10.0
+_THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'OMP_NUM_THREADS')
+
+
+def free_ports(count):
+  """``count`` distinct ports that are free on localhost now."""
+  sockets = []
+  try:
+    for _ in range(count):
+      s = socket.socket()
+      s.bind(('127.0.0.1', 0))
+      sockets.append(s)
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
+
+
+def worker_environments(count, environ=None, ports=None):
+  """The environments of ``count`` local workers: TF_CONFIG, and their share of the cores."""
+  environ = dict(os.environ if environ is None else environ)
+  ports = ports or free_ports(count)
+  cluster = {'worker': [f'localhost:{p}' for p in ports]}
+  threads = str(max(1, (os.cpu_count() or 1) // count))
+  result = []
+  for index in range(count):
+    env = dict(environ)
+    env['TF_CONFIG'] = json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
+    for name in _THREAD_VARIABLES:
+      env.setdefault(name, threads)
+    env.setdefault('TF_NUM_INTEROP_THREADS', '1' if count > 1 else threads)
+    result.append(env)
+  return result
+
+
+def without_flag(argv, flag):
+  """``argv`` without ``--flag=V`` or ``--flag V``."""
+  result, skip = [], False
+  for arg in argv:
+    if skip:
+      skip = False
+      continue
+    if arg == flag:
+      skip = True
+      continue
+    if arg.startswith(flag + '='):
+      continue
+    result.append(arg)
+  return result
+
+
+class LocalCluster:
+  """N worker processes of one command; :meth:`wait` returns the job's exit status."""
+
+  def __init__(self, command, count, environ=None):
+    self.processes = [subprocess.Popen(command, env=env)
+                      for env in worker_environments(count, environ)]
+    self.forwarded = None  # the signal forwarded to the workers, if any
+
+  def forward(self, signum, frame=None):
+    """Passes a stop signal on to every worker still running (a second one too)."""
+    del frame
+    self.forwarded = signum
+    for proc in self.processes:
+      if proc.poll() is None:
+        proc.send_signal(signum)
+
+  def _end_others(self):
+    for proc in self.processes:
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
+      time.sleep(0.1)
+    for proc in self.processes:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+  def wait(self):
+    """Waits for every worker; ends the rest when one fails. Returns the job's exit status.
+
+    A worker that exits 128 + a stop signal stopped cleanly (a signal reached
+    it, the workers agreed on the step and the chief saved): the others are
+    stopping too and are waited for, not interrupted while the chief saves.
+    """
+    stop_statuses = {exit_status(s) for s in STOP_SIGNALS}
+    while True:
+      statuses = [p.poll() for p in self.processes]
+      done = [s for s in statuses if s is not None]
+      failed = [(i, s) for i, s in enumerate(statuses)
+                if s not in (None, 0) and s not in stop_statuses]
+      if failed:
+        index, status = failed[0]
+        print(f'error: worker {index} of {len(self.processes)} '
+              f'{_describe(status)}; ending the others', file=sys.stderr, flush=True)
+        self._end_others()
+        return status if status > 0 else 1
+      if len(done) == len(statuses):
+        stopped = [s for s in done if s in stop_statuses]
+        if stopped:
+          return stopped[0]
+        return exit_status(self.forwarded) if self.forwarded is not None and any(done) else 0
+      time.sleep(0.1)
+
+
+def _describe(status):
+  if status < 0:
+    return f'was killed by {signal.Signals(-status).name}'
+  return f'exited with status {status}'
+
+
+def run(command, count):
+  """Runs ``command`` as ``count`` local workers, forwarding SIGINT/SIGTERM; returns the status."""
+  cluster = LocalCluster(command, count)
+  previous = {s: signal.signal(s, cluster.forward) for s in STOP_SIGNALS}
+  try:
+    return cluster.wait()
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+    for proc in cluster.processes:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
