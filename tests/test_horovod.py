@@ -16,6 +16,9 @@ sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import horovod_cases  # noqa: E402  pylint: disable=wrong-import-position
 from framework import distributed  # noqa: E402  pylint: disable=wrong-import-position
+from tests.processes import Child  # noqa: E402  pylint: disable=wrong-import-position
+
+pytestmark = pytest.mark.multiprocess
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
@@ -194,25 +197,21 @@ def test_a_killed_worker_ends_the_job_non_zero_and_keeps_the_checkpoint(tmp_path
   cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable,
          os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train', '--logdir',
          str(logdir), *SHORT, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5']
-  proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-  try:
+  # Child (tests/processes.py): leaving the block kills what is left of the job.
+  with Child(cmd, cwd=ROOT, env=env(), stderr=subprocess.STDOUT,
+             start_new_session=True) as proc:
     deadline = time.time() + 300
     while tf.train.latest_checkpoint(str(logdir)) is None:
       assert time.time() < deadline and proc.poll() is None, 'no checkpoint was written'
       time.sleep(1)
     workers = subprocess.run(['pgrep', '-f', f'run.py.*{logdir}'], capture_output=True,
-                             text=True).stdout.split()
+                             text=True, timeout=60).stdout.split()
     workers = [int(p) for p in workers if int(p) != proc.pid]
     assert len(workers) >= 2, workers
     killed_at = time.time()
     os.kill(max(workers), signal.SIGKILL)
     status = proc.wait(timeout=180)
     waited = time.time() - killed_at
-  finally:
-    if proc.poll() is None:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
   assert status != 0
   assert waited < 120, f'the job took {waited:.0f} s to end after a worker died'
   latest = tf.train.latest_checkpoint(str(logdir))
@@ -234,17 +233,14 @@ def _stop_job(logdir, target, after_step):
          '--set', 'print_loss_steps=1']
   if target == 'horovodrun':
     cmd.append('--continue_learning')
-  proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-  lines = []
-  try:
-    for line in proc.stdout:
-      assert 'step 100' not in line, ''.join(lines)  # the signal must come long before the end
-      lines.append(line)
-      if f':step {after_step} ' in line:
-        break
+  with Child(cmd, cwd=ROOT, env=env(), stderr=subprocess.STDOUT,
+             start_new_session=True) as proc:
+    lines = proc.wait_for_line(lambda line: f':step {after_step} ' in line, timeout=300)
+    # The signal must come long before the end.
+    assert not any('step 100' in line for line in lines), ''.join(lines)
     workers = [int(p) for p in subprocess.run(['pgrep', '-f', f'run.py.*{logdir}'],
-                                              capture_output=True, text=True).stdout.split()]
+                                              capture_output=True, text=True,
+                                              timeout=60).stdout.split()]
     workers = [p for p in workers if p != proc.pid and _rank_of(p) >= 0]
     assert len(workers) == 2, (workers, ''.join(lines))
     if target == 'horovodrun':
@@ -252,10 +248,6 @@ def _stop_job(logdir, target, after_step):
     else:
       os.kill([p for p in workers if _rank_of(p) == 1][0], signal.SIGTERM)
     rest, _ = proc.communicate(timeout=180)
-  finally:
-    if proc.poll() is None:
-      os.killpg(proc.pid, signal.SIGKILL)
-      proc.wait()
   return proc.returncode, ''.join(lines) + rest
 
 

@@ -5,12 +5,13 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+
+from tests.processes import Child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
@@ -37,21 +38,17 @@ def run(*args, check=True):
 
 
 def start(*args):
-  """Starts run.py without waiting; stdout is a line-buffered pipe, stderr a second one."""
-  return subprocess.Popen([sys.executable, '-u', os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
-                          env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  """Starts run.py without waiting: a ``Child`` (tests/processes.py), stdout line-buffered."""
+  return Child([sys.executable, '-u', os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
+               env=run_env())
 
 
 def wait_for_line(proc, prefix, timeout=300):
-  """Reads proc's stdout up to the first line starting with ``prefix``; returns the lines read."""
-  lines, deadline = [], time.time() + timeout
-  for line in proc.stdout:
-    lines.append(line)
-    if line.startswith(prefix):
-      return lines
-    assert time.time() < deadline, f'no line {prefix!r} in time:\n{"".join(lines)}'
-  raise AssertionError(f'run.py ended before a line {prefix!r}:\n{"".join(lines)}\n'
-                       f'{proc.stderr.read()}')
+  """Reads proc's stdout up to the first line starting with ``prefix``; returns the lines read.
+
+  The deadline holds when run.py prints nothing (a hung step).
+  """
+  return proc.wait_for_line(lambda line: line.startswith(prefix), timeout)
 
 
 def checkpoint_values(path):
@@ -162,13 +159,11 @@ def test_stop_and_resume_equals_straight_through(tmp_path):
 
   # Preempted at a random step: SIGTERM finishes the step, saves and exits 143.
   at = random.Random().randint(8, 16)
-  proc = start(*common, '--logdir', str(resumed), '--set', 'max_steps=30', '--continue_learning')
-  try:
+  with start(*common, '--logdir', str(resumed), '--set', 'max_steps=30',
+             '--continue_learning') as proc:
     wait_for_line(proc, f'step {at} ')
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-  finally:
-    proc.kill()
   assert proc.returncode == 143, (at, out, err)
   assert 'Traceback' not in err
   last = out.strip().splitlines()[-1]
