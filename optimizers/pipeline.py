@@ -68,8 +68,20 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=
     # 6. LARC scales the gradients.
     grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)
   # 7. The optimizer's update (its own path: dispatch.update_path, asked by keras_adapter).
-  optimizer.apply([grads[i] for i in present], vars_present)
+  # Keras' reference update passes the gradients through a custom_gradient op
+  # (its replica-context sum, an identity on one replica), which needs them all
+  # from one graph: the gradients LARC left alone come from outside the branch
+  # the update runs in (stages.apply_if), the scaled ones from inside it.
+  optimizer.apply([_in_this_graph(grads[i]) for i in present], vars_present)
   return factors
+
+
+def _in_this_graph(grad):
+  """``grad`` as a tensor (or IndexedSlices) of the graph being built, without a copy."""
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
+                            grad.dense_shape)
+  return tf.identity(grad)
 
 
 def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
