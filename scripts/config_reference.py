@@ -1,0 +1,272 @@
+"""Writes the generated part of docs/config.md: every config key, from the declarations the checks use.
+
+  .venv/bin/python scripts/config_reference.py           # rewrite the block in docs/config.md
+  .venv/bin/python scripts/config_reference.py --check   # exit 1 when the page is out of date
+
+The block between the page's markers is made from what validates a config, so
+it cannot drift from it: ``SCHEMA`` (framework/schema.py) and the schemas it
+nests, the ``PARAMS`` of each registered model and data layer, the
+``ARGUMENTS`` each optimizer and lr policy registers (optimizers/registry.py)
+with the defaults of the signatures they declare, AGN's and the loss
+scalers' settings (optimizers/settings.py), and the dtype names
+(core/precision.py). Reading the defaults imports TensorFlow.
+"""
+
+import argparse
+import inspect
+import os
+import sys
+
+# TensorFlow's start-up lines would bury the one line this prints.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from core import precision  # noqa: E402  pylint: disable=wrong-import-position
+from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-position
+from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
+from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
+from framework import config  # noqa: E402  pylint: disable=wrong-import-position
+from framework import quiet  # noqa: E402  pylint: disable=wrong-import-position
+from framework import schema  # noqa: E402  pylint: disable=wrong-import-position
+from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
+from optimizers import settings  # noqa: E402  pylint: disable=wrong-import-position
+
+PAGE = os.path.join(ROOT, 'docs', 'config.md')
+BEGIN = '<!-- config_reference: begin -->'
+END = '<!-- config_reference: end -->'
+COMMAND = '.venv/bin/python scripts/config_reference.py'
+
+# Keys whose allowed names live with their own check rather than in the
+# Param's choices: the same constants those checks read.
+NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': settings.LOSS_SCALING_ALGOS}
+# The optimizer argument the framework gives itself (config.py refuses it in optimizer_params).
+LEARNING_RATE = 'learning_rate'
+# The lr policy argument the trainer passes.
+GLOBAL_STEP = 'global_step'
+
+
+def code(value):
+  """``value``'s repr as inline code, safe inside a table cell."""
+  return '`' + repr(value).replace('|', '\\|') + '`'
+
+
+def cell(text):
+  return text.replace('|', '\\|').replace('\n', ' ')
+
+
+def type_text(param):
+  if isinstance(param, DictParam):
+    return 'a mapping'
+  if isinstance(param, ListParam):
+    return f'a list, each {type_name(param.item.types)}'
+  what = getattr(param, 'what', None)  # a registered name, or the object itself
+  if what is not None:
+    return f'a name, or the {what}'
+  if param.types is callable:
+    return 'a callable'
+  return type_name(param.types)
+
+
+def default_text(param):
+  return 'required' if param.required else code(param.default)
+
+
+def allowed_text(key, param, registries):
+  if key in registries:
+    return 'registered: ' + ', '.join(f'`{name}`' for name in registries[key])
+  choices = NAMES_ELSEWHERE.get(key, param.choices)
+  if choices is None and isinstance(param, ListParam):
+    choices = param.item.choices
+  if choices is None:
+    return ''
+  return ', '.join(f'`{c}`' for c in choices)
+
+
+def param_rows(params, registries=None, prefix=''):
+  """Table rows of a schema (``name -> Param``); a nested schema's keys follow their parent."""
+  rows = []
+  for key, param in params.items():
+    rows.append(f'| `{prefix}{key}` | {type_text(param)} | {default_text(param)} | '
+                f'{cell(allowed_text(key, param, registries or {}))} | {cell(param.doc)} |')
+    if isinstance(param, DictParam):
+      rows += param_rows(param.schema, registries, f'{prefix}{key}.')
+  return rows
+
+
+def param_table(params, registries=None):
+  return ['| key | type | default | allowed | meaning |', '|---|---|---|---|---|',
+          *param_rows(params, registries)]
+
+
+def signature_default(target, name):
+  """The default of argument ``name`` of a function, or of a class's constructor up its bases.
+
+  Returns ``inspect.Parameter.empty`` when no signature gives one.
+  """
+  owners = [target] if not inspect.isclass(target) else [
+      klass.__init__ for klass in target.__mro__ if '__init__' in vars(klass)]
+  for owner in owners:
+    parameter = inspect.signature(owner).parameters.get(name)
+    if parameter is not None and parameter.default is not inspect.Parameter.empty:
+      return parameter.default
+  return inspect.Parameter.empty
+
+
+def default_cell(target, name, required=()):
+  if name in required:
+    return 'required'
+  value = signature_default(target, name)
+  return 'none declared' if value is inspect.Parameter.empty else code(value)
+
+
+def optimizer_section(registries):
+  optimizers = registries['optimizer']
+  import keras  # pylint: disable=import-outside-toplevel
+  keras_base = set(registry.KERAS_BASE)
+  # The Keras base arguments' defaults, as the optimizers inherit them.
+  base_class = keras.optimizers.Optimizer
+  declared_any = False
+  lines = ['## `optimizer_params`', '',
+           f'The keyword arguments of the optimizer `optimizer` names, but `{LEARNING_RATE}`, '
+           'which comes from the lr policy (`lr_policy_params.learning_rate`). Each registration '
+           'declares the names (`ARGUMENTS` in `optimizers/registry.py`); the defaults are those '
+           "of the class's signature. Every optimizer but AGN also takes the Keras base "
+           'arguments listed last; a row under an optimizer shows where it sets its own default.',
+           '']
+  for name in optimizers:
+    facts = optimizers.facts(name)
+    if facts.get('WRAPS_OPTIMIZER'):
+      lines += [f'### `{name}`', '',
+                '`optimizer_params` go to the optimizer it wraps, named by '
+                '`agn_params.optimizer`; its own settings are `agn_params`:', '',
+                *param_table(settings.AGN_SCHEMA), '']
+      continue
+    arguments = facts.get('ARGUMENTS')
+    if arguments is None:
+      lines += [f'### `{name}`', '',
+                'Arguments checked against its signature once TensorFlow is loaded.', '']
+      continue
+    lines += [f'### `{name}`' + (f' (`{arguments.who}`)' if arguments.who != name else ''), '']
+    target = optimizers[name]
+    declared_any = True
+    rows = []
+    for argument in arguments.names:
+      if argument == LEARNING_RATE:
+        continue
+      value = default_cell(target, argument, arguments.required)
+      if argument in keras_base and (argument == 'name'
+                                     or value == default_cell(base_class, argument)):
+        continue
+      rows.append(f'| `{argument}` | {value} |')
+    lines += (['| argument | default |', '|---|---|', *rows, ''] if rows
+              else ['The Keras base arguments only.', ''])
+  if declared_any:
+    lines += ['### Keras base arguments', '',
+              '| argument | default |', '|---|---|',
+              *(f'| `{a}` | {default_cell(base_class, a)} |'
+                for a in registry.KERAS_BASE if a != 'name'),
+              '', "`name` defaults to the optimizer's own name.", '']
+  return lines
+
+
+def lr_policy_section(registries):
+  policies = registries['lr_policy']
+  also = {}
+  for alias, steps in schema.DURATION_KEYS.items():
+    also.setdefault(steps, []).append(alias)
+  lines = ['## `lr_policy_params`', '',
+           f'The arguments of the policy `lr_policy` names, but `{GLOBAL_STEP}`, which the '
+           'trainer passes (`ARGUMENTS` in `optimizers/registry.py`, defaults from the '
+           'function). A duration in steps may be given in epochs or as a fraction of the '
+           "run's updates instead (the column \"or\"); the trainer converts it once it knows "
+           'the steps per epoch and the length of the run.', '']
+  for name in policies:
+    arguments = policies.facts(name)['ARGUMENTS']
+    target = policies[name]
+    lines += [f'### `{name}`', '', '| argument | default | or |', '|---|---|---|']
+    for argument in arguments.names:
+      if argument == GLOBAL_STEP:
+        continue
+      aliases = ', '.join(f'`{a}`' for a in also.get(argument, ()))
+      lines.append(f'| `{argument}` | {default_cell(target, argument, arguments.required)} | '
+                   f'{aliases} |')
+    lines.append('')
+  return lines
+
+
+def loss_scaling_section():
+  spelled = {algo.lower(): algo for algo in settings.LOSS_SCALING_ALGOS}
+  lines = ['## `loss_scaling_params`', '',
+           'The parameters of the automatic loss scaler `loss_scaling` names (any case), '
+           'checked by `optimizers/settings.py`; a fixed scale takes none. docs/math.md gives '
+           'the rules they drive.', '']
+  for key, defaults in settings.LOSS_SCALER_DEFAULTS.items():
+    lines += [f'### `{spelled.get(key, key)}`', '', '| parameter | default |', '|---|---|',
+              *(f'| `{p}` | {code(v)} |' for p, v in defaults.items()), '']
+  return lines
+
+
+def named_params_section(title, registry_, intro):
+  lines = [f'## `{title}`', '', intro, '']
+  for name in registry_:
+    lines += [f'### `{name}`', '', *param_table(registry_.facts(name).get('PARAMS', {})), '']
+  return lines
+
+
+def reference():
+  """The generated block, markers included."""
+  quiet.import_tensorflow()  # the defaults are read from the classes and functions
+  registries = config.default_registries()
+  lines = [BEGIN, f'<!-- written by {COMMAND}; edit the declarations, not this block -->', '',
+           '## Top-level keys', '',
+           'A nested key (`larc_params.larc_eta`) follows its parent.', '',
+           *param_table(schema.SCHEMA, registries), '',
+           *named_params_section('model_params', registries['model'],
+                                 'What each model declares (`PARAMS`, `models/schemas.py`).'),
+           *named_params_section('data_layer_params', registries['data_layer'],
+                                 'What each data layer declares (`PARAMS`, `data/schemas.py`).'),
+           *optimizer_section(registries),
+           *lr_policy_section(registries),
+           *loss_scaling_section(),
+           END]
+  return '\n'.join(lines) + '\n'
+
+
+def page_with(text, block):
+  """``text`` with the block between the markers replaced; ValueError without the markers."""
+  start, end = text.find(BEGIN), text.find(END)
+  if start < 0 or end < start:
+    raise ValueError(f'no {BEGIN} ... {END} block')
+  rest = text[end + len(END):]
+  return text[:start] + block + (rest[1:] if rest.startswith('\n') else rest)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--check', action='store_true',
+                      help='only say whether the page is up to date (exit 1 when it is not)')
+  parser.add_argument('--page', default=PAGE, help='the page holding the block (docs/config.md)')
+  args = parser.parse_args(argv)
+  try:
+    with open(args.page, encoding='utf-8') as f:
+      text = f.read()
+    updated = page_with(text, reference())
+  except (OSError, ValueError) as exc:
+    print(f'error: {args.page}: {exc}', file=sys.stderr)
+    return 2
+  if args.check:
+    if updated != text:
+      print(f'{args.page} is out of date: run {COMMAND}', file=sys.stderr)
+      return 1
+    return 0
+  if updated != text:
+    with open(args.page, 'w', encoding='utf-8') as f:
+      f.write(updated)
+    print(f'wrote {args.page}')
+  else:
+    print(f'{args.page} is up to date')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
