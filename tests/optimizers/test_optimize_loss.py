@@ -359,21 +359,23 @@ def test_a_schedule_made_anew_is_the_same_unless_its_values_change():
     optimize_loss(lambda: tf.reduce_sum(var), 'SGD', {}, schedule(0.5), var_list=[var])
 
 
-def readme_block(marker):
-  """The first python code block after ``marker`` in the README."""
-  readme = open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read()
-  text = readme[readme.index(marker):]
+def doc_block(page, marker):
+  """The first python code block after ``marker`` in ``page`` (a path under the checkout)."""
+  with open(os.path.join(ROOT, page), encoding='utf-8') as f:
+    text = f.read()
+  text = text[text.index(marker):]
   start = text.index('```python\n') + len('```python\n')
   return text[start:text.index('```', start)]
 
 
-def test_readme_optimize_loss_loop_runs(tmp_path):
-  """The README's custom loop, run as a user would: its own interpreter, the repository on the path."""
-  script = tmp_path / 'loop.py'
-  script.write_text(readme_block('<!-- the loop below runs in tests -->'))
+def test_the_custom_loop_of_the_docs_runs_from_outside_the_checkout(tmp_path):
+  """docs/optimizers.md's loop, as a user runs it: a file of their own elsewhere, PYTHONPATH set."""
+  assert not str(tmp_path).startswith(ROOT + os.sep)
+  script = tmp_path / 'my_loop.py'
+  script.write_text(doc_block('docs/optimizers.md', '<!-- the loop below runs in tests'))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
-  result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+  result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr
   match = re.search(r'global step (\d+), loss ([\d.]+) -> ([\d.]+), learning rate ([\d.]+), '
                     r'loss scale (\d+)', result.stdout)
