@@ -6,6 +6,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from framework.sweep import runner
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -33,80 +37,142 @@ def dry_run(out, archive='', with_lines=False):
   return (runs, lines) if with_lines else runs
 
 
-def test_the_study_runs_the_key_points_first_and_every_arm_at_every_batch(tmp_path):
-  runs, lines = dry_run(tmp_path / 'study', with_lines=True)
-  # LARS at 8K, 256 and 16K with two seeds each (the two targets), then the
-  # batch-256 SGD grid.
-  assert [r[:5] for r in runs[:9]] == [
-      ('lars', 'lars', 8192, 11.31, 0), ('lars', 'lars', 8192, 11.31, 1),
-      ('lars', 'lars', 256, 2.0, 0), ('lars', 'lars', 256, 2.0, 1),
-      ('lars', 'lars', 16384, 16.0, 0), ('lars', 'lars', 16384, 16.0, 1),
-      ('sgd', 'sgd', 256, 0.05, 0), ('sgd', 'sgd', 256, 0.1, 0), ('sgd', 'sgd', 256, 0.2, 0)]
-  # LARS and LAMB: sqrt scaling; two seeds where the targets are measured.
-  two_seeds = {'lars': (256, 8192, 16384), 'lamb': (8192,)}
+BATCHES = (256, 1024, 4096, 8192, 16384)
+
+
+def rounded(value):
+  """A rate as the study script writes it: 4 significant digits."""
+  return float(f'{value:.4g}')
+
+
+def without_seed(line):
+  """A dry run's command line with its seed taken out: the point it runs, whatever the seed."""
+  return re.sub(r'__seed=\d+', '', re.sub(r' --set random_seed=\d+', '', line))
+
+
+def logdir_of(line):
+  return re.search(r'--logdir (\S+)', line).group(1)
+
+
+@pytest.fixture(name='fresh', scope='module')
+def fixture_fresh(tmp_path_factory):
+  """The dry run of a study with no results yet: ``(runs, lines)`` as ``dry_run`` gives them."""
+  return dry_run(tmp_path_factory.mktemp('fresh') / 'study', with_lines=True)
+
+
+def test_every_arm_runs_at_every_batch_size_on_its_rule(fresh):
+  runs, lines = fresh
+  for arm in ('sgd', 'lars', 'lamb'):
+    assert sorted({g for d, _, g, *_ in runs if d == arm}) == list(BATCHES), arm
+  # LARS and LAMB: square-root scaling of the rate at every batch; LARS is also
+  # tuned on SGD's grid (x 0.5, x 2) at 16K and 8K.
   for arm, base in (('lars', 2.0), ('lamb', 0.005)):
-    points = sorted({(g, lr, seed) for d, _, g, lr, seed, _ in runs if d == arm})
-    expected = {(g, float(f'{base * (g / 256) ** 0.5:.4g}'), seed)
-                for g in (256, 1024, 4096, 8192, 16384)
-                for seed in ((0, 1) if g in two_seeds[arm] else (0,))}
-    if arm == 'lars':  # at 16K and 8K, also SGD's grid around the rule: x 0.5 and x 2
-      expected |= {(16384, 8.0, 0), (16384, 32.0, 0), (8192, 5.655, 0), (8192, 22.62, 0)}
-    assert points == sorted(expected)
-  # The 16K grid comes after the budget check; its best rate gets seed 1 once it has results.
-  grid = [(lr, seed) for d, _, g, lr, seed, _ in runs if d == 'lars' and g == 16384]
-  assert grid == [(16.0, 0), (16.0, 1), (8.0, 0), (16.0, 0), (32.0, 0)]
-  # Then LARS with twice the recipe's eeta, its own arm on lars.py: two seeds
-  # at 16K, then two at 8K (no larger eeta before these have results); and
-  # two at 256, after LAMB at 8K.
-  eeta = [(i, c, g, lr, seed) for i, (d, c, g, lr, seed, _) in enumerate(runs)
-          if d == 'lars_eeta0.004']
-  assert {d for d, *_ in runs if d.startswith('lars_eeta')} == {'lars_eeta0.004'}
-  last_16k_grid = max(i for i, r in enumerate(runs) if r[:3] == ('lars', 'lars', 16384))
-  assert eeta[:4] == [(last_16k_grid + 1 + i, 'lars', g, lr, seed) for i, (g, lr, seed) in
-                      enumerate([(16384, 16.0, 0), (16384, 16.0, 1), (8192, 11.31, 0),
-                                 (8192, 11.31, 1)])]
-  lamb_8k = max(i for i, r in enumerate(runs) if r[:3] == ('lamb', 'lamb', 8192))
-  assert eeta[4:] == [(lamb_8k + 1, 'lars', 256, 2.0, 0), (lamb_8k + 2, 'lars', 256, 2.0, 1)]
-  # SGD: the three-point grid with seed 0; no second seed before the grid has results.
-  sgd = sorted((g, lr) for d, _, g, lr, seed, _ in runs if d == 'sgd')
-  assert sgd == sorted((g, float(f'{m * 0.1 * (g / 256) ** 0.5:.4g}'))
-                       for g in (256, 1024, 4096, 8192, 16384) for m in (0.5, 1, 2))
+    for g in BATCHES:
+      rates = {lr for d, _, b, lr, seed, _ in runs if d == arm and b == g and seed == 0}
+      grid = (0.5, 1, 2) if arm == 'lars' and g in (8192, 16384) else (1,)
+      rule = rounded(base * (g / 256) ** 0.5)
+      assert rates == {rounded(m * rule) for m in grid}, (arm, g)
+  # SGD: the three-point grid around 0.1*sqrt(G/256) at every batch.
+  for g in BATCHES:
+    rule = rounded(0.1 * (g / 256) ** 0.5)
+    assert {lr for d, _, b, lr, *_ in runs if d == 'sgd' and b == g} == {
+        rounded(m * rule) for m in (0.5, 1, 2)}
   assert ('sgd', 'sgd', 16384, 0.8, 0, None) in runs
-  # The budget check: LARS's batch-256 point with half the epochs (SGD's waits for its grid).
-  half = [r for r in runs if r[0].endswith('_half')]
-  assert [(d, g, lr, seed, e) for d, _, g, lr, seed, e in half] == [
-      ('lars_half', 256, 2.0, 0, '24.0'), ('lars_half', 256, 2.0, 1, '24.0')]
-  assert runs.index(half[0]) < runs.index(('sgd', 'sgd', 8192, 0.5657, 0, None))
-  # After 16K, LARS's rate at 8K on SGD's grid (at the recipe's eeta until the
-  # eeta grid has results), then LARS at 8K with one recipe feature taken out at
-  # a time, each its own arm; last, 1K and 4K (LARS, the SGD grid, LAMB each).
-  lamb_16k = runs.index(('lamb', 'lamb', 16384, 0.04, 0, None))
-  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 1:lamb_16k + 4]] == [
-      ('lars', 'lars', 8192, lr, 0) for lr in (5.655, 11.31, 22.62)]
-  assert [(d, c, g, lr, seed) for d, c, g, lr, seed, _ in runs[lamb_16k + 4:lamb_16k + 7]] == [
-      (d, 'lars', 8192, 11.31, 0) for d in ('lars_no_ghost_bn', 'lars_no_precise_bn',
-                                            'lars_no_smoothing')]
-  assert [(d, g) for d, _, g, *_ in runs[lamb_16k + 7:-4]] == [
-      (d, g) for g in (1024, 4096) for d in ('lars', 'sgd', 'sgd', 'sgd', 'lamb')]
-  # Last, LARS at 8K at the ablations' setting, seeds 0 and 1, with a warm-up
-  # twice as long, then with Nesterov momentum, each its own arm.
-  assert [r[:5] for r in runs[-4:]] == [(d, 'lars', 8192, 11.31, seed)
-                                        for d in ('lars_warmup0.3', 'lars_nesterov')
-                                        for seed in (0, 1)]
-  # The 16K and 8K rate grids list lr 16 and 11.31, seed 0, again.
+  # Past 8K a global batch is micro-batches of 8K (the memory of one worker here).
+  for line in lines:
+    sets = dict(s.split('=', 1) for s in re.findall(r'--set (\S+)', line))
+    batch, iter_size = int(sets['batch_size_per_gpu']), int(sets['iter_size'])
+    assert batch <= 8192 and iter_size == max(1, batch * iter_size // 8192), line
+  # docs/large_batch.md: about 50 runs before any result. The 16K and 8K rate
+  # grids list LARS's lr 16 and 11.31, seed 0, again (one run each).
   assert len(runs) == 8 + 6 + 15 + 2 + 3 + 3 + 6 + 3 + 4
-  for line in lines[-4:-2]:
-    assert ('--set optimizer_params.eeta=0.002 --set lr_policy_params.warmup_fraction=0.3 '
-            '--set lr_policy_params.decay_fraction=0.7 --set batch_size_per_gpu') in line
-  for line in lines[-2:]:
-    assert ('--set optimizer_params.eeta=0.002 --set optimizer_params.use_nesterov=true '
-            '--set batch_size_per_gpu') in line
-  for line, setting in zip(lines[lamb_16k + 4:lamb_16k + 7],
-                           ('model_params.ghost_batch_size=null', 'precise_bn=null',
-                            'label_smoothing=0.0')):
-    assert f'--set {setting} ' in line
-  assert [line for line in lines if '--set optimizer_params.eeta=0.004 ' in line] == [
-      lines[i] for i, *_ in eeta]
+  assert len({logdir_of(line) for line in lines}) == len(runs) - 2
+
+
+def test_each_arm_runs_its_config_with_the_settings_its_name_says(fresh):
+  runs, lines = fresh
+  # Beyond the point's batch, iter_size, rate and seed. The ablations and the
+  # steps past the recipe run at LARS's setting at 8K: the recipe's eeta until
+  # the eeta grid has results.
+  at_8k = ['optimizer_params.eeta=0.002']
+  expected = {
+      'sgd': [], 'lars': [], 'lamb': [],
+      'lars_eeta0.004': ['optimizer_params.eeta=0.004'],
+      'lars_half': ['num_epochs=24.0'],
+      'lars_no_ghost_bn': at_8k + ['model_params.ghost_batch_size=null'],
+      'lars_no_precise_bn': at_8k + ['precise_bn=null'],
+      'lars_no_smoothing': at_8k + ['label_smoothing=0.0'],
+      'lars_warmup0.3': at_8k + ['lr_policy_params.warmup_fraction=0.3',
+                                 'lr_policy_params.decay_fraction=0.7'],
+      'lars_nesterov': at_8k + ['optimizer_params.use_nesterov=true'],
+  }
+  assert {r[0] for r in runs} == set(expected)
+  point = ('batch_size_per_gpu=', 'iter_size=', 'lr_policy_params.learning_rate=', 'random_seed=')
+  for (arm, config, *_), line in zip(runs, lines):
+    assert config == arm.split('_')[0], line  # sgd_half runs sgd.py
+    assert [s for s in re.findall(r'--set (\S+)', line) if not s.startswith(point)] == \
+        expected[arm], line
+  for arm in ('lars_no_ghost_bn', 'lars_no_precise_bn', 'lars_no_smoothing', 'lars_warmup0.3',
+              'lars_nesterov'):
+    assert {(g, lr) for d, _, g, lr, *_ in runs if d == arm} == {(8192, 11.31)}, arm
+
+
+def test_seeds_pair_up(fresh):
+  runs, lines = fresh
+  # A point runs with seed 1 only after the same point with seed 0, in the same arm.
+  first_seed = set()
+  second_seed = []
+  for (arm, _, g, _, seed, _), line in zip(runs, lines):
+    if seed == 0:
+      first_seed.add(without_seed(line))
+    else:
+      assert seed == 1 and without_seed(line) in first_seed, line
+      second_seed.append((arm, g))
+  # Where a target is measured, both seeds from the start: LARS at 8K, 256 and
+  # 16K (at twice the recipe's eeta too), LAMB at 8K, the budget check and the
+  # two steps past the recipe at 8K. A grid's best rate (SGD's) waits for results.
+  assert sorted(second_seed) == sorted(
+      [('lars', g) for g in (8192, 256, 16384)]
+      + [('lars_eeta0.004', g) for g in (16384, 8192, 256)]
+      + [('lamb', 8192), ('lars_half', 256), ('lars_warmup0.3', 8192), ('lars_nesterov', 8192)])
+  assert all(seed == 0 for d, *_, seed, _ in runs if d == 'sgd')
+
+
+def test_the_targets_points_run_first_and_the_steps_past_the_recipe_last(fresh):
+  runs, _ = fresh
+  # A partial study already answers the main questions: LARS at 8K first, and
+  # every arm's points at 8K, 16K and 256 before those at 1K and 4K, which no
+  # target needs.
+  assert [r[:5] for r in runs[:2]] == [('lars', 'lars', 8192, 11.31, s) for s in (0, 1)]
+  small = [i for i, r in enumerate(runs) if r[2] in (1024, 4096)]
+  assert small == list(range(small[0], small[-1] + 1))
+  assert all(r[2] not in (1024, 4096) for r in runs[:small[0]])
+  arms = ('sgd', 'lars', 'lamb')
+  assert {(d, g) for d, _, g, *_ in runs[:small[0]] if d in arms} == {
+      (d, g) for d in arms for g in (256, 8192, 16384)}
+  # The two steps past the recipe, after everything else.
+  assert {r[0] for r in runs[small[-1] + 1:]} == {'lars_warmup0.3', 'lars_nesterov'}
+
+
+def test_finished_points_are_skipped_and_only_they(tmp_path, fresh):
+  out = tmp_path / 'study'
+  # LARS's target points have finished, both seeds at 8K, 256 and 16K.
+  write_results(out, 8192, {(11.31, 0): 0.92, (11.31, 1): 0.921}, arm='lars')
+  write_results(out, 256, {(2.0, 0): 0.925, (2.0, 1): 0.924}, steps=11232, arm='lars')
+  write_results(out, 16384, {(16.0, 0): 0.91, (16.0, 1): 0.909}, steps=168, arm='lars')
+  written = {('lars', 'lars', g, lr, seed) for g, lr in ((8192, 11.31), (256, 2.0), (16384, 16.0))
+             for seed in (0, 1)}
+  runs, lines = dry_run(out, with_lines=True)
+  # The sweep skips a point whose result.json it finds in the point's logdir
+  # (framework.sweep.runner.read_result): each finished point is listed where
+  # its result lies, every time it is listed, and no other point is.
+  finished = [r[:5] for r, line in zip(runs, lines) if runner.read_result(logdir_of(line))]
+  assert set(finished) == written
+  assert all(runner.read_result(logdir_of(line)) for r, line in zip(runs, lines)
+             if r[:5] in written)
+  # These results move no grid (each is its grid's middle rate, or alone): the
+  # rest of the study is what a fresh one runs.
+  assert [r for r in runs if r[:5] not in written] == [r for r in fresh[0] if r[:5] not in written]
 
 
 def test_a_fresh_checkout_is_set_up_before_the_study_asks_its_python(tmp_path):
@@ -143,14 +209,14 @@ def test_a_fresh_checkout_is_set_up_before_the_study_asks_its_python(tmp_path):
   assert 'setup ran' not in lines and '/configs/large_batch/lars.py' in lines[0]
 
 
-def test_lars_8k_config_is_the_study_point(tmp_path):
+def test_lars_8k_config_is_the_study_point(fresh):
   """configs/large_batch/lars_8k.py resolves to the study's LARS 8K point, seed 0, to the key.
 
   That point is the one the table's LARS row chose at 8K: eeta 0.004 (the
   eeta grid's winner there, docs/large_batch.md).
   """
   from framework import config_file  # pylint: disable=import-outside-toplevel
-  line, = [line for line in study(tmp_path / 'study', DRY_RUN='1').stdout.splitlines()
+  line, = [line for line in fresh[1]
            if '/lars_eeta0.004/batch_size_per_gpu=8192__iter_size=1__' in line
            and 'random_seed=0' in line]
   assert 'configs/large_batch/lars.py' in line
