@@ -105,6 +105,9 @@ def check_flags(args):
 def resume_command(argv):
   """The command line that resumes this run."""
   args = list(argv) + ([] if '--continue_learning' in argv else ['--continue_learning'])
+  workers = os.environ.get('LARGEBATCH_NUM_WORKERS')
+  if workers:  # a worker started by --num_workers: resume the whole local job
+    args.append(f'--num_workers={workers}')
   return ' '.join(shlex.quote(a) for a in ['python', sys.argv[0] or 'run.py'] + args)
 
 

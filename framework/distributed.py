@@ -181,17 +181,29 @@ def _check_own_port(addresses, own):
 
 
 def _slurm_resolver(params):
-  """TensorFlow's Slurm resolver, without GPUs where nvidia-smi is missing."""
+  """The cluster of this Slurm job step, as TensorFlow's ``SlurmClusterResolver`` reads it.
+
+  On nodes without GPUs the resolver is given one placeholder device per task
+  (its task placement divides GPUs among tasks and fails on zero) and its
+  cluster is then handed on without accelerators, so the workers run on CPUs.
+  """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  kwargs = {'port_base': params['port_base']}
-  if shutil.which('nvidia-smi') is None and 'CUDA_VISIBLE_DEVICES' not in os.environ:
-    kwargs['gpus_per_node'] = 0
+  resolvers = tf.distribute.cluster_resolver
+  gpus = shutil.which('nvidia-smi') is not None or bool(os.environ.get('CUDA_VISIBLE_DEVICES'))
   try:
-    return tf.distribute.cluster_resolver.SlurmClusterResolver(**kwargs)
-  except (RuntimeError, KeyError, ValueError, OSError) as exc:
+    if gpus:
+      return resolvers.SlurmClusterResolver(port_base=params['port_base'])
+    tasks = slurm_tasks()
+    slurm = resolvers.SlurmClusterResolver(port_base=params['port_base'], gpus_per_node=tasks,
+                                           gpus_per_task=1, auto_set_gpu=False)
+    spec = slurm.cluster_spec()
+    return resolvers.SimpleClusterResolver(spec, task_type=slurm.task_type,
+                                           task_id=slurm.task_id, num_accelerators={},
+                                           rpc_layer=slurm.rpc_layer)
+  except (RuntimeError, KeyError, ValueError, OSError, AssertionError) as exc:
     raise ConfigError(f'Slurm: cannot resolve the cluster of this job step ({exc}); '
                       'SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST and '
-                      'SLURM_STEP_TASKS_PER_NODE are read, and scontrol must be on PATH') from None
+                      'SLURM_STEP_TASKS_PER_NODE are read') from None
 
 
 def start(choice=AUTO, params=None, environ=None):

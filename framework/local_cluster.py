@@ -55,6 +55,8 @@ def worker_environments(count, environ=None, ports=None):
   for index in range(count):
     env = dict(environ)
     env['TF_CONFIG'] = json.dumps({'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
+    # run.py names --num_workers in the command that resumes the run.
+    env['LARGEBATCH_NUM_WORKERS'] = str(count)
     for name in _THREAD_VARIABLES:
       env.setdefault(name, threads)
     env.setdefault('TF_NUM_INTEROP_THREADS', '1' if count > 1 else threads)

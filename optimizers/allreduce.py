@@ -130,6 +130,7 @@ class _Collective:
     chiefs = len(jobs.get('chief', [])) if resolver.task_type == 'worker' else 0
     self._rank = chiefs + int(resolver.task_id)
     self._local_rank = _local_rank(resolver)
+    self._host_sum_fn = None
 
   def size(self):
     return self._size
@@ -179,16 +180,26 @@ class _Collective:
     for t, r in zip(targets, received):
       t.assign(tf.cast(r, t.dtype))
 
+  def _host_sum(self, value):
+    """The sum of one host array over workers, by a compiled step.
+
+    Called eagerly, the strategy's reduction starts a thread pool per call
+    that is not reclaimed fast enough for a collective every training step
+    (the stop agreement); a tf.function launches the collective from its graph.
+    """
+    if self._host_sum_fn is None:
+      self._host_sum_fn = tf.function(
+          lambda t: self._reduce(tf.distribute.ReduceOp.SUM, [t])[0])
+    return self._host_sum_fn(tf.constant(value)).numpy()
+
   def sum_host(self, values):
-    return self._reduce(tf.distribute.ReduceOp.SUM,
-                        [tf.constant(values, tf.float64)])[0].numpy()
+    return self._host_sum(np.asarray(values, np.float64))
 
   def max_host(self, value):
     # An all-gather by a sum: each worker fills its own slot, then the largest entry.
     slots = np.zeros(self._size, np.int64)
     slots[self._rank] = int(value)
-    return int(np.max(self._reduce(tf.distribute.ReduceOp.SUM,
-                                   [tf.constant(slots)])[0].numpy()))
+    return int(np.max(self._host_sum(slots)))
 
 
 def _cast(value, dtype):

@@ -1,10 +1,13 @@
-"""Training cases run under ``horovodrun -np 2`` by tests/test_horovod.py (and in-process as references).
+"""Training cases run by two workers under either engine, and in-process as references.
 
-Each case trains a small model through ``optimize_loss`` on a fixed data set:
-under Horovod, rank r takes rows r::size of every batch; a single process takes
-the whole batch. Results go to ``<out>/<case>.rank<r>.npz``.
+tests/test_horovod.py runs them under ``horovodrun -np 2``, tests/test_multi_worker.py
+under two ``TF_CONFIG`` workers (the multi_worker_mirrored engine); the engine is
+chosen as run.py chooses it, from the environment. Each case trains a small
+model through ``optimize_loss`` on a fixed data set: worker r takes rows
+r::size of every batch; a single process takes the whole batch. Results go to
+``<out>/<case>.rank<r>.npz``.
 
-Usage: python tests/horovod_cases.py OUT_DIR CASE [CASE ...]
+Usage: python tests/multi_worker_cases.py OUT_DIR CASE [CASE ...]
 """
 
 import os
@@ -37,13 +40,27 @@ CASES = {
         loss_scaling_params={'scale_max': 256.0}, clip_gradients=10.0),
     'momentum_iter3': dict(optimizer='Momentum', optimizer_params={'momentum': 0.9}, lr=0.1,
                            iter_size=3),
+    # Rank 1's rows of update 2 hold an infinity: every worker must skip that update.
+    'backoff_overflow': dict(optimizer='Momentum', optimizer_params={'momentum': 0.9}, lr=0.1,
+                             loss_scaling='Backoff', loss_scaling_params={'scale_max': 1024.0},
+                             overflow_at=2),
+    'lamb_larc_skip': dict(optimizer='LAMB', optimizer_params={'weight_decay': 0.01}, lr=0.02,
+                           larc_params={'larc_eta': 0.002, 'skip_list': ['bias']}),
+    'adam_larc_skip': dict(optimizer='Adam', optimizer_params={}, lr=0.01,
+                           larc_params={'larc_eta': 0.002, 'skip_list': ['bias']}),
+    'momentum_fp16': dict(optimizer='Momentum', optimizer_params={'momentum': 0.9}, lr=0.1,
+                          horovod_params={'compression': 'fp16'}),
 }
+# The row of a batch that rank 1 of two workers reads (rows r::2).
+RANK1_ROW = 1
 
 
-def data(steps, batch):
+def data(steps, batch, overflow_at=None):
   rng = np.random.default_rng(7)
   x = rng.normal(size=(steps * batch, 6)).astype(np.float32)
   y = np.tanh(x @ rng.normal(size=(6, 3))).astype(np.float32)
+  if overflow_at is not None:
+    x[overflow_at * batch + RANK1_ROW] = np.inf
   return x, y
 
 
@@ -62,6 +79,7 @@ def train_case(name):
   """Trains one case; returns a dict of numpy results."""
   case = dict(CASES[name])
   lr = case.pop('lr')
+  overflow_at = case.pop('overflow_at', None)
   iter_size = case.get('iter_size', 1)
   opt_lib.clear_pipelines()
   net = model()
@@ -75,7 +93,7 @@ def train_case(name):
     return opt_lib.optimize_loss(lambda: tf.reduce_mean(tf.square(net(xb) - yb)),
                                  case['optimizer'], learning_rate_decay_fn=None, **kwargs)
 
-  x, y = data(STEPS * iter_size, BATCH)
+  x, y = data(STEPS * iter_size, BATCH, overflow_at)
   for i in range(STEPS * iter_size):
     rows = slice(i * BATCH, (i + 1) * BATCH)
     step(tf.constant(my_rows(x[rows])), tf.constant(my_rows(y[rows])))
@@ -83,6 +101,7 @@ def train_case(name):
   result['global_step'] = pipeline.global_step.numpy()
   result['allreduce_count'] = pipeline.allreduce_count.numpy()
   result['loss_scale'] = pipeline.loss_scale.numpy()
+  result['engine'] = np.array(distributed.engine_name())
   return result
 
 
@@ -147,7 +166,7 @@ def run(name):
 
 
 def main(out_dir, names):
-  distributed.init()
+  distributed.start()
   for name in names:
     result = run(name)
     np.savez(os.path.join(out_dir, f'{name}.rank{distributed.rank()}.npz'), **result)

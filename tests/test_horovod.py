@@ -14,7 +14,7 @@ import tensorflow as tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
-import horovod_cases  # noqa: E402  pylint: disable=wrong-import-position
+import multi_worker_cases  # noqa: E402  pylint: disable=wrong-import-position
 from framework import distributed  # noqa: E402  pylint: disable=wrong-import-position
 from tests.processes import Child  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -47,7 +47,7 @@ def horovodrun(*args, timeout=600, check=True, extra_env=None):
 def two_workers(tmp_path_factory):
   """Runs every case once under two workers; returns the output directory."""
   out = tmp_path_factory.mktemp('horovod')
-  horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(out), 'momentum',
+  horovodrun(os.path.join(ROOT, 'tests', 'multi_worker_cases.py'), str(out), 'momentum',
              'lars_larc_scaling', 'momentum_iter3', 'agn3', 'single_momentum', 'late_rank')
   return out
 
@@ -59,7 +59,7 @@ def load(out, name, rank):
 @pytest.mark.parametrize('name', ['momentum', 'lars_larc_scaling', 'momentum_iter3'])
 def test_two_half_batches_equal_one_whole_batch(two_workers, name):
   ranks = [load(two_workers, name, r) for r in (0, 1)]
-  single = horovod_cases.train_case(name)  # this process: one worker, whole batches
+  single = multi_worker_cases.train_case(name)  # this process: one worker, whole batches
   weights = [k for k in single if k.startswith('w')]
   assert len(weights) == 4
   for key in weights:
@@ -67,12 +67,12 @@ def test_two_half_batches_equal_one_whole_batch(two_workers, name):
     np.testing.assert_array_equal(ranks[0][key], ranks[1][key])
     # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
     np.testing.assert_allclose(ranks[0][key], single[key], rtol=2e-5, atol=2e-6)
-  assert int(ranks[0]['global_step']) == int(single['global_step']) == horovod_cases.STEPS
+  assert int(ranks[0]['global_step']) == int(single['global_step']) == multi_worker_cases.STEPS
 
 
 def test_a_worker_inside_single_process_trains_like_a_one_process_job(two_workers):
   # scripts/bench_horovod.py times one worker this way inside the two-worker job.
-  single = horovod_cases.train_case('momentum')  # this process: whole batches, no Horovod
+  single = multi_worker_cases.train_case('momentum')  # this process: whole batches, no Horovod
   for rank in (0, 1):
     result = load(two_workers, 'single_momentum', rank)
     assert int(result['size_inside']) == 1 and int(result['size_after']) == 2
@@ -85,7 +85,7 @@ def test_horovod_wakes_on_enqueue_so_the_cycle_adds_no_latency(tmp_path):
   # With a 2 s cycle, Horovod as published needs a cycle or more for each of the
   # 10 allreduces (20 s or more); the build of scripts/build_horovod.sh wakes its
   # background thread on enqueue, so each ends soon after the late rank (50 ms).
-  horovodrun(os.path.join(ROOT, 'tests', 'horovod_cases.py'), str(tmp_path), 'late_rank',
+  horovodrun(os.path.join(ROOT, 'tests', 'multi_worker_cases.py'), str(tmp_path), 'late_rank',
              extra_env={'HOROVOD_CYCLE_TIME': '2000'})
   for rank in (0, 1):
     result = load(tmp_path, 'late_rank', rank)
@@ -154,7 +154,7 @@ def test_agn_two_workers_period_3_match_numpy(two_workers):
 
 
 def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():
-  agn = horovod_cases.agn_case(1)
+  agn = multi_worker_cases.agn_case(1)
   local, center, global_step = numpy_agn(1, 1)
   np.testing.assert_allclose(agn['w'], local[0], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(agn['center'], center, rtol=1e-5, atol=1e-6)

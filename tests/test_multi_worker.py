@@ -1,0 +1,380 @@
+"""The multi_worker_mirrored engine with real processes: two TF_CONFIG workers on this machine.
+
+The same cases as tests/test_horovod.py (tests/multi_worker_cases.py), compared
+with one process on the combined batch and with the Horovod engine; then run.py
+end to end under ``--num_workers=2``, raw ``TF_CONFIG`` and Slurm variables:
+one run written by the chief, exact resume after a signal, a dead worker ending
+the job, and one-line errors for a cluster that cannot start. Every wait has a
+deadline, and every process group is killed on the way out.
+"""
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'tests'))
+
+import multi_worker_cases  # noqa: E402  pylint: disable=wrong-import-position
+from framework import local_cluster  # noqa: E402  pylint: disable=wrong-import-position
+
+pytestmark = pytest.mark.multiprocess
+
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+CASES = os.path.join(ROOT, 'tests', 'multi_worker_cases.py')
+RUN = os.path.join(ROOT, 'run.py')
+SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
+SHORT = ['--set', 'batch_size_per_gpu=32', '--set', 'num_epochs=null',
+         '--set', 'lr_policy_params={learning_rate: 0.05, power: 1.0, decay_steps: 100}',
+         '--set', 'print_loss_steps=1', '--set', 'eval_params.batch_size_per_gpu=2000',
+         '--set', 'save_summaries_steps=null']
+TRAINED = ['momentum', 'lars_larc_scaling', 'momentum_iter3', 'backoff_overflow',
+           'lamb_larc_skip', 'adam_larc_skip']
+
+
+def base_env(**extra):
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_CONFIG', 'HOROVOD_CYCLE_TIME', 'LARGEBATCH_NUM_WORKERS')
+         and not k.startswith('SLURM_')}
+  return dict(env, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, **extra)
+
+
+class Job:
+  """Processes started together, their output in files; killed on exit, waited for with deadlines."""
+
+  def __init__(self, tmp, commands_and_envs):
+    self.logs = []
+    self.procs = []
+    for i, (command, env) in enumerate(commands_and_envs):
+      log = open(os.path.join(tmp, f'job{id(self)}-{i}.log'), 'w+')  # pylint: disable=consider-using-with
+      self.logs.append(log)
+      self.procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True))
+
+  def output(self, i=0):
+    self.logs[i].flush()
+    with open(self.logs[i].name) as f:
+      return f.read()
+
+  def wait_for(self, text, i=0, timeout=300):
+    deadline = time.monotonic() + timeout
+    while text not in self.output(i):
+      if time.monotonic() > deadline:
+        raise AssertionError(f'no {text!r} within {timeout} s:\n{self.output(i)[-3000:]}')
+      if all(p.poll() is not None for p in self.procs):
+        raise AssertionError(f'the job ended before {text!r}:\n{self.output(i)[-3000:]}')
+      time.sleep(0.2)
+
+  def wait(self, timeout=600):
+    """The exit statuses; raises when a process outlives the deadline."""
+    deadline = time.monotonic() + timeout
+    for proc in self.procs:
+      remaining = max(0.1, deadline - time.monotonic())
+      try:
+        proc.wait(timeout=remaining)
+      except subprocess.TimeoutExpired:
+        self.kill()
+        raise AssertionError(f'a process outlived {timeout} s:\n{self.output()[-3000:]}') from None
+    return [p.returncode for p in self.procs]
+
+  def kill(self):
+    for proc in self.procs:
+      if proc.poll() is None:
+        try:
+          os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+        proc.wait(timeout=30)
+
+  def close(self):
+    self.kill()
+    for log in self.logs:
+      log.close()
+
+
+@pytest.fixture
+def jobs(tmp_path):
+  started = []
+
+  def start(commands_and_envs):
+    job = Job(str(tmp_path), commands_and_envs)
+    started.append(job)
+    return job
+
+  yield start
+  for job in started:
+    job.close()
+
+
+def tf_config_workers(args, count=2, **extra):
+  """(command, env) pairs of ``count`` TF_CONFIG workers of ``python args...``."""
+  envs = local_cluster.worker_environments(count, base_env(**extra))
+  return [([sys.executable, *args], env) for env in envs]
+
+
+def check(statuses, job, expected=0):
+  assert statuses == [expected] * len(statuses), (statuses, job.output()[-4000:])
+
+
+@pytest.fixture(scope='module')
+def case_results(tmp_path_factory):
+  """Every case run once by two TF_CONFIG workers and once under horovodrun."""
+  names = TRAINED + ['agn3', 'momentum_fp16']
+  out = {}
+  tmp = tmp_path_factory.mktemp('cases')
+  for engine in ('multi_worker_mirrored', 'horovod'):
+    directory = tmp / engine
+    directory.mkdir()
+    if engine == 'horovod':
+      pairs = [([HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, CASES,
+                 str(directory), *names], base_env())]
+    else:
+      pairs = tf_config_workers([CASES, str(directory), *names])
+    job = Job(str(tmp), pairs)
+    try:
+      check(job.wait(timeout=600), job)
+    finally:
+      job.close()
+    out[engine] = directory
+  return out
+
+
+def load(directory, name, rank):
+  return dict(np.load(os.path.join(directory, f'{name}.rank{rank}.npz')))
+
+
+@pytest.mark.parametrize('name', TRAINED)
+def test_two_workers_equal_one_worker_on_the_combined_batch_and_the_horovod_engine(
+    case_results, name):
+  mwms = [load(case_results['multi_worker_mirrored'], name, r) for r in (0, 1)]
+  hvd = load(case_results['horovod'], name, 0)
+  assert str(mwms[0]['engine']) == 'multi_worker_mirrored' and str(hvd['engine']) == 'horovod'
+  single = multi_worker_cases.train_case(name)  # this process: one worker, whole batches
+  weights = [k for k in single if k.startswith('w')]
+  assert len(weights) == 4
+  for key in weights:
+    # Both workers applied the same averaged gradients: identical to the bit.
+    np.testing.assert_array_equal(mwms[0][key], mwms[1][key])
+    # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
+    np.testing.assert_allclose(mwms[0][key], single[key], rtol=2e-5, atol=2e-6)
+    # Both engines average the same two float32 gradients.
+    np.testing.assert_allclose(mwms[0][key], hvd[key], rtol=1e-6, atol=1e-7)
+  for result in (mwms[0], hvd):
+    assert int(result['global_step']) == int(single['global_step'])
+    assert float(result['loss_scale']) == float(single['loss_scale'])
+
+
+def test_an_overflow_on_one_worker_skips_the_update_on_every_worker(case_results):
+  a, b = (load(case_results['multi_worker_mirrored'], 'backoff_overflow', r) for r in (0, 1))
+  # Six micro-batches, the third not finite (an infinity in rank 1's rows only):
+  # five updates on both workers, and Backoff halved its scale once, from 1024.
+  assert int(a['global_step']) == int(b['global_step']) == multi_worker_cases.STEPS - 1
+  assert float(a['loss_scale']) == float(b['loss_scale']) == 512.0
+
+
+def test_the_all_reduce_runs_once_per_applied_update(case_results):
+  result = load(case_results['multi_worker_mirrored'], 'momentum_iter3', 0)
+  # 18 micro-batches, iter_size 3: six updates, six all-reduces (not eighteen).
+  assert int(result['global_step']) == 6
+  assert int(result['allreduce_count']) == 6
+
+
+def test_fp16_compression_sends_float16_on_both_engines(case_results):
+  mwms = load(case_results['multi_worker_mirrored'], 'momentum_fp16', 0)
+  hvd = load(case_results['horovod'], 'momentum_fp16', 0)
+  exact = multi_worker_cases.train_case('momentum')  # float32 all the way
+  for key in (k for k in exact if k.startswith('w')):
+    # float16 keeps about 3 significant digits of each gradient.
+    np.testing.assert_allclose(mwms[key], exact[key], rtol=2e-3, atol=2e-4)
+    np.testing.assert_allclose(mwms[key], hvd[key], rtol=1e-3, atol=1e-4)
+  assert not all(np.array_equal(mwms[k], exact[k]) for k in exact if k.startswith('w'))
+
+
+def test_agn_under_the_multi_worker_mirrored_engine_matches_numpy(case_results):
+  from test_horovod import numpy_agn  # pylint: disable=import-outside-toplevel
+  local, center, global_step = numpy_agn(3, 2)
+  for r in (0, 1):
+    result = load(case_results['multi_worker_mirrored'], 'agn3', r)
+    np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
+    assert int(result['global_step']) == global_step == 2
+
+
+# --- run.py end to end ------------------------------------------------------------------------
+
+def launcher(logdir, *extra, mode='train'):
+  return [([sys.executable, RUN, '--config', SGD_CONFIG, '--mode', mode, '--logdir', str(logdir),
+            '--num_workers', '2', *SHORT, *extra], base_env())]
+
+
+def worker_pids(job):
+  """The two workers under the launcher of ``job`` (their command has no --num_workers)."""
+  deadline = time.monotonic() + 60
+  while True:
+    found = subprocess.run(['pgrep', '-P', str(job.procs[0].pid)], capture_output=True,
+                           text=True, timeout=30).stdout.split()
+    if len(found) == 2 or time.monotonic() > deadline:
+      return sorted(int(p) for p in found)
+    time.sleep(0.2)
+
+
+def index_of(pid):
+  with open(f'/proc/{pid}/environ', 'rb') as f:
+    variables = dict(item.split(b'=', 1) for item in f.read().split(b'\0') if b'=' in item)
+  return json.loads(variables[b'TF_CONFIG'])['task']['index']
+
+
+def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_path):
+  logdir = tmp_path / 'mw'
+  job = jobs(launcher(logdir, '--set', 'max_steps=12', '--set', 'eval_steps=6',
+                      mode='train_eval'))
+  check(job.wait(), job)
+  out = job.output()
+  assert 'engine: multi_worker_mirrored, 2 workers' in out
+  assert 'global batch 64 = 32 per worker x 2 worker(s) x iter_size 1' in out
+  # Only the chief reports and writes: one final line, one set of checkpoints and event files.
+  assert out.count('final test accuracy') == 1 and out.count('eval at step 6') == 1
+  assert '(10000 examples)' in out  # the eval covers the whole test split across both workers
+  assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
+      ['ckpt-12.index']
+  assert len(glob.glob(str(logdir / 'events.out.tfevents.*'))) == 1
+  assert (logdir / 'config.yaml').exists() and not (logdir / 'run.lock').exists()
+  second = jobs(launcher(logdir, '--set', 'max_steps=16', '--continue_learning'))
+  check(second.wait(), second)
+  assert 'starting at step 12' in second.output()
+  assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-16')
+
+
+def _variables(path):
+  reader = tf.train.load_checkpoint(path)
+  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+          if k.startswith('model/') or k.startswith('optimizer_variables/')}
+
+
+@pytest.mark.parametrize('target', ['launcher', 'worker1'])
+def test_a_signal_stops_every_worker_at_one_step_and_the_resumed_run_is_exact(
+    jobs, tmp_path, target):
+  steps = 10
+  deterministic = ['--set', 'deterministic=true', '--set', f'max_steps={steps}',
+                   '--set', 'save_checkpoint_steps=1000']
+  straight = jobs(launcher(tmp_path / 'straight', *deterministic))
+  check(straight.wait(), straight)
+
+  logdir = tmp_path / 'stopped'
+  after = random.Random(target).randint(2, steps - 4)
+  job = jobs(launcher(logdir, *deterministic))
+  job.wait_for(f':step {after} ')
+  if target == 'launcher':
+    job.procs[0].send_signal(signal.SIGTERM)
+  else:
+    os.kill([p for p in worker_pids(job) if index_of(p) == 1][0], signal.SIGTERM)
+  assert job.wait(timeout=180) == [143], job.output()[-3000:]
+  out = job.output()
+  stopped = [l for l in out.splitlines() if ' at step ' in l and l.startswith('stopped by ')]
+  assert len(stopped) == 1, out[-3000:]
+  step = int(stopped[0].split(' at step ')[1].split()[0])
+  assert after <= step < steps, out[-3000:]
+  assert '--num_workers=2' in stopped[0] and '--continue_learning' in stopped[0]
+  assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
+      [f'ckpt-{step}.index']
+  assert 'Traceback' not in out, out[-3000:]
+
+  resumed = jobs(launcher(logdir, *deterministic, '--continue_learning'))
+  check(resumed.wait(), resumed)
+  assert f'starting at step {step}' in resumed.output()
+  a = _variables(str(tmp_path / 'straight' / f'ckpt-{steps}'))
+  b = _variables(str(logdir / f'ckpt-{steps}'))
+  assert a.keys() == b.keys() and len(a) > 20
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_killed_worker_ends_the_launched_job_quickly_and_keeps_the_checkpoint(jobs, tmp_path):
+  logdir = tmp_path / 'killed'
+  job = jobs(launcher(logdir, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5'))
+  job.wait_for(':step 8 ')
+  os.kill(worker_pids(job)[-1], signal.SIGKILL)
+  killed_at = time.monotonic()
+  status = job.wait(timeout=120)[0]
+  assert status != 0
+  assert time.monotonic() - killed_at < 60
+  assert 'error: worker' in job.output() and 'ending the others' in job.output()
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(logdir)))
+  assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) >= 5
+
+
+def test_without_a_launcher_the_survivor_of_a_killed_peer_exits_in_one_line(jobs, tmp_path):
+  logdir = tmp_path / 'raw'
+  args = [RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SHORT,
+          '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5']
+  job = jobs(tf_config_workers(args))
+  job.wait_for(':step 8 ')
+  os.kill(job.procs[1].pid, signal.SIGKILL)
+  killed_at = time.monotonic()
+  status = job.wait(timeout=300)[0]
+  assert status == 1, job.output()[-3000:]
+  assert time.monotonic() - killed_at < 120
+  errors = [l for l in job.output().splitlines() if l.startswith('error: ')]
+  assert len(errors) == 1 and 'failed or stopped answering' in errors[0], job.output()[-3000:]
+  assert 'kept: ' in errors[0] and 'ckpt-' in errors[0]
+  assert 'Traceback' not in job.output()
+
+
+def test_srun_with_two_tasks_selects_the_engine_through_the_slurm_resolver(jobs, tmp_path):
+  logdir = tmp_path / 'slurm'
+  port = local_cluster.free_ports(1)[0]
+  args = [sys.executable, RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir),
+          *SHORT, '--set', 'max_steps=4', '--set', f'distribution_params.port_base={port}']
+  pairs = [(args, base_env(SLURM_PROCID=str(i), SLURM_STEP_NUM_TASKS='2', SLURM_NTASKS='2',
+                           SLURM_STEP_NODELIST='localhost', SLURM_STEP_TASKS_PER_NODE='2'))
+           for i in (0, 1)]
+  job = jobs(pairs)
+  check(job.wait(timeout=300), job)
+  assert 'engine: multi_worker_mirrored, 2 workers' in job.output(0)
+  assert 'global batch 64 = 32 per worker x 2 worker(s)' in job.output(0)
+  assert job.output(1).strip() == ''  # the second task writes and prints nothing
+  assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-4')
+
+
+def _one_line_error(env, *extra):
+  result = subprocess.run([sys.executable, RUN, '--config', SGD_CONFIG, '--mode', 'train',
+                           '--logdir', os.devnull + '-unused', *SHORT, '--set', 'max_steps=2',
+                           *extra], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+  lines = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
+  assert result.returncode == 2 and len(lines) == 1, (result.returncode, result.stderr[-2000:])
+  assert 'Traceback' not in result.stderr
+  return lines[0]
+
+
+def test_a_tf_config_naming_one_address_twice_is_one_line():
+  config = {'cluster': {'worker': ['localhost:2222', 'localhost:2222']},
+            'task': {'type': 'worker', 'index': 0}}
+  line = _one_line_error(base_env(TF_CONFIG=json.dumps(config)))
+  assert 'TF_CONFIG: localhost:2222 is named twice' in line
+
+
+def test_a_port_in_use_is_one_line():
+  import socket  # pylint: disable=import-outside-toplevel
+  with socket.socket() as taken:
+    taken.bind(('127.0.0.1', 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    config = {'cluster': {'worker': [f'localhost:{port}', 'localhost:1']},
+              'task': {'type': 'worker', 'index': 0}}
+    line = _one_line_error(base_env(TF_CONFIG=json.dumps(config)))
+  assert f'localhost:{port}' in line and 'in use' in line
+
+
+def test_a_forced_engine_the_environment_cannot_honour_is_one_line():
+  line = _one_line_error(base_env(), '--set', 'distribution=multi_worker_mirrored')
+  assert 'distribution: multi_worker_mirrored needs a cluster' in line and '--num_workers' in line
