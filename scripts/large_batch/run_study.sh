@@ -51,7 +51,7 @@
 # seeds were added here (8 of them at half length), 20-60 hours. 8K and 16K need about 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/large_batch/report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md, the plots into docs/images, and the study at a
-# glance (accuracy by arm and batch, and the targets) into README.md.
+# glance (accuracy by arm and batch, and the targets) at its top.
 # DRY_RUN=1 prints the run.py commands of the points instead of running them.
 set -euo pipefail
 # The study runs for hours. Bash reads a script as it goes, so an edit to this
@@ -351,7 +351,7 @@ done
 report=("$PY" scripts/large_batch/report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")
 if [[ "${DOC:-0}" == 1 ]]; then
-  report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch --summary README.md)
+  report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch --summary docs/large_batch.md)
 fi
 "${report[@]}" || status=$?
 exit "$status"
