@@ -30,13 +30,15 @@ base_params = {
         'skip_list': ['batch_normalization', 'bias'],
     },
     'lr_policy': 'poly_decay',
+    # 2.0 x sqrt(B/256) of the global batch B (batch_size_per_gpu x workers x
+    # iter_size): the rule the large-batch study's tuned LARS rates follow (11.31
+    # at 8K, 16 at 16K). Skipped (batch-norm, bias) variables use this rate as
+    # is; the others use it times eeta·‖w‖/‖g‖.
+    'lr_scaling': {'rule': 'sqrt', 'base_learning_rate': 2.0, 'reference_batch': 256},
     'lr_policy_params': {
-        # Skipped (batch-norm, bias) variables use this rate as is; the others
-        # use it times eeta·‖w‖/‖g‖.
-        'learning_rate': 2.0,
         'power': 2.0,
         'warmup_epochs': 1,
-        'decay_epochs': num_epochs,
+        'decay_fraction': 1.0,  # decays over the whole run, however long
         'min_lr': 0.0,
     },
     'dtype': 'float32',

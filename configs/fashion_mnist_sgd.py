@@ -26,11 +26,13 @@ base_params = {
     'optimizer': 'Momentum',
     'optimizer_params': {'momentum': 0.9},
     'lr_policy': 'poly_decay',
+    # Goyal et al.'s linear scaling rule, 0.1 x B/256 of the global batch B
+    # (batch_size_per_gpu x workers x iter_size), resolved by the framework.
+    'lr_scaling': {'rule': 'linear', 'base_learning_rate': 0.1, 'reference_batch': 256},
     'lr_policy_params': {
-        'learning_rate': 0.1 * batch_size / 256,  # linear scaling rule
         'power': 2.0,
         'warmup_epochs': 1,
-        'decay_epochs': num_epochs,
+        'decay_fraction': 1.0,  # decays over the whole run, however long
     },
     'dtype': 'float32',
     'random_seed': 0,

@@ -192,6 +192,14 @@ def _check_lr_policy(result, registries):
   """The lr policy's name, its base learning rate and the durations in epochs or fractions."""
   _check_name(result, 'lr_policy', registries)
   lr_params = result['lr_policy_params']
+  if result['lr_scaling'] is not None:
+    if 'learning_rate' in lr_params:
+      raise ConfigError('lr_policy_params.learning_rate: lr_scaling gives the rate as a rule of '
+                        'the global batch; give one of them (set lr_scaling: null to use this '
+                        'number)')
+    # Resolved for one worker here; the run resolves it again once its workers are known.
+    result['lr_policy_params'] = lr_params = dict(
+        lr_params, learning_rate=scaled_learning_rate(result, 1)[0])
   if 'learning_rate' in lr_params:
     Param(float, REQUIRED, check=positive).validate(lr_params['learning_rate'],
                                                     'lr_policy_params.learning_rate')
@@ -204,6 +212,42 @@ def _check_lr_policy(result, registries):
     if key in lr_params:
       _to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
   arguments.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
+
+
+def scaled_learning_rate(config, workers):
+  """The base learning rate ``lr_scaling`` gives for ``workers`` workers, and how, in words.
+
+  B = batch_size_per_gpu x workers x iter_size; linear: base x B/reference_batch,
+  sqrt: base x sqrt(B/reference_batch).
+  """
+  rule = config['lr_scaling']
+  batch = config['batch_size_per_gpu'] * workers * config['iter_size']
+  ratio = batch / rule['reference_batch']
+  factor = ratio if rule['rule'] == 'linear' else math.sqrt(ratio)
+  rate = rule['base_learning_rate'] * factor
+  how = (f'{rule["base_learning_rate"]:g} x {"" if rule["rule"] == "linear" else "sqrt "}'
+         f'({batch}/{rule["reference_batch"]}) = {rate:.6g}, the {rule["rule"]} rule at global '
+         f'batch {batch} = {config["batch_size_per_gpu"]} x {workers} worker(s) x iter_size '
+         f'{config["iter_size"]}')
+  return rate, how
+
+
+def scale_learning_rates(configs, workers):
+  """``configs`` with each ``lr_scaling`` rule resolved for ``workers`` workers.
+
+  Returns:
+    (configs, description): new configs, and how the train view's rate was
+    resolved in words (None without a rule).
+  """
+  result, how = {}, None
+  for view, cfg in configs.items():
+    if cfg is not None and cfg['lr_scaling'] is not None:
+      rate, text = scaled_learning_rate(cfg, workers)
+      cfg = dict(cfg, lr_policy_params=dict(cfg['lr_policy_params'], learning_rate=rate))
+      if view == 'train' or how is None:
+        how = text
+    result[view] = cfg
+  return result, how
 
 
 def _check_batches(result, mode):

@@ -234,7 +234,27 @@ def resolve(raw, mode, overrides=()):
   config = merge(base, overlay)
   for text in overrides:
     _apply_override(config, text)
+  if _sets_learning_rate(overrides) and not any(t.startswith('lr_scaling') for t in overrides):
+    # A rate given on the command line replaces the config's rule of the global batch.
+    config['lr_scaling'] = None
   return config
+
+
+def _sets_learning_rate(overrides):
+  """Whether an override gives ``lr_policy_params.learning_rate`` (alone or in the whole dict)."""
+  for text in overrides:
+    path, _, value = text.partition('=')
+    path = path.strip()
+    if path == 'lr_policy_params.learning_rate':
+      return True
+    if path == 'lr_policy_params':
+      try:
+        parsed = yaml.safe_load(value)
+      except yaml.YAMLError:
+        continue
+      if isinstance(parsed, dict) and 'learning_rate' in parsed:
+        return True
+  return False
 
 
 def resolve_modes(raw, mode, overrides=()):

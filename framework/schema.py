@@ -103,6 +103,17 @@ PRECISE_BN_SCHEMA = {
 
 _OPTIONAL_INT = (int, type(None))
 
+LR_SCALING_RULES = ('linear', 'sqrt')
+
+LR_SCALING_SCHEMA = {
+    'rule': Param(str, 'linear', choices=LR_SCALING_RULES,
+                  doc='linear: base x B/reference_batch (Goyal et al.); sqrt: base x '
+                      'sqrt(B/reference_batch) (the LAMB recipes)'),
+    'base_learning_rate': Param(float, REQUIRED, check=positive,
+                                doc='the rate at the reference batch'),
+    'reference_batch': Param(int, 256, check=positive, doc='the global batch of the base rate'),
+}
+
 DISTRIBUTION_CHOICES = ('auto', 'none', 'horovod', 'multi_worker_mirrored')
 
 DISTRIBUTION_SCHEMA = {
@@ -129,7 +140,12 @@ SCHEMA = {
     'optimizer': _NameOrObject('class', inspect.isclass, doc='registered optimizer name, or the class'),
     'optimizer_params': Param(dict, {}, doc="keyword arguments of the optimizer, except learning_rate"),
     'lr_policy': _NameOrObject('callable', callable, 'fixed_lr', doc='registered lr policy, or the function'),
-    'lr_policy_params': Param(dict, {}, doc='arguments of the lr policy; *_epochs keys allowed'),
+    'lr_policy_params': Param(dict, {}, doc='arguments of the lr policy; *_epochs and *_fraction '
+                                            'keys allowed'),
+    'lr_scaling': DictParam(LR_SCALING_SCHEMA, None,
+                            doc='the base learning rate as a rule of the global batch B = '
+                                'batch_size_per_gpu x workers x iter_size, resolved once the '
+                                'workers are known (instead of lr_policy_params.learning_rate)'),
     'larc_params': DictParam(settings.LARC_SCHEMA, None, doc='enables LARC when given'),
     'loss_scaling': _LossScalingParam((float, str), 1.0,
                                       doc="a fixed scale, or 'Backoff', 'LogMax', 'dynamic'"),

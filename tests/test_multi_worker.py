@@ -236,7 +236,7 @@ def index_of(pid):
 def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_path):
   logdir = tmp_path / 'mw'
   job = jobs(launcher(logdir, '--set', 'max_steps=12', '--set', 'eval_steps=6',
-                      mode='train_eval'))
+                      '--set', 'save_summaries_steps=6', mode='train_eval'))
   check(job.wait(), job)
   out = job.output()
   assert 'engine: multi_worker_mirrored, 2 workers' in out

@@ -428,6 +428,7 @@ def test_validate_fills_defaults():
       'optimizer_params': {'momentum': 0.9},
       'lr_policy': 'fixed_lr',
       'lr_policy_params': {'learning_rate': 0.1},
+      'lr_scaling': None,
       'larc_params': None,
       'loss_scaling': 1.0,
       'loss_scaling_params': None,
@@ -444,6 +445,9 @@ def test_validate_fills_defaults():
       'save_summaries_steps': 100,
       'logdir': None,
       'random_seed': 0,
+      'distribution': 'auto',
+      'distribution_params': {'timeout_seconds': 600, 'implementation': 'auto',
+                              'port_base': 8888},
       'use_horovod': False,
       'horovod_params': {'compression': 'none'},
       'agn_params': None,
@@ -1077,3 +1081,46 @@ def test_a_lazy_entry_declares_its_params_or_is_checked_once_loaded():
   assert error_of(cfg.validate, base_config(model='undeclared', model_params=bad),
                   registries) == message
   assert models.is_loaded('undeclared')
+
+
+# --- the learning rate as a rule of the global batch (lr_scaling) -----------------------------
+
+def test_lr_scaling_resolves_the_rate_from_the_global_batch():
+  linear = check(base_config(lr_policy_params={}, lr_scaling={'base_learning_rate': 0.1},
+                             batch_size_per_gpu=128, iter_size=2))
+  # One worker at validation: B = 128 x 1 x 2 = 256, the reference batch.
+  assert linear['lr_policy_params']['learning_rate'] == pytest.approx(0.1)
+  assert linear['lr_scaling'] == {'rule': 'linear', 'base_learning_rate': 0.1,
+                                  'reference_batch': 256}
+  # Four workers: B = 1024, 0.1 x 1024/256.
+  scaled, how = cfg.scale_learning_rates({'train': linear, 'eval': None}, 4)
+  assert scaled['train']['lr_policy_params']['learning_rate'] == pytest.approx(0.4)
+  assert scaled['eval'] is None
+  assert 'global batch 1024 = 128 x 4 worker(s) x iter_size 2' in how
+  # The square-root rule of the LAMB/LARS recipes: 2.0 x sqrt(8192/256) = 11.3137...
+  sqrt = check(base_config(lr_policy_params={}, batch_size_per_gpu=8192,
+                           lr_scaling={'rule': 'sqrt', 'base_learning_rate': 2.0}))
+  assert sqrt['lr_policy_params']['learning_rate'] == pytest.approx(2.0 * 32 ** 0.5)
+  assert linear == check(base_config(lr_policy_params={}, lr_scaling={'base_learning_rate': 0.1},
+                                     batch_size_per_gpu=128, iter_size=2))  # inputs untouched
+
+
+def test_lr_scaling_and_a_rate_in_the_same_config_is_one_error():
+  with pytest.raises(ConfigError, match=r'^lr_policy_params.learning_rate: lr_scaling gives'):
+    check(base_config(lr_scaling={'base_learning_rate': 0.1}))
+  with pytest.raises(ConfigError, match=r'^lr_scaling.rule: '):
+    check(base_config(lr_policy_params={},
+                      lr_scaling={'base_learning_rate': 0.1, 'rule': 'cubic'}))
+
+
+def test_a_rate_given_on_the_command_line_replaces_the_rule():
+  raw = {'base_params': base_config(lr_policy_params={}, lr_scaling={'base_learning_rate': 0.1})}
+  for override in ('lr_policy_params.learning_rate=0.03', 'lr_policy_params={learning_rate: 0.03}'):
+    resolved = cfg.resolve(raw, 'train', [override])
+    assert resolved['lr_scaling'] is None
+    assert check(resolved)['lr_policy_params']['learning_rate'] == 0.03
+  # A rule given beside it is kept, and the two together are refused.
+  both = cfg.resolve(raw, 'train', ['lr_policy_params.learning_rate=0.03',
+                                    'lr_scaling.base_learning_rate=0.2'])
+  with pytest.raises(ConfigError, match='give one of them'):
+    check(both)
