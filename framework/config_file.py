@@ -37,6 +37,30 @@ class _Loader(yaml.SafeLoader):
   """
 
 
+  def construct_mapping(self, node, deep=False):
+    """A mapping whose keys are all different; a key given twice is an error naming both lines.
+
+    PyYAML keeps the last value of a repeated key without a word, so a config
+    that sets ``optimizer`` twice would run with the second one unnoticed.
+    Keys brought in by a merge (``<<: *base``) may be overridden, as YAML allows.
+    """
+    if isinstance(node, yaml.MappingNode):
+      first = {}
+      for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == 'tag:yaml.org,2002:merge':
+          continue
+        key = self.construct_object(key_node, deep=True)
+        try:
+          earlier = first.setdefault(key, key_node.start_mark)
+        except TypeError:
+          continue  # an unhashable key: the constructor below reports it
+        if earlier is not key_node.start_mark:
+          raise yaml.constructor.ConstructorError(
+              None, None, f'duplicate key {key!r} (first given on line {earlier.line + 1}); '
+              'a key may appear once in a mapping', key_node.start_mark)
+    return super().construct_mapping(node, deep=deep)
+
+
 _Loader.add_implicit_resolver(
     'tag:yaml.org,2002:float',
     re.compile(r'^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+'
@@ -51,6 +75,22 @@ def load_yaml(text):
     yaml.YAMLError: for text that is not YAML.
   """
   return yaml.load(text, Loader=_Loader)
+
+
+def read_utf8(path):
+  """The text of a UTF-8 file.
+
+  Raises:
+    ConfigError: naming the file, the line and the byte when it is not UTF-8 text.
+  """
+  with open(path, 'rb') as f:
+    data = f.read()
+  try:
+    return data.decode('utf-8')
+  except UnicodeDecodeError as exc:
+    line = data[:exc.start].count(b'\n') + 1
+    raise ConfigError(f'{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset '
+                      f'{exc.start}); save the file as UTF-8') from None
 
 
 def yaml_problem(exc):
@@ -150,8 +190,7 @@ def _module_name(path):
 
 
 def _read_yaml_config(path):
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
+  text = read_utf8(path)
   try:
     data = load_yaml(text)
   except yaml.YAMLError as exc:

@@ -30,6 +30,10 @@ class SweepError(ValueError):
   """A mistake in the sweep's own arguments or grid; nothing has run."""
 
 
+# The key paths --seeds sets (a section prefix edits the same key of the train view).
+SEED_KEYS = ('random_seed', 'base_params.random_seed', 'train_params.random_seed')
+
+
 
 # ---------------------------------------------------------------------------
 # Values
@@ -284,6 +288,9 @@ def load_grid_file(path):
       data = load_yaml(f)  # a SafeLoader
   except OSError as exc:
     raise SweepError(f'--grid-file {path}: {exc.strerror}') from None
+  except UnicodeDecodeError as exc:
+    raise SweepError(f'--grid-file {path}: not UTF-8 text (byte offset {exc.start}); save the '
+                     'file as UTF-8') from None
   except yaml.YAMLError as exc:
     raise SweepError(f'--grid-file {path}: {" ".join(str(exc).split())}') from None
   if not isinstance(data, dict):
@@ -310,7 +317,8 @@ def make_points(grid, derivations, seeds):
 
   Raises:
     SweepError: for a repeated grid value, a derived key that is also a grid
-      key, or a derivation that fails on some point.
+      key, a seed given both by the grid (or a derived value) and by ``seeds``,
+      or a derivation that fails on some point.
   """
   for key, values in grid.items():
     texts = [text for text, _ in values]
@@ -323,6 +331,14 @@ def make_points(grid, derivations, seeds):
   derived_keys = [d.key for d in derivations]
   if len(set(derived_keys)) != len(derived_keys):
     raise SweepError('derived: a key is given twice')
+  if seeds:
+    for key in [k for k in list(grid) + derived_keys if k in SEED_KEYS]:
+      kind = 'grid' if key in grid else 'derived'
+      # The seed of --seeds comes last and would win: points differing only in
+      # the grid's seed would be the same run under two names.
+      raise SweepError(f'{kind} {key} and --seeds both set random_seed, so points would repeat '
+                       'one another; give the seeds one way: --seeds alone, or the '
+                       f'{kind} key without --seeds')
   points = []
   keys = list(grid)
   for combination in itertools.product(*(grid[k] for k in keys)):
