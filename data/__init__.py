@@ -13,6 +13,7 @@ from data import schemas
 
 DATA_LAYERS = Registry('data layer')
 DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS)
+DATA_LAYERS.register_lazy('cmudict', 'data.cmudict:CmudictDataLayer', PARAMS=schemas.CMUDICT_PARAMS)
 DATA_LAYERS.register_lazy('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer',
                           PARAMS=schemas.FASHION_MNIST_PARAMS)
 DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',

