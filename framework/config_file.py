@@ -273,7 +273,8 @@ def resolve(raw, mode, overrides=()):
   config = merge(base, overlay)
   for text in overrides:
     _apply_override(config, text)
-  if _sets_learning_rate(overrides) and not any(t.startswith('lr_scaling') for t in overrides):
+  if (config.get('lr_scaling') is not None and _sets_learning_rate(overrides)
+      and not any(t.startswith('lr_scaling') for t in overrides)):
     # A rate given on the command line replaces the config's rule of the global batch.
     config['lr_scaling'] = None
   return config

@@ -1,0 +1,195 @@
+"""Multi-worker benchmark: one worker against two, under each engine, in one run.
+
+  .venv/bin/python scripts/bench_distributed.py [--rounds 8] [--steps 6] [--jobs 2]
+
+Starts, in turn, a two-worker job of each engine on this machine: ``horovodrun
+-np 2 --gloo`` (Horovod) and two ``TF_CONFIG`` workers (tf.distribute's
+MultiWorkerMirroredStrategy), ``--jobs`` times each, alternating, with
+TensorFlow's thread pools and OpenMP limited to one thread per worker. Inside a
+job each worker builds the framework's Trainer twice (configs/fashion_mnist_lars.py,
+ResNet-8, batch 256 per worker, LARS): once as a one-worker job
+(``distributed.single_process``: no collectives, the unsharded data) and once
+as a worker of the two-worker job (one grouped all-reduce per step). Each round
+times, in alternating order, ``--steps`` steps of
+
+  one   rank 0 trains as a one-worker job; rank 1 waits at the barrier
+  two   both ranks train the two-worker job
+
+with a host sum of the phase times between phases (also the barrier). The
+speed-up of a round is the images/sec of ``two`` over that of ``one`` in the
+same processes; an engine's figure is the median over all its rounds. The two
+engines are compared by the median images/sec of their ``two`` phases, each
+normalised by the ``one`` phase of its own round (so a slow spell of this shared
+machine lands on both candidates alike). Goals: two multi_worker_mirrored
+workers >= 1.8x one worker, and >= 0.95x two Horovod workers.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+SPEEDUP_GOAL = 1.8
+ENGINE_GOAL = 0.95
+ENGINES = ('horovod', 'multi_worker_mirrored')
+PHASES = ('one', 'two')
+JOB_TIMEOUT_SECONDS = 1200
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--rounds', type=int, default=8, help='rounds of the two phases per job')
+  parser.add_argument('--steps', type=int, default=6, help='timed steps per phase')
+  parser.add_argument('--jobs', type=int, default=2, help='jobs of each engine, alternating')
+  parser.add_argument('--config', default=CONFIG, help='the config to train')
+  parser.add_argument('--worker', default=None, metavar='OUT_JSON',
+                      help='(internal) run as a worker of a job; rank 0 writes OUT_JSON')
+  return parser.parse_args()
+
+
+# --- a worker of a job ------------------------------------------------------------------------
+
+def worker(args):
+  """One worker of a two-worker job: the rounds of timed phases; rank 0 writes the results."""
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  engine = distributed.start()
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+  if distributed.size() != 2:
+    raise SystemExit(f'bench_distributed.py --worker: expected 2 workers, got {distributed.size()}')
+  rank = distributed.rank()
+  configs = config_lib.load_configs(args.config, 'benchmark')
+  configs, _ = config_lib.scale_learning_rates(configs, distributed.size())
+  cfg = configs['train']
+
+  class Timed:
+    """One Trainer's compiled step and data iterator, warmed up."""
+
+    def __init__(self, logdir):
+      self.trainer = trainer_lib.Trainer(cfg, None, logdir)
+      self.trainer.begin()
+      self.step = self.trainer.make_train_step()
+      self.iterator = self.trainer.train_iterator()
+      self.run(max(1, cfg['bench_warmup_steps']))
+
+    def run(self, steps):
+      start = time.perf_counter()
+      with tf.summary.create_noop_writer().as_default():
+        for _ in range(steps):
+          result = self.step(self.iterator)
+        result['loss'].numpy()
+      return time.perf_counter() - start
+
+  with tempfile.TemporaryDirectory() as logdir:
+    with distributed.single_process():
+      solo = Timed(logdir)
+    joint = Timed(logdir)
+    rounds = []
+    for r in range(args.rounds):
+      seconds = {}
+      for name in (PHASES if r % 2 == 0 else PHASES[::-1]):
+        mine = np.zeros(2)
+        if name == 'two':
+          mine[rank] = joint.run(args.steps)
+        elif rank == 0:
+          with distributed.single_process():
+            mine[rank] = solo.run(args.steps)
+        seconds[name] = distributed.sum_array(mine)  # also the barrier between phases
+      images = cfg['batch_size_per_gpu'] * args.steps
+      rounds.append({'one': images / seconds['one'][0],
+                     'two': 2 * images / float(np.max(seconds['two']))})
+  if rank == 0:
+    with open(args.worker, 'w') as f:
+      json.dump({'engine': engine, 'batch': cfg['batch_size_per_gpu'], 'rounds': rounds}, f)
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+def _environment():
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_CONFIG', 'HOROVOD_CYCLE_TIME') and not k.startswith('SLURM_')}
+  env.update(TF_NUM_INTRAOP_THREADS='1', TF_NUM_INTEROP_THREADS='1', OMP_NUM_THREADS='1',
+             TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT)
+  return env
+
+
+def run_job(engine, args, out):
+  """Runs one two-worker job of ``engine``; returns rank 0's results."""
+  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  command = [sys.executable, os.path.abspath(__file__), '--worker', out, '--rounds',
+             str(args.rounds), '--steps', str(args.steps), '--config', args.config]
+  env = _environment()
+  if engine == 'horovod':
+    horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+    procs = [subprocess.Popen([horovodrun, '-np', '2', '--gloo', '-H', 'localhost:2', *command],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)]
+  else:
+    procs = [subprocess.Popen(command, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+             for e in local_cluster.worker_environments(2, env)]
+  outputs = []
+  try:
+    for proc in procs:
+      outputs.append(proc.communicate(timeout=JOB_TIMEOUT_SECONDS)[0])
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  if any(p.returncode for p in procs) or not os.path.exists(out):
+    tail = '\n'.join(o[-2000:] for o in outputs)
+    raise SystemExit(f'FAIL the {engine} job exited with an error:\n{tail}')
+  with open(out) as f:
+    return json.load(f)
+
+
+def main():
+  args = parse_args()
+  if args.worker:
+    worker(args)
+    return
+  print(f'multi-worker benchmark: {os.path.relpath(args.config, ROOT)}, 2 single-threaded '
+        f'workers against 1, {args.jobs} job(s) of each engine x {args.rounds} rounds x '
+        f'{args.steps} steps per phase', flush=True)
+  results = {engine: [] for engine in ENGINES}
+  with tempfile.TemporaryDirectory() as tmp:
+    for j in range(args.jobs):
+      for engine in (ENGINES if j % 2 == 0 else ENGINES[::-1]):
+        result = run_job(engine, args, os.path.join(tmp, f'{engine}-{j}.json'))
+        results[engine].extend(result['rounds'])
+        speedups = [r['two'] / r['one'] for r in result['rounds']]
+        print(f'  job {j + 1} {engine:22s}: 1 worker {statistics.median(r["one"] for r in result["rounds"]):7.1f} '
+              f'img/s, 2 workers {statistics.median(r["two"] for r in result["rounds"]):7.1f} img/s, '
+              f'speed-up {statistics.median(speedups):.3f}x', flush=True)
+  speedup = {e: statistics.median(r['two'] / r['one'] for r in results[e]) for e in ENGINES}
+  # The engines' two-worker rates, each in units of its own round's one-worker rate.
+  ratio = speedup['multi_worker_mirrored'] / speedup['horovod']
+  raw = (statistics.median(r['two'] for r in results['multi_worker_mirrored'])
+         / statistics.median(r['two'] for r in results['horovod']))
+  for engine in ENGINES:
+    print(f'{engine:22s}: 2 workers give {speedup[engine]:.3f}x the images/sec of 1 '
+          f'(median of {len(results[engine])} rounds)')
+  print(f'multi_worker_mirrored / horovod, 2 workers: {ratio:.3f}x normalised by each round\'s '
+        f'1 worker ({raw:.3f}x in raw images/sec)')
+  ok = speedup['multi_worker_mirrored'] >= SPEEDUP_GOAL
+  print(f'{"PASS" if ok else "FAIL"} multi_worker_mirrored speed-up {speedup["multi_worker_mirrored"]:.3f}x '
+        f'(goal >= {SPEEDUP_GOAL}x)')
+  ok = ratio >= ENGINE_GOAL
+  print(f'{"PASS" if ok else "FAIL"} multi_worker_mirrored against horovod {ratio:.3f}x '
+        f'(goal >= {ENGINE_GOAL}x)', flush=True)
+
+
+if __name__ == '__main__':
+  main()
