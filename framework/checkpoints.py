@@ -12,6 +12,7 @@ Saving (:func:`save`) removes what a failed write left and raises one line.
 best eval accuracy and its record ``best.json``.
 """
 
+import errno
 import glob
 import json
 import os
@@ -21,11 +22,16 @@ import shutil
 import tensorflow as tf
 
 from framework import rundir
+from framework import summaries
 
 CHECKPOINT_NAME = 'ckpt'
 # The directory, inside the run directory, of the best checkpoint by eval accuracy.
 BEST_DIR = 'best'
-_FILE = re.compile(rf'^{CHECKPOINT_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
+BEST_NAME = 'best'
+BEST_RECORD = 'best.json'
+# The texts of the OS errors, longest first, to find the cause inside TensorFlow's messages.
+_OS_REASONS = sorted({os.strerror(code) for code in errno.errorcode}, key=len, reverse=True)
+_GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 class CheckpointError(RuntimeError):
@@ -37,16 +43,57 @@ def _short(exc):
   return text if len(text) <= 200 else text[:197] + '...'
 
 
-def find(logdir):
+def _file_pattern(name):
+  return re.compile(rf'^{re.escape(name)}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
+
+
+def os_error(exc):
+  """The OS error behind a failed write and the file it named: ``(reason, path or None)``.
+
+  TensorFlow wraps the OS error of a failed write in a long message
+  (``{{function_node __wrapped__SaveV2...}} <file>; No space left on device
+  [Op:SaveV2]``); the reason is what the user acts on, so it is found there.
+  """
+  if isinstance(exc, OSError):
+    return exc.strerror or _short(exc), exc.filename
+  text = re.sub(r'\{\{[^}]*\}\}', ' ', str(exc))
+  text = ' '.join(re.sub(r'\[Op:[^\]]*\]', ' ', text).split())
+  for reason in _OS_REASONS:
+    at = text.find(reason)
+    if at >= 0:
+      before = text[:at].rstrip(' ;:,').split()
+      return reason, (before[-1] if before and os.sep in before[-1] else None)
+  return _short(text), None
+
+
+def describe_write_failure(exc, directory):
+  """``reason (file)`` of a failed write, with the free space left when the disk is full."""
+  reason, path = os_error(exc)
+  text = reason + (f' (writing {path})' if path else '')
+  if reason in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT)):
+    try:
+      stat = os.statvfs(directory)
+      text += f'; {stat.f_bavail * stat.f_frsize / 2**20:.1f} MB free there'
+    except OSError:
+      pass
+  return text
+
+
+def find(logdir, name=CHECKPOINT_NAME):
   """Every checkpoint the directory shows a trace of, newest first.
+
+  Args:
+    logdir: the directory.
+    name: the checkpoints' name (``ckpt``, or ``best`` in ``<logdir>/best``).
 
   Returns:
     list of ``(step, prefix)``; a checkpoint appears when any of its files, or
     the state file, names it.
   """
+  pattern = _file_pattern(name)
   steps = set()
-  for path in glob.glob(os.path.join(glob.escape(logdir), f'{CHECKPOINT_NAME}-*')):
-    match = _FILE.match(os.path.basename(path))
+  for path in glob.glob(os.path.join(glob.escape(logdir), f'{glob.escape(name)}-*')):
+    match = pattern.match(os.path.basename(path))
     if match:
       steps.add(int(match.group(1)))
   try:
@@ -55,10 +102,10 @@ def find(logdir):
     state = None  # a damaged state file: the files above are the evidence
   if state is not None:
     for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-      match = _FILE.match(os.path.basename(path) + '.index')
+      match = pattern.match(os.path.basename(path) + '.index')
       if match:
         steps.add(int(match.group(1)))
-  return [(step, os.path.join(logdir, f'{CHECKPOINT_NAME}-{step}'))
+  return [(step, os.path.join(logdir, f'{name}-{step}'))
           for step in sorted(steps, reverse=True)]
 
 
@@ -75,8 +122,13 @@ def verify(prefix):
   return None
 
 
-def newest_intact(logdir):
+def newest_intact(logdir, name=CHECKPOINT_NAME, advice=None):
   """The newest intact checkpoint and the damaged ones newer than it.
+
+  Args:
+    logdir: the directory of the checkpoints.
+    name: their name (``ckpt``, or ``best``).
+    advice: what the error says to do when none is intact (default: for a resume).
 
   Returns:
     ``(prefix or None, [(prefix, reason), ...])``; ``(None, [])`` when the
@@ -86,23 +138,91 @@ def newest_intact(logdir):
     CheckpointError: when checkpoints are there but none is intact.
   """
   damaged = []
-  for _, prefix in find(logdir):
+  for _, prefix in find(logdir, name):
     reason = verify(prefix)
     if reason is None:
       return prefix, damaged
     damaged.append((prefix, reason))
   if damaged:
     listed = '; '.join(f'{os.path.basename(p)}: {r}' for p, r in damaged)
+    advice = advice or 'Restore the files from a backup, or start a new run in another logdir'
     raise CheckpointError(f'no intact checkpoint in {logdir} ({listed}); nothing was deleted. '
-                          'Restore the files from a backup, or start a new run in another logdir')
+                          f'{advice}')
   return None, []
 
 
-def describe_fallback(prefix, damaged):
+def describe_fallback(prefix, damaged, using='resuming from'):
   """The one line printed when the newest checkpoints are damaged."""
   listed = '; '.join(f'{os.path.basename(p)} ({r})' for p, r in damaged)
-  return (f'warning: damaged checkpoint(s) left as they are: {listed}; resuming from '
+  return (f'warning: damaged checkpoint(s) left as they are: {listed}; {using} '
           f'{os.path.basename(prefix)}, the newest intact one')
+
+
+def saved_model_of(prefix):
+  """The SavedModel directory whose variables ``prefix`` is (``<export>/variables/variables``), or None."""
+  variables = os.path.dirname(prefix)
+  export = os.path.dirname(variables)
+  if (os.path.basename(prefix) == 'variables' and os.path.basename(variables) == 'variables'
+      and os.path.isfile(os.path.join(export, 'saved_model.pb'))):
+    return export
+  return None
+
+
+def is_run_checkpoint(prefix):
+  """Whether a readable checkpoint holds a run's state (its global step), not only weights."""
+  try:
+    return _GLOBAL_STEP_KEY in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def resolve(path, label, log=print):
+  """The intact checkpoint that a flag names: a checkpoint prefix, or a directory's newest.
+
+  Every checkpoint a user names (``--checkpoint``, ``--init_checkpoint``) goes
+  through here, as a resume goes through :func:`newest_intact`: the checkpoint
+  is read in full before it is used, and a damaged one is named in one line.
+
+  Args:
+    path: a checkpoint prefix (``run/ckpt-20``, ``run/best/best-10``), or a
+      directory: a run directory, its ``best`` directory, or any directory
+      whose state file names a checkpoint.
+    label: the flag as the message names it, e.g. ``--checkpoint=best``.
+    log: ``f(line)`` for the warning when a directory's newest checkpoints are damaged.
+
+  Returns:
+    The checkpoint prefix, or None when ``path`` names no checkpoint at all.
+
+  Raises:
+    CheckpointError: the checkpoint named, or every checkpoint of the directory,
+      is damaged; nothing is changed.
+  """
+  if os.path.isdir(path):
+    advice = 'Name another checkpoint, or restore the files from a backup'
+    for name in (CHECKPOINT_NAME, BEST_NAME):
+      try:
+        prefix, damaged = newest_intact(path, name, advice)
+      except CheckpointError as exc:
+        raise CheckpointError(f'{label}: {exc}') from None
+      if prefix is not None:
+        if damaged:
+          log(describe_fallback(prefix, damaged, using='using'))
+        return prefix
+    try:
+      prefix = tf.train.latest_checkpoint(path)
+    except Exception:  # pylint: disable=broad-except
+      prefix = None
+    if prefix is None:
+      return None
+  else:
+    prefix = path
+    if not os.path.exists(prefix + '.index'):
+      return None
+  reason = verify(prefix)
+  if reason is not None:
+    raise CheckpointError(f'{label}: the checkpoint {prefix} is damaged ({reason}); nothing was '
+                          'changed. Name another checkpoint, or restore its files from a backup')
+  return prefix
 
 
 def keep_for_rotation(logdir, prefix, damaged):
@@ -144,9 +264,9 @@ def save(manager, step, name=CHECKPOINT_NAME):
     remove_partial(prefix)
     kept = latest_listed(directory)
     raise CheckpointError(
-        f'could not write checkpoint {prefix} ({_short(exc)}); its partial files were removed; '
-        f'kept: {kept or "no earlier checkpoint"}. Free space or fix the permissions of '
-        f'{directory}, then resume with --continue_learning') from None
+        f'could not write checkpoint {prefix}: {describe_write_failure(exc, directory)}; its '
+        f'partial files were removed; kept: {kept or "no earlier checkpoint"}. Free space or fix '
+        f'the permissions of {directory}, then resume with --continue_learning') from None
 
 
 def remove_partial(prefix):
@@ -170,30 +290,95 @@ def latest_listed(logdir):
   return path if path and os.path.exists(path + '.index') else None
 
 
+def eval_accuracy(eval_dir, step):
+  """The top-1 accuracy the eval events in ``eval_dir`` give at ``step`` (the last one), or None."""
+  found = None
+  for path in sorted(glob.glob(os.path.join(glob.escape(eval_dir), 'events.out.tfevents.*'))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        if event.step != step:
+          continue
+        for value in event.summary.value:
+          if value.tag == 'accuracy':
+            found = float(tf.make_ndarray(value.tensor)) if value.HasField('tensor') else \
+                float(value.simple_value)
+    except Exception:  # pylint: disable=broad-except
+      continue  # a damaged event file (cut off by a kill): the events read so far stand
+  return found
+
+
+def _read_record(path):
+  """``(record, problem)``: the best checkpoint's record, or None and why it cannot be used."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      record = json.load(f)
+  except FileNotFoundError:
+    return None, None
+  except (OSError, ValueError) as exc:
+    return None, f'{path} cannot be read ({type(exc).__name__}: {_short(exc)})'
+  accuracy = record.get('accuracy') if isinstance(record, dict) else None
+  if (not isinstance(accuracy, (int, float)) or isinstance(accuracy, bool)
+      or not isinstance(record.get('step'), int)):
+    return None, f'{path} holds no step and accuracy'
+  return record, None
+
+
 class BestCheckpoint:
   """Keeps the checkpoint with the best eval accuracy in its own directory.
+
+  The best accuracy so far comes from the record ``best.json``. When the
+  record cannot be read, is missing or names another checkpoint than the one
+  kept (a crash between the two writes), the kept checkpoint's accuracy is
+  read back from the run's eval events at its step, so that a worse
+  checkpoint never replaces it; when no event gives it either, the kept
+  checkpoint is not replaced at all by this run.
 
   Args:
     checkpoint: the ``tf.train.Checkpoint`` of the run.
     directory: where the best checkpoint (``best-<step>``) and ``best.json`` go.
+    eval_dir: the run's eval events (default: ``eval`` beside ``directory``).
+    log: ``f(line)`` for the one line saying a record was unreadable and what replaced it.
   """
 
-  def __init__(self, checkpoint, directory):
+  def __init__(self, checkpoint, directory, eval_dir=None, log=print):
     self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
-                                              checkpoint_name='best')
-    self.record = os.path.join(directory, 'best.json')
-    self.best = None
-    try:
-      with open(self.record, encoding='utf-8') as f:
-        self.best = json.load(f)['accuracy']
-    except (OSError, ValueError, KeyError, TypeError):
-      pass  # no record yet (or an unreadable one): the next evaluation writes it
+                                              checkpoint_name=BEST_NAME)
+    self.record = os.path.join(directory, BEST_RECORD)
+    if eval_dir is None:
+      eval_dir = os.path.join(os.path.dirname(os.path.abspath(directory)), summaries.EVAL_DIR)
+    self.best = self._best_so_far(directory, eval_dir, log)
+
+  def _best_so_far(self, directory, eval_dir, log):
+    record, problem = _read_record(self.record)
+    kept = [(s, p) for s, p in find(directory, BEST_NAME) if os.path.exists(p + '.index')]
+    if not kept:
+      if problem:
+        log(f'warning: {problem}; there is no best checkpoint beside it, so the next '
+            'evaluation starts a new record')
+      return None  # nothing kept to protect: the next evaluation is the best so far
+    step, prefix = kept[0]
+    if record is not None and record['step'] == step:
+      return record['accuracy']
+    if problem is None:
+      problem = (f'{self.record} is missing' if record is None else
+                 f'{self.record} names step {record["step"]}, not {os.path.basename(prefix)}')
+    accuracy = eval_accuracy(eval_dir, step)
+    if accuracy is None:
+      log(f'warning: {problem}, and no eval event in {eval_dir} gives the accuracy of {prefix}: '
+          f'it is kept and this run will not replace it (move {directory} away to let it)')
+      return float('inf')
+    log(f'warning: {problem}; the accuracy of {prefix}, {accuracy:.4f}, was read back from the '
+        f'eval events in {eval_dir}, and the record rewritten')
+    self._write(step, accuracy, prefix)
+    return accuracy
+
+  def _write(self, step, accuracy, path):
+    rundir.write_text_atomically(
+        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
 
   def offer(self, step, accuracy):
     """Saves the checkpoint at ``step`` when ``accuracy`` beats the best one so far."""
     if self.best is not None and accuracy <= self.best:
       return
     self.best = accuracy
-    path = save(self.manager, step, name='best')
-    rundir.write_text_atomically(
-        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
+    self._write(step, accuracy, save(self.manager, step, name=BEST_NAME))

@@ -31,6 +31,14 @@ def check_export_dir(directory):
   """
   if os.path.isfile(directory):
     raise ExportError(f'--export_dir {directory} is a file; give a new directory')
+  # The nearest part of the path that exists must be a directory: a file there
+  # would otherwise surface later as "Not a directory", far from its cause.
+  existing = os.path.dirname(os.path.abspath(directory))
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ExportError(f'--export_dir {directory}: {existing} is a file, not a directory; give a '
+                      'path whose parents are directories (or do not exist yet)')
   if os.path.isdir(directory) and os.listdir(directory):
     raise ExportError(f'--export_dir {directory} is not empty; give a new directory, an export '
                       'is never written over another')

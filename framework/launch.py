@@ -78,11 +78,24 @@ def launch(options, configs, resume):
     except export_lib.ExportError as exc:
       raise LaunchError(str(exc)) from None
   lock = check_logdir(logdir, options, distributed.is_chief())
+  finished = False
   try:
-    return run(options, configs, logdir, resume)
+    status = run(options, configs, logdir, resume)
+    finished = True
+    return status
   finally:
     if lock is not None:
       lock.release()
+      if not finished and lock.made_logdir:
+        remove_if_empty(logdir)
+
+
+def remove_if_empty(logdir):
+  """Removes a logdir this launch made when a refusal or failure left it empty."""
+  try:
+    os.rmdir(logdir)
+  except OSError:
+    pass  # it holds files: they stay
 
 
 def check_with_owners(configs):
@@ -136,6 +149,8 @@ def check_logdir(logdir, options, chief):
   if not chief:
     return None
   lock = rundir.RunLock(logdir)
+  # A logdir made here and left empty by a refusal is removed again (launch()).
+  lock.made_logdir = not os.path.isdir(logdir)
   if os.path.isdir(logdir):
     holder = lock.live_holder()
     if holder is not None:
@@ -161,17 +176,25 @@ def check_resume_config(logdir, cfg):
   from framework import distributed  # pylint: disable=import-outside-toplevel
   from framework import rundir  # pylint: disable=import-outside-toplevel
   import yaml  # pylint: disable=import-outside-toplevel
-  saved, problem = rundir.read_saved_config(logdir)
+  saved, path, problems = rundir.newest_saved_config(logdir)
   if saved is None:
-    if distributed.is_chief() and any(n.startswith('ckpt-') for n in os.listdir(logdir)):
-      print(f'warning: {problem}: the config cannot be compared with the one the checkpoints '
-            'were written with', flush=True)
+    if any(n.startswith('ckpt-') for n in os.listdir(logdir)):
+      # Without the config the checkpoints were written with, a change they cannot
+      # take (another model or optimizer) would go through unseen.
+      raise LaunchError(
+          f'--continue_learning: no readable config in {logdir} to compare this config with '
+          f'({"; ".join(problems)}); nothing was changed. Put the config the checkpoints were '
+          f'written with back as {os.path.join(logdir, rundir.CONFIG_NAME)}, or start a new run '
+          'in another --logdir')
     return
+  if problems and distributed.is_chief():
+    print(f'warning: {"; ".join(problems)}; comparing with {path}, the newest readable config '
+          'of the run', flush=True)
   fixed, free = rundir.config_changes(saved, yaml.safe_load(config_lib.to_yaml(cfg)))
   if fixed:
     raise LaunchError(
         f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
-        f'{rundir.describe_changes(fixed)} (saved in {os.path.join(logdir, rundir.CONFIG_NAME)}); '
+        f'{rundir.describe_changes(fixed)} (saved in {path}); '
         'resume with the saved values, or start a new run in another --logdir')
   if free and distributed.is_chief():
     print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
@@ -205,7 +228,7 @@ def run(options, configs, logdir, resume):
   except DataError as exc:
     raise LaunchError(str(exc)) from None
   except (TrainingError, checkpoints.CheckpointError) as exc:
-    raise LaunchError(str(exc)) from None
+    raise LaunchError(str(exc), status=1) from None
   finally:
     if stop is not None:
       stop.uninstall()
@@ -214,6 +237,7 @@ def run(options, configs, logdir, resume):
 def run_mode(trainer, options, configs, logdir, stop):
   """Runs the mode on a built trainer; returns the exit status."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import train_loop  # pylint: disable=import-outside-toplevel
   if options.mode == 'benchmark':
     benchmark(trainer, options.bench_steps)
     return 0
@@ -226,11 +250,15 @@ def run_mode(trainer, options, configs, logdir, stop):
   if chief and training and options.continue_learning and restored is None:
     print(f'no checkpoint in {logdir} yet: starting at step 0', flush=True)
   if training and trainer.global_step >= trainer.max_steps:
+    if not train_loop.ending_pending(logdir, trainer.global_step):
+      if chief:
+        print(f'nothing to do: the checkpoint is at step {trainer.global_step} and the run ends '
+              f'at step {trainer.max_steps}; raise max_steps (or num_epochs) to train further',
+              flush=True)
+      return 0
     if chief:
-      print(f'nothing to do: the checkpoint is at step {trainer.global_step} and the run ends '
-            f'at step {trainer.max_steps}; raise max_steps (or num_epochs) to train further',
-            flush=True)
-    return 0
+      print(f'a signal cut off the end of training at step {trainer.global_step}: doing it now '
+            '(precise batch norm, last checkpoint, last evaluation)', flush=True)
   if training and chief:
     record_configs(options, configs, logdir, trainer.global_step)
   trainer.begin()

@@ -3,11 +3,13 @@
 ``RunLock`` keeps a second training run off a directory that one is writing.
 Every start writes its resolved config as ``config-<step>.yaml`` (the step it
 starts at) and as ``config.yaml`` (the latest), so the config of an earlier
-start is never lost; a resume compares its config with ``config.yaml`` before
-anything is restored or written (:func:`config_changes`).
+start is never lost; a resume compares its config with ``config.yaml`` (or,
+when that cannot be read, the newest readable per-start copy) before anything
+is restored or written (:func:`config_changes`).
 """
 
 import os
+import re
 import socket
 import tempfile
 
@@ -15,6 +17,7 @@ import yaml
 
 LOCK_NAME = 'run.lock'
 CONFIG_NAME = 'config.yaml'
+_START_CONFIG = re.compile(r'^config-(\d+)(?:-(\d+))?\.yaml$')
 
 # Keys a checkpoint cannot follow a change of: they set the variables and their
 # shapes, the optimizer and its slots, the compute dtype, the accumulators, and
@@ -173,25 +176,60 @@ def write_start_configs(logdir, text, step):
 
 
 def read_saved_config(logdir):
-  """The train view of the config the last start wrote, as plain data, or (None, reason).
+  """The train view of ``<logdir>/config.yaml`` as plain data, or (None, reason)."""
+  return read_config_file(os.path.join(logdir, CONFIG_NAME))
 
-  ``config.yaml`` holds ``base_params``, ``train_params`` and ``eval_params``
-  (the layout ``--config`` reads); the train view is the first two merged. A
-  flat file, as older versions wrote, is that view already.
+
+def read_config_file(path):
+  """The train view of a config a start wrote, as plain data, or (None, reason).
+
+  The file holds ``base_params``, ``train_params`` and ``eval_params`` (the
+  layout ``--config`` reads); the train view is the first two merged. A flat
+  file, as older versions wrote, is that view already.
   """
-  path = os.path.join(logdir, CONFIG_NAME)
   try:
     with open(path, encoding='utf-8') as f:
       saved = yaml.safe_load(f)
   except FileNotFoundError:
     return None, f'{path} is missing'
-  except (OSError, yaml.YAMLError) as exc:
+  except (OSError, ValueError, yaml.YAMLError) as exc:
+    # ValueError: bytes that are not UTF-8.
     return None, f'{path} cannot be read ({type(exc).__name__})'
   if not isinstance(saved, dict):
     return None, f'{path} holds no config'
   if isinstance(saved.get('base_params'), dict):
     saved = {**saved['base_params'], **(saved.get('train_params') or {})}
   return saved, None
+
+
+def start_config_paths(logdir):
+  """The per-start copies ``config-<step>[-<n>].yaml``, newest first (by step, then n)."""
+  found = []
+  for name in os.listdir(logdir):
+    match = _START_CONFIG.match(name)
+    if match:
+      found.append((int(match.group(1)), int(match.group(2) or 1), os.path.join(logdir, name)))
+  return [path for _, _, path in sorted(found, reverse=True)]
+
+
+def newest_saved_config(logdir):
+  """The train view of the newest readable config of the run directory.
+
+  ``config.yaml`` is the latest start's; when it cannot be read, the per-start
+  copies stand in for it, newest first, so that a damaged ``config.yaml``
+  never lets a change through that the checkpoints cannot take.
+
+  Returns:
+    ``(config or None, the path it was read from or None, [why each newer file
+    could not be read, ...])``.
+  """
+  problems = []
+  for path in [os.path.join(logdir, CONFIG_NAME)] + start_config_paths(logdir):
+    saved, problem = read_config_file(path)
+    if saved is not None:
+      return saved, path, problems
+    problems.append(problem)
+  return None, None, problems
 
 
 def _flatten(value, path=''):

@@ -29,6 +29,18 @@ class RunStopped(Exception):
     self.checkpoint = checkpoint
 
 
+class StopRequested(Exception):
+  """A signal came during work that stops at once rather than after a step (precise_bn).
+
+  The train loop answers it as it answers a signal between steps: it saves
+  and raises :class:`RunStopped`.
+  """
+
+  def __init__(self, signum):
+    super().__init__(f'stop requested by signal {signum}')
+    self.signum = signum
+
+
 class StopRequest:
   """Records the first SIGTERM/SIGINT; a second one ends the process at once."""
 

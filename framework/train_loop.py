@@ -18,7 +18,9 @@ The loop drives the trainer through its public surface (its config, sizes,
 subclass that wraps the step (scripts/bench_train.py) trains the same way.
 """
 
+import json
 import os
+import signal
 import time
 
 import numpy as np
@@ -32,9 +34,11 @@ from framework import config as config_lib
 from framework import console
 from framework import distributed
 from framework import evaluation
+from framework import rundir
 from framework import summaries
 from framework.checkpoints import CheckpointError
 from framework.stopping import RunStopped
+from framework.stopping import StopRequested
 
 # Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
 _MAX_SKIPPED_UPDATES = 50
@@ -42,6 +46,9 @@ _MAX_SKIPPED_UPDATES = 50
 _RATE_WINDOW_SECONDS = 10.0
 _WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
                    'Disk quota exceeded')
+# In the logdir while the end of training (precise_bn, last evaluation) that a
+# signal cut off is still to do; the resumed run does it.
+ENDING_MARK = 'ending.json'
 
 
 class TrainingError(RuntimeError):
@@ -79,7 +86,8 @@ def _user_error(exc, logdir):
     return DataError(f'corrupt input data: {str(exc).splitlines()[0]}')
   if _is_write_failure(exc, logdir):
     kept = checkpoints.latest_listed(logdir)
-    return CheckpointError(f'writing to {logdir} failed ({" ".join(str(exc).split())}); '
+    return CheckpointError(f'writing to {logdir} failed: '
+                           f'{checkpoints.describe_write_failure(exc, logdir)}; '
                            f'kept: {kept or "no checkpoint"}')
   return None
 
@@ -126,7 +134,8 @@ class RunOutputs:
           trainer.checkpoint, logdir, max_to_keep=cfg['num_checkpoints'],
           checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
       self.best = checkpoints.BestCheckpoint(
-          trainer.checkpoint, os.path.join(logdir, checkpoints.BEST_DIR)) if chief else None
+          trainer.checkpoint, os.path.join(logdir, checkpoints.BEST_DIR),
+          log=distributed.log) if chief else None
       self.writer = (tf.summary.create_file_writer(logdir) if self.writes
                      else tf.summary.create_noop_writer())
       self.eval_writer = summaries.LazyWriter(os.path.join(logdir, summaries.EVAL_DIR), chief)
@@ -277,11 +286,33 @@ class TrainLoop:
       metrics = step_fn(iterator)
       self._after_step({k: v.numpy() for k, v in metrics.items()})
     self.progress.close()
-    with trainer.precise_bn(trainer.global_step, keep=True):
-      self.outputs.save(trainer.model, trainer.global_step)
-      if self.evaluate_every is not None:
-        self._evaluate(trainer.global_step)
+    try:
+      self._end()
+    except StopRequested as exc:
+      self._stop(exc.signum, ending=True)
+    if self.stop is not None and self.stop.signum is not None:
+      distributed.log(f'{self.stop.name} came during the last evaluation, after the last '
+                      'checkpoint: the run is complete and ends normally')
+    if distributed.is_chief():
+      remove_ending_mark(trainer.logdir)
     return self.eval_metrics
+
+  def _end(self):
+    """The end of training: precise batch norm, the last checkpoint, the last evaluation.
+
+    A signal during precise_bn, or after the last checkpoint and before the
+    last evaluation, raises StopRequested; the evaluation itself runs to its end.
+    """
+    trainer = self.trainer
+    step = trainer.global_step
+    with trainer.precise_bn(step, keep=True, stop=self.stop):
+      self.outputs.save(trainer.model, step)
+      self.last_saved = step
+      signum = self.stop.agreed() if self.stop is not None else 0
+      if signum:
+        raise StopRequested(signum)
+      if self.evaluate_every is not None:
+        self._evaluate(step)
 
   def _open_progress(self):
     trainer, cfg = self.trainer, self.config
@@ -313,9 +344,12 @@ class TrainLoop:
       self.last_saved = step
     if (self.evaluate_every and step - self.last_eval >= self.evaluate_every
         and step < trainer.max_steps):
-      with trainer.precise_bn(step, keep=False, when=cfg['precise_bn'] and
-                              cfg['precise_bn']['before_each_eval']):
-        self._evaluate(step)
+      try:
+        with trainer.precise_bn(step, keep=False, when=cfg['precise_bn'] and
+                                cfg['precise_bn']['before_each_eval'], stop=self.stop):
+          self._evaluate(step)
+      except StopRequested as exc:
+        self._stop(exc.signum)
       self.last_eval = step
 
   def _summary_due(self, step):
@@ -339,8 +373,14 @@ class TrainLoop:
       self.outputs.best.offer(step, metrics['accuracy'])
     self.eval_metrics = metrics
 
-  def _stop(self, signum):
-    """Writes the summaries, saves the current step (unless saved already), raises RunStopped."""
+  def _stop(self, signum, ending=False):
+    """Writes the summaries, saves the current step (unless saved already), raises RunStopped.
+
+    Args:
+      signum: the signal.
+      ending: the signal cut off the end of training (:meth:`_end`): a mark in
+        the logdir makes the resumed run do that end instead of "nothing to do".
+    """
     step = self.trainer.global_step
     self.progress.close()
     if self.outputs.writes and self.values is not None and step > self.last_summary:
@@ -348,5 +388,29 @@ class TrainLoop:
     path = self.outputs.latest()
     if self.outputs.manager is not None and (step != self.last_saved or path is None):
       path = self.outputs.save(self.trainer.model, step)
+    if ending and distributed.is_chief():
+      rundir.write_text_atomically(
+          os.path.join(self.trainer.logdir, ENDING_MARK),
+          json.dumps({'step': step, 'signal': signal_name(signum)}) + '\n')
     tf.summary.flush()
     raise RunStopped(signum, step, path)
+
+
+def ending_pending(logdir, step):
+  """Whether a signal cut off the end of training (precise_bn, last evaluation) at ``step``."""
+  try:
+    with open(os.path.join(logdir, ENDING_MARK), encoding='utf-8') as f:
+      return json.load(f).get('step') == step
+  except (OSError, ValueError, AttributeError):
+    return False
+
+
+def remove_ending_mark(logdir):
+  try:
+    os.remove(os.path.join(logdir, ENDING_MARK))
+  except FileNotFoundError:
+    pass
+
+
+def signal_name(signum):
+  return signal.Signals(signum).name

@@ -19,7 +19,7 @@ beside it:
 - ``framework.summaries`` and ``framework.console``: what TensorBoard and the
   console show.
 
-Only the chief worker (Horovod rank 0) writes checkpoints, summaries, the
+Only the chief worker (rank 0, under either engine) writes checkpoints, summaries, the
 resolved config and the progress bar. ``BestCheckpoint``, ``RunStopped`` and
 ``TrainingError`` are importable from here, as run.py and the scripts do.
 """
@@ -42,6 +42,7 @@ from framework import summaries
 from framework import train_loop
 from framework.checkpoints import BestCheckpoint
 from framework.stopping import RunStopped
+from framework.stopping import StopRequested
 from framework.train_loop import TrainingError
 from core.params import ConfigError
 from models import MODELS
@@ -56,8 +57,8 @@ _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
 def _check_jit_compile(opt_kwargs):
   """Rejects what XLA cannot compile into the train step, naming the config key."""
   if opt_kwargs['on_horovod']:
-    raise ConfigError('jit_compile: XLA cannot compile Horovod\'s collectives into the train '
-                      'step; set jit_compile: false for multi-worker runs')
+    raise ConfigError('jit_compile: XLA cannot compile the multi-worker all-reduce into the '
+                      'train step; set jit_compile: false for multi-worker runs')
   if opt_kwargs['summaries']:
     raise ConfigError(f'jit_compile: summaries {opt_kwargs["summaries"]} are written inside the '
                       'train step, which XLA cannot compile; keep only learning_rate, '
@@ -117,6 +118,14 @@ class Trainer:
       self.steps_per_epoch = 1
     self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
     config_lib.check_warmup(cfg['lr_policy_params'], self.steps_per_epoch, self.max_steps)
+    if self.train_data is not None and self.global_batch > self.train_data.num_examples:
+      # It trains (the micro-batches stream on across epochs), but one update then
+      # counts some examples twice, which is seldom what a config meant.
+      distributed.log(
+          f'warning: the global batch {self.global_batch} ({self.batch_size} per worker x '
+          f'{self.num_workers} worker(s) x iter_size {self.iter_size}) is larger than the '
+          f'{self.train_data.num_examples} training examples: each update reads '
+          f'{1 / self.steps_per_epoch:.2f} epochs, some examples twice')
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
@@ -126,9 +135,11 @@ class Trainer:
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
     # Updates skipped because their gradients were not finite (loss scaling overflow).
     self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
-    self.checkpoint = tf.train.Checkpoint(
-        model=self.model, data_position=self.data_position,
-        skipped_updates=self.skipped_updates, **self.pipeline.checkpoint_items())
+    # What a checkpoint of the run holds, by name (also to name what a checkpoint lacks).
+    self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
+                                 skipped_updates=self.skipped_updates,
+                                 **self.pipeline.checkpoint_items())
+    self.checkpoint = tf.train.Checkpoint(**self.checkpoint_items)
     # Regularization is L2 on weights, never on batch-norm parameters or biases.
     self._regularized = exclusions.kept(self.model.trainable_variables,
                                         exclusions.NORMALIZATION_AND_BIAS)
@@ -184,12 +195,23 @@ class Trainer:
       distributed.log(checkpoints.describe_fallback(path, damaged))
     self._restored = (path, damaged)
     try:
-      self.checkpoint.restore(path).assert_existing_objects_matched()
+      self.checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as exc:
-      raise ConfigError(f'{path}: does not fit the model and optimizer of this config '
-                        f'({" ".join(str(exc).split())[:300]}); resume with the config it was '
-                        'written with (config.yaml in the logdir)') from None
-    return path
+      # TensorFlow's own message lists variables with their values: its first sentence only.
+      error = ' '.join(str(exc).split()).split('. ')[0][:300]
+    else:
+      return path
+    # The run ends on this error; the half-done restore would otherwise print a
+    # warning per value it did not restore, after the error line.
+    tf.get_logger().setLevel('ERROR')
+    from framework import warm_start  # pylint: disable=import-outside-toplevel
+    try:
+      problem = warm_start.describe_misfit(path, self.checkpoint_items) or error
+    except (ValueError, tf.errors.OpError):
+      problem = error
+    raise ConfigError(f'{path}: does not fit the model and optimizer of this config '
+                      f'({problem}); use the config it was written with (config.yaml in its run '
+                      'directory)')
 
   def keep_for_rotation(self):
     """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
@@ -303,7 +325,7 @@ class Trainer:
     return train_loop.train(self, evaluate_every, stop)
 
   @contextlib.contextmanager
-  def precise_bn(self, step, keep, when=True):
+  def precise_bn(self, step, keep, when=True, stop=None):
     """Recomputes the batch-norm moving statistics over training batches (``precise_bn``).
 
     Inside the block the model's moving mean and variance are the plain
@@ -318,6 +340,12 @@ class Trainer:
       keep: keep the recomputed statistics after the block (the end of training).
       when: a false value skips the recomputation (it is skipped anyway
         without ``precise_bn`` or train data).
+      stop: a ``framework.stopping.StopRequest`` asked before each batch (on
+        every worker); a signal puts the training statistics back and raises
+        ``StopRequested`` before the block runs.
+
+    Raises:
+      StopRequested: a signal came while the statistics were recomputed.
     """
     spec = self.config['precise_bn']
     if not when or spec is None or self.train_data is None:
@@ -325,13 +353,28 @@ class Trainer:
       return
     moving = [v for layer in batch_norm_layers(self.model)
               for v in (layer.moving_mean, layer.moving_variance)]
-    saved = None if keep else [v.numpy() for v in moving]
+    saved = [v.numpy() for v in moving]
     batch = spec['batch_size'] or self.batch_size
     batches = self.train_data.dataset(batch, seed=self.config['random_seed'] + 1 + step)
-    count = precise_statistics(
-        self.model, batches.take(spec['num_batches']),
-        all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
+
+    def until_stopped(dataset):
+      for item in dataset:
+        signum = stop.agreed() if stop is not None else 0
+        if signum:
+          raise StopRequested(signum)
+        yield item
+
+    try:
+      count = precise_statistics(
+          self.model, until_stopped(batches.take(spec['num_batches'])),
+          all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
+    except StopRequested:
+      # The forward passes moved the statistics: the training ones go back first.
+      for variable, value in zip(moving, saved):
+        variable.assign(value)
+      raise
     if keep:
+      saved = None
       distributed.log(f'precise batch norm: moving statistics averaged over {count} batches '
                       f'of {batch}')
     try:

@@ -15,7 +15,10 @@ import tempfile
 import tensorflow as tf
 
 from core.params import ConfigError
+from framework import checkpoints
+from framework import distributed
 from framework.checkpoints import BEST_DIR
+
 CHECKPOINT_CHOICES = ('latest', 'best')
 # Pipeline state that belongs to a run, not to the weights: a warm start begins at step 0.
 _RUN_COUNTERS = ('global_step', 'micro_step')
@@ -24,17 +27,20 @@ _VALUE_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 _LISTED = 3
 
 
-def find_checkpoint(path):
-  """The checkpoint ``path`` names: a checkpoint prefix, or the newest one of a directory.
+def find_checkpoint(path, label):
+  """The intact checkpoint ``path`` names, read in full first (``checkpoints.resolve``).
+
+  Args:
+    path: a checkpoint prefix, or a directory (its newest intact checkpoint).
+    label: the flag as messages name it.
 
   Returns:
     The checkpoint prefix, or None when there is none.
+
+  Raises:
+    CheckpointError: the checkpoint is damaged (or every one of the directory is).
   """
-  if os.path.isdir(path):
-    return tf.train.latest_checkpoint(path)
-  if tf.io.gfile.exists(path + '.index'):
-    return path
-  return None
+  return checkpoints.resolve(path, label, log=distributed.log)
 
 
 def choose(logdir, choice):
@@ -46,24 +52,36 @@ def choose(logdir, choice):
       or the path of a checkpoint or of a directory holding checkpoints.
 
   Returns:
-    The checkpoint prefix; None for 'latest', which the trainer finds itself.
+    The checkpoint prefix, verified; None for 'latest', which the trainer
+    finds (and verifies) itself.
 
   Raises:
-    ConfigError: when there is no such checkpoint, saying where it looked.
+    ConfigError: when there is no such checkpoint, saying where it looked, or
+      when it holds no run's state (a SavedModel's variables).
+    CheckpointError: when the checkpoint is damaged.
   """
   if choice == 'latest':
     return None
+  label = f'--checkpoint={choice}'
   if choice == 'best':
     best = os.path.join(logdir, BEST_DIR)
-    path = find_checkpoint(best) if os.path.isdir(best) else None
+    path = find_checkpoint(best, label) if os.path.isdir(best) else None
     if path is None:
       raise ConfigError(f'--checkpoint=best: no best checkpoint in {best} (--mode=train_eval '
                         'keeps the best by eval accuracy there); use --checkpoint=latest')
     return path
-  path = find_checkpoint(choice)
+  path = find_checkpoint(choice, label)
   if path is None:
     raise ConfigError(f'--checkpoint={choice}: not a checkpoint nor a directory holding one; '
                       f'allowed: {", ".join(CHECKPOINT_CHOICES)} or a checkpoint path')
+  if not checkpoints.is_run_checkpoint(path):
+    export = checkpoints.saved_model_of(path)
+    what = (f'the variables of the SavedModel {export} (an export, weights only)' if export
+            else 'a checkpoint without a run\'s state (no global_step)')
+    raise ConfigError(f'--checkpoint={choice}: {what}, not a checkpoint of a run; eval and '
+                      'export read a run\'s checkpoints: latest, best, or a path such as '
+                      '<logdir>/ckpt-<step> (to start training from its weights, use '
+                      '--init_checkpoint)')
   return path
 
 
@@ -105,6 +123,16 @@ def mismatches(expected, found):
   return '; '.join(parts)
 
 
+def describe_misfit(path, objects):
+  """One line naming what differs between a checkpoint and ``objects``, or '' when they agree.
+
+  Args:
+    path: a checkpoint prefix.
+    objects: ``{name: trackable}`` as given to ``tf.train.Checkpoint``.
+  """
+  return mismatches(_shapes(objects), _value_shapes(path, objects))
+
+
 def warm_start(source, model, pipeline_items=None):
   """Loads another run's model weights (and optionally optimizer state) into a new run.
 
@@ -113,7 +141,8 @@ def warm_start(source, model, pipeline_items=None):
   variables, same shapes); otherwise nothing is loaded.
 
   Args:
-    source: a run directory (its newest checkpoint) or a checkpoint prefix.
+    source: a run directory (its newest intact checkpoint), a checkpoint
+      prefix, or a SavedModel's ``variables/variables`` (weights only).
     model: the new run's model.
     pipeline_items: the trainer pipeline's ``checkpoint_items()`` to load the
       optimizer slots, loss scale and accumulators too; None for weights only.
@@ -123,8 +152,9 @@ def warm_start(source, model, pipeline_items=None):
 
   Raises:
     ConfigError: naming the checkpoint and, in one line, what does not match.
+    CheckpointError: the checkpoint is damaged.
   """
-  path = find_checkpoint(source)
+  path = find_checkpoint(source, f'--init_checkpoint {source}')
   if path is None:
     raise ConfigError(f'--init_checkpoint {source}: not a checkpoint nor a directory holding one')
   objects = {'model': model}
@@ -133,8 +163,14 @@ def warm_start(source, model, pipeline_items=None):
   found = _value_shapes(path, objects)
   if not found:
     raise ConfigError(f'--init_checkpoint {path}: holds no model weights of this framework')
+  export = checkpoints.saved_model_of(path)
+  if export is not None and pipeline_items is not None:
+    raise ConfigError(f'--init_checkpoint {path}: the variables of the SavedModel {export} hold '
+                      'the model weights only, no optimizer state; drop --init_optimizer_state, '
+                      'or name a checkpoint of the run it was exported from')
   problem = mismatches(_shapes(objects), found)
   if problem:
     raise ConfigError(f'--init_checkpoint {path}: does not fit this config ({problem})')
-  tf.train.Checkpoint(**objects).restore(path).expect_partial().assert_existing_objects_matched()
+  # read(), not restore(): it binds no save counter, which a SavedModel's variables lack.
+  tf.train.Checkpoint(**objects).read(path).expect_partial().assert_existing_objects_matched()
   return path

@@ -6,7 +6,9 @@ checkpoint that existed before is still loadable.
 """
 
 import gzip
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +23,9 @@ import yaml
 
 from test_run import ROOT, SGD_CONFIG, SHORT, checkpoint_values, run, start, wait_for_line
 from test_run import write_imagenet_shards
+
+# Each test runs run.py end to end, some several times.
+pytestmark = pytest.mark.slow
 
 TINY = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'batch_size_per_gpu=32',
         '--set', 'save_checkpoint_steps=2', '--set', 'print_loss_steps=1']
@@ -195,9 +200,15 @@ def test_full_and_read_only_disks_end_with_one_line(tmp_path):
                  check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     line = last_line(result)
-    assert line.startswith(f'error: could not write checkpoint {logdir}/ckpt-4') or \
-        line.startswith('error: writing to'), line
-    assert 'kept: ' in line and 'ckpt-2' in line
+    # The path and the OS error, not TensorFlow's op name with the cause cut off.
+    where = re.escape(logdir)
+    assert re.fullmatch(
+        rf'error: could not write checkpoint {where}/ckpt-4: No space left on device \(writing '
+        rf'{where}/ckpt-4_temp/\S+\); \d+\.\d MB free there; its partial files were removed; '
+        rf'kept: {where}/ckpt-2\. Free space or fix the permissions of {where}, then resume '
+        r'with --continue_learning', line) or (
+            line.startswith(f'error: writing to {logdir} failed: No space left on device') and
+            ' MB free there; kept: ' in line and 'ckpt-2' in line), line
     assert not [n for n in os.listdir(logdir) if n.endswith('_temp') or 'tmp' in n]
     assert all(os.path.getsize(os.path.join(logdir, n)) > 0 for n in os.listdir(logdir)
                if n.endswith('.yaml'))
@@ -274,8 +285,11 @@ def test_injected_write_failures_are_one_line(tmp_path):
                           '--set', 'max_steps=6', '--continue_learning')
   assert result.returncode == 1, result.stdout + result.stderr
   line = last_line(result)
-  assert line.startswith(f'error: could not write checkpoint {logdir}/ckpt-4 (') and \
-      'No space left on device' in line and line.count('kept: ') == 1 and 'ckpt-2' in line, line
+  where = re.escape(logdir)
+  assert re.fullmatch(
+      rf'error: could not write checkpoint {where}/ckpt-4: No space left on device \(writing '
+      rf'{where}/ckpt-4_temp\); \d+\.\d MB free there; its partial files were removed; kept: '
+      rf'{where}/ckpt-2\. Free space .*', line), line
   assert not os.path.exists(os.path.join(logdir, 'ckpt-4_temp'))
   assert not os.path.exists(os.path.join(logdir, 'run.lock'))
   loadable(logdir, (2,))
@@ -391,3 +405,287 @@ def test_float16_trains_and_skipped_updates_are_counted(tmp_path):
   events.Reload()
   logged = [int(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors('skipped_updates')]
   assert logged[-1] == skipped
+
+
+# ---------------------------------------------------------------------------
+# Every way a checkpoint is named, the best checkpoint, the saved config, the end of training
+
+# A train_eval run of four steps: checkpoints at 2 and 4, an evaluation (10,000 test
+# images) and a best-checkpoint offer at each.
+TRAIN_EVAL = ['--config', SGD_CONFIG, '--mode', 'train_eval', *SHORT,
+              '--set', 'batch_size_per_gpu=32', '--set', 'save_checkpoint_steps=2',
+              '--set', 'eval_steps=2', '--set', 'print_loss_steps=1']
+# Eval and export read the config as well (a run length among the rest).
+READ = [*SHORT, '--set', 'max_steps=4']
+EVAL = ['--config', SGD_CONFIG, '--mode', 'eval', *READ]
+EVAL_LINE = re.compile(r'^eval at step (\d+): loss \S+, top-1 (\S+),', re.MULTILINE)
+
+
+@pytest.fixture(name='evaluated', scope='module')
+def fixture_evaluated(tmp_path_factory):
+  """The logdir of a 4-step train_eval run, its evaluations and its best step; tests copy it."""
+  logdir = tmp_path_factory.mktemp('evaluated') / 'run'
+  result = run(*TRAIN_EVAL, '--logdir', str(logdir), '--set', 'max_steps=4')
+  evals = {int(step): float(top1) for step, top1 in EVAL_LINE.findall(result.stdout)}
+  assert sorted(evals) == [2, 4], result.stdout
+  best = max(evals, key=lambda step: (evals[step], -step))  # the first of equals is kept
+  assert json.loads((logdir / 'best' / 'best.json').read_text())['step'] == best
+  return logdir, evals, best
+
+
+@pytest.fixture(name='trained', scope='module')
+def fixture_trained(tmp_path_factory):
+  """The logdir of a 2-step train run (ckpt-2, config-0.yaml, config.yaml); tests copy it."""
+  logdir = tmp_path_factory.mktemp('trained') / 'run'
+  run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=2')
+  return logdir
+
+
+def copy_of(logdir, tmp_path):
+  copy = tmp_path / 'run'
+  shutil.copytree(logdir, copy)
+  return copy
+
+
+def contents(directory):
+  """``{relative path: bytes}`` of every file under ``directory``: what must not change."""
+  return {str(p.relative_to(directory)): p.read_bytes()
+          for p in sorted(directory.rglob('*')) if p.is_file()}
+
+
+def truncate(path):
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def test_every_named_checkpoint_is_read_in_full_before_it_is_used(evaluated, tmp_path):
+  logdir = copy_of(evaluated[0], tmp_path)
+  best = evaluated[2]
+  truncate(logdir / 'best' / f'best-{best}.data-00000-of-00001')
+  truncate(logdir / 'ckpt-2.data-00000-of-00001')
+  before = contents(logdir)
+  # --checkpoint=best: the best directory's only checkpoint is damaged.
+  result = run(*EVAL, '--logdir', str(logdir), '--checkpoint', 'best', check=False)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert last_line(result) == (
+      f'error: --checkpoint=best: no intact checkpoint in {logdir}/best (best-{best}: Read less '
+      'bytes than requested); nothing was deleted. Name another checkpoint, or restore the files '
+      'from a backup')
+  # --checkpoint=PATH, in eval and in export (which then writes nothing).
+  damaged = (f'the checkpoint {logdir}/ckpt-2 is damaged (Read less bytes than requested); '
+             'nothing was changed. Name another checkpoint, or restore its files from a backup')
+  for mode in ('eval', 'export'):
+    export_dir = tmp_path / 'export'
+    result = run('--config', SGD_CONFIG, '--mode', mode, *READ, '--logdir', str(logdir),
+                 '--checkpoint', f'{logdir}/ckpt-2',
+                 *(['--export_dir', str(export_dir)] if mode == 'export' else []), check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert last_line(result) == f'error: --checkpoint={logdir}/ckpt-2: {damaged}'
+    assert not export_dir.exists()
+  # --init_checkpoint: refused before the new run writes anything, its logdir not left behind.
+  new = tmp_path / 'new'
+  result = run(*TINY, '--logdir', str(new), '--set', 'max_steps=1',
+               '--init_checkpoint', f'{logdir}/ckpt-2', check=False)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert last_line(result) == f'error: --init_checkpoint {logdir}/ckpt-2: {damaged}'
+  assert not new.exists()
+  assert contents(logdir) == before
+  loadable(str(logdir), (4,))
+
+
+def test_a_saved_model_gives_weights_to_a_new_run_and_is_no_checkpoint_to_evaluate(
+    evaluated, tmp_path):
+  logdir = evaluated[0]
+  export_dir = tmp_path / 'export'
+  run('--config', SGD_CONFIG, '--mode', 'export', *READ, '--logdir', str(logdir),
+      '--export_dir', str(export_dir))
+  variables = f'{export_dir}/variables/variables'
+  result = run(*EVAL, '--logdir', str(logdir), '--checkpoint', variables, check=False)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      f'error: --checkpoint={variables}: the variables of the SavedModel {export_dir} (an export, '
+      "weights only), not a checkpoint of a run; eval and export read a run's checkpoints: "
+      'latest, best, or a path such as <logdir>/ckpt-<step> (to start training from its '
+      'weights, use --init_checkpoint)')
+  assert 'array(' not in result.stderr and 'Traceback' not in result.stderr
+  # Its weights start a new run: with a learning rate of ~0 the kernels stay those of ckpt-4.
+  new = tmp_path / 'new'
+  result = run(*TINY, '--logdir', str(new), '--set', 'max_steps=1',
+               '--set', 'lr_policy_params.learning_rate=1e-30', '--init_checkpoint', variables)
+  assert f'initialized from {variables} (model weights); starting at step 0' in result.stdout
+  source = checkpoint_values(f'{logdir}/ckpt-4')
+  started = checkpoint_values(str(new / 'ckpt-1'))
+  kernels = [k for k in source if k.startswith('model/') and '_kernel/' in k]
+  assert kernels
+  for key in kernels:
+    np.testing.assert_array_equal(started[key], source[key], err_msg=key)
+  # It holds no optimizer state to start from.
+  result = run(*TINY, '--logdir', str(tmp_path / 'state'), '--set', 'max_steps=1',
+               '--init_checkpoint', variables, '--init_optimizer_state', check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (
+      f'error: --init_checkpoint {variables}: the variables of the SavedModel {export_dir} hold '
+      'the model weights only, no optimizer state; drop --init_optimizer_state, or name a '
+      'checkpoint of the run it was exported from')
+  assert not (tmp_path / 'state').exists()
+  # An export directory under a regular file: that file is named.
+  (tmp_path / 'afile').write_text('x')
+  result = run('--config', SGD_CONFIG, '--mode', 'export', *READ, '--logdir', str(logdir),
+               '--export_dir', str(tmp_path / 'afile' / 'sub' / 'x'), check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (
+      f'error: --export_dir {tmp_path}/afile/sub/x: {tmp_path}/afile is a file, not a '
+      'directory; give a path whose parents are directories (or do not exist yet)')
+
+
+def test_a_config_that_does_not_fit_the_checkpoint_is_one_line_on_eval(evaluated):
+  logdir = evaluated[0]
+  result = run(*EVAL, '--logdir', str(logdir), '--set', 'model_params.depth=14', check=False)
+  assert result.returncode == 2
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  # The error is the last line: no warning per unrestored value after it.
+  assert lines[-1].startswith(f'error: {logdir}/ckpt-4: does not fit the model and optimizer of '
+                              'this config (missing from the checkpoint: model/'), lines[-1]
+  assert lines[-1].endswith('; use the config it was written with (config.yaml in its run '
+                            'directory)')
+  assert 'other shape: ' in lines[-1] and 'array(' not in lines[-1]
+  assert not [l for l in lines if 'Value in checkpoint could not be found' in l]
+
+
+def test_a_garbled_best_record_never_lets_a_worse_checkpoint_replace_the_best(evaluated, tmp_path):
+  logdir = copy_of(evaluated[0], tmp_path)
+  best = evaluated[2]
+  kept = {name: data for name, data in contents(logdir / 'best').items()
+          if name.startswith(f'best-{best}.')}
+  assert len(kept) == 2
+  # The eval events of the best step say 0.99 (an event file written after the run's): no
+  # evaluation of this run can beat it, so the best checkpoint must stay.
+  writer = tf.summary.create_file_writer(str(logdir / 'eval'))
+  with writer.as_default():
+    tf.summary.scalar('accuracy', 0.99, step=best)
+  writer.close()
+  (logdir / 'best' / 'best.json').write_text('{"step": 2, "accura')
+  result = run(*TRAIN_EVAL, '--logdir', str(logdir), '--set', 'max_steps=6',
+               '--continue_learning')
+  assert (f'warning: {logdir}/best/best.json cannot be read (JSONDecodeError: ' in result.stdout)
+  assert (f'the accuracy of {logdir}/best/best-{best}, 0.9900, was read back from the eval events '
+          f'in {logdir}/eval, and the record rewritten') in result.stdout
+  assert 'eval at step 6: ' in result.stdout
+  assert json.loads((logdir / 'best' / 'best.json').read_text()) == {
+      'step': best, 'accuracy': pytest.approx(0.99), 'checkpoint': f'{logdir}/best/best-{best}'}
+  after = contents(logdir / 'best')
+  assert {name: after[name] for name in kept} == kept
+  assert not [name for name in after if name.startswith('best-6')]
+  # No record and no events: the best checkpoint is kept and this run does not replace it.
+  shutil.rmtree(logdir / 'eval')
+  (logdir / 'best' / 'best.json').write_text('garbled')
+  result = run(*TRAIN_EVAL, '--logdir', str(logdir), '--set', 'max_steps=8',
+               '--continue_learning')
+  assert (f'and no eval event in {logdir}/eval gives the accuracy of {logdir}/best/best-{best}: '
+          f'it is kept and this run will not replace it (move {logdir}/best away to let it)'
+          in result.stdout)
+  assert 'eval at step 8: ' in result.stdout
+  after = contents(logdir / 'best')
+  assert {name: after[name] for name in kept} == kept and after['best.json'] == b'garbled'
+
+
+def test_an_unreadable_config_yaml_is_replaced_by_the_newest_start_config(trained, tmp_path):
+  logdir = copy_of(trained, tmp_path)
+  (logdir / 'config.yaml').write_bytes(b'base_params:\n  optimizer: \xff\xfe\n')
+  before = contents(logdir)
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
+               '--set', 'optimizer=LARS', check=False)
+  assert result.returncode == 2, result.stdout + result.stderr
+  assert (f'warning: {logdir}/config.yaml cannot be read (UnicodeDecodeError); comparing with '
+          f'{logdir}/config-0.yaml, the newest readable config of the run') in result.stdout
+  assert last_line(result) == (
+      f"error: --continue_learning: the checkpoints in {logdir} cannot take these changes: "
+      f"optimizer: 'Momentum' -> 'LARS' (saved in {logdir}/config-0.yaml); resume with the saved "
+      'values, or start a new run in another --logdir')
+  assert contents(logdir) == before
+  # No config readable at all: refused, nothing changed.
+  (logdir / 'config-0.yaml').write_text('base_params: [\n')
+  before = contents(logdir)
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
+               check=False)
+  assert result.returncode == 2, result.stdout + result.stderr
+  assert last_line(result) == (
+      f'error: --continue_learning: no readable config in {logdir} to compare this config with '
+      f'({logdir}/config.yaml cannot be read (UnicodeDecodeError); {logdir}/config-0.yaml cannot '
+      f'be read (ParserError)); nothing was changed. Put the config the checkpoints were written '
+      f'with back as {logdir}/config.yaml, or start a new run in another --logdir')
+  assert contents(logdir) == before
+  loadable(str(logdir), (2,))
+
+
+def test_config_files_that_are_not_utf8_or_repeat_a_key_are_one_line(tmp_path):
+  config = tmp_path / 'x.yaml'
+  config.write_bytes(b'base_params:\n  model: \xff\xfe\n')
+  result = run('--config', str(config), '--logdir', str(tmp_path / 'r'), check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (f'error: {config}:2: not UTF-8 text (byte 0xff at offset 22); '
+                               'save the file as UTF-8')
+  config.write_text('base_params:\n  model: resnet_cifar\n  batch_size_per_gpu: 32\n'
+                    '  model: resnet50\n')
+  result = run('--config', str(config), '--logdir', str(tmp_path / 'r'), check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (f"error: {config}:4: duplicate key 'model' (first given on line "
+                               '2); a key may appear once in a mapping')
+  assert not (tmp_path / 'r').exists()
+
+
+def test_a_global_batch_larger_than_the_training_set_is_said(tmp_path):
+  result = run(*TINY, '--logdir', str(tmp_path / 'r'), '--set', 'max_steps=1',
+               '--set', 'data_layer=synthetic', '--set', 'batch_size_per_gpu=16',
+               '--set', 'iter_size=8', '--set',
+               'data_layer_params={image_shape: [28, 28, 1], num_classes: 10, num_examples: 64}')
+  # 16 x 8 = 128 images an update, twice the 64 of the set: two epochs an update.
+  assert ('warning: the global batch 128 (16 per worker x 1 worker(s) x iter_size 8) is larger '
+          'than the 64 training examples: each update reads 2.00 epochs, some examples twice'
+          in result.stdout), result.stdout
+
+
+# precise_bn over 200 batches of 64 takes seconds: the signal lands in it.
+PRECISE = ['--set', 'precise_bn={num_batches: 200, batch_size: 64, before_each_eval: false}',
+           '--set', 'deterministic=true', '--set', 'save_checkpoint_steps=3',
+           '--set', 'max_steps=4']
+
+
+def model_state(path):
+  """A checkpoint's tensors but its save counter (how many saves the run made)."""
+  return {k: v for k, v in checkpoint_values(path).items() if not k.startswith('save_counter')}
+
+
+def test_sigterm_during_precise_bn_stops_and_the_resume_does_the_end(tmp_path):
+  logdir = str(tmp_path / 'stopped')
+  with start(*TINY, *PRECISE, '--logdir', logdir) as proc:
+    # The last step is printed once the train loop is done: precise_bn comes next.
+    wait_for_line(proc, 'step 4 ')
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 143 and 'Traceback' not in err, err
+  last = out.strip().splitlines()[-1]
+  assert last.startswith(f'stopped by SIGTERM at step 4 of 4: saved {logdir}/ckpt-4; resume '
+                         'with: '), last
+  assert 'precise batch norm' not in out
+  # The checkpoint holds the state training had at step 4, batch-norm statistics included,
+  # as a run without precise_bn has it.
+  plain = str(tmp_path / 'plain')
+  run(*TINY, *PRECISE, '--set', 'precise_bn=null', '--logdir', plain)
+  stopped, expected = model_state(f'{logdir}/ckpt-4'), model_state(f'{plain}/ckpt-4')
+  assert stopped.keys() == expected.keys()
+  for key, value in expected.items():
+    np.testing.assert_array_equal(stopped[key], value, err_msg=key)
+  # The resume does the end that was cut off, and ends as a run straight through does.
+  result = run(*TINY, *PRECISE, '--logdir', logdir, '--continue_learning')
+  assert ('a signal cut off the end of training at step 4: doing it now (precise batch norm, '
+          'last checkpoint, last evaluation)') in result.stdout
+  assert 'precise batch norm: moving statistics averaged over 200 batches of 64' in result.stdout
+  assert not os.path.exists(os.path.join(logdir, 'ending.json'))
+  straight = str(tmp_path / 'straight')
+  run(*TINY, *PRECISE, '--logdir', straight)
+  resumed, expected = model_state(f'{logdir}/ckpt-4'), model_state(f'{straight}/ckpt-4')
+  moving = [k for k in expected if 'moving_mean' in k]
+  assert moving and any(np.any(resumed[k] != stopped[k]) for k in moving)
+  for key, value in expected.items():
+    np.testing.assert_array_equal(resumed[key], value, err_msg=key)

@@ -29,7 +29,7 @@ def test_the_best_checkpoint_follows_the_best_accuracy_and_is_read_back(tmp_path
   assert json.loads((directory / 'best.json').read_text())['step'] == 3
 
 
-def test_an_unreadable_record_is_replaced_by_the_next_evaluation(tmp_path):
+def test_an_unreadable_record_with_no_checkpoint_beside_it_is_replaced(tmp_path):
   directory = tmp_path / checkpoints.BEST_DIR
   directory.mkdir()
   (directory / 'best.json').write_text('{"accuracy": ')
@@ -37,3 +37,70 @@ def test_an_unreadable_record_is_replaced_by_the_next_evaluation(tmp_path):
   assert best.best is None
   best.offer(7, 0.25)
   assert json.loads((directory / 'best.json').read_text())['step'] == 7
+
+
+def write_eval_accuracy(eval_dir, step, accuracy):
+  """An eval event as the train loop writes it (framework.summaries.write_eval_metrics)."""
+  writer = tf.summary.create_file_writer(str(eval_dir))
+  with writer.as_default():
+    tf.summary.scalar('accuracy', accuracy, step=step)
+  writer.close()
+
+
+def kept_best(tmp_path, accuracy=0.625, step=3):
+  """A best directory holding best-<step> with ``accuracy``, beside an empty eval directory."""
+  weight = tf.Variable(float(step))
+  directory = tmp_path / checkpoints.BEST_DIR
+  best = checkpoints.BestCheckpoint(tf.train.Checkpoint(weight=weight), str(directory))
+  best.offer(step, accuracy)
+  return weight, directory
+
+
+def test_a_garbled_record_is_read_back_from_the_eval_events(tmp_path):
+  weight, directory = kept_best(tmp_path)
+  write_eval_accuracy(tmp_path / 'eval', 2, 0.5)
+  write_eval_accuracy(tmp_path / 'eval', 3, 0.625)
+  (directory / 'best.json').write_text('{"step": 3, "accur')
+  logs = []
+  best = checkpoints.BestCheckpoint(tf.train.Checkpoint(weight=weight), str(directory),
+                                    log=logs.append)
+  assert best.best == 0.625
+  assert len(logs) == 1 and logs[0].startswith(f'warning: {directory}/best.json cannot be read (')
+  assert logs[0].endswith(f'the accuracy of {directory}/best-3, 0.6250, was read back from the '
+                          f'eval events in {tmp_path}/eval, and the record rewritten')
+  assert json.loads((directory / 'best.json').read_text()) == {
+      'step': 3, 'accuracy': 0.625, 'checkpoint': str(directory / 'best-3')}
+  # A worse evaluation does not replace it; a better one does.
+  weight.assign(4.0)
+  best.offer(4, 0.6)
+  assert sorted(p.name for p in directory.glob('best-*.index')) == ['best-3.index']
+  best.offer(5, 0.7)
+  assert sorted(p.name for p in directory.glob('best-*.index')) == ['best-5.index']
+
+
+def test_a_record_of_another_checkpoint_is_not_trusted(tmp_path):
+  # A run killed between saving best-3 and writing its record leaves the older record.
+  weight, directory = kept_best(tmp_path)
+  write_eval_accuracy(tmp_path / 'eval', 3, 0.625)
+  (directory / 'best.json').write_text('{"step": 1, "accuracy": 0.25}')
+  logs = []
+  best = checkpoints.BestCheckpoint(tf.train.Checkpoint(weight=weight), str(directory),
+                                    log=logs.append)
+  assert best.best == 0.625
+  assert logs[0].startswith(f'warning: {directory}/best.json names step 1, not best-3;')
+
+
+def test_without_a_record_nor_events_the_best_is_never_replaced(tmp_path):
+  weight, directory = kept_best(tmp_path)
+  (directory / 'best.json').write_text('\xff garbled')
+  logs = []
+  best = checkpoints.BestCheckpoint(tf.train.Checkpoint(weight=weight), str(directory),
+                                    log=logs.append)
+  assert logs[0].endswith(f'and no eval event in {tmp_path}/eval gives the accuracy of '
+                          f'{directory}/best-3: it is kept and this run will not replace it '
+                          f'(move {directory} away to let it)')
+  best.offer(9, 1.0)
+  assert sorted(p.name for p in directory.glob('best-*.index')) == ['best-3.index']
+  assert tf.train.load_checkpoint(str(directory / 'best-3')).get_tensor(
+      'weight/.ATTRIBUTES/VARIABLE_VALUE') == np.float32(3.0)
+  assert (directory / 'best.json').read_text() == '\xff garbled'

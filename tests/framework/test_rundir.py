@@ -100,3 +100,26 @@ def test_the_saved_config_is_read_as_its_train_view(tmp_path):
   (tmp_path / 'config.yaml').write_text('model: resnet_cifar\nmax_steps: 10\n')
   assert rundir.read_saved_config(str(tmp_path)) == ({'model': 'resnet_cifar', 'max_steps': 10},
                                                      None)
+
+
+def test_the_newest_readable_config_stands_in_for_a_damaged_one(tmp_path):
+  logdir = str(tmp_path)
+  rundir.write_start_configs(logdir, 'base_params: {optimizer: LARS}\n', 0)
+  rundir.write_start_configs(logdir, 'base_params: {optimizer: LARS, max_steps: 8}\n', 4)
+  rundir.write_start_configs(logdir, 'base_params: {optimizer: LARS, max_steps: 9}\n', 4)
+  assert [os.path.basename(p) for p in rundir.start_config_paths(logdir)] == [
+      'config-4-2.yaml', 'config-4.yaml', 'config-0.yaml']
+  assert rundir.newest_saved_config(logdir) == (
+      {'optimizer': 'LARS', 'max_steps': 9}, f'{logdir}/config.yaml', [])
+  # Bytes that are not UTF-8, then text that is not YAML: the next newest copy is read.
+  (tmp_path / 'config.yaml').write_bytes(b'base_params:\n  optimizer: \xff\xfe\n')
+  (tmp_path / 'config-4-2.yaml').write_text('base_params: [\n')
+  saved, path, problems = rundir.newest_saved_config(logdir)
+  assert (saved, path) == ({'optimizer': 'LARS', 'max_steps': 8}, f'{logdir}/config-4.yaml')
+  assert problems == [f'{logdir}/config.yaml cannot be read (UnicodeDecodeError)',
+                      f'{logdir}/config-4-2.yaml cannot be read (ParserError)']
+  for name in ('config-4.yaml', 'config-0.yaml'):
+    (tmp_path / name).write_text('')
+  saved, path, problems = rundir.newest_saved_config(logdir)
+  assert saved is None and path is None and len(problems) == 4
+  assert problems[-1] == f'{logdir}/config-0.yaml holds no config'

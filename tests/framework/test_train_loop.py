@@ -95,11 +95,17 @@ def test_a_run_with_nothing_to_train_writes_no_summaries(tmp_path):
 
 def test_write_failures_are_told_from_other_errors(tmp_path):
   logdir = str(tmp_path / 'run')
-  full = tf.errors.ResourceExhaustedError(None, None, f'{logdir}/ckpt-4_temp: No space left')
+  # As TensorFlow words it: the OS error comes out of the op's name and the file.
+  full = tf.errors.ResourceExhaustedError(
+      None, None, '{{function_node __wrapped__SaveV2_dtypes_68_device_/job:localhost/replica:0/'
+      f'task:0/device:CPU:0}}}} {logdir}/ckpt-4_temp/part-00000-of-00001.data-00000-of-00001.'
+      'tempstate123; No space left on device [Op:SaveV2]')
   error = train_loop._user_error(full, logdir)  # pylint: disable=protected-access
   assert isinstance(error, train_loop.CheckpointError)
-  assert str(error) == (f'writing to {logdir} failed ({logdir}/ckpt-4_temp: No space left); '
-                        'kept: no checkpoint')
+  # (No free space is given: the logdir of this test does not exist.)
+  assert str(error) == (
+      f'writing to {logdir} failed: No space left on device (writing {logdir}/ckpt-4_temp/'
+      'part-00000-of-00001.data-00000-of-00001.tempstate123); kept: no checkpoint')
   other = tf.errors.InvalidArgumentError(None, None, 'Incompatible shapes: [2] vs. [3]')
   assert train_loop._user_error(other, logdir) is None  # pylint: disable=protected-access
 
