@@ -17,6 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
 LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
 
+# Each test runs run.py end to end, most of them training; the answers that come
+# before anything is built are tested in this process (tests/test_run_main.py).
+pytestmark = pytest.mark.slow
+
 # A short run: small batches, a few steps, an lr schedule that fits them.
 SHORT = ['--set', 'batch_size_per_gpu=128', '--set', 'num_epochs=null',
          '--set', 'lr_policy_params={learning_rate: 0.1, power: 1.0, decay_steps: 100}',
@@ -216,53 +220,6 @@ def test_benchmark_mode_prints_a_rate():
   line = [l for l in result.stdout.splitlines() if l.startswith('benchmark:')][0]
   rate = float(line.split()[1])
   assert rate > 0 and 'ms/step' in line
-
-
-def test_python_and_yaml_configs_resolve_identically():
-  # The Python config picks float32 without a GPU; the YAML one is the GPU configuration.
-  gpu = tf.config.list_physical_devices('GPU')
-  py = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--print_config')
-  assert yaml.safe_load(py.stdout)['dtype'] == ('mixed_float16' if gpu else 'float32')
-  py = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.py'), '--print_config',
-           '--set', 'dtype=mixed_float16')
-  yml = run('--config', os.path.join(ROOT, 'configs', 'resnet50_lars.yaml'), '--print_config')
-  assert py.stdout == yml.stdout
-  assert yaml.safe_load(py.stdout)['optimizer_params']['skip_list'] == ['batch_normalization',
-                                                                        'bias']
-
-
-@pytest.mark.parametrize('args,message', [
-    (['--set', 'optimizer_params.momentun=0.9'],
-     'optimizer_params.momentun: unknown'),
-    (['--set', 'batch_size_per_gpu=abc'], 'batch_size_per_gpu: expected an integer'),
-    (['--set', 'dtype=float64'], "dtype: 'float64' is not allowed"),
-    (['--set', 'max_steps=100'], 'num_epochs'),
-    (['--set', 'lr_policy=poly_decai'], "did you mean 'poly_decay'"),
-    (['--set', 'larc_params={larc_mode: clip}'], 'larc_params.larc_eta'),
-    (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
-    (['--set', 'jit_compile=true', '--set', 'summaries=[gradients]'],
-     "jit_compile: summaries ['gradients'] are written inside the train step"),
-    (['--set', 'optimizer_params.momentum=abc'],
-     "optimizer_params.momentum: rejected by LARSOptimizer: could not convert string to float: 'abc'"),
-    (['--set', 'optimizer_params={eeta: -1}'],
-     'optimizer_params.eeta: rejected by LARSOptimizer: LARSOptimizer: eeta must be >= 0, got -1'),
-    (['--set', 'optimizer_params={skip_list: 5}'],
-     'optimizer_params.skip_list: rejected by LARSOptimizer'),
-    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
-     "loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': "),
-    (['--set', 'random_seed=-1'], 'random_seed: must be in [0, 2**32), got -1'),
-    (['--set', 'num_epochs=.inf'], 'num_epochs: must be a finite number > 0, got inf'),
-    (['--set', 'lr_policy_params.warmup_epochs=9'],
-     'lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training (1872 steps)'),
-    (['--logdir', ROOT + '/README.md'], 'README.md is a file, not a directory'),
-])
-def test_config_mistakes_exit_2_with_one_line(args, message):
-  result = run('--config', LARS_CONFIG, '--mode', 'train', '--logdir', '/nonexistent/x', *args,
-               check=False)
-  assert result.returncode == 2, result.stderr
-  lines = [l for l in result.stderr.splitlines() if l.strip()]
-  assert lines[-1].startswith('error: ') and message in lines[-1], result.stderr
-  assert 'Traceback' not in result.stderr
 
 
 def test_a_config_that_exits_is_a_config_error(tmp_path):

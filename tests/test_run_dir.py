@@ -11,6 +11,9 @@ import yaml
 from data.fashion_mnist import FashionMnistDataLayer
 from tests.test_run import SGD_CONFIG, SHORT, checkpoint_values, run
 
+# Each test runs run.py end to end.
+pytestmark = pytest.mark.slow
+
 FINAL_RE = re.compile(r'final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)')
 EVAL_RE = re.compile(r'^eval at step (\d+): loss \S+, top-1 (\S+),', re.MULTILINE)
 

@@ -74,6 +74,7 @@ def test_float16_warning_only_where_float16_is_emulated(dtype, gpu, flags, warns
     assert 'no float16 arithmetic' in message and 'float32' in message
 
 
+@pytest.mark.slow
 def test_run_py_prints_the_warning_once_for_float16_on_this_cpu():
   with open('/proc/cpuinfo', encoding='utf-8') as f:
     flags = set(f.read().split())

@@ -131,6 +131,7 @@ def test_warmup_from_zero_trains_zero_initialised_bias(native_kernels, mode, mon
   opt_lib.clear_pipelines()
 
 
+@pytest.mark.slow
 def test_run_py_with_larc_and_a_warmup_from_zero_skips_no_step(tmp_path):
   """run.py, Momentum + LARC (clip), lr 0 at step 0, Backoff: every micro-step is an update."""
   from tests.test_run import SGD_CONFIG, SHORT, checkpoint_values, run  # pylint: disable=import-outside-toplevel

@@ -206,7 +206,7 @@ def test_switch_off_by_environment():
   env = dict(os.environ, **{native.ENV_SWITCH: '0', 'PYTHONPATH': ROOT,
                             'TF_CPP_MIN_LOG_LEVEL': '3'})
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
-                       check=True, cwd=ROOT).stdout
+                       check=True, cwd=ROOT, timeout=300).stdout
   assert out.strip().splitlines()[-1] == f'True {native.ENV_SWITCH}=0'
 
 
@@ -228,7 +228,7 @@ def test_first_use_inside_a_traced_step_loads_quietly(tmp_path):
   script = tmp_path / 'step.py'  # a file: AutoGraph converts only code whose source it can read
   script.write_text(code)
   result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                          check=True, cwd=ROOT)
+                          check=True, cwd=ROOT, timeout=300)
   assert result.stdout.strip().splitlines()[-1] == 'True'
   assert 'do_not_convert' not in result.stderr and 'AutoGraph' not in result.stderr, result.stderr
 

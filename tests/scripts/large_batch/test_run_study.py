@@ -10,6 +10,9 @@ import pytest
 
 from framework.sweep import runner
 
+# The study script runs scripts/sweep.py and its report script dozens of times a test.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 

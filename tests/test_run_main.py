@@ -1,0 +1,77 @@
+"""run.py's command line called in this process: the config it resolves and its one-line mistakes.
+
+Each case ends before anything is built, so a child process would add only
+TensorFlow's start-up (several seconds a case). tests/test_run.py runs run.py
+as a user does, in a subprocess, for what trains and for mistakes met on the
+way from the shell (a missing config file, a config that exits). An error
+that escaped as a traceback would fail a test here as an exception.
+"""
+
+import os
+
+import pytest
+import tensorflow as tf
+import yaml
+
+import run as run_py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+RESNET50_PY = os.path.join(ROOT, 'configs', 'resnet50_lars.py')
+
+
+def main(capsys, *args):
+  """Runs run.py's ``main`` on ``args``; returns (exit status, stdout, stderr)."""
+  capsys.readouterr()  # what earlier calls printed is not this call's
+  try:
+    status = run_py.main(list(args))
+  except SystemExit as exc:
+    status = exc.code
+  out, err = capsys.readouterr()
+  return status, out, err
+
+
+def test_python_and_yaml_configs_resolve_identically(capsys):
+  # The Python config picks float32 without a GPU; the YAML one is the GPU configuration.
+  gpu = tf.config.list_physical_devices('GPU')
+  _, py, _ = main(capsys, '--config', RESNET50_PY, '--print_config')
+  assert yaml.safe_load(py)['dtype'] == ('mixed_float16' if gpu else 'float32')
+  status, py, _ = main(capsys, '--config', RESNET50_PY, '--print_config',
+                       '--set', 'dtype=mixed_float16')
+  _, yml, _ = main(capsys, '--config', os.path.join(ROOT, 'configs', 'resnet50_lars.yaml'),
+                   '--print_config')
+  assert status == 0 and py == yml
+  assert yaml.safe_load(py)['optimizer_params']['skip_list'] == ['batch_normalization', 'bias']
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--set', 'optimizer_params.momentun=0.9'],
+     'optimizer_params.momentun: unknown'),
+    (['--set', 'batch_size_per_gpu=abc'], 'batch_size_per_gpu: expected an integer'),
+    (['--set', 'dtype=float64'], "dtype: 'float64' is not allowed"),
+    (['--set', 'max_steps=100'], 'num_epochs'),
+    (['--set', 'lr_policy=poly_decai'], "did you mean 'poly_decay'"),
+    (['--set', 'larc_params={larc_mode: clip}'], 'larc_params.larc_eta'),
+    (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
+    (['--set', 'jit_compile=true', '--set', 'summaries=[gradients]'],
+     "jit_compile: summaries ['gradients'] are written inside the train step"),
+    (['--set', 'optimizer_params.momentum=abc'],
+     "optimizer_params.momentum: rejected by LARSOptimizer: could not convert string to float: 'abc'"),
+    (['--set', 'optimizer_params={eeta: -1}'],
+     'optimizer_params.eeta: rejected by LARSOptimizer: LARSOptimizer: eeta must be >= 0, got -1'),
+    (['--set', 'optimizer_params={skip_list: 5}'],
+     'optimizer_params.skip_list: rejected by LARSOptimizer'),
+    (['--set', 'loss_scaling=Backoff', '--set', 'loss_scaling_params={scale_maxx: 2}'],
+     "loss_scaling_params.scale_maxx: rejected by loss_scaling 'Backoff': "),
+    (['--set', 'random_seed=-1'], 'random_seed: must be in [0, 2**32), got -1'),
+    (['--set', 'num_epochs=.inf'], 'num_epochs: must be a finite number > 0, got inf'),
+    (['--set', 'lr_policy_params.warmup_epochs=9'],
+     'lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training (1872 steps)'),
+    (['--logdir', ROOT + '/README.md'], 'README.md is a file, not a directory'),
+])
+def test_config_mistakes_exit_2_with_one_line(capsys, args, message):
+  status, _, err = main(capsys, '--config', LARS_CONFIG, '--mode', 'train', '--logdir',
+                        '/nonexistent/x', *args)
+  assert status == 2, err
+  lines = [l for l in err.splitlines() if l.strip()]
+  assert lines[-1].startswith('error: ') and message in lines[-1], err
