@@ -69,6 +69,8 @@ def launch(options, configs, resume):
   """
   cfg = main_config(configs)
   distributed = start_engine(cfg)
+  configs = scale_learning_rates(configs, distributed)
+  cfg = main_config(configs)
   check_with_owners(configs)
   logdir = choose_logdir(options, cfg)
   if options.mode == 'export':
@@ -98,6 +100,15 @@ def remove_if_empty(logdir):
     pass  # it holds files: they stay
 
 
+def scale_learning_rates(configs, distributed):
+  """The configs with their lr_scaling rules resolved for the workers of this run, logged."""
+  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  configs, how = config_lib.scale_learning_rates(configs, distributed.size())
+  if how is not None:
+    distributed.log(f'learning rate (lr_scaling): {how}')
+  return configs
+
+
 def check_with_owners(configs):
   """The config checks that construct the optimizer and lr policy (TensorFlow), as one line."""
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
@@ -115,6 +126,8 @@ def start_engine(cfg):
     LaunchError: a choice the environment cannot honour, or a cluster that cannot start.
   """
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework import quiet  # pylint: disable=import-outside-toplevel
+  quiet.import_tensorflow()  # without its start-up banner, before the engine imports it
   from framework import distributed  # pylint: disable=import-outside-toplevel
   choice = cfg['distribution']
   if cfg['use_horovod'] and choice == distributed.AUTO:
@@ -190,7 +203,9 @@ def check_resume_config(logdir, cfg):
   if problems and distributed.is_chief():
     print(f'warning: {"; ".join(problems)}; comparing with {path}, the newest readable config '
           'of the run', flush=True)
-  fixed, free = rundir.config_changes(saved, yaml.safe_load(config_lib.to_yaml(cfg)))
+  # The rate an lr_scaling rule gave is compared as the number it is recorded as.
+  fixed, free = rundir.config_changes(
+      saved, yaml.safe_load(config_lib.to_yaml(as_recorded(cfg)[0])))
   if fixed:
     raise LaunchError(
         f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
@@ -220,7 +235,7 @@ def run(options, configs, logdir, resume):
     if distributed.is_chief():
       print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
             f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
-            + (' (under the same horovodrun launch)' if trainer.num_workers > 1 else ''),
+            + (_same_launch(distributed.engine_name()) if trainer.num_workers > 1 else ''),
             flush=True)
     return stopping.exit_status(exc.signum)
   except ConfigError as exc:
@@ -229,9 +244,39 @@ def run(options, configs, logdir, resume):
     raise LaunchError(str(exc)) from None
   except (TrainingError, checkpoints.CheckpointError) as exc:
     raise LaunchError(str(exc), status=1) from None
+  except Exception as exc:  # pylint: disable=broad-except
+    failure = peer_failure(exc, distributed, logdir)
+    if failure is None:
+      raise
+    raise LaunchError(failure, status=1) from None
   finally:
     if stop is not None:
       stop.uninstall()
+
+
+def _same_launch(engine):
+  if engine == 'horovod':
+    return ' (under the same horovodrun launch)'
+  if os.environ.get('LARGEBATCH_NUM_WORKERS'):
+    return ''
+  return ' (with the same launcher and TF_CONFIG or srun)'
+
+
+def peer_failure(exc, distributed, logdir):
+  """One line for a collective that failed because another worker died or hung; else None."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  kinds = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+           tf.errors.CancelledError, tf.errors.UnknownError, tf.errors.InternalError)
+  if distributed.size() < 2 or not isinstance(exc, kinds):
+    return None
+  cause = ' '.join(str(exc.message if hasattr(exc, 'message') else exc).split())
+  if not any(word in cause for word in ('ollective', 'heartbeat', 'Socket closed', 'peer',
+                                        'unhealthy', 'Deadline', 'task')):
+    return None
+  return (f'a worker of this {distributed.engine_name()} job failed or stopped answering, so '
+          f'worker {distributed.rank()} stops too ({cause[:200]}); kept: '
+          f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
 
 
 def run_mode(trainer, options, configs, logdir, stop):
@@ -293,13 +338,30 @@ def record_configs(options, configs, logdir, step):
   from framework import checkpoints  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from framework import rundir  # pylint: disable=import-outside-toplevel
-  text = config_lib.run_config_yaml(configs['train'], recorded_eval_view(options, configs))
+  train, rule = as_recorded(configs['train'])
+  evaluation, _ = as_recorded(recorded_eval_view(options, configs))
+  text = config_lib.run_config_yaml(train, evaluation)
+  if rule is not None:
+    text = (f'# lr_policy_params.learning_rate: {train["lr_policy_params"]["learning_rate"]!r} '
+            f'was resolved from lr_scaling: {rule} for this run\'s global batch; run with '
+            'lr_scaling instead to rescale it\n' + text)
   try:
     rundir.write_start_configs(logdir, text, step)
   except OSError as exc:
     raise LaunchError(f'cannot write the config to {exc.filename or logdir}: '
                       f'{exc.strerror or exc}; kept: '
                       f'{checkpoints.latest_listed(logdir) or "no checkpoint"}', status=1) from None
+
+
+def as_recorded(cfg):
+  """``cfg`` as config.yaml records it: an lr_scaling rule replaced by the rate it gave.
+
+  Returns:
+    (config, the rule or None).
+  """
+  if cfg is None or cfg['lr_scaling'] is None:
+    return cfg, None
+  return dict(cfg, lr_scaling=None), dict(cfg['lr_scaling'])
 
 
 def recorded_eval_view(options, configs):
