@@ -4,7 +4,9 @@
 #   bash scripts/main_job.sh --set num_epochs=4
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+# The main job trains on one machine: no Horovod build (run.py --num_workers uses
+# tf.distribute); scripts/test.sh, which tests both engines, builds it.
+LARGEBATCH_SKIP_HOROVOD="${LARGEBATCH_SKIP_HOROVOD:-1}" bash scripts/setup.sh
 logdir="runs/fashion_mnist_lars-$(date +%Y%m%d-%H%M%S)"
 exec .venv/bin/python run.py --config=configs/fashion_mnist_lars.py --mode=train_eval \
     --logdir="$logdir" "$@"

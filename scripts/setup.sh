@@ -7,7 +7,9 @@
 #   LARGEBATCH_VENV     virtualenv path (default: <repo>/.venv)
 #   LARGEBATCH_CACHE    cache for built wheels and logs (default: $HOME/.cache/largebatch)
 #   LARGEBATCH_PYTHON   interpreter that creates the venv (default: python3.11)
-#   LARGEBATCH_SKIP_HOROVOD=1  leave Horovod out
+#   LARGEBATCH_SKIP_HOROVOD=1  leave Horovod out (and the Debian packages only its build
+#                              needs); scripts/main_job.sh sets it: a run on one machine, or
+#                              several workers under tf.distribute, needs no Horovod
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,11 +29,14 @@ t0=$SECONDS
 
 # --- 1. Debian packages -------------------------------------------------------
 # dataset-fashion-mnist: the data set the tests and configs use.
-# libhighwayhash-dev, libfarmhash-dev: headers TF 2.21 includes but does not ship
-# (needed to compile Horovod's TF ops); cmake, g++, make: the Horovod build;
+# g++: the optimizers' native kernels (step 4).
 # libtcmalloc-minimal4: the allocator run.py restarts under (core/allocator.py).
-APT_PACKAGES=(dataset-fashion-mnist libhighwayhash-dev libfarmhash-dev cmake g++ make
-              libtcmalloc-minimal4)
+APT_PACKAGES=(dataset-fashion-mnist g++ libtcmalloc-minimal4)
+if [[ "${LARGEBATCH_SKIP_HOROVOD:-0}" != 1 ]]; then
+  # libhighwayhash-dev, libfarmhash-dev: headers TF 2.21 includes but does not ship
+  # (needed to compile Horovod's TF ops); cmake, make: the Horovod build.
+  APT_PACKAGES+=(libhighwayhash-dev libfarmhash-dev cmake make)
+fi
 
 python_path="$(command -v "$PYTHON" || true)"
 # Debian's own python3.11 needs python3.11-venv for `-m venv` and the headers for builds.
