@@ -1,8 +1,10 @@
 """Model builders, found by name from a config's ``model`` key.
 
-A builder is ``build(params, image_shape, num_classes) -> keras.Model`` with a
-``PARAMS`` attribute declaring its ``model_params``. It follows the global
-Keras dtype policy, except that the logits are always float32.
+An image classifier's builder is ``build(params, image_shape, num_classes) ->
+keras.Model``; the sequence-to-sequence ``transformer``'s is ``build(params,
+source_vocab_size, target_vocab_size)``. Each has a ``PARAMS`` attribute
+declaring its ``model_params``, and follows the global Keras dtype policy,
+except that the logits are always float32.
 
 ``import models`` loads no TensorFlow: ``MODELS`` names each builder and its
 ``PARAMS`` (declared in ``models.schemas``), and imports the builder on its
@@ -19,6 +21,8 @@ MODELS = Registry('model')
 MODELS.register_lazy('resnet50', 'models.resnet:build_resnet50', PARAMS=schemas.RESNET50_PARAMS)
 MODELS.register_lazy('resnet_cifar', 'models.resnet:build_resnet_cifar',
                      PARAMS=schemas.RESNET_CIFAR_PARAMS)
+MODELS.register_lazy('transformer', 'models.transformer:build_transformer',
+                     PARAMS=schemas.TRANSFORMER_PARAMS)
 
 if 'keras' in sys.modules:
   for _name in MODELS:

@@ -12,6 +12,10 @@ from core.params import positive
 CIFAR_DEPTHS = (8, 14, 20, 32, 44, 56, 110)
 
 
+def _fraction_below_one(value):
+  return None if 0 <= value < 1 else 'must be in [0, 1)'
+
+
 def _momentum_check(value):
   return None if 0 <= value < 1 else 'must be in [0, 1)'
 
@@ -36,4 +40,31 @@ RESNET_CIFAR_PARAMS = {
     'shortcut': Param(str, 'A', choices=('A', 'B'),
                       doc="'A': subsample and zero-pad channels (no parameters); 'B': 1x1 conv + BN"),
     **COMMON_PARAMS,
+}
+
+TRANSFORMER_PARAMS = {
+    'encoder_layers': Param(int, 3, check=positive),
+    'decoder_layers': Param(int, 3, check=positive),
+    'd_model': Param(int, 256, check=positive, doc='width of the model; a multiple of 2 x num_heads'),
+    'num_heads': Param(int, 4, check=positive),
+    'ff_size': Param(int, 1024, check=positive, doc='width of the feed-forward hidden layer'),
+    'dropout': Param(float, 0.1, check=_fraction_below_one,
+                     doc='on embeddings, sub-layer outputs and the feed-forward hidden layer'),
+    'attention_dropout': Param(float, 0.0, check=_fraction_below_one,
+                               doc='on the attention probabilities'),
+    'label_smoothing': Param(float, 0.1, check=_fraction_below_one,
+                             doc="the training loss's target: 1 - e on the label, e / V on every id"),
+    'positions': Param(str, 'sinusoidal', choices=('sinusoidal', 'learned')),
+    'max_length': Param(int, 64, check=positive,
+                        doc='positions of the learned table; decoding produces fewer tokens'),
+    'embedding_sharing': Param(str, 'decoder', choices=('none', 'decoder', 'all'),
+                               doc="'decoder': target embedding = output projection; 'all': the "
+                                   'source embedding too (one vocabulary); \'none\''),
+    'norm': Param(str, 'pre', choices=('pre', 'post'),
+                  doc='layer normalization before each sub-layer (pre) or after its residual sum'),
+    'beam_size': Param(int, 1, check=positive, doc='decoding: 1 is greedy, more is beam search'),
+    'length_penalty': Param(float, 0.6, check=non_negative,
+                            doc="beam search: alpha of GNMT's ((5 + length) / 6) ** alpha"),
+    'decode_length_margin': Param(int, 16, check=positive,
+                                  doc='decoding: most tokens beyond the source length'),
 }
