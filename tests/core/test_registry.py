@@ -106,7 +106,8 @@ def test_the_packages_name_their_entries_without_tensorflow():
       '                                   if m in sys.modules)}))\n')
   assert answer['loaded'] == []
   assert answer['names'] == [
-      ['resnet50', 'resnet_cifar'], ['cifar10', 'fashion_mnist', 'imagenet', 'synthetic'],
+      ['resnet50', 'resnet_cifar', 'transformer'],
+      ['cifar10', 'cmudict', 'fashion_mnist', 'imagenet', 'synthetic'],
       ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Momentum', 'RMSProp', 'SGD'],
       ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',
        'poly_decay', 'transformer_policy']]
