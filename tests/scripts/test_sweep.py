@@ -13,6 +13,9 @@ import sys
 import pytest
 import yaml
 
+# Its tests of real sweeps run scripts/sweep.py and run.py end to end, several at once.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, 'scripts', 'sweep.py')
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
