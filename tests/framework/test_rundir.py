@@ -73,7 +73,7 @@ def test_the_lock_refuses_a_live_holder_and_takes_over_a_stale_one(tmp_path):
   assert not (tmp_path / rundir.LOCK_NAME).exists()
 
   gone = int(subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
-                            capture_output=True, text=True, check=True).stdout)
+                            capture_output=True, text=True, check=True, timeout=60).stdout)
   (tmp_path / rundir.LOCK_NAME).write_text(f'{gone} {socket.gethostname()}\n')
   lock = rundir.RunLock(str(tmp_path), log=logs.append)
   assert lock.live_holder() is None
