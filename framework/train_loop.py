@@ -406,10 +406,11 @@ def ending_pending(logdir, step):
 
 
 def remove_ending_mark(logdir):
+  """Removes the mark of :func:`ending_pending` once the end of training is done."""
   try:
     os.remove(os.path.join(logdir, ENDING_MARK))
-  except FileNotFoundError:
-    pass
+  except OSError:
+    pass  # none (the usual case), or it cannot go: a resume would only do the end again
 
 
 def signal_name(signum):

@@ -16,7 +16,9 @@ optional ``derived`` values computed from each point::
     lr_policy_params.learning_rate: 0.1 * batch_size_per_gpu / 256  # linear scaling
 
 A point is one element of the cartesian product of the grid (times the seeds
-of ``--seeds``, given to the run as ``random_seed``). It runs as
+of ``--seeds``, given to the run as ``random_seed``; a grid or derived
+``random_seed`` together with ``--seeds`` is refused, since the points would
+repeat one another). It runs as
 
   python run.py --config CONFIG --mode MODE --logdir OUT/<point> --continue_learning \\
       --set <--set args> --set <grid values> --set <derived values> [--set random_seed=<seed>]
@@ -26,15 +28,22 @@ with its output in ``OUT/<point>/run.log``. On success the sweep writes
 time) and a later sweep with the same ``--out`` skips the point; with
 ``--archive DIR`` a copy goes to ``DIR/<point>.json`` at once, so what a sweep
 cut off has finished outlives its run directories. A failed point
-gets ``error.txt`` (the last line it printed) and runs again, from an empty
-directory, next time. At the end the sweep writes ``results.csv``,
-``results.md`` (mean and standard deviation over seeds) and ``accuracy.png``
-to OUT, and exits with status 1 when a point failed (2 for a mistake in the
-sweep's own arguments). SIGINT (Ctrl-C) or SIGTERM stops the runs under way,
-which run again next time, and ends the sweep with status 128 + the signal
-(130, 143), also where the sweep was started with SIGINT ignored (``cmd &`` in
-a script). Failed points are listed in the tables and marked with
-a red cross on the plot; its x axis is logarithmic for batch-like keys.
+gets ``error.txt`` (the last line it printed). Next time, a point that saved
+a checkpoint resumes from it (``--continue_learning``, its output appended to
+run.log), a point that finished but whose result was never written is
+recorded from its run.log without running, and only a point that saved
+nothing starts again from an empty directory. At the end the sweep writes
+``results.csv``, ``results.md`` (mean and standard deviation over seeds) and
+``accuracy.png`` to OUT, and exits with status 1 when a point failed (2 for a
+mistake in the sweep's own arguments). SIGINT (Ctrl-C) or SIGTERM passes the
+signal on to the runs under way, once (each run has a process group of its
+own, so a Ctrl-C at the terminal does not reach it twice): each finishes its
+step, saves a checkpoint and stops, and resumes from it next time; a run that
+ended well meanwhile is recorded as finished. The sweep then ends with status
+128 + the signal (130, 143), also where it was started with SIGINT ignored
+(``cmd &`` in a script). A second signal makes the runs exit at once, without
+saving. Failed points are listed in the tables and marked with a red cross on
+the plot; its x axis is logarithmic for batch-like keys.
 
 Before any point runs, every point's config is resolved and validated as
 run.py would do it (all in one process, ``python -m framework.check_configs``):
@@ -159,8 +168,16 @@ def main(argv=None):
   stopped_by = []
 
   def stop(signum, _):
+    # Only noted here: the sweep's loop stops the runs (an exception raised at
+    # any point of the loop could leave a run started and not yet known).
     stopped_by.append(signum)
-    raise KeyboardInterrupt
+    if len(stopped_by) == 1:
+      sweep.stop_signal = signum
+      return
+    # A second signal while the runs save: passed on, they exit at once without saving.
+    runner.log(f'second {signal.Signals(signum).name}: the runs under way exit at once, '
+               'without saving')
+    sweep.signal_runs(signum)
 
   # Installed here, not left to Python, which leaves SIGINT ignored when the
   # sweep starts with it ignored, and ends on SIGTERM with the runs left going.
@@ -171,6 +188,8 @@ def main(argv=None):
   except KeyboardInterrupt:
     return signals.exit_status(stopped_by[0] if stopped_by else signal.SIGINT)
   report.write_results(sweep)
+  if stopped_by:
+    return signals.exit_status(stopped_by[0])  # it came as the last run ended
   if failed:
     runner.log(f'{len(failed)} of {len(points)} point(s) failed:')
     for name in failed:

@@ -5,21 +5,34 @@ OUT/<point> --continue_learning --set ...`` with its output in
 ``OUT/<point>/run.log``. A finished point gets ``result.json`` (the metrics
 of run.py's last lines, the wall time, the machine and the curve of its evaluations, so
 that the file alone serves a report; a study keeps it under version control)
-and is skipped by a later sweep
-with the same OUT; a failed point gets ``error.txt`` (the last line it
-printed) and runs again, from an empty directory, next time.
+and is skipped by a later sweep with the same OUT. A point that was stopped
+(a signal to the sweep) or failed after saving a checkpoint resumes from its
+checkpoints next time, its output appended to ``run.log``; a point that
+finished although its ``result.json`` was never written (the sweep was
+killed at that moment) is recognised from ``run.log`` and recorded without
+running again; only a point that saved nothing starts again from an empty
+directory. A failed point gets ``error.txt`` (the last line it printed).
+
+``run.log`` holds one section per attempt, opened and closed by the sweep's
+own lines (``[sweep] attempt N started at <unix time> ...`` and ``[sweep]
+attempt N ended after S s with exit status E``), so that the wall time and
+the seconds to each evaluation count the time the point ran, not the time
+between attempts.
 """
 
+import glob
 import json
 import os
 import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
+from core import signals
 from framework.sweep.grid import SweepError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +47,18 @@ METRICS = ('accuracy', 'top5', 'loss', 'steps')
 FINAL_RE = re.compile(r'^final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)')
 EVAL_RE = re.compile(r'^eval at step (\d+): loss (\S+), top-1 (\S+), top-5 (\S+)')
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
+STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
+# The last line run.py prints when a training run ends well, and a benchmark's.
+COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
+# The sweep's own lines around each attempt in run.log.
+ATTEMPT_RE = re.compile(r'^\[sweep\] attempt (\d+) started at (\S+) ')
+ENDED_RE = re.compile(r'^\[sweep\] attempt (\d+) ended after (\S+) s with exit status (-?\d+)')
+# How long checking every point's config may take (one process, TensorFlow loaded once).
+CHECK_SECONDS = 1800
+# How long the runs under way may take to save and stop after a signal to the sweep.
+STOP_SECONDS = 300
+# How long a run killed with SIGKILL may take to be reaped.
+KILL_SECONDS = 30
 
 def log(message):
   """Prints a line of the sweep's own progress."""
@@ -82,45 +107,118 @@ def last_line(path):
     return ''
 
 
-def eval_curve(logdir):
-  """``[(step, top-1 accuracy)]`` of every evaluation in the run's ``run.log``."""
+def read_log(logdir):
+  """The text of the point's ``run.log`` ('' when there is none)."""
   try:
     with open(os.path.join(logdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
-      lines = f.read().splitlines()
+      return f.read()
   except OSError:
-    return []
-  matches = (EVAL_RE.match(line.strip()) for line in lines)
-  return [(int(m.group(1)), float(m.group(3))) for m in matches if m]
+    return ''
 
 
-def eval_seconds(logdir):
-  """``{step: seconds from the run's first event to that evaluation's event}``, or {}."""
+def attempts(log_text):
+  """The attempts of a point, from the sweep's own lines in its run.log.
+
+  Returns:
+    list of ``{'start': unix time, 'seconds': float or None, 'status': int or
+    None}``, oldest first; ``seconds`` and ``status`` are None for an attempt
+    whose end the sweep did not see (it was killed, or the attempt is running).
+  """
+  found = []
+  for line in log_text.splitlines():
+    started, ended = ATTEMPT_RE.match(line), ENDED_RE.match(line)
+    if started:
+      found.append({'start': float(started.group(2)), 'seconds': None, 'status': None})
+    elif ended and found:
+      found[-1].update(seconds=float(ended.group(2)), status=int(ended.group(3)))
+  return found
+
+
+def last_attempt_text(log_text):
+  """The part of run.log the last attempt wrote (all of it for a log without sections)."""
+  starts = [m.start() for m in re.finditer(r'^\[sweep\] attempt \d+ started at ', log_text,
+                                           re.MULTILINE)]
+  return log_text[starts[-1]:] if starts else log_text
+
+
+def finished_in_log(log_text):
+  """Whether the point's last attempt ended well, as run.log tells it.
+
+  The sweep's closing line says so (exit status 0); otherwise run.py's own
+  last line does (the sweep did not see the end, or a signal came as the run
+  ended).
+  """
+  tried = attempts(log_text)
+  if tried and tried[-1]['status'] == 0:
+    return True
+  return completed(last_attempt_text(log_text))
+
+
+def completed(attempt_text):
+  """Whether run.py printed the last line of a run that got to its end.
+
+  Such a run may still exit by a signal, one that came as the process ended.
+  """
+  return any(COMPLETE_RE.match(line.strip()) for line in attempt_text.splitlines())
+
+
+def eval_curve(logdir):
+  """``[(step, top-1 accuracy)]`` of the evaluations in the run's ``run.log``, by step.
+
+  A step evaluated by two attempts (the second resumed from an earlier
+  checkpoint) counts once, with the later evaluation.
+  """
+  matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
+  curve = {int(m.group(1)): float(m.group(3)) for m in matches if m}
+  return sorted(curve.items())
+
+
+def eval_times(logdir):
+  """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
-  starts, times = [], {}
+  first, times = None, {}
   for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):
     if not os.path.isdir(directory):
-      return {}
+      return {}, None
     events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
     events.Reload()
     if tag is None:
-      starts.append(events.FirstEventTimestamp())
+      first = events.FirstEventTimestamp()
     elif tag in events.Tags()['tensors']:
       times = {e.step: e.wall_time for e in events.Tensors(tag)}
-  return {step: wall - starts[0] for step, wall in times.items()}
+  return times, first
+
+
+def running_seconds(spans, start, end):
+  """The seconds of ``[start, end]`` that fall inside the attempts' ``spans`` (``[(from, to)]``)."""
+  return sum(max(0.0, min(to, end) - max(since, start)) for since, to in spans)
 
 
 def timed_curve(logdir):
   """``[[step, top-1, seconds or None]]`` of the run's evaluations, as result.json keeps them.
 
   The seconds count from the run's first TensorBoard event (the start of
-  training) to the evaluation's; None where the events do not say.
+  training) to the evaluation's, within the attempts only: the time between
+  a stopped attempt and the one that resumed it is not counted. None where
+  the events do not say.
   """
   try:
-    seconds = eval_seconds(logdir)
+    times, first = eval_times(logdir)
   except (ValueError, OSError):
-    seconds = {}
-  return [[step, accuracy, None if step not in seconds else round(seconds[step], 2)]
-          for step, accuracy in eval_curve(logdir)]
+    times, first = {}, None
+  spans = []
+  for attempt in attempts(read_log(logdir)):
+    seconds = attempt['seconds']
+    spans.append((attempt['start'], attempt['start'] + seconds if seconds is not None
+                  else float('inf')))
+  curve = []
+  for step, accuracy in eval_curve(logdir):
+    seconds = None
+    if step in times and first is not None:
+      seconds = (running_seconds(spans, first, times[step]) if spans
+                 else times[step] - first)
+    curve.append([step, accuracy, None if seconds is None else round(seconds, 2)])
+  return curve
 
 
 def read_result(logdir):
@@ -163,6 +261,8 @@ class Sweep:
     self.done = self.failed = self.skipped = 0
     self.running = {}
     self.errors = {}
+    # The signal that stopped the sweep (set by scripts/sweep.py), passed on to the runs.
+    self.stop_signal = None
 
   def logdir(self, point):
     return os.path.join(self.out, point.name)
@@ -182,9 +282,13 @@ class Sweep:
     request = {'config': self.config, 'mode': self.args.mode,
                'variants': [self.overrides(p) for p in self.points]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    result = subprocess.run([sys.executable, '-m', 'framework.check_configs'], cwd=ROOT, env=env,
-                            input=json.dumps(request), capture_output=True, text=True,
-                            check=False)
+    try:
+      result = subprocess.run([sys.executable, '-m', 'framework.check_configs'], cwd=ROOT,
+                              env=env, input=json.dumps(request), capture_output=True, text=True,
+                              check=False, timeout=CHECK_SECONDS)
+    except subprocess.TimeoutExpired:
+      raise SweepError(f'the configs could not be checked within {CHECK_SECONDS} s; nothing was '
+                       'run') from None
     try:
       errors = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -198,9 +302,8 @@ class Sweep:
                        'nothing was run')
 
   def command(self, point):
-    # run.log is in the run directory before run.py looks at it, and run.py
-    # refuses a non-empty directory unless told to continue; the sweep empties
-    # the directory first, so there is no checkpoint to continue from.
+    # --continue_learning: run.py refuses a non-empty directory without it (run.log
+    # is there first), and a point that saved checkpoints resumes from them.
     command = [sys.executable, RUN_PY, '--config', self.config, '--mode', self.args.mode,
                '--logdir', self.logdir(point), '--continue_learning']
     for override in self.overrides(point):
@@ -213,11 +316,20 @@ class Sweep:
          f'{len(self.running)} running, {left} left')
 
   def run(self):
-    """Runs the sweep; returns the names of the points that failed."""
+    """Runs the sweep; returns the names of the points that failed.
+
+    Raises:
+      KeyboardInterrupt: when ``stop_signal`` was set (``scripts/sweep.py``
+        sets it on SIGINT or SIGTERM) or on a Ctrl-C that Python turned into
+        it, after the runs under way were stopped and saved.
+    """
     os.makedirs(self.out, exist_ok=True)
     pending = []
     for point in self.points:
       result = read_result(self.logdir(point))
+      if result is None and finished_in_log(read_log(self.logdir(point))):
+        # It finished, but the sweep that ran it ended before writing its result.
+        result = self.record(point, 'recorded')
       if result is None:
         pending.append(point)
         continue
@@ -230,80 +342,193 @@ class Sweep:
              f'delete {self.logdir(point)} to run it again with the current ones')
     self.progress()
     try:
-      while pending or self.running:
-        while pending and len(self.running) < self.args.jobs:
+      while (pending or self.running) and self.stop_signal is None:
+        while pending and len(self.running) < self.args.jobs and self.stop_signal is None:
           self.start(pending.pop(0))
         time.sleep(0.1)
         for process in [p for p in self.running if p.poll() is not None]:
           self.finish(process)
     except KeyboardInterrupt:
-      for process, (point, _, log_file) in self.running.items():
-        process.terminate()
-        process.wait()
-        log_file.close()
-        log(f'interrupted {point.name}; it runs again next time')
-      raise
+      self.stop_signal = self.stop_signal or signal.SIGINT
+    if self.stop_signal is not None:
+      self.stop_runs(self.stop_signal)
+      raise KeyboardInterrupt
     return [p.name for p in self.points if p.name in self.errors]
+
+  def signal_runs(self, signum):
+    """Passes a signal on to the runs under way (run.py saves and stops on the first)."""
+    for process in self.running:
+      if process.poll() is None:
+        process.send_signal(signum)
+
+  def stop_runs(self, signum):
+    """Stops the runs under way as a preemption stops run.py, and records how each ended.
+
+    Each run gets ``signum`` once (the runs have process groups of their own,
+    so a Ctrl-C at the terminal reaches the sweep alone), finishes its step,
+    saves a checkpoint and exits; the point resumes from it next time. A run
+    that ended well meanwhile is recorded as finished. A run still going after
+    ``STOP_SECONDS`` is killed.
+    """
+    self.signal_runs(signum)
+    deadline = time.monotonic() + STOP_SECONDS
+    for process in list(self.running):
+      try:
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+      except subprocess.TimeoutExpired:
+        log(f'{self.running[process][0].name} did not stop within {STOP_SECONDS} s: killed')
+        process.kill()
+        process.wait(timeout=KILL_SECONDS)
+      self.finish(process, interrupted=True)
+
+  def prepare(self, point):
+    """Readies the point's directory for an attempt; returns its newest checkpoint or None.
+
+    A directory with checkpoints is kept (the attempt resumes from them, its
+    output appended to run.log); one without is emptied.
+
+    Raises:
+      SweepError: the directory holds files the sweep did not write.
+    """
+    logdir = self.logdir(point)
+    if not (os.path.isdir(logdir) and os.listdir(logdir)):
+      os.makedirs(logdir, exist_ok=True)
+      return None
+    if not os.path.exists(os.path.join(logdir, LOG_FILE)):
+      raise SweepError(f'{logdir} exists and holds files the sweep did not write; move it away '
+                       'to run this point')
+    saved = newest_checkpoint(logdir)
+    if saved is None:
+      # Nothing saved: start again from nothing, so that run.py does not refuse the directory.
+      shutil.rmtree(logdir)
+      os.makedirs(logdir)
+    elif os.path.exists(os.path.join(logdir, ERROR_FILE)):
+      os.remove(os.path.join(logdir, ERROR_FILE))  # of the attempt this one takes up
+    return saved
 
   def start(self, point):
     logdir = self.logdir(point)
-    if os.path.isdir(logdir) and os.listdir(logdir):
-      if not os.path.exists(os.path.join(logdir, LOG_FILE)):
-        self.errors[point.name] = (f'{logdir} exists and holds files the sweep did not write; '
-                                   'move it away to run this point')
-        self.done += 1
-        self.failed += 1
-        log(f'FAILED {point.name}: {self.errors[point.name]}')
-        return
-      # A failed or interrupted run: start again from nothing, so that run.py
-      # does not refuse the directory and no stale checkpoint is resumed.
-      shutil.rmtree(logdir)
-    os.makedirs(logdir, exist_ok=True)
+    try:
+      saved = self.prepare(point)
+    except SweepError as exc:
+      self.errors[point.name] = str(exc)
+      self.done += 1
+      self.failed += 1
+      log(f'FAILED {point.name}: {self.errors[point.name]}')
+      return
+    number = len(attempts(read_log(logdir))) + 1
     command = self.command(point)
     # The log stays open while the run goes on; finish() closes it.
-    log_file = open(os.path.join(logdir, LOG_FILE), 'w', encoding='utf-8')
+    log_file = open(os.path.join(logdir, LOG_FILE), 'a', encoding='utf-8')
+    started = time.time()
+    log_file.write(f'[sweep] attempt {number} started at {started:.2f} '
+                   f'({time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))})'
+                   + (f'; resuming from {os.path.basename(saved)}' if saved else '') + '\n')
     log_file.write('$ ' + shlex.join(command) + '\n')
     log_file.flush()
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    self.running[process] = (point, time.monotonic(), log_file)
-    log(f'started {point.name}')
+    # A process group of its own: a Ctrl-C at the terminal reaches the sweep
+    # only, which passes one signal on; two would make run.py exit without saving.
+    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                               process_group=0)
+    self.running[process] = (point, time.monotonic(), log_file, number, saved)
+    log(f'resumed {point.name} from {saved} (attempt {number})' if saved
+        else f'started {point.name}')
     self.progress()
 
-  def finish(self, process):
-    point, started, log_file = self.running.pop(process)
-    log_file.close()
+  def finish(self, process, interrupted=False):
+    """Records how a run ended; ``interrupted``: the sweep stopped it."""
+    point, started, log_file, number, saved = self.running.pop(process)
     wall = time.monotonic() - started
+    log_file.flush()
     logdir = self.logdir(point)
     log_path = os.path.join(logdir, LOG_FILE)
+    text = last_attempt_text(read_log(logdir))
+    error = last_text_line(text)
+    log_file.write(f'[sweep] attempt {number} ended after {wall:.2f} s with exit status '
+                   f'{process.returncode}\n')
+    log_file.close()
     self.done += 1
-    if process.returncode == 0:
-      with open(log_path, encoding='utf-8', errors='replace') as f:
-        metrics = parse_metrics(f.read())
-      result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
-                'seed': point.seed, 'overrides': self.overrides(point),
-                'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
-                'wall_s': round(wall, 2), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-                'curve': timed_curve(logdir), 'machine': machine()}
-      with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
-        json.dump(result, f, indent=2)
-      if self.args.archive:
-        os.makedirs(self.args.archive, exist_ok=True)
-        shutil.copyfile(os.path.join(logdir, RESULT_FILE),
-                        os.path.join(self.args.archive, f'{point.name}.json'))
+    if process.returncode == 0 or (completed(text) and (interrupted or process.returncode < 0)):
+      result = self.record(point, 'finished')
+      metrics = result['metrics']
       log(f'finished {point.name}: accuracy {format_metric(metrics["accuracy"])}, '
-           f'{metrics["steps"]} steps, {wall:.1f} s')
+           f'{metrics["steps"]} steps, {result["wall_s"]:.1f} s'
+           + (f' over {result["attempts"]} attempts' if result['attempts'] > 1 else ''))
+    elif interrupted:
+      stopped = [m for m in map(STOPPED_RE.match, text.splitlines()) if m]
+      kept = newest_checkpoint(logdir)
+      if stopped and process.returncode in stop_statuses():
+        log(f'interrupted {point.name} at step {stopped[-1].group(1)}: saved '
+            f'{stopped[-1].group(2)}; it resumes from there next time')
+      elif kept:
+        log(f'interrupted {point.name} (exit status {process.returncode}); it resumes from '
+            f'{kept} next time')
+      else:
+        log(f'interrupted {point.name} (exit status {process.returncode}) before it saved a '
+            'checkpoint; it starts again next time')
     else:
       status = (f'killed by signal {-process.returncode}' if process.returncode < 0
                 else f'exit status {process.returncode}')
-      error = last_line(log_path) or status
+      error = error or status
+      if saved and error.startswith('error: --continue_learning: the checkpoints in'):
+        # A --set the point's checkpoints cannot take: the way out is a fresh start.
+        error += (f' (this attempt resumed from {saved}; move {logdir} away to run the point '
+                  'afresh)')
       with open(os.path.join(logdir, ERROR_FILE), 'w', encoding='utf-8') as f:
         f.write(error + '\n')
       self.errors[point.name] = error
       self.failed += 1
       log(f'FAILED {point.name} ({status}): {error}  [log: {log_path}]')
     self.progress()
+
+  def record(self, point, how):
+    """Writes the point's result.json (and its archive copy) from its run.log; returns it.
+
+    Args:
+      point: a point whose last attempt ended well.
+      how: 'finished' (the sweep saw the run end) or 'recorded' (found so in run.log).
+    """
+    logdir = self.logdir(point)
+    text = read_log(logdir)
+    tried = attempts(text)
+    seconds = [a['seconds'] for a in tried]
+    if tried and seconds[-1] is None:
+      # The sweep did not see this attempt end: it ran until run.log was last written.
+      seconds[-1] = os.path.getmtime(os.path.join(logdir, LOG_FILE)) - tried[-1]['start']
+    metrics = parse_metrics(text)
+    result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
+              'seed': point.seed, 'overrides': self.overrides(point),
+              'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
+              'wall_s': round(sum(s for s in seconds if s is not None), 2),
+              'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
+              'curve': timed_curve(logdir), 'machine': machine()}
+    with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=2)
+    if self.args.archive:
+      os.makedirs(self.args.archive, exist_ok=True)
+      shutil.copyfile(os.path.join(logdir, RESULT_FILE),
+                      os.path.join(self.args.archive, f'{point.name}.json'))
+    if how == 'recorded':
+      log(f'recorded {point.name}: it had finished (accuracy '
+          f'{format_metric(metrics["accuracy"])}) before its result was written')
+    return result
+
+
+def stop_statuses():
+  """The exit statuses of a run.py that a signal stopped after saving (130, 143)."""
+  return {signals.exit_status(s) for s in signals.STOP_SIGNALS}
+
+
+def newest_checkpoint(logdir):
+  """The newest periodic checkpoint a run directory holds (by its index file), or None."""
+  steps = []
+  for path in glob.glob(os.path.join(glob.escape(logdir), 'ckpt-*.index')):
+    match = re.fullmatch(r'ckpt-(\d+)\.index', os.path.basename(path))
+    if match:
+      steps.append(int(match.group(1)))
+  return os.path.join(logdir, f'ckpt-{max(steps)}') if steps else None
 
 
 def machine():

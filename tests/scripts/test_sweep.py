@@ -9,9 +9,12 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
+
+from tests.processes import Child
 
 # Its tests of real sweeps run scripts/sweep.py and run.py end to end, several at once.
 pytestmark = pytest.mark.slow
@@ -35,6 +38,13 @@ sweep = load_script(SCRIPT, 'sweep_under_test')
 from framework.sweep import grid  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def tf_global_step(prefix):
+  """The global step a checkpoint holds (TensorFlow is imported only by the tests that ask)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return int(tf.train.load_checkpoint(str(prefix)).get_tensor(
+      'global_step/.ATTRIBUTES/VARIABLE_VALUE'))
 
 
 def check_png(path):
@@ -166,6 +176,10 @@ def test_a_grid_flag_narrows_the_grid_file_and_keeps_its_derived_values(tmp_path
     (['--grid', 'a'], 'expected key.path=value1,value2'),
     ([], 'nothing to sweep'),
     (['--seeds', '0,x'], 'comma-separated integers'),
+    (['--grid', 'random_seed=1,2', '--seeds', '0,1'],
+     'grid random_seed and --seeds both set random_seed'),
+    (['--grid', 'a=1', '--derive', 'train_params.random_seed=a+1', '--seeds', '0'],
+     'derived train_params.random_seed and --seeds both set random_seed'),
 ])
 def test_sweep_argument_mistakes(tmp_path, argv, message):
   args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(tmp_path), *argv])
@@ -424,10 +438,150 @@ def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_p
         assert sorted(os.listdir(archive)) == [f'{first}.json'], ''.join(seen)
         process.send_signal(signum)
     assert process.wait(timeout=120) == 128 + signum, ''.join(seen)
-  assert f'interrupted {second}; it runs again next time' in ''.join(seen)
+  # Stopped while it started: it saved nothing, so it starts again next time.
+  assert f'interrupted {second}' in ''.join(seen)
   assert sorted(os.listdir(archive)) == [f'{first}.json']
   kept = json.loads((archive / f'{first}.json').read_text())
   assert kept == json.loads((out / first / 'result.json').read_text())
   assert kept['point'] == {'batch_size_per_gpu': 32, 'optimizer': 'Momentum'}
   assert kept['metrics']['steps'] == 3 and 0.0 <= kept['metrics']['accuracy'] <= 1.0
   assert not (out / 'results.csv').exists()  # the sweep never reached its end
+
+
+def test_a_seed_given_twice_is_one_line_before_anything_runs(tmp_path):
+  # A grid seed and --seeds would make 4 points of which 2 repeat others.
+  out = tmp_path / 'sweep'
+  result = run_sweep('--grid', 'random_seed=1,2', '--seeds', '0,1', '--out', str(out))
+  assert result.returncode == 2
+  assert result.stderr.strip() == (
+      'error: grid random_seed and --seeds both set random_seed, so points would repeat one '
+      'another; give the seeds one way: --seeds alone, or the grid key without --seeds')
+  assert not out.exists()
+
+
+def test_attempts_and_their_seconds_are_read_from_run_log():
+  log = ('[sweep] attempt 1 started at 1000.00 (...)\n$ run.py ...\n'
+         'stopped by SIGINT at step 7 of 40: saved /x/ckpt-7; resume with: ...\n'
+         '[sweep] attempt 1 ended after 30.00 s with exit status 130\n'
+         '[sweep] attempt 2 started at 5000.00 (...); resuming from ckpt-7\n$ run.py ...\n'
+         'TensorBoard: tensorboard --logdir /x\n')
+  assert runner.attempts(log) == [{'start': 1000.0, 'seconds': 30.0, 'status': 130},
+                                  {'start': 5000.0, 'seconds': None, 'status': None}]
+  # The sweep did not see attempt 2 end; run.py's last line says it ended well, also when
+  # a signal came as the process ended.
+  assert runner.finished_in_log(log)
+  assert runner.finished_in_log(log + '[sweep] attempt 2 ended after 9 s with exit status -15\n')
+  unfinished = log.replace('TensorBoard: ', 'step 9 ')
+  assert not runner.finished_in_log(unfinished)
+  assert not runner.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
+                                                 'status 1\n')
+  assert runner.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
+                                             'status 0\n')
+  # Seconds from the first event (1010) to an evaluation (5020) count inside the attempts
+  # only: 20 s of attempt 1 and 20 s of attempt 2, not the 4,000 s between them.
+  spans = [(1000.0, 1030.0), (5000.0, float('inf'))]
+  assert runner.running_seconds(spans, 1010.0, 5020.0) == pytest.approx(40.0)
+
+
+def read_log_until(path, prefix, timeout):
+  """Waits until the file at ``path`` has a line starting with ``prefix``; returns its text."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    text = path.read_text(errors='replace') if path.exists() else ''
+    if any(line.startswith(prefix) for line in text.splitlines()):
+      return text
+    time.sleep(0.2)
+  raise AssertionError(f'no line {prefix!r} in {path} within {timeout} s:\n{text}')
+
+
+def start_sweep(*args):
+  """Starts a sweep whose ``args`` come after SHORT (so they override it); output on stdout."""
+  return Child([sys.executable, SCRIPT, '--config', SGD_CONFIG, *SHORT, *args], cwd=ROOT,
+               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'), stderr=subprocess.STDOUT)
+
+
+def sweep_again(*args):
+  """The sweep of :func:`start_sweep`, run to its end."""
+  return subprocess.run([sys.executable, SCRIPT, '--config', SGD_CONFIG, *SHORT, *args],
+                        cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'),
+                        capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_an_interrupted_point_resumes_and_a_finished_one_is_never_run_again(tmp_path):
+  out = tmp_path / 'sweep'
+  name = 'optimizer_params.momentum=0.9'
+  logdir = out / name
+  args = ['--set', 'max_steps=40', '--set', 'batch_size_per_gpu=32', '--set',
+          'print_loss_steps=1', '--grid', 'optimizer_params.momentum=0.9', '--out', str(out)]
+  with start_sweep(*args) as sweep_process:
+    sweep_process.wait_for_line(lambda line: f'started {name}' in line, timeout=300)
+    read_log_until(logdir / 'run.log', 'step 3 ', timeout=300)
+    sweep_process.send_signal(signal.SIGINT)  # Ctrl-C
+    output, _ = sweep_process.communicate(timeout=400)
+  assert sweep_process.returncode == 130, output
+  stopped = re.search(rf'interrupted {re.escape(name)} at step (\d+): saved '
+                      rf'{re.escape(str(logdir))}/ckpt-(\d+); it resumes from there next time',
+                      output)
+  assert stopped and stopped.group(1) == stopped.group(2), output
+  step = int(stopped.group(1))
+  assert 3 <= step < 40
+  assert tf_global_step(logdir / f'ckpt-{step}') == step
+  assert not (logdir / 'result.json').exists() and not (logdir / 'error.txt').exists()
+
+  # Again: the point resumes from its checkpoint, not from step 0.
+  second = sweep_again(*args)
+  assert second.returncode == 0, second.stdout + second.stderr
+  assert f'resumed {name} from {logdir}/ckpt-{step} (attempt 2)' in second.stdout
+  assert f'started {name}' not in second.stdout
+  log = (logdir / 'run.log').read_text()
+  assert f'restored {logdir}/ckpt-{step} (step {step})' in log
+  resumed = log[log.index('[sweep] attempt 2 started'):]
+  assert f'; starting at step {step}\n' in resumed and 'starting at step 0' not in resumed
+  assert tf_global_step(logdir / 'ckpt-40') == 40
+  result = json.loads((logdir / 'result.json').read_text())
+  assert result['attempts'] == 2 and result['metrics']['steps'] == 40
+  final = re.search(r'^final test accuracy: (\S+) ', log, re.MULTILINE)
+  assert result['metrics']['accuracy'] == float(final.group(1))
+  # The wall time is the two attempts', not the time between them.
+  seconds = [float(s) for s in re.findall(r'^\[sweep\] attempt \d ended after (\S+) s', log,
+                                          re.MULTILINE)]
+  assert len(seconds) == 2 and result['wall_s'] == pytest.approx(sum(seconds), abs=0.02)
+
+  # A point that finished but whose result was never written (the sweep killed before
+  # it saw the run end) is recorded from its run.log, without running again.
+  (logdir / 'result.json').unlink()
+  cut = log[:log.rindex('[sweep] attempt 2 ended')]
+  (logdir / 'run.log').write_text(cut)
+  third = sweep_again(*args)
+  assert third.returncode == 0, third.stdout + third.stderr
+  assert (f'recorded {name}: it had finished (accuracy {result["metrics"]["accuracy"]:.4f}) '
+          'before its result was written') in third.stdout
+  assert 'started' not in third.stdout and 'resumed' not in third.stdout
+  assert (logdir / 'run.log').read_text() == cut
+  recorded = json.loads((logdir / 'result.json').read_text())
+  assert recorded['metrics'] == result['metrics'] and recorded['attempts'] == 2
+
+
+@pytest.mark.slow
+def test_a_point_that_ends_well_as_the_sweep_stops_is_recorded_as_finished(tmp_path):
+  out = tmp_path / 'sweep'
+  name = 'optimizer_params.momentum=0.9'
+  # The only checkpoint is the last one, written just before the last evaluation, which
+  # (100,000 synthetic images) takes seconds: the signal lands in it.
+  args = ['--set', 'save_checkpoint_steps=1000', '--set', 'data_layer_params.num_examples=100000',
+          '--grid', 'optimizer_params.momentum=0.9', '--out', str(out)]
+  with start_sweep(*args) as sweep_process:
+    sweep_process.wait_for_line(lambda line: f'started {name}' in line, timeout=300)
+    read_log_until(out / name / 'checkpoint', 'model_checkpoint_path: "ckpt-3"', timeout=300)
+    time.sleep(1)  # past the check for a signal that follows the save
+    sweep_process.send_signal(signal.SIGTERM)
+    output, _ = sweep_process.communicate(timeout=400)
+  assert sweep_process.returncode == 143, output
+  assert re.search(rf'finished {re.escape(name)}: accuracy \d\.\d{{4}}, 3 steps', output), output
+  assert 'interrupted' not in output
+  log = (out / name / 'run.log').read_text()
+  assert 'SIGTERM came during the last evaluation, after the last checkpoint' in log
+  result = json.loads((out / name / 'result.json').read_text())
+  final = re.search(r'^final test accuracy: (\S+) ', log, re.MULTILINE)
+  assert result['metrics']['steps'] == 3 and result['metrics']['accuracy'] == float(final.group(1))
