@@ -236,7 +236,8 @@ def index_of(pid):
 def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_path):
   logdir = tmp_path / 'mw'
   job = jobs(launcher(logdir, '--set', 'max_steps=12', '--set', 'eval_steps=6',
-                      '--set', 'save_summaries_steps=6', mode='train_eval'))
+                      '--set', 'save_summaries_steps=6', '--set', 'precise_bn={num_batches: 2}',
+                      mode='train_eval'))
   check(job.wait(), job)
   out = job.output()
   assert 'engine: multi_worker_mirrored, 2 workers' in out
@@ -244,6 +245,8 @@ def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_p
   # Only the chief reports and writes: one final line, one set of checkpoints and event files.
   assert out.count('final test accuracy') == 1 and out.count('eval at step 6') == 1
   assert '(10000 examples)' in out  # the eval covers the whole test split across both workers
+  # Precise batch norm sums its statistics over both workers' batches.
+  assert 'moving statistics averaged over 4 batches of 32' in out
   assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
       ['ckpt-12.index']
   assert len(glob.glob(str(logdir / 'events.out.tfevents.*'))) == 1
