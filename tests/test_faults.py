@@ -689,3 +689,13 @@ def test_sigterm_during_precise_bn_stops_and_the_resume_does_the_end(tmp_path):
   assert moving and any(np.any(resumed[k] != stopped[k]) for k in moving)
   for key, value in expected.items():
     np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+
+
+def test_a_new_run_refused_for_a_value_leaves_no_empty_logdir(tmp_path):
+  # The optimizer's constructor judges its values once TensorFlow is loaded.
+  logdir = tmp_path / 'runs' / 'new'
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=1',
+               '--set', 'optimizer_params.momentum=-1', check=False)
+  assert result.returncode == 2
+  assert last_line(result).startswith('error: optimizer_params.momentum: ')
+  assert not logdir.exists()
