@@ -1,6 +1,13 @@
-"""Settings every test shares: the time limit of the slow and multi-process tests."""
+"""What tests share: the time limit of the slow and multi-process tests, and the two-worker cases."""
+
+import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # pytest.ini's limit (300 s) is for unit tests; end-to-end and multi-process
 # tests run whole trainings in children whose own deadlines go up to 600 s.
@@ -13,3 +20,42 @@ def pytest_collection_modifyitems(items):
     marked = item.get_closest_marker('slow') or item.get_closest_marker('multiprocess')
     if marked and item.get_closest_marker('timeout') is None:
       item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+def _run_cases(engine, out_dir):
+  """Runs every case of tests/multi_worker_cases.py once under two workers of ``engine``."""
+  sys.path.insert(0, os.path.join(ROOT, 'tests'))
+  import multi_worker_cases  # pylint: disable=import-outside-toplevel
+  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  from tests.processes import Child  # pylint: disable=import-outside-toplevel
+  script = os.path.join(ROOT, 'tests', 'multi_worker_cases.py')
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_CONFIG', 'HOROVOD_CYCLE_TIME') and not k.startswith('SLURM_')}
+  env.update(TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, OMP_NUM_THREADS='1')
+  if engine == 'horovod':
+    horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+    jobs = [([horovodrun, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, script,
+              str(out_dir), *multi_worker_cases.ALL, *multi_worker_cases.HOROVOD_ONLY], env)]
+  else:
+    jobs = [([sys.executable, script, str(out_dir), *multi_worker_cases.ALL], worker_env)
+            for worker_env in local_cluster.worker_environments(2, env)]
+  with contextlib.ExitStack() as stack:
+    children = [stack.enter_context(Child(command, env=e, cwd=ROOT, stderr=subprocess.STDOUT,
+                                          start_new_session=True)) for command, e in jobs]
+    for child in children:
+      out, _ = child.communicate(timeout=600)
+      if child.returncode != 0:
+        raise AssertionError(f'{engine} cases exited {child.returncode}:\n{out[-4000:]}')
+  return out_dir
+
+
+@pytest.fixture(scope='session')
+def horovod_cases(tmp_path_factory):
+  """The directory of every two-worker case's results under horovodrun (``<case>.rank<r>.npz``)."""
+  return _run_cases('horovod', tmp_path_factory.mktemp('horovod_cases'))
+
+
+@pytest.fixture(scope='session')
+def tf_config_cases(tmp_path_factory):
+  """The same under two TF_CONFIG workers (the multi_worker_mirrored engine)."""
+  return _run_cases('multi_worker_mirrored', tmp_path_factory.mktemp('tf_config_cases'))

@@ -165,6 +165,13 @@ def run(name):
   return train_case(name)
 
 
+# The cases the two-worker tests read, run once per engine (tests/conftest.py).
+TRAINED = ['momentum', 'lars_larc_scaling', 'momentum_iter3', 'backoff_overflow',
+           'lamb_larc_skip', 'adam_larc_skip']
+ALL = TRAINED + ['agn3', 'momentum_fp16', 'single_momentum']
+HOROVOD_ONLY = ['late_rank']  # Horovod's negotiation cycle
+
+
 def main(out_dir, names):
   distributed.start()
   for name in names:

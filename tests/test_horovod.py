@@ -43,38 +43,19 @@ def horovodrun(*args, timeout=600, check=True, extra_env=None):
   return result
 
 
-@pytest.fixture(scope='module')
-def two_workers(tmp_path_factory):
-  """Runs every case once under two workers; returns the output directory."""
-  out = tmp_path_factory.mktemp('horovod')
-  horovodrun(os.path.join(ROOT, 'tests', 'multi_worker_cases.py'), str(out), 'momentum',
-             'lars_larc_scaling', 'momentum_iter3', 'agn3', 'single_momentum', 'late_rank')
-  return out
-
-
 def load(out, name, rank):
   return dict(np.load(os.path.join(out, f'{name}.rank{rank}.npz')))
 
 
-@pytest.mark.parametrize('name', ['momentum', 'lars_larc_scaling', 'momentum_iter3'])
-def test_two_half_batches_equal_one_whole_batch(two_workers, name):
-  ranks = [load(two_workers, name, r) for r in (0, 1)]
-  single = multi_worker_cases.train_case(name)  # this process: one worker, whole batches
-  weights = [k for k in single if k.startswith('w')]
-  assert len(weights) == 4
-  for key in weights:
-    # Both ranks applied the same averaged gradients: identical to the bit.
-    np.testing.assert_array_equal(ranks[0][key], ranks[1][key])
-    # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
-    np.testing.assert_allclose(ranks[0][key], single[key], rtol=2e-5, atol=2e-6)
-  assert int(ranks[0]['global_step']) == int(single['global_step']) == multi_worker_cases.STEPS
+# Two half-batches against one whole batch, under this engine and the other:
+# tests/test_multi_worker.py, from the same runs (the horovod_cases fixture).
 
 
-def test_a_worker_inside_single_process_trains_like_a_one_process_job(two_workers):
-  # scripts/bench_horovod.py times one worker this way inside the two-worker job.
+def test_a_worker_inside_single_process_trains_like_a_one_process_job(horovod_cases):
+  # scripts/bench_distributed.py times one worker this way inside the two-worker job.
   single = multi_worker_cases.train_case('momentum')  # this process: whole batches, no Horovod
   for rank in (0, 1):
-    result = load(two_workers, 'single_momentum', rank)
+    result = load(horovod_cases, 'single_momentum', rank)
     assert int(result['size_inside']) == 1 and int(result['size_after']) == 2
     assert int(result['allreduce_count']) == 0  # no collectives were traced
     for key in (k for k in single if k.startswith('w')):
@@ -95,22 +76,22 @@ def test_horovod_wakes_on_enqueue_so_the_cycle_adds_no_latency(tmp_path):
     assert float(result['seconds']) < 5.0, float(result['seconds'])
 
 
-def test_the_framework_sets_a_long_idle_cycle_for_a_horovod_that_wakes_on_enqueue(two_workers):
-  # two_workers ran without HOROVOD_CYCLE_TIME in the environment (env()).
+def test_the_framework_sets_a_long_idle_cycle_for_a_horovod_that_wakes_on_enqueue(horovod_cases):
+  # horovod_cases ran without HOROVOD_CYCLE_TIME in the environment (tests/conftest.py).
   for rank in (0, 1):
-    result = load(two_workers, 'late_rank', rank)
+    result = load(horovod_cases, 'late_rank', rank)
     assert float(result['cycle_time']) == distributed.IDLE_CYCLE_TIME_MS
 
 
-def test_allreduce_runs_once_per_applied_update(two_workers):
-  result = load(two_workers, 'momentum_iter3', 0)
+def test_allreduce_runs_once_per_applied_update(horovod_cases):
+  result = load(horovod_cases, 'momentum_iter3', 0)
   # 18 micro-batches, iter_size 3: six updates, six allreduces (not eighteen).
   assert int(result['global_step']) == 6
   assert int(result['allreduce_count']) == 6
 
 
-def test_loss_scaling_state_is_identical_on_both_ranks(two_workers):
-  a, b = (load(two_workers, 'lars_larc_scaling', r) for r in (0, 1))
+def test_loss_scaling_state_is_identical_on_both_ranks(horovod_cases):
+  a, b = (load(horovod_cases, 'lars_larc_scaling', r) for r in (0, 1))
   assert float(a['loss_scale']) == float(b['loss_scale']) == 256.0
 
 
@@ -142,15 +123,15 @@ def numpy_agn(period, workers, steps=7, lr=0.1, momentum=0.5):
   return local, center, global_step
 
 
-def test_agn_two_workers_period_3_match_numpy(two_workers):
+def test_agn_horovod_cases_period_3_match_numpy(horovod_cases):
   local, center, global_step = numpy_agn(3, 2)
   for r in (0, 1):
-    result = load(two_workers, 'agn3', r)
+    result = load(horovod_cases, 'agn3', r)
     np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
     assert int(result['global_step']) == global_step == 2
   # After step 7 the two workers have each taken one local step from the same center.
-  assert not np.allclose(load(two_workers, 'agn3', 0)['w'], load(two_workers, 'agn3', 1)['w'])
+  assert not np.allclose(load(horovod_cases, 'agn3', 0)['w'], load(horovod_cases, 'agn3', 1)['w'])
 
 
 def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():
@@ -169,7 +150,7 @@ def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():
   assert int(agn['global_step']) == 7
 
 
-def test_run_py_train_eval_under_two_workers_writes_one_run_and_resumes(tmp_path):
+def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_path):
   logdir = tmp_path / 'hvd'
   first = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode',
                      'train_eval', '--logdir', str(logdir), *SHORT, '--set', 'max_steps=20',

@@ -26,19 +26,16 @@ sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import multi_worker_cases  # noqa: E402  pylint: disable=wrong-import-position
 from framework import local_cluster  # noqa: E402  pylint: disable=wrong-import-position
+from tests.processes import Child  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = pytest.mark.multiprocess
 
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
-CASES = os.path.join(ROOT, 'tests', 'multi_worker_cases.py')
 RUN = os.path.join(ROOT, 'run.py')
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
 SHORT = ['--set', 'batch_size_per_gpu=32', '--set', 'num_epochs=null',
          '--set', 'lr_policy_params={learning_rate: 0.05, power: 1.0, decay_steps: 100}',
          '--set', 'print_loss_steps=1', '--set', 'eval_params.batch_size_per_gpu=2000',
          '--set', 'save_summaries_steps=null']
-TRAINED = ['momentum', 'lars_larc_scaling', 'momentum_iter3', 'backoff_overflow',
-           'lamb_larc_skip', 'adam_larc_skip']
 
 
 def base_env(**extra):
@@ -49,64 +46,44 @@ def base_env(**extra):
 
 
 class Job:
-  """Processes started together, their output in files; killed on exit, waited for with deadlines."""
+  """Processes started together (tests.processes.Child), every wait with a deadline."""
 
-  def __init__(self, tmp, commands_and_envs):
-    self.logs = []
-    self.procs = []
-    for i, (command, env) in enumerate(commands_and_envs):
-      log = open(os.path.join(tmp, f'job{id(self)}-{i}.log'), 'w+')  # pylint: disable=consider-using-with
-      self.logs.append(log)
-      self.procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True))
+  def __init__(self, commands_and_envs):
+    self.procs = [Child(command, env=env, cwd=ROOT, stderr=subprocess.STDOUT,
+                        start_new_session=True) for command, env in commands_and_envs]
+    self.texts = [''] * len(self.procs)
 
   def output(self, i=0):
-    self.logs[i].flush()
-    with open(self.logs[i].name) as f:
-      return f.read()
+    """What process ``i`` printed so far (all of it once :meth:`wait` returned)."""
+    return self.texts[i]
 
-  def wait_for(self, text, i=0, timeout=300):
-    deadline = time.monotonic() + timeout
-    while text not in self.output(i):
-      if time.monotonic() > deadline:
-        raise AssertionError(f'no {text!r} within {timeout} s:\n{self.output(i)[-3000:]}')
-      if all(p.poll() is not None for p in self.procs):
-        raise AssertionError(f'the job ended before {text!r}:\n{self.output(i)[-3000:]}')
-      time.sleep(0.2)
+  def wait_for(self, prefix, i=0, timeout=300):
+    """Reads process ``i``'s output up to a line that starts with ``prefix``."""
+    self.texts[i] += ''.join(self.procs[i].wait_for_line(lambda l: l.startswith(prefix), timeout))
 
   def wait(self, timeout=600):
     """The exit statuses; raises when a process outlives the deadline."""
     deadline = time.monotonic() + timeout
-    for proc in self.procs:
-      remaining = max(0.1, deadline - time.monotonic())
+    for i, proc in enumerate(self.procs):
       try:
-        proc.wait(timeout=remaining)
+        rest, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
       except subprocess.TimeoutExpired:
-        self.kill()
-        raise AssertionError(f'a process outlived {timeout} s:\n{self.output()[-3000:]}') from None
+        raise AssertionError(f'a process outlived {timeout} s:\n{self.output(i)[-3000:]}') from None
+      self.texts[i] += rest
     return [p.returncode for p in self.procs]
 
-  def kill(self):
-    for proc in self.procs:
-      if proc.poll() is None:
-        try:
-          os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
-        proc.wait(timeout=30)
-
   def close(self):
-    self.kill()
-    for log in self.logs:
-      log.close()
+    for proc in self.procs:
+      proc.__exit__(None, None, None)
 
 
 @pytest.fixture
-def jobs(tmp_path):
+def jobs():
+  """Starts Jobs; each is killed (if still running) when the test ends."""
   started = []
 
   def start(commands_and_envs):
-    job = Job(str(tmp_path), commands_and_envs)
+    job = Job(commands_and_envs)
     started.append(job)
     return job
 
@@ -125,38 +102,16 @@ def check(statuses, job, expected=0):
   assert statuses == [expected] * len(statuses), (statuses, job.output()[-4000:])
 
 
-@pytest.fixture(scope='module')
-def case_results(tmp_path_factory):
-  """Every case run once by two TF_CONFIG workers and once under horovodrun."""
-  names = TRAINED + ['agn3', 'momentum_fp16']
-  out = {}
-  tmp = tmp_path_factory.mktemp('cases')
-  for engine in ('multi_worker_mirrored', 'horovod'):
-    directory = tmp / engine
-    directory.mkdir()
-    if engine == 'horovod':
-      pairs = [([HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, CASES,
-                 str(directory), *names], base_env())]
-    else:
-      pairs = tf_config_workers([CASES, str(directory), *names])
-    job = Job(str(tmp), pairs)
-    try:
-      check(job.wait(timeout=600), job)
-    finally:
-      job.close()
-    out[engine] = directory
-  return out
-
-
 def load(directory, name, rank):
   return dict(np.load(os.path.join(directory, f'{name}.rank{rank}.npz')))
 
 
-@pytest.mark.parametrize('name', TRAINED)
-def test_two_workers_equal_one_worker_on_the_combined_batch_and_the_horovod_engine(
-    case_results, name):
-  mwms = [load(case_results['multi_worker_mirrored'], name, r) for r in (0, 1)]
-  hvd = load(case_results['horovod'], name, 0)
+@pytest.mark.parametrize('name', multi_worker_cases.TRAINED)
+def test_two_workers_equal_one_worker_on_the_combined_batch_under_both_engines(
+    tf_config_cases, horovod_cases, name):
+  mwms = [load(tf_config_cases, name, r) for r in (0, 1)]
+  hvds = [load(horovod_cases, name, r) for r in (0, 1)]
+  hvd = hvds[0]
   assert str(mwms[0]['engine']) == 'multi_worker_mirrored' and str(hvd['engine']) == 'horovod'
   single = multi_worker_cases.train_case(name)  # this process: one worker, whole batches
   weights = [k for k in single if k.startswith('w')]
@@ -164,8 +119,10 @@ def test_two_workers_equal_one_worker_on_the_combined_batch_and_the_horovod_engi
   for key in weights:
     # Both workers applied the same averaged gradients: identical to the bit.
     np.testing.assert_array_equal(mwms[0][key], mwms[1][key])
+    np.testing.assert_array_equal(hvds[0][key], hvds[1][key])
     # The mean of two half-batch means is the whole-batch mean, up to float32 rounding.
     np.testing.assert_allclose(mwms[0][key], single[key], rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(hvd[key], single[key], rtol=2e-5, atol=2e-6)
     # Both engines average the same two float32 gradients.
     np.testing.assert_allclose(mwms[0][key], hvd[key], rtol=1e-6, atol=1e-7)
   for result in (mwms[0], hvd):
@@ -173,24 +130,24 @@ def test_two_workers_equal_one_worker_on_the_combined_batch_and_the_horovod_engi
     assert float(result['loss_scale']) == float(single['loss_scale'])
 
 
-def test_an_overflow_on_one_worker_skips_the_update_on_every_worker(case_results):
-  a, b = (load(case_results['multi_worker_mirrored'], 'backoff_overflow', r) for r in (0, 1))
+def test_an_overflow_on_one_worker_skips_the_update_on_every_worker(tf_config_cases):
+  a, b = (load(tf_config_cases, 'backoff_overflow', r) for r in (0, 1))
   # Six micro-batches, the third not finite (an infinity in rank 1's rows only):
   # five updates on both workers, and Backoff halved its scale once, from 1024.
   assert int(a['global_step']) == int(b['global_step']) == multi_worker_cases.STEPS - 1
   assert float(a['loss_scale']) == float(b['loss_scale']) == 512.0
 
 
-def test_the_all_reduce_runs_once_per_applied_update(case_results):
-  result = load(case_results['multi_worker_mirrored'], 'momentum_iter3', 0)
+def test_the_all_reduce_runs_once_per_applied_update(tf_config_cases):
+  result = load(tf_config_cases, 'momentum_iter3', 0)
   # 18 micro-batches, iter_size 3: six updates, six all-reduces (not eighteen).
   assert int(result['global_step']) == 6
   assert int(result['allreduce_count']) == 6
 
 
-def test_fp16_compression_sends_float16_on_both_engines(case_results):
-  mwms = load(case_results['multi_worker_mirrored'], 'momentum_fp16', 0)
-  hvd = load(case_results['horovod'], 'momentum_fp16', 0)
+def test_fp16_compression_sends_float16_on_both_engines(tf_config_cases, horovod_cases):
+  mwms = load(tf_config_cases, 'momentum_fp16', 0)
+  hvd = load(horovod_cases, 'momentum_fp16', 0)
   exact = multi_worker_cases.train_case('momentum')  # float32 all the way
   for key in (k for k in exact if k.startswith('w')):
     # float16 keeps about 3 significant digits of each gradient.
@@ -199,11 +156,11 @@ def test_fp16_compression_sends_float16_on_both_engines(case_results):
   assert not all(np.array_equal(mwms[k], exact[k]) for k in exact if k.startswith('w'))
 
 
-def test_agn_under_the_multi_worker_mirrored_engine_matches_numpy(case_results):
+def test_agn_under_the_multi_worker_mirrored_engine_matches_numpy(tf_config_cases):
   from test_horovod import numpy_agn  # pylint: disable=import-outside-toplevel
   local, center, global_step = numpy_agn(3, 2)
   for r in (0, 1):
-    result = load(case_results['multi_worker_mirrored'], 'agn3', r)
+    result = load(tf_config_cases, 'agn3', r)
     np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
     assert int(result['global_step']) == global_step == 2
@@ -275,7 +232,7 @@ def test_a_signal_stops_every_worker_at_one_step_and_the_resumed_run_is_exact(
   logdir = tmp_path / 'stopped'
   after = random.Random(target).randint(2, 12)
   job = jobs(launcher(logdir, *deterministic))
-  job.wait_for(f'\nstep {after} ')
+  job.wait_for(f'step {after} ')
   if target == 'launcher':
     job.procs[0].send_signal(signal.SIGTERM)
   else:
@@ -304,7 +261,7 @@ def test_a_signal_stops_every_worker_at_one_step_and_the_resumed_run_is_exact(
 def test_a_killed_worker_ends_the_launched_job_quickly_and_keeps_the_checkpoint(jobs, tmp_path):
   logdir = tmp_path / 'killed'
   job = jobs(launcher(logdir, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5'))
-  job.wait_for('\nstep 8 ')
+  job.wait_for('step 8 ')
   os.kill(worker_pids(job)[-1], signal.SIGKILL)
   killed_at = time.monotonic()
   status = job.wait(timeout=120)[0]
@@ -320,7 +277,7 @@ def test_without_a_launcher_the_survivor_of_a_killed_peer_exits_in_one_line(jobs
   args = [RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SHORT,
           '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=5']
   job = jobs(tf_config_workers(args))
-  job.wait_for('\nstep 8 ')
+  job.wait_for('step 8 ')
   os.kill(job.procs[1].pid, signal.SIGKILL)
   killed_at = time.monotonic()
   status = job.wait(timeout=300)[0]
