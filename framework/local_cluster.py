@@ -5,7 +5,8 @@ naming N free localhost ports and its own index, so each selects the
 ``multi_worker_mirrored`` engine as under any other launcher. It
 
 - shares the machine's cores among the workers (TensorFlow's thread pools and
-  OpenMP, unless the environment sets them);
+  OpenMP, unless the environment sets them), and gives worker i GPU i when
+  ``nvidia-smi`` lists at least N GPUs and ``CUDA_VISIBLE_DEVICES`` is not set;
 - forwards SIGINT and SIGTERM to every worker, which stop together at the same
   step, save once and exit 128 + the signal; so does the launcher;
 - ends the others when one worker fails or dies, and exits with that worker's
@@ -17,6 +18,7 @@ No TensorFlow is imported here: the workers start it themselves.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,10 +47,28 @@ def free_ports(count):
       s.close()
 
 
-def worker_environments(count, environ=None, ports=None):
-  """The environments of ``count`` local workers: TF_CONFIG, and their share of the cores."""
+def gpu_count():
+  """The GPUs ``nvidia-smi`` lists on this machine (0 without it)."""
+  if shutil.which('nvidia-smi') is None:
+    return 0
+  try:
+    listing = subprocess.run(['nvidia-smi', '--list-gpus'], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+  except (OSError, subprocess.SubprocessError):
+    return 0
+  return sum(1 for line in listing.splitlines() if line.startswith('GPU '))
+
+
+def worker_environments(count, environ=None, ports=None, gpus=None):
+  """The environments of ``count`` local workers: TF_CONFIG, their share of the cores and GPUs.
+
+  Args:
+    gpus: the machine's GPUs (default: :func:`gpu_count`); with at least
+      ``count`` of them, worker i sees GPU i alone.
+  """
   environ = dict(os.environ if environ is None else environ)
   ports = ports or free_ports(count)
+  gpus = gpu_count() if gpus is None else gpus
   cluster = {'worker': [f'localhost:{p}' for p in ports]}
   threads = str(max(1, (os.cpu_count() or 1) // count))
   result = []
@@ -60,6 +80,8 @@ def worker_environments(count, environ=None, ports=None):
     for name in _THREAD_VARIABLES:
       env.setdefault(name, threads)
     env.setdefault('TF_NUM_INTEROP_THREADS', '1' if count > 1 else threads)
+    if gpus >= count and 'CUDA_VISIBLE_DEVICES' not in environ:
+      env['CUDA_VISIBLE_DEVICES'] = str(index)  # one process per GPU
     result.append(env)
   return result
 
