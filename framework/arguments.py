@@ -19,7 +19,7 @@ from core.registry import closest
 from framework.config_file import one_line
 from framework.schema import DURATION_KEYS
 from optimizers import registry
-from optimizers import settings
+from optimizers import validation
 
 
 def reject_supplied(params, path, supplied):
@@ -67,7 +67,7 @@ def _rejects(factory, supplied, params):
 def check_loss_scaling(loss_scaling, params):
   """Checks ``loss_scaling_params`` with the loss scalers' own check, which needs no TensorFlow.
 
-  ``optimizers.settings.check_loss_scaling`` is the check every scaler runs
+  ``optimizers.validation.check_loss_scaling`` is the check every scaler runs
   when it is built (unknown keys, types, ranges, ``scale_min`` <=
   ``scale_max``); its ValueError becomes one line that starts with the key
   path, as a constructor's would.
@@ -79,7 +79,7 @@ def check_loss_scaling(loss_scaling, params):
     return
 
   def loss_scaler(**kwargs):
-    return settings.check_loss_scaling(loss_scaling, kwargs)
+    return validation.check_loss_scaling(loss_scaling, kwargs)
 
   check_by_constructing(loss_scaler, params, 'loss_scaling_params',
                         who=f'loss_scaling {loss_scaling!r}')

@@ -55,9 +55,9 @@ from framework.schema import DURATION_KEYS
 from framework.schema import EPOCH_KEYS
 from framework.schema import FRACTION_KEYS
 from framework.schema import SCHEMA
-from optimizers import settings
+from optimizers import validation
 
-SUMMARY_NAMES = settings.SUMMARY_NAMES
+SUMMARY_NAMES = validation.SUMMARY_NAMES
 
 # Arguments the framework passes itself; a config giving them would fight it.
 _OPTIMIZER_SUPPLIED = {
@@ -178,7 +178,7 @@ def _check_optimizer(result, registries):
   _check_name(result, 'optimizer', registries)
   if _declared(result, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
     # A wrapper (AGN) takes optimizer_params for the optimizer it wraps.
-    result['agn_params'] = check_params(result['agn_params'], settings.AGN_SCHEMA, 'agn_params')
+    result['agn_params'] = check_params(result['agn_params'], validation.AGN_SCHEMA, 'agn_params')
     inner = {'optimizer': result['agn_params']['optimizer']}
     _check_name(inner, 'optimizer', registries)
     if _declared(inner, 'optimizer', registries, 'WRAPS_OPTIMIZER'):

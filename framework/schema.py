@@ -3,7 +3,7 @@
 ``SCHEMA`` declares every top-level key (``framework.config.validate`` checks
 a config against it). The settings another package owns are declared there
 and only referenced here: LARC, the allreduce compression, the loss-scaling
-algorithms and the summary names in ``optimizers.settings``, the dtype names in
+algorithms and the summary names in ``optimizers.validation``, the dtype names in
 ``core.precision``, a model's or data layer's params in ``models.schemas`` and
 ``data.schemas``. Nothing here imports TensorFlow.
 """
@@ -20,7 +20,7 @@ from core.params import ListParam
 from core.params import Param
 from core.params import non_negative
 from core.params import positive
-from optimizers import settings
+from optimizers import validation
 
 # lr_policy_params may give a duration in epochs; the trainer turns it into the
 # step-valued argument of the policy with epochs_to_steps once it knows the
@@ -54,7 +54,7 @@ class _LossScalingParam(Param):
 
   def validate(self, value, path):
     if isinstance(value, str):
-      return Param(str, REQUIRED, choices=settings.LOSS_SCALING_ALGOS, case_insensitive=True).validate(value, path)
+      return Param(str, REQUIRED, choices=validation.LOSS_SCALING_ALGOS, case_insensitive=True).validate(value, path)
     return Param((float, str), REQUIRED, check=positive).validate(value, path)
 
 
@@ -146,7 +146,7 @@ SCHEMA = {
                             doc='the base learning rate as a rule of the global batch B = '
                                 'batch_size_per_gpu x workers x iter_size, resolved once the '
                                 'workers are known (instead of lr_policy_params.learning_rate)'),
-    'larc_params': DictParam(settings.LARC_SCHEMA, None, doc='enables LARC when given'),
+    'larc_params': DictParam(validation.LARC_SCHEMA, None, doc='enables LARC when given'),
     'loss_scaling': _LossScalingParam((float, str), 1.0,
                                       doc="a fixed scale, or 'Backoff', 'LogMax', 'dynamic'"),
     'loss_scaling_params': Param(dict, None, doc='parameters of the automatic loss scaler'),
@@ -155,7 +155,7 @@ SCHEMA = {
     'iter_size': Param(int, 1, check=_at_least_one, doc='micro-batches accumulated per update'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
     'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
-    'summaries': ListParam(settings.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],
+    'summaries': ListParam(validation.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],
                            doc='optimizer summaries to write'),
     'save_checkpoint_steps': Param(_OPTIONAL_INT, 1000, check=positive, doc='None: no checkpoints'),
     'num_checkpoints': Param(int, 5, check=positive, doc='checkpoints kept'),
@@ -169,7 +169,7 @@ SCHEMA = {
                               'multi_worker_mirrored under a TF_CONFIG or Slurm cluster, else none'),
     'distribution_params': DictParam(DISTRIBUTION_SCHEMA, {}, doc='multi-worker engine options'),
     'use_horovod': Param(bool, False, doc='the same as distribution: horovod'),
-    'horovod_params': DictParam(settings.HOROVOD_SCHEMA, {},
+    'horovod_params': DictParam(validation.HOROVOD_SCHEMA, {},
                                 doc='all-reduce options (both engines; compression: fp16 sends '
                                     'float16)'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),

@@ -2,7 +2,7 @@
 
 ``import optimizers`` loads no TensorFlow: the registries
 (``OPTIMIZER_CLS_NAMES``, ``optimizers.registry.LR_POLICIES``) and the names
-of ``optimizers.settings`` are ready at once, and every class and function
+of ``optimizers.validation`` are ready at once, and every class and function
 below is imported on first access (``optimizers.LARSOptimizer``, ``from
 optimizers import optimize_loss``). When Keras is loaded already, the Keras
 optimizer classes are imported with the package, so ``keras.models.load_model``
@@ -13,7 +13,7 @@ import sys
 
 from core.lazy import lazy_exports
 from optimizers.registry import OPTIMIZER_CLS_NAMES
-from optimizers.settings import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
+from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 
 _EXPORTS = {
     'AGNOptimizer': 'optimizers.agn:AGNOptimizer',

@@ -26,8 +26,8 @@ restores them and ``update_op`` may be traced once in a ``tf.function`` and
 called every step. The update math is in plain tensor functions
 (:func:`backoff_update`, :func:`logmax_update`, :func:`dynamic_update`); the
 classes only hold the variables. Their parameters are checked by
-``settings.loss_scaler_params`` (defaults in
-``settings.LOSS_SCALER_DEFAULTS``), which the config layer runs too, before
+``validation.loss_scaler_params`` (defaults in
+``validation.LOSS_SCALER_DEFAULTS``), which the config layer runs too, before
 TensorFlow is imported.
 """
 
@@ -35,7 +35,7 @@ import math
 
 import tensorflow as tf
 
-from optimizers import settings
+from optimizers import validation
 from optimizers.loss_scalers import STATE_DTYPE
 from optimizers.loss_scalers import DynamicLossScaler
 from optimizers.loss_scalers import LossScaler
@@ -83,7 +83,7 @@ class BackoffScaler(LossScaler):
     **params: ``scale_min``, the lowest scale, > 0; ``scale_max``, the
       highest and the starting scale, >= scale_min; ``step_factor``, the
       factor of each change, > 1; ``step_window``, steps between increases,
-      an integer >= 1. Defaults in ``settings.LOSS_SCALER_DEFAULTS['backoff']``.
+      an integer >= 1. Defaults in ``validation.LOSS_SCALER_DEFAULTS['backoff']``.
     name: the module's name.
 
   Raises:
@@ -92,7 +92,7 @@ class BackoffScaler(LossScaler):
 
   def __init__(self, name=None, **params):
     super().__init__(name=name)
-    params = settings.loss_scaler_params('backoff', params)
+    params = validation.loss_scaler_params('backoff', params)
     self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
     self.step_factor = params['step_factor']
     self.step_window = params['step_window']
@@ -173,7 +173,7 @@ class LogMaxScaler(LossScaler):
       on overflow; ``beta1`` and ``beta2``, the decays of the moving mean and
       variance, in [0, 1); ``overflow_std_dev``, how many standard deviations
       of log2(amax) to keep below ``log_max``, >= 0. Defaults in
-      ``settings.LOSS_SCALER_DEFAULTS['logmax']``.
+      ``validation.LOSS_SCALER_DEFAULTS['logmax']``.
     name: the module's name.
 
   Raises:
@@ -182,7 +182,7 @@ class LogMaxScaler(LossScaler):
 
   def __init__(self, name=None, **params):
     super().__init__(name=name)
-    params = settings.loss_scaler_params('logmax', params)
+    params = validation.loss_scaler_params('logmax', params)
     self.scale_min, self.scale_max = params['scale_min'], params['scale_max']
     self.log_max = params['log_max']
     self.beta1, self.beta2 = params['beta1'], params['beta2']
@@ -224,13 +224,13 @@ class AutomaticLossScaler(LossScaler):
       out-of-range value.
   """
 
-  SUPPORTED_ALGOS = list(settings.AUTOMATIC_ALGOS)
+  SUPPORTED_ALGOS = list(validation.AUTOMATIC_ALGOS)
 
   _CLASSES = {'backoff': BackoffScaler, 'logmax': LogMaxScaler}
 
   def __init__(self, algorithm='Backoff', params=None, name=None):
-    key = settings.algorithm_key(algorithm, settings.AUTOMATIC_ALGOS)
-    params = settings.loss_scaler_params(algorithm, params)
+    key = validation.algorithm_key(algorithm, validation.AUTOMATIC_ALGOS)
+    params = validation.loss_scaler_params(algorithm, params)
     super().__init__(name=name)
     self.algorithm = key
     self.scaler = self._CLASSES[key](**params)
@@ -268,10 +268,10 @@ def make_loss_scaler(loss_scaling, params=None):
       static scale or an existing scaler, and for bad parameters.
   """
   if _is_scaler(loss_scaling):
-    settings.reject_params(params, loss_scaling)
+    validation.reject_params(params, loss_scaling)
     return loss_scaling
-  params = settings.check_loss_scaling(loss_scaling, params)
-  if settings.is_fixed_scale(loss_scaling):
+  params = validation.check_loss_scaling(loss_scaling, params)
+  if validation.is_fixed_scale(loss_scaling):
     return StaticLossScaler(loss_scaling)
   if loss_scaling.lower() == 'dynamic':
     return DynamicLossScaler(**params)

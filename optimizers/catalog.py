@@ -11,11 +11,11 @@ import keras
 import tensorflow as tf
 
 from core import precision
-from optimizers import settings
+from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.registry import OPTIMIZER_CLS_NAMES
 
-OPTIMIZER_SUMMARIES = settings.SUMMARY_NAMES
+OPTIMIZER_SUMMARIES = validation.SUMMARY_NAMES
 
 
 def normalize_dtype(dtype):

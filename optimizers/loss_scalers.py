@@ -11,7 +11,7 @@ Here: :class:`StaticLossScaler` (a fixed scale) and :class:`DynamicLossScaler`
 (grows the scale after a run of finite steps and shrinks it on overflow, as
 ``'dynamic'`` loss scaling in Keras mixed precision), and the state helpers
 the scalers of ``automatic_loss_scaler.py`` share. Every scaler's parameters
-are checked by ``settings.loss_scaler_params``, which needs no TensorFlow.
+are checked by ``validation.loss_scaler_params``, which needs no TensorFlow.
 Scalers are ``tf.Module`` objects whose state lives in non-trainable
 variables, so a ``tf.train.Checkpoint`` saves them and ``update_op`` traces
 once; the update math is in plain tensor functions (:func:`dynamic_update`).
@@ -22,8 +22,7 @@ import math
 
 import tensorflow as tf
 
-from optimizers import checks
-from optimizers import settings
+from optimizers import validation
 
 STATE_DTYPE = tf.float64
 
@@ -106,7 +105,7 @@ class StaticLossScaler(LossScaler):
 
   def __init__(self, scale, name=None):
     super().__init__(name=name)
-    self._scale = checks.number('scale', scale, positive=True)
+    self._scale = validation.number('scale', scale, positive=True)
 
   @property
   def loss_scale(self):
@@ -154,7 +153,7 @@ class DynamicLossScaler(LossScaler):
       ``growth_steps``, consecutive finite steps before the scale is
       multiplied, >= 1; ``multiplier``, the factor of growth and shrinkage,
       > 1; ``min_scale``, the scale never goes below this, > 0. Defaults in
-      ``settings.LOSS_SCALER_DEFAULTS['dynamic']`` (Keras' values).
+      ``validation.LOSS_SCALER_DEFAULTS['dynamic']`` (Keras' values).
     name: the module's name.
 
   Raises:
@@ -163,7 +162,7 @@ class DynamicLossScaler(LossScaler):
 
   def __init__(self, name=None, **params):
     super().__init__(name=name)
-    params = settings.loss_scaler_params('dynamic', params)
+    params = validation.loss_scaler_params('dynamic', params)
     self.initial_scale = params['initial_scale']
     self.growth_steps = params['growth_steps']
     self.multiplier = params['multiplier']

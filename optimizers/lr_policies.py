@@ -26,7 +26,7 @@ import numbers
 
 import tensorflow as tf
 
-from optimizers import checks
+from optimizers import validation
 from optimizers.registry import LR_POLICIES  # noqa: F401  (names every policy below)
 
 _COMPUTE_DTYPE = tf.float64
@@ -101,7 +101,7 @@ def fixed_lr(global_step, learning_rate):
     ValueError: for a negative learning_rate or a bad global_step.
   """
   _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
   return _output(tf.constant(learning_rate, _COMPUTE_DTYPE))
 
 
@@ -129,16 +129,16 @@ def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, step
       boundaries, negative rates or a non-positive steps_per_epoch.
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
   if not isinstance(boundaries, (list, tuple)) or not boundaries:
     raise ValueError(f'boundaries: expected a non-empty list of steps, got {boundaries!r}')
   if not isinstance(decay_rates, (list, tuple)) or len(decay_rates) != len(boundaries):
     raise ValueError(f'decay_rates: expected a list with one rate per boundary '
                      f'({len(boundaries)}), got {decay_rates!r}')
-  boundaries = [checks.number(f'boundaries[{i}]', b, minimum=0.0) for i, b in enumerate(boundaries)]
-  rates = [checks.number(f'decay_rates[{i}]', d, minimum=0.0) for i, d in enumerate(decay_rates)]
+  boundaries = [validation.number(f'boundaries[{i}]', b, minimum=0.0) for i, b in enumerate(boundaries)]
+  rates = [validation.number(f'decay_rates[{i}]', d, minimum=0.0) for i, d in enumerate(decay_rates)]
   if steps_per_epoch is not None:
-    steps_per_epoch = checks.number('steps_per_epoch', steps_per_epoch, positive=True)
+    steps_per_epoch = validation.number('steps_per_epoch', steps_per_epoch, positive=True)
     boundaries = [b * steps_per_epoch for b in boundaries]
   if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
     raise ValueError(f'boundaries: must be strictly increasing, got {boundaries!r}')
@@ -171,13 +171,13 @@ def exp_decay(global_step, learning_rate, decay_steps, decay_rate, use_staircase
     ValueError: for an out-of-range argument.
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
-  decay_steps = checks.number('decay_steps', decay_steps, positive=True)
-  decay_rate = checks.number('decay_rate', decay_rate, positive=True)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
+  decay_steps = validation.number('decay_steps', decay_steps, positive=True)
+  decay_rate = validation.number('decay_rate', decay_rate, positive=True)
   if not isinstance(use_staircase_decay, bool):
     raise ValueError(f'use_staircase_decay: expected a boolean, got {use_staircase_decay!r}')
-  begin_decay_at = checks.number('begin_decay_at', begin_decay_at, minimum=0.0)
-  min_lr = checks.number('min_lr', min_lr, minimum=0.0)
+  begin_decay_at = validation.number('begin_decay_at', begin_decay_at, minimum=0.0)
+  min_lr = validation.number('min_lr', min_lr, minimum=0.0)
 
   def decay(since_start):
     exponent = since_start / decay_steps
@@ -214,12 +214,12 @@ def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_a
     You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks. 2017.
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
-  decay_steps = checks.number('decay_steps', decay_steps, positive=True)
-  power = checks.number('power', power, positive=True)
-  begin_decay_at = checks.number('begin_decay_at', begin_decay_at, minimum=0.0)
-  min_lr = checks.number('min_lr', min_lr, minimum=0.0)
-  warmup_steps = checks.number('warmup_steps', warmup_steps, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
+  decay_steps = validation.number('decay_steps', decay_steps, positive=True)
+  power = validation.number('power', power, positive=True)
+  begin_decay_at = validation.number('begin_decay_at', begin_decay_at, minimum=0.0)
+  min_lr = validation.number('min_lr', min_lr, minimum=0.0)
+  warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
 
   def decay(since_start):
     remaining = 1.0 - tf.minimum(since_start, decay_steps) / decay_steps
@@ -254,11 +254,11 @@ def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_
     Loshchilov, Hutter. SGDR: Stochastic Gradient Descent with Warm Restarts. 2017.
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
-  decay_steps = checks.number('decay_steps', decay_steps, positive=True)
-  begin_decay_at = checks.number('begin_decay_at', begin_decay_at, minimum=0.0)
-  min_lr = checks.number('min_lr', min_lr, minimum=0.0)
-  warmup_steps = checks.number('warmup_steps', warmup_steps, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
+  decay_steps = validation.number('decay_steps', decay_steps, positive=True)
+  begin_decay_at = validation.number('begin_decay_at', begin_decay_at, minimum=0.0)
+  min_lr = validation.number('min_lr', min_lr, minimum=0.0)
+  warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
 
   def decay(since_start):
     fraction = tf.minimum(since_start, decay_steps) / decay_steps
@@ -293,12 +293,12 @@ def inv_poly_decay(global_step, learning_rate, decay_steps, min_lr, power=1.0, b
       (k would be negative and the rate would grow without bound).
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
-  decay_steps = checks.number('decay_steps', decay_steps, positive=True)
-  min_lr = checks.number('min_lr', min_lr, positive=True)
-  power = checks.number('power', power, positive=True)
-  begin_decay_at = checks.number('begin_decay_at', begin_decay_at, minimum=0.0)
-  warmup_steps = checks.number('warmup_steps', warmup_steps, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
+  decay_steps = validation.number('decay_steps', decay_steps, positive=True)
+  min_lr = validation.number('min_lr', min_lr, positive=True)
+  power = validation.number('power', power, positive=True)
+  begin_decay_at = validation.number('begin_decay_at', begin_decay_at, minimum=0.0)
+  warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
   if min_lr > learning_rate:
     raise ValueError(f'min_lr: must be <= learning_rate ({learning_rate!r}), got {min_lr!r}')
   rate = ((learning_rate / min_lr) ** (1.0 / power) - 1.0) / decay_steps
@@ -337,12 +337,12 @@ def transformer_policy(global_step, learning_rate, d_model, warmup_steps, max_lr
     Vaswani et al. Attention Is All You Need. 2017, section 5.3.
   """
   step = _step(global_step)
-  learning_rate = checks.number('learning_rate', learning_rate, minimum=0.0)
-  d_model = checks.number('d_model', d_model, positive=True)
-  warmup_steps = checks.number('warmup_steps', warmup_steps, minimum=0.0)
-  coefficient = checks.number('coefficient', coefficient, minimum=0.0)
+  learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
+  d_model = validation.number('d_model', d_model, positive=True)
+  warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
+  coefficient = validation.number('coefficient', coefficient, minimum=0.0)
   if max_lr is not None:
-    max_lr = checks.number('max_lr', max_lr, positive=True)
+    max_lr = validation.number('max_lr', max_lr, positive=True)
   try:
     dtype = tf.as_dtype(dtype)
   except TypeError as error:

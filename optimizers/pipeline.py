@@ -25,10 +25,10 @@ import tensorflow as tf
 from optimizers import allreduce
 from optimizers import dispatch
 from optimizers import exclusions
-from optimizers import settings
 from optimizers import stages
 from optimizers import summaries as summaries_lib
 from optimizers import tf1_compat
+from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
@@ -92,7 +92,7 @@ def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
                                          and clip_gradients > 0):
     raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
   larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
-  compression = settings.check_compression((horovod_params or {}).get('compression'))
+  compression = validation.check_compression((horovod_params or {}).get('compression'))
   return clip_gradients, larc_params, compression, iter_size
 
 
@@ -130,7 +130,7 @@ class GradientPipeline(tf.Module):
     self.dtype = normalize_dtype(dtype)
     self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
         clip_gradients, larc_params, horovod_params, iter_size)
-    self.summaries = settings.check_summaries(summaries)
+    self.summaries = validation.check_summaries(summaries)
     self.on_horovod = bool(on_horovod)
     self.log_global_norm = log_global_norm
     # The global norm is taken when clipping, logging or summarising it.

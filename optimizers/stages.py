@@ -18,11 +18,11 @@ from optimizers import exclusions
 from optimizers import fused
 from optimizers import loss_scalers
 from optimizers import native
-from optimizers import settings
 from optimizers import tf1_compat
+from optimizers import validation
 
 # The one validator of larc_params (also used by the config layer).
-check_larc_params = settings.check_larc_params
+check_larc_params = validation.check_larc_params
 
 
 def _map_dense(fn, grad):

@@ -1,4 +1,4 @@
-"""The settings the optimizers package owns, declared and checked without TensorFlow.
+"""Every check of the optimizers package's settings and arguments, without TensorFlow.
 
 ``optimize_loss`` and the config layer check these settings with the one
 validator here: LARC's ``larc_params``, the allreduce ``compression``, AGN's
@@ -8,9 +8,9 @@ types, ranges and the relations between them; the loss scalers run the same
 check when they are built). The config layer reports a mistake as the
 :class:`core.params.ConfigError` these raise, or wraps their ValueError, in a
 one-line message starting with the key path; ``optimize_loss`` raises the
-same check's ValueError.
+same check's ValueError. ``number`` and ``count`` are the argument checks the
+lr policies and loss scalers share.
 """
-
 import math
 import numbers
 
@@ -22,7 +22,46 @@ from core.params import check_params
 from core.params import non_negative
 from core.params import positive
 from core.params import reject_unknown_keys
-from optimizers import checks
+
+# ---------------------------------------------------------------------------
+# Numbers: each check raises a ValueError naming the argument
+
+def number(name, value, positive=False, minimum=None, below=None):
+  """Returns ``value`` as a Python float after checking it.
+
+  Args:
+    name: the argument name, used in the error message.
+    value: a Python or numpy real number (not a bool, not a tensor).
+    positive: when True, the value must be > 0.
+    minimum: when set, the value must be >= minimum.
+    below: when set, the value must be < below.
+
+  Raises:
+    ValueError: for a non-number, a non-finite number or one out of range.
+  """
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise ValueError(f'{name}: expected a number, got {value!r} ({type(value).__name__})')
+  value = float(value)
+  if not math.isfinite(value):
+    raise ValueError(f'{name}: must be finite, got {value!r}')
+  if positive and value <= 0:
+    raise ValueError(f'{name}: must be > 0, got {value!r}')
+  if minimum is not None and value < minimum:
+    raise ValueError(f'{name}: must be >= {minimum}, got {value!r}')
+  if below is not None and value >= below:
+    raise ValueError(f'{name}: must be < {below}, got {value!r}')
+  return value
+
+
+def count(name, value):
+  """Returns ``value`` as a positive int; raises ValueError naming ``name``."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f'{name}: expected an integer >= 1, got {value!r}')
+  return int(value)
+
+
+# ---------------------------------------------------------------------------
+# Settings
 
 # The summaries optimize_loss can write with tf.summary.
 SUMMARY_NAMES = [
@@ -196,8 +235,8 @@ def loss_scaler_params(algorithm, params=None, path='params'):
 
 def _scale_range(params):
   """``scale_min`` and ``scale_max`` as floats, with 0 < scale_min <= scale_max."""
-  scale_min = checks.number('scale_min', params['scale_min'], positive=True)
-  scale_max = checks.number('scale_max', params['scale_max'], positive=True)
+  scale_min = number('scale_min', params['scale_min'], positive=True)
+  scale_max = number('scale_max', params['scale_max'], positive=True)
   if scale_max < scale_min:
     raise ValueError(f'scale_max: must be >= scale_min ({scale_min!r}), got {scale_max!r}')
   return {'scale_min': scale_min, 'scale_max': scale_max}
@@ -205,7 +244,7 @@ def _scale_range(params):
 
 def _factor(name, value):
   """``value`` as a float > 1: the factor a scale grows and shrinks by."""
-  factor = checks.number(name, value)
+  factor = number(name, value)
   if factor <= 1:
     raise ValueError(f'{name}: must be > 1, got {value!r}')
   return factor
@@ -213,24 +252,24 @@ def _factor(name, value):
 
 def _backoff_values(params):
   return {**_scale_range(params), 'step_factor': _factor('step_factor', params['step_factor']),
-          'step_window': checks.count('step_window', params['step_window'])}
+          'step_window': count('step_window', params['step_window'])}
 
 
 def _logmax_values(params):
   values = _scale_range(params)
-  values['log_max'] = checks.number('log_max', params['log_max'])
+  values['log_max'] = number('log_max', params['log_max'])
   for name in ('beta1', 'beta2'):
-    values[name] = checks.number(name, params[name], minimum=0.0, below=1.0)
-  values['overflow_std_dev'] = checks.number('overflow_std_dev', params['overflow_std_dev'],
+    values[name] = number(name, params[name], minimum=0.0, below=1.0)
+  values['overflow_std_dev'] = number('overflow_std_dev', params['overflow_std_dev'],
                                              minimum=0.0)
   return values
 
 
 def _dynamic_values(params):
-  values = {'initial_scale': checks.number('initial_scale', params['initial_scale'], positive=True),
-            'growth_steps': checks.count('growth_steps', params['growth_steps']),
+  values = {'initial_scale': number('initial_scale', params['initial_scale'], positive=True),
+            'growth_steps': count('growth_steps', params['growth_steps']),
             'multiplier': _factor('multiplier', params['multiplier']),
-            'min_scale': checks.number('min_scale', params['min_scale'], positive=True)}
+            'min_scale': number('min_scale', params['min_scale'], positive=True)}
   if values['initial_scale'] < values['min_scale']:
     raise ValueError(f'initial_scale: must be >= min_scale ({values["min_scale"]!r}), '
                      f'got {params["initial_scale"]!r}')

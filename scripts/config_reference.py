@@ -8,7 +8,7 @@ it cannot drift from it: ``SCHEMA`` (framework/schema.py) and the schemas it
 nests, the ``PARAMS`` of each registered model and data layer, the
 ``ARGUMENTS`` each optimizer and lr policy registers (optimizers/registry.py)
 with the defaults of the signatures they declare, AGN's and the loss
-scalers' settings (optimizers/settings.py), and the dtype names
+scalers' settings (optimizers/validation.py), and the dtype names
 (core/precision.py). Reading the defaults imports TensorFlow.
 """
 
@@ -29,7 +29,7 @@ from framework import config  # noqa: E402  pylint: disable=wrong-import-positio
 from framework import quiet  # noqa: E402  pylint: disable=wrong-import-position
 from framework import schema  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
-from optimizers import settings  # noqa: E402  pylint: disable=wrong-import-position
+from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
 
 PAGE = os.path.join(ROOT, 'docs', 'config.md')
 BEGIN = '<!-- config_reference: begin -->'
@@ -38,7 +38,7 @@ COMMAND = '.venv/bin/python scripts/config_reference.py'
 
 # Keys whose allowed names live with their own check rather than in the
 # Param's choices: the same constants those checks read.
-NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': settings.LOSS_SCALING_ALGOS}
+NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': validation.LOSS_SCALING_ALGOS}
 # The optimizer argument the framework gives itself (config.py refuses it in optimizer_params).
 LEARNING_RATE = 'learning_rate'
 # The lr policy argument the trainer passes.
@@ -139,7 +139,7 @@ def optimizer_section(registries):
       lines += [f'### `{name}`', '',
                 '`optimizer_params` go to the optimizer it wraps, named by '
                 '`agn_params.optimizer`; its own settings are `agn_params`:', '',
-                *param_table(settings.AGN_SCHEMA), '']
+                *param_table(validation.AGN_SCHEMA), '']
       continue
     arguments = facts.get('ARGUMENTS')
     if arguments is None:
@@ -195,12 +195,12 @@ def lr_policy_section(registries):
 
 
 def loss_scaling_section():
-  spelled = {algo.lower(): algo for algo in settings.LOSS_SCALING_ALGOS}
+  spelled = {algo.lower(): algo for algo in validation.LOSS_SCALING_ALGOS}
   lines = ['## `loss_scaling_params`', '',
            'The parameters of the automatic loss scaler `loss_scaling` names (any case), '
-           'checked by `optimizers/settings.py`; a fixed scale takes none. docs/math.md gives '
+           'checked by `optimizers/validation.py`; a fixed scale takes none. docs/math.md gives '
            'the rules they drive.', '']
-  for key, defaults in settings.LOSS_SCALER_DEFAULTS.items():
+  for key, defaults in validation.LOSS_SCALER_DEFAULTS.items():
     lines += [f'### `{spelled.get(key, key)}`', '', '| parameter | default |', '|---|---|',
               *(f'| `{p}` | {code(v)} |' for p, v in defaults.items()), '']
   return lines

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import settings
+from optimizers import validation
 from optimizers.automatic_loss_scaler import (AutomaticLossScaler, BackoffScaler, DynamicLossScaler,
                                               LogMaxScaler, StaticLossScaler, gradient_stats,
                                               make_loss_scaler)
@@ -293,12 +293,12 @@ def test_bad_values_raise(build, match):
     (2.0, {'step_window': 3}),
 ])
 def test_the_config_check_is_the_scalers_own(loss_scaling, params):
-  # settings.check_loss_scaling (no TensorFlow, run by the config layer)
+  # validation.check_loss_scaling (no TensorFlow, run by the config layer)
   # refuses what building the scaler refuses, with the same words.
   with pytest.raises(ValueError) as built:
     make_loss_scaler(loss_scaling, params)
   with pytest.raises(ValueError) as checked:
-    settings.check_loss_scaling(loss_scaling, params)
+    validation.check_loss_scaling(loss_scaling, params)
   assert str(checked.value) == str(built.value)
 
 

@@ -1,18 +1,18 @@
-"""The settings the optimizers package owns: one validator each, shared by optimize_loss and the config."""
+"""The checks of optimizers.validation: one validator per setting, shared by optimize_loss and the config."""
 
 import pytest
 
 from core.params import ConfigError
 from framework import schema
-from optimizers import settings
+from optimizers import validation
 
 
 def test_larc_settings_fill_defaults_and_name_the_key_path():
-  assert settings.larc_settings({'larc_eta': 0.002, 'skip_list': ('bias',)}) == {
+  assert validation.larc_settings({'larc_eta': 0.002, 'skip_list': ('bias',)}) == {
       'larc_eta': 0.002, 'larc_mode': 'clip', 'min_update': 1e-7, 'epsilon': 1e-7,
       'skip_list': ['bias'], 'exclude_from_layer_adaptation': None}
   with pytest.raises(ConfigError) as info:
-    settings.larc_settings({'larc_eta': 1e-3, 'epsilon': -1}, 'x.larc')
+    validation.larc_settings({'larc_eta': 1e-3, 'epsilon': -1}, 'x.larc')
   assert str(info.value) == 'x.larc.epsilon: must be >= 0, got -1'
   assert (info.value.path, info.value.problem) == ('x.larc.epsilon', 'invalid')
 
@@ -30,41 +30,41 @@ def test_larc_settings_fill_defaults_and_name_the_key_path():
 ])
 def test_optimize_loss_wording_of_the_same_larc_check(params, message):
   with pytest.raises(ValueError) as info:
-    settings.check_larc_params(params)
+    validation.check_larc_params(params)
   assert str(info.value) == message
   assert not isinstance(info.value, ConfigError)
 
 
 def test_summaries_and_compression():
-  assert settings.check_summaries(('gradients', 'loss_scale')) == ['gradients', 'loss_scale']
-  assert settings.check_summaries(None) == []
+  assert validation.check_summaries(('gradients', 'loss_scale')) == ['gradients', 'loss_scale']
+  assert validation.check_summaries(None) == []
   with pytest.raises(ValueError, match=r"^summaries: unknown summary 'weights'; allowed: "
                                        r'learning_rate, gradients, '):
-    settings.check_summaries(['learning_rate', 'weights'])
-  assert settings.check_compression(None) == 'none'
-  assert settings.check_compression('fp16') == 'fp16'
+    validation.check_summaries(['learning_rate', 'weights'])
+  assert validation.check_compression(None) == 'none'
+  assert validation.check_compression('fp16') == 'fp16'
   with pytest.raises(ConfigError, match=r"^horovod_params.compression: 'FP16' is not allowed "
                                         r"\(did you mean 'fp16'\?\); allowed: 'none', 'fp16'$"):
-    settings.check_compression('FP16')
+    validation.check_compression('FP16')
 
 
 def test_the_config_schema_uses_the_owners_declarations():
-  assert schema.SCHEMA['larc_params'].schema is settings.LARC_SCHEMA
-  assert schema.SCHEMA['horovod_params'].schema is settings.HOROVOD_SCHEMA
-  assert schema.SCHEMA['summaries'].item is settings.SUMMARY
+  assert schema.SCHEMA['larc_params'].schema is validation.LARC_SCHEMA
+  assert schema.SCHEMA['horovod_params'].schema is validation.HOROVOD_SCHEMA
+  assert schema.SCHEMA['summaries'].item is validation.SUMMARY
 
 
 def test_loss_scaler_params_fill_the_defaults_of_docs_math():
   # The defaults docs/math.md (loss scaling) states for each rule.
-  assert settings.loss_scaler_params('BACKOFF', {'step_window': 7, 'scale_max': 1024}) == {
+  assert validation.loss_scaler_params('BACKOFF', {'step_window': 7, 'scale_max': 1024}) == {
       'scale_min': 1.0, 'scale_max': 1024.0, 'step_factor': 2.0, 'step_window': 7}
-  assert settings.check_loss_scaling('LogMax') == {
+  assert validation.check_loss_scaling('LogMax') == {
       'scale_min': 1.0, 'scale_max': 2.0 ** 14, 'log_max': 16.0, 'beta1': 0.99, 'beta2': 0.999,
       'overflow_std_dev': 3.09}
-  checked = settings.check_loss_scaling('dynamic', {'growth_steps': 3, 'initial_scale': 8})
+  checked = validation.check_loss_scaling('dynamic', {'growth_steps': 3, 'initial_scale': 8})
   assert checked == {'initial_scale': 8.0, 'growth_steps': 3, 'multiplier': 2.0, 'min_scale': 1.0}
   assert type(checked['initial_scale']) is float and type(checked['growth_steps']) is int
-  assert settings.check_loss_scaling(128) == settings.check_loss_scaling(0.5, {}) == {}
+  assert validation.check_loss_scaling(128) == validation.check_loss_scaling(0.5, {}) == {}
 
 
 @pytest.mark.parametrize('loss_scaling, params, message', [
@@ -85,5 +85,5 @@ def test_loss_scaler_params_fill_the_defaults_of_docs_math():
 ])
 def test_check_loss_scaling_names_each_mistake(loss_scaling, params, message):
   with pytest.raises(ValueError) as info:
-    settings.check_loss_scaling(loss_scaling, params)
+    validation.check_loss_scaling(loss_scaling, params)
   assert str(info.value) == message
