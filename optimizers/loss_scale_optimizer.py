@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from optimizers import stages
 from optimizers import tf1_compat
+from optimizers.automatic_loss_scaler import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
-from optimizers.loss_scalers import gradient_stats
 
 
 def apply_to(optimizer, grads_and_vars):

@@ -14,9 +14,9 @@ against.
 
 import tensorflow as tf
 
+from optimizers import automatic_loss_scaler
 from optimizers import exclusions
 from optimizers import fused
-from optimizers import loss_scalers
 from optimizers import native
 from optimizers import tf1_compat
 from optimizers import validation
@@ -83,7 +83,7 @@ def gradient_statistics(grads, with_norm):
 
   One native kernel pass (``native.gradient_stats``) when the gradients are
   dense float32 on the CPU; otherwise the tensor ops of
-  ``loss_scalers.gradient_stats`` and ``global_norm``, which give the
+  ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order.
 
   Returns:
@@ -98,7 +98,7 @@ def gradient_statistics(grads, with_norm):
 
 def gradient_statistics_reference(grads, with_norm):
   """``gradient_statistics`` with the tensor ops only (the reference path)."""
-  has_nan, amax = loss_scalers.gradient_stats(grads)
+  has_nan, amax = automatic_loss_scaler.gradient_stats(grads)
   return has_nan, amax, (global_norm(grads) if with_norm else None)
 
 
