@@ -18,7 +18,7 @@ from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 _EXPORTS = {
     'AGNOptimizer': 'optimizers.agn:AGNOptimizer',
     'AutomaticLossScaler': 'optimizers.automatic_loss_scaler:AutomaticLossScaler',
-    'LossScaleOptimizer': 'optimizers.keras_loss_scale:LossScaleOptimizer',
+    'LossScaleOptimizer': 'optimizers.loss_scale_optimizer:LossScaleOptimizer',
     'LAMB': 'optimizers.lamb:LAMB',
     'LARSOptimizer': 'optimizers.lars:LARSOptimizer',
     'MixedPrecisionLossScaleOptimizer':
