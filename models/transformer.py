@@ -26,7 +26,7 @@ is written with ``tf.while_loop`` and keys/values cached per decoder layer,
 so it runs inside a ``tf.function`` and in a SavedModel. It never emits
 ``<pad>`` or ``<s>``, stops a sequence at ``</s>`` and stops the batch when
 every sequence has ended, or after ``source length + decode_length_margin``
-tokens (at most ``max_length``). Beam search ranks finished hypotheses by
+tokens (at most ``max_length - 1``). Beam search ranks finished hypotheses by
 log-probability over GNMT's length penalty ``((5 + length) / 6) ** alpha``
 (``length_penalty``: alpha; 0 ranks by log-probability alone, and then beam
 size 1 is greedy decoding).
