@@ -48,8 +48,9 @@ from core.params import ConfigError
 from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import exclusions
-from optimizers import optimizers as opt_lib
 from optimizers.agn import AGNOptimizer
+from optimizers.catalog import make_optimizer
+from optimizers.pipeline import GradientPipeline
 
 _TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
 
@@ -130,8 +131,8 @@ class Trainer:
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
     if cfg['jit_compile']:
       _check_jit_compile(self.opt_kwargs)
-    self.pipeline = opt_lib.GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
-                                             log_global_norm=True)
+    self.pipeline = GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
+                                     log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
     # Updates skipped because their gradients were not finite (loss scaling overflow).
     self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
@@ -155,8 +156,8 @@ class Trainer:
     lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
     optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
     if cfg['agn_params'] is not None:
-      optimizer = opt_lib.make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
-                                         agn_params=cfg['agn_params'])
+      optimizer = make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
+                                 agn_params=cfg['agn_params'])
       optimizer_params = {}
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,

@@ -26,11 +26,11 @@ _EXPORTS = {
     'MixedPrecisionOptimizerWrapper': 'optimizers.mp_wrapper:MixedPrecisionOptimizerWrapper',
     'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
     'MomentumOptimizer': 'optimizers.momentum:MomentumOptimizer',
-    'clear_pipelines': 'optimizers.optimizers:clear_pipelines',
-    'find_pipeline': 'optimizers.optimizers:find_pipeline',
-    'get_pipeline': 'optimizers.optimizers:get_pipeline',
-    'get_regularization_loss': 'optimizers.optimizers:get_regularization_loss',
-    'optimize_loss': 'optimizers.optimizers:optimize_loss',
+    'clear_pipelines': 'optimizers.openseq2seq:clear_pipelines',
+    'find_pipeline': 'optimizers.openseq2seq:find_pipeline',
+    'get_pipeline': 'optimizers.openseq2seq:get_pipeline',
+    'get_regularization_loss': 'optimizers.openseq2seq:get_regularization_loss',
+    'optimize_loss': 'optimizers.openseq2seq:optimize_loss',
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
 _KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')

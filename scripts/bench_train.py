@@ -56,7 +56,7 @@ from framework import config as config_lib  # noqa: E402
 from framework import trainer as trainer_lib  # noqa: E402
 from core.precision import cpu_info  # noqa: E402
 from models import MODELS  # noqa: E402
-from optimizers import optimizers as opt_lib  # noqa: E402
+from optimizers import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from framework import config as cfg
 from core import precision
-from optimizers import optimizers as opt_lib
+from optimizers import openseq2seq as opt_lib
 from tests.framework.test_config import base_config
 from tests.framework.test_config import check
 from tests.test_run import ROOT

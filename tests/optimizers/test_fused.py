@@ -19,12 +19,13 @@ import tensorflow as tf
 from optimizers import fused
 from optimizers import native
 from optimizers import lars as lars_lib
-from optimizers import optimizers as opt_lib
+from optimizers import openseq2seq as opt_lib
+from optimizers import pipeline as pipeline_lib
 from optimizers import stages
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.optimizers import MomentumOptimizer
-from optimizers.optimizers import optimize_loss
+from optimizers.momentum import MomentumOptimizer
+from optimizers.openseq2seq import optimize_loss
 
 RTOL = 1e-6
 ATOL = 1e-8
@@ -208,7 +209,7 @@ def larc_step(optimizer, larc, variables, params):
 
   def step(grads):
     if isinstance(optimizer, MomentumOptimizer):
-      return opt_lib.larc_and_apply(optimizer, grads, variables, 0.5, params)
+      return pipeline_lib.larc_and_apply(optimizer, grads, variables, 0.5, params)
     grads, factors = larc(grads, variables, 0.5, params)
     optimizer.apply(grads, variables)
     return factors

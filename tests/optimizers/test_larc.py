@@ -13,11 +13,12 @@ import tensorflow as tf
 
 from optimizers import dispatch
 from optimizers import native
-from optimizers import optimizers as opt_lib
+from optimizers import openseq2seq as opt_lib
+from optimizers import pipeline as pipeline_lib
 from optimizers import stages
 from optimizers.lr_policies import poly_decay
-from optimizers.optimizers import MomentumOptimizer
-from optimizers.optimizers import optimize_loss
+from optimizers.momentum import MomentumOptimizer
+from optimizers.openseq2seq import optimize_loss
 
 ETA, MIN_UPDATE, EPS = 0.02, 1e-7, 1e-7
 
@@ -51,7 +52,7 @@ def larc_factors(path, grads, variables, lr, params):
   if path == 'native':
     assert dispatch.update_path(optimizer, tensors, variables, params) == dispatch.NATIVE, \
         native.error()
-    factors = opt_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
+    factors = pipeline_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:
     larc = stages.larc_reference if path == 'reference' else stages.larc
     scaled, factors = larc(tensors, variables, lr, params)

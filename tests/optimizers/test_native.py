@@ -17,8 +17,8 @@ from optimizers import native
 from optimizers import stages
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.optimizers import MomentumOptimizer
-from optimizers.optimizers import larc_and_apply
+from optimizers.momentum import MomentumOptimizer
+from optimizers.pipeline import larc_and_apply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -214,7 +214,7 @@ def test_first_use_inside_a_traced_step_loads_quietly(tmp_path):
   # The library is first loaded while a step is traced; AutoGraph must not try
   # to convert the loader (it warns about every os and subprocess call it meets).
   code = ('import keras, tensorflow as tf\n'
-          'from optimizers import optimizers as opt_lib\n'
+          'from optimizers import openseq2seq as opt_lib\n'
           'model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n'
           'x = tf.ones((4, 3))\n'
           '@tf.function\n'  # a def, which AutoGraph converts with what it calls

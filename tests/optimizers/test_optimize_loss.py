@@ -12,10 +12,14 @@ import tensorflow as tf
 
 import optimizers as optimizers_lib
 from optimizers import allreduce
-from optimizers import optimizers as opt_lib
+from optimizers import openseq2seq as opt_lib
 from optimizers import stages
+from optimizers.catalog import OPTIMIZER_SUMMARIES
+from optimizers.catalog import make_optimizer
 from optimizers.lr_policies import poly_decay
-from optimizers.optimizers import optimize_loss
+from optimizers.momentum import MomentumOptimizer
+from optimizers.openseq2seq import optimize_loss
+from optimizers.pipeline import GradientPipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -255,7 +259,7 @@ def test_summaries_are_written(tmp_path):
   writer = tf.summary.create_file_writer(str(tmp_path))
   with writer.as_default():
     optimize_loss(quadratic(var, tf.zeros(2)), 'SGD', {'learning_rate': 0.1}, None,
-                  var_list=[var], summaries=list(opt_lib.OPTIMIZER_SUMMARIES),
+                  var_list=[var], summaries=list(OPTIMIZER_SUMMARIES),
                   larc_params={'larc_eta': 0.01})
   writer.flush()
   tags = set()
@@ -393,7 +397,7 @@ def test_the_pipeline_returns_the_metrics_of_each_micro_step():
   var = keras.Variable(np.array([0.0], np.float32), name='w')
   bad = tf.Variable(False)
   schedule = lambda step: 0.5 / tf.cast(step + 1, tf.float32)  # noqa: E731
-  pipeline = opt_lib.GradientPipeline(
+  pipeline = GradientPipeline(
       [var], 'SGD', {}, schedule, iter_size=2, loss_scaling='Backoff',
       loss_scaling_params={'scale_max': 8.0, 'step_window': 100}, log_global_norm=True)
 
@@ -424,10 +428,10 @@ def test_the_pipeline_returns_the_metrics_of_each_micro_step():
 
 
 def test_make_optimizer_builds_agn_around_the_optimizer_agn_params_name():
-  agn = opt_lib.make_optimizer('AGN', {'momentum': 0.5}, 0.1,
+  agn = make_optimizer('AGN', {'momentum': 0.5}, 0.1,
                                agn_params={'optimizer': 'Momentum', 'communication_period': 1})
   assert isinstance(agn, optimizers_lib.AGNOptimizer) and agn.communication_period == 1
-  assert isinstance(agn.local_optimizer, opt_lib.MomentumOptimizer)
+  assert isinstance(agn.local_optimizer, MomentumOptimizer)
   assert agn.local_optimizer.momentum == 0.5
   var = keras.Variable(np.array([1.0], np.float32), name='w')
   agn.build([var])
@@ -436,4 +440,16 @@ def test_make_optimizer_builds_agn_around_the_optimizer_agn_params_name():
   # One worker, τ = 1: Keras momentum, v ← 0.5·v − 0.1·g; w ← w + v: 1 − 0.1 − 0.15.
   np.testing.assert_allclose(var.numpy(), [0.75], rtol=1e-6)
   with pytest.raises(ValueError, match='wraps another optimizer'):
-    opt_lib.make_optimizer('AGN', {}, 0.1)
+    make_optimizer('AGN', {}, 0.1)
+
+
+def test_openseq2seq_module_path_gives_the_same_objects():
+  # Ported code keeps OpenSeq2Seq's import lines: open_seq2seq.optimizers.optimizers -> optimizers.optimizers.
+  from optimizers import optimizers as ported  # pylint: disable=import-outside-toplevel
+  assert ported.optimize_loss is optimize_loss is optimizers_lib.optimize_loss
+  assert ported._clip_by_global_norm is opt_lib._clip_by_global_norm
+  assert ported._clip_gradients_by_norm is opt_lib._clip_gradients_by_norm
+  assert ported.get_regularization_loss is opt_lib.get_regularization_loss
+  assert ported.OPTIMIZER_CLS_NAMES is optimizers_lib.OPTIMIZER_CLS_NAMES
+  assert ported.OPTIMIZER_SUMMARIES == optimizers_lib.OPTIMIZER_SUMMARIES
+  assert (ported.MomentumOptimizer, ported.GradientPipeline) == (MomentumOptimizer, GradientPipeline)
