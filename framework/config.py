@@ -17,7 +17,7 @@ itself (keys, types, names, durations, the settings other packages own, the
 loss scaler's params and the params of the model and data layer), with no
 TensorFlow imported, so a mistake there answers at once; then, unless
 ``construct=False``, the checks only the owners can make
-(``framework.arguments``): the optimizer's and lr policy's arguments against
+(``framework.argument_checks``): the optimizer's and lr policy's arguments against
 their signatures, and the optimizer constructed once. Every mistake raises
 :class:`ConfigError` with a one-line message that starts with the key path,
 and no function modifies the dict it is given.
@@ -33,7 +33,7 @@ from core.params import REQUIRED
 from core.params import check_params
 from core.params import positive
 from core.params import reject_unknown_keys
-from framework import arguments
+from framework import argument_checks
 from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
 from framework.config_file import MODES  # noqa: F401
 from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
@@ -139,7 +139,7 @@ def validate(config, registries, mode='train', construct=True):
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
-  arguments.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
+  argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
   if construct:
     _check_with_owners(result, registries)
   return result
@@ -185,7 +185,8 @@ def _check_optimizer(result, registries):
       raise ConfigError('agn_params.optimizer: must be a plain optimizer, not another wrapper')
   elif result['agn_params'] is not None:
     raise ConfigError('agn_params: only used with optimizer: AGN')
-  arguments.reject_supplied(result['optimizer_params'], 'optimizer_params', _OPTIMIZER_SUPPLIED)
+  argument_checks.reject_supplied(result['optimizer_params'], 'optimizer_params',
+                                  _OPTIMIZER_SUPPLIED)
 
 
 def _check_lr_policy(result, registries):
@@ -211,7 +212,7 @@ def _check_lr_policy(result, registries):
   for key in FRACTION_KEYS:
     if key in lr_params:
       _to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
-  arguments.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
+  argument_checks.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
 
 
 def scaled_learning_rate(config, workers):
@@ -300,15 +301,15 @@ def _check_with_owners(config, registries):
   entry = _optimizer_entry(config, registries)
   optimizer = _lookup(entry, 'optimizer', registries)
   if _declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:  # else checked already
-    arguments.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
-                              _OPTIMIZER_SUPPLIED)
+    argument_checks.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
+                                    _OPTIMIZER_SUPPLIED)
   if inspect.isclass(optimizer):
-    arguments.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
-                                    learning_rate=_TRIAL_LEARNING_RATE)
+    argument_checks.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
+                                          learning_rate=_TRIAL_LEARNING_RATE)
   if _declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:  # else checked already
     policy = _lookup(config, 'lr_policy', registries)
-    arguments.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
-                              _LR_POLICY_SUPPLIED, epoch_keys=True)
+    argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
+                                    _LR_POLICY_SUPPLIED, epoch_keys=True)
 
 
 def _optimizer_entry(config, registries):
@@ -329,12 +330,12 @@ def _check_declared_arguments(result, registries):
   """
   declared = _declared(_optimizer_entry(result, registries), 'optimizer', registries, 'ARGUMENTS')
   if declared is not None:
-    arguments.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
-                              _OPTIMIZER_SUPPLIED)
+    argument_checks.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
+                                    _OPTIMIZER_SUPPLIED)
   declared = _declared(result, 'lr_policy', registries, 'ARGUMENTS')
   if declared is not None:
-    arguments.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
-                              _LR_POLICY_SUPPLIED, epoch_keys=True)
+    argument_checks.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
+                                    _LR_POLICY_SUPPLIED, epoch_keys=True)
 
 
 def _registry(key, registries):

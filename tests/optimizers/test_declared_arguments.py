@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from framework.arguments import _keyword_arguments
+from framework.argument_checks import _keyword_arguments
 from optimizers import registry
 
 
