@@ -17,8 +17,8 @@ import sys
 
 def check(config, mode, variants):
   """The error of each variant, or None; see the module docstring."""
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   errors = []

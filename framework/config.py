@@ -293,8 +293,8 @@ def _check_with_owners(config, registries):
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
   for kind in ('model', 'data_layer'):
     if _declared(config, kind, registries, 'PARAMS') is None:
       _check_declared_params(config, kind, getattr(_lookup(config, kind, registries), 'PARAMS', None))

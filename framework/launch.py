@@ -126,8 +126,8 @@ def start_engine(cfg):
     LaunchError: a choice the environment cannot honour, or a cluster that cannot start.
   """
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()  # without its start-up banner, before the engine imports it
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()  # without its start-up banner, before the engine imports it
   from framework import distributed  # pylint: disable=import-outside-toplevel
   choice = cfg['distribution']
   if cfg['use_horovod'] and choice == distributed.AUTO:

@@ -26,8 +26,8 @@ from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-po
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
 from framework import config  # noqa: E402  pylint: disable=wrong-import-position
-from framework import quiet  # noqa: E402  pylint: disable=wrong-import-position
 from framework import schema  # noqa: E402  pylint: disable=wrong-import-position
+from framework import tf_import  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -215,7 +215,7 @@ def named_params_section(title, registry_, intro):
 
 def reference():
   """The generated block, markers included."""
-  quiet.import_tensorflow()  # the defaults are read from the classes and functions
+  tf_import.import_tensorflow()  # the defaults are read from the classes and functions
   registries = config.default_registries()
   lines = [BEGIN, f'<!-- written by {COMMAND}; edit the declarations, not this block -->', '',
            '## Top-level keys', '',

@@ -110,8 +110,8 @@ def main(argv=None):
   if args.steps is not None and args.steps < 1:
     print(f'error: --steps: must be >= 1, got {args.steps}', file=sys.stderr)
     return 2
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel

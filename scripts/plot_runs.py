@@ -193,8 +193,8 @@ def main(argv=None):
     print('error: --tags: give at least one tag', file=sys.stderr)
     return 2
   # TensorBoard's reader loads TensorFlow when it is installed; keep its banner quiet.
-  from framework import quiet  # pylint: disable=import-outside-toplevel
-  quiet.import_tensorflow()
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
   runs, logdirs = [], []
   for logdir in args.logdirs:
     if not os.path.isdir(logdir):

@@ -1,4 +1,4 @@
-"""Importing TensorFlow without its start-up banner on stderr.
+"""Importing TensorFlow without its start-up lines on the console (was framework/quiet.py).
 
 TensorFlow's native start-up messages ("oneDNN custom operations are on", the
 absl logging notice) are written straight to file descriptor 2, before any
