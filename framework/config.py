@@ -35,7 +35,7 @@ from core.params import positive
 from core.params import reject_unknown_keys
 from framework import argument_checks
 from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
-from framework.config_file import MODES  # noqa: F401
+from framework.config_file import MODES  # noqa: F401  (re-exported)
 from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
 from framework.config_file import YAML_EXTENSIONS  # noqa: F401
 from framework.config_file import format_error  # noqa: F401
@@ -85,8 +85,7 @@ def load_configs(path, mode, overrides=(), registries=None, construct=True):
 
   Args:
     path: the config file.
-    mode: a run.py mode; ``export`` reads the eval view (a model is exported
-      as it is evaluated).
+    mode: a run.py mode (``config_file.MODES``).
     overrides: ``key.path=value`` strings.
     registries: the registries (default: :func:`default_registries`).
     construct: also make the checks that import the owners (TensorFlow);
@@ -99,7 +98,7 @@ def load_configs(path, mode, overrides=(), registries=None, construct=True):
     ConfigError: naming the file or key path of the first mistake.
   """
   registries = default_registries() if registries is None else registries
-  views = resolve_modes(load_config_file(path), 'eval' if mode == 'export' else mode, overrides)
+  views = resolve_modes(load_config_file(path), mode, overrides)
   return {view: (validate(cfg, registries, view, construct) if cfg is not None else None)
           for view, cfg in views.items()}
 

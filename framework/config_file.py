@@ -20,7 +20,11 @@ from core.params import ConfigError
 from core.registry import closest
 from framework.schema import dtype_name
 
-MODES = ('train', 'eval', 'train_eval', 'benchmark')
+# run.py's modes. Eval and export read the checkpoints of an existing run and
+# the eval view of its config (a model is exported as it is evaluated).
+MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export')
+READING_MODES = ('eval', 'export')
+TRAINING_MODES = ('train', 'train_eval')
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')
 YAML_EXTENSIONS = ('.yaml', '.yml')
 CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
@@ -232,7 +236,8 @@ def resolve(raw, mode, overrides=()):
   Args:
     raw: what :func:`load_config_file` returns.
     mode: one of ``MODES``. ``train``, ``train_eval`` and ``benchmark`` overlay
-      ``train_params`` on ``base_params``; ``eval`` overlays ``eval_params``.
+      ``train_params`` on ``base_params``; ``eval`` and ``export`` overlay
+      ``eval_params``.
     overrides: strings ``key.path=value`` applied in order. The value is read
       as YAML (``0.95``, ``1e-3``, ``null``, ``[1, 2]``, ``'{a: 1}'``) and
       replaces what was at the path (to change one key of a dict, name the key).
@@ -266,7 +271,7 @@ def resolve(raw, mode, overrides=()):
   base = raw.get('base_params')
   if not isinstance(base, dict):
     raise ConfigError(f'base_params: expected a dict, got {type(base).__name__}')
-  overlay_key = 'eval_params' if mode == 'eval' else 'train_params'
+  overlay_key = 'eval_params' if mode in READING_MODES else 'train_params'
   overlay = raw.get(overlay_key) or {}
   if not isinstance(overlay, dict):
     raise ConfigError(f'{overlay_key}: expected a dict, got {type(overlay).__name__}')
@@ -301,11 +306,13 @@ def resolve_modes(raw, mode, overrides=()):
   """Returns ``{'train': config or None, 'eval': config or None}`` for a run in ``mode``.
 
   ``train_eval`` gives both: the eval config is ``base_params`` with
-  ``eval_params`` and the same overrides. ``benchmark`` gives a train config.
+  ``eval_params`` and the same overrides. ``benchmark`` gives a train config,
+  ``eval`` and ``export`` an eval config.
   """
   _check_mode(mode)
-  train = resolve(raw, mode, overrides) if mode != 'eval' else None
-  evaluation = resolve(raw, 'eval', overrides) if mode in ('eval', 'train_eval') else None
+  train = resolve(raw, mode, overrides) if mode not in READING_MODES else None
+  evaluation = (resolve(raw, 'eval', overrides) if mode in READING_MODES + ('train_eval',)
+                else None)
   return {'train': train, 'eval': evaluation}
 
 

@@ -19,10 +19,9 @@ are imported only where a run needs them.
 
 import os
 
-MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export')
-# Modes that read the checkpoints of an existing run directory.
-READING_MODES = ('eval', 'export')
-TRAINING_MODES = ('train', 'train_eval')
+from framework.config_file import MODES  # noqa: F401  (run.py's choices)
+from framework.config_file import READING_MODES
+from framework.config_file import TRAINING_MODES
 
 
 class LaunchError(Exception):

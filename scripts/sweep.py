@@ -65,6 +65,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core import signals  # noqa: E402  pylint: disable=wrong-import-position
+from framework import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import SweepError  # noqa: E402  pylint: disable=wrong-import-position
@@ -74,8 +75,8 @@ from framework.sweep.grid import parse_derive_argument  # noqa: E402  pylint: di
 from framework.sweep.grid import parse_grid_argument  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import split_top_level  # noqa: E402  pylint: disable=wrong-import-position
 
-# Eval mode reads the checkpoints of an existing run; a sweep makes new runs.
-MODES = ('train_eval', 'train', 'benchmark')
+# Eval and export read the checkpoints of an existing run; a sweep makes new runs.
+SWEEP_MODES = tuple(m for m in config_file.MODES if m not in config_file.READING_MODES)
 
 
 def parse_args(argv):
@@ -91,7 +92,7 @@ def parse_args(argv):
   parser.add_argument('--derive', action='append', default=[], metavar='KEY.PATH=EXPRESSION',
                       help="a value computed from the point, e.g. "
                            "'lr_policy_params.learning_rate=0.1*batch_size_per_gpu/256'")
-  parser.add_argument('--mode', default='train_eval', choices=MODES)
+  parser.add_argument('--mode', default='train_eval', choices=SWEEP_MODES)
   parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                       help='an override given to every run, before the grid values')
   parser.add_argument('--seeds', help='comma-separated random seeds; each point runs once per seed')

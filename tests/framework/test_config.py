@@ -297,7 +297,7 @@ def test_resolve_without_overlays():
 def test_resolve_unknown_mode():
   assert error_of(cfg.resolve, RAW, 'trian') == (
       "mode: unknown mode 'trian' (did you mean 'train'?); "
-      "allowed: train, eval, train_eval, benchmark")
+      "allowed: train, eval, train_eval, benchmark, export")
 
 
 def test_resolve_does_not_mutate_or_share_raw():
@@ -405,8 +405,17 @@ def test_resolve_modes():
   assert cfg.resolve_modes(RAW, 'train') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
   assert cfg.resolve_modes(RAW, 'benchmark') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
   assert cfg.resolve_modes(RAW, 'eval') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
+  # A model is exported as it is evaluated.
+  assert cfg.resolve_modes(RAW, 'export') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
+  assert cfg.resolve(RAW, 'export') == cfg.resolve(RAW, 'eval')
   assert error_of(cfg.resolve_modes, RAW, 'test') == (
-      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark")
+      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export")
+
+
+def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
+  from framework import launch  # pylint: disable=import-outside-toplevel
+  assert launch.MODES is cfg.MODES == ('train', 'eval', 'train_eval', 'benchmark', 'export')
+  assert set(launch.READING_MODES) | set(launch.TRAINING_MODES) < set(cfg.MODES)
 
 
 # ---------------------------------------------------------------------------
