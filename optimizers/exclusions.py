@@ -23,8 +23,6 @@ masks from lists (``mask``, ``kept``, ``larc_mask``) and names a variable in
 summaries and state (``variable_name``).
 """
 
-EXCLUSION_KEYS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'skip_list')
-
 # The usual list of variables kept from weight decay and the layer adaptation:
 # batch-normalization parameters and biases.
 NORMALIZATION_AND_BIAS = ('batch_normalization', 'bias')

@@ -91,7 +91,7 @@ def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
   if clip_gradients is not None and not (isinstance(clip_gradients, (int, float))
                                          and clip_gradients > 0):
     raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
-  larc_params = stages.check_larc_params(larc_params) if larc_params is not None else None
+  larc_params = validation.check_larc_params(larc_params) if larc_params is not None else None
   compression = validation.check_compression((horovod_params or {}).get('compression'))
   return clip_gradients, larc_params, compression, iter_size
 

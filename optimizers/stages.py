@@ -19,10 +19,6 @@ from optimizers import exclusions
 from optimizers import fused
 from optimizers import native
 from optimizers import tf1_compat
-from optimizers import validation
-
-# The one validator of larc_params (also used by the config layer).
-check_larc_params = validation.check_larc_params
 
 
 def _map_dense(fn, grad):
@@ -160,7 +156,7 @@ def larc(grads, var_list, learning_rate, params):
     grads: gradients (None entries pass through).
     var_list: the matching variables.
     learning_rate: the current base learning rate.
-    params: checked ``larc_params`` (see ``check_larc_params``).
+    params: checked ``larc_params`` (see ``validation.check_larc_params``).
 
   Returns:
     (new gradients, {variable index: LARC factor}) for the adapted variables.

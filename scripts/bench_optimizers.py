@@ -43,7 +43,7 @@ import tensorflow as tf  # noqa: E402
 
 from models import MODELS  # noqa: E402
 from optimizers import native  # noqa: E402
-from optimizers import stages  # noqa: E402
+from optimizers import validation  # noqa: E402
 from optimizers.lamb import LAMB  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 from optimizers.momentum import MomentumOptimizer  # noqa: E402
@@ -115,7 +115,7 @@ GOALS = ('LARS (native kernel)', 'Momentum + LARC (native kernel)', 'LAMB (nativ
 
 def candidates_for(grads, variables, reference):
   """``{name: traced update}`` of every candidate, the triad first."""
-  larc = stages.check_larc_params({'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': SKIP})
+  larc = validation.check_larc_params({'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': SKIP})
   candidates = {
       TRIAD: triad_fn(),
       BASELINE: update_fn(keras.optimizers.SGD(0.1, momentum=0.9), grads, variables,

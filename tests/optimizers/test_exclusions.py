@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from optimizers import stages
+from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from tests.optimizers.test_lamb import numpy_lamb
@@ -89,7 +90,7 @@ def test_larc_takes_the_same_adaptation_exclusion():
   grads = [tf.constant(GRADS['kernel'][0], tf.float32), tf.constant(GRADS['bias'][0], tf.float32)]
   factors = {}
   for key in ('skip_list', 'exclude_from_layer_adaptation'):
-    params = stages.check_larc_params({'larc_eta': 0.02, key: ['bias']})
+    params = validation.check_larc_params({'larc_eta': 0.02, key: ['bias']})
     _, factors[key] = stages.larc(grads, [kernel, bias], 0.5, params)
   assert sorted(factors['skip_list']) == sorted(factors['exclude_from_layer_adaptation']) == [0]
   assert float(factors['skip_list'][0]) == float(factors['exclude_from_layer_adaptation'][0])

@@ -22,6 +22,7 @@ from optimizers import lars as lars_lib
 from optimizers import openseq2seq as opt_lib
 from optimizers import pipeline as pipeline_lib
 from optimizers import stages
+from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.momentum import MomentumOptimizer
@@ -195,7 +196,7 @@ def test_momentum_xla_update_matches_keras_sgd(nesterov):
 def test_larc_fused_matches_reference(mode, skip_list):
   variables = make_variables()
   grads = make_gradients(0)
-  params = stages.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'skip_list': skip_list})
+  params = validation.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'skip_list': skip_list})
   got, got_factors = stages.larc(grads, variables, 0.5, params)
   want, want_factors = stages.larc_reference(grads, variables, 0.5, params)
   assert sorted(got_factors) == sorted(want_factors)
@@ -221,7 +222,7 @@ def larc_step(optimizer, larc, variables, params):
 @pytest.mark.parametrize('nesterov', [False, True])
 def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
   """``larc_and_apply`` (one kernel with native kernels on) against LARC then Keras' SGD."""
-  params = stages.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'min_update': 0.05,
+  params = validation.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'min_update': 0.05,
                                      'skip_list': ['bias']})
   results = []
   for optimizer, larc in ((MomentumOptimizer(0.5, momentum=0.9, use_nesterov=nesterov),

@@ -16,6 +16,7 @@ from optimizers import native
 from optimizers import openseq2seq as opt_lib
 from optimizers import pipeline as pipeline_lib
 from optimizers import stages
+from optimizers import validation
 from optimizers.lr_policies import poly_decay
 from optimizers.momentum import MomentumOptimizer
 from optimizers.openseq2seq import optimize_loss
@@ -67,7 +68,7 @@ def test_factor_is_one_for_zero_norms_and_zero_lr(path, mode, lr, monkeypatch):
   monkeypatch.setenv(native.ENV_SWITCH, '1')
   variables, grads = case()
   before = [v.numpy().copy() for v in variables]
-  params = stages.check_larc_params({'larc_eta': ETA, 'larc_mode': mode})
+  params = validation.check_larc_params({'larc_eta': ETA, 'larc_mode': mode})
   got = larc_factors(path, grads, variables, lr, params)
   want = [numpy_factor(g, w, lr, mode) for g, w in zip(grads, before)]
   np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from optimizers import dispatch
 from optimizers import native
 from optimizers import stages
+from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.momentum import MomentumOptimizer
@@ -96,7 +97,7 @@ def test_momentum_with_larc_dispatches_to_one_kernel():
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9)
   optimizer.build(variables)
-  params = stages.check_larc_params({'larc_eta': 0.002})
+  params = validation.check_larc_params({'larc_eta': 0.002})
   assert 'LargebatchTrustMomentum' in op_types(
       lambda: larc_and_apply(optimizer, grads, variables, 0.1, params))
 
@@ -105,7 +106,7 @@ def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   """Keras' clipnorm runs between LARC and the update, so the two must not be fused."""
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
-  params = stages.check_larc_params({'larc_eta': 0.002})
+  params = validation.check_larc_params({'larc_eta': 0.002})
   assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.SEPARATE
   assert dispatch.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
                               params) == dispatch.SEPARATE
