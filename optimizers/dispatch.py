@@ -9,9 +9,12 @@ Three paths compute the same math (docs/math.md) at different speeds:
 * ``REFERENCE``: Keras' own ``update_step``, one variable at a time.
 
 ``update_path`` applies the rules in one order, so the choice can be read (and
-changed) here alone; ``keras_adapter.FusedUpdate`` and ``optimize_loss``'s
-LARC step ask it. The first time an optimizer class takes a path, the choice
-is logged at INFO level on the ``optimizers`` logger.
+changed) here alone. It is asked once per update, by whoever starts the
+update: ``pipeline.larc_and_apply`` for ``optimize_loss`` (LARC and the update
+together), which passes the path along (``keras_adapter.FusedUpdate.apply_on``),
+and ``FusedUpdate`` itself when Keras' ``apply`` is called directly
+(``model.fit``, a user's loop). The first time an optimizer class takes a
+path, the choice is logged at INFO level on the ``optimizers`` logger.
 """
 
 import logging
@@ -25,8 +28,8 @@ from optimizers import tf1_compat
 NATIVE = 'native'
 XLA = 'xla'
 REFERENCE = 'reference'
-# LARC runs as a step of its own before the update (which then takes its own path).
-SEPARATE = 'separate'
+# LARC and the update as one native kernel (``MomentumOptimizer.native_larc_update``).
+NATIVE_WITH_LARC = 'native LARC-and-update'
 
 _LOG = logging.getLogger('optimizers')
 _logged = set()
@@ -34,22 +37,22 @@ _logged = set()
 
 @tf.autograph.experimental.do_not_convert
 def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_optimizers=True):
-  """The path of one update of ``variables`` by ``optimizer``.
+  """The path of one update of ``variables`` by ``optimizer``, LARC included when given.
 
-  Without ``larc_params``: REFERENCE when the optimizer has no fused paths or
-  asked for none (``fused=False``), or a gradient is sparse, or a
-  ``tf.distribute`` strategy routes each variable's update; else NATIVE when
-  the optimizer has a kernel and it applies (float32, dense, CPU, not inside
-  an XLA cluster, built and loaded, not turned off by
-  ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
+  With ``larc_params`` (LARC, then the update): NATIVE_WITH_LARC when one
+  kernel can do both: the optimizer has that kernel (``MomentumOptimizer``,
+  momentum > 0), LARC's learning rate is the optimizer's own
+  (``larc_rate_is_optimizers``), nothing of Keras' runs between the two steps
+  (no ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``weight_decay``, EMA,
+  gradient accumulation, ``loss_scale_factor``, ``overwrite_with_gradient``)
+  and the kernel applies. Otherwise LARC runs first as a step of its own and
+  the update takes its own path:
 
-  With ``larc_params`` (LARC, then the update): NATIVE when one kernel can do
-  both: the optimizer has that kernel (``MomentumOptimizer``, momentum > 0),
-  LARC's learning rate is the optimizer's own (``larc_rate_is_optimizers``),
-  nothing of Keras' runs between the two steps (no ``clipnorm``,
-  ``clipvalue``, ``global_clipnorm``, ``weight_decay``, EMA, gradient
-  accumulation, ``loss_scale_factor``, ``overwrite_with_gradient``) and the
-  kernel applies; else SEPARATE.
+  REFERENCE when the optimizer has no fused paths or asked for none
+  (``fused=False``), or a gradient is sparse, or a ``tf.distribute`` strategy
+  routes each variable's update; else NATIVE when the optimizer has a kernel
+  and it applies (float32, dense, CPU, not inside an XLA cluster, built and
+  loaded, not turned off by ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
 
   Args:
     optimizer: the Keras optimizer.
@@ -60,13 +63,13 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
       optimizer's update uses.
 
   Returns:
-    NATIVE, XLA or REFERENCE; with ``larc_params``, NATIVE or SEPARATE.
+    NATIVE_WITH_LARC (only with ``larc_params``), NATIVE, XLA or REFERENCE.
   """
-  if larc_params is not None:
-    fusable = (larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
-               and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
-               and native.applies([tf1_compat.unwrap(v) for v in variables], [], grads))
-    return _chosen(optimizer, 'LARC and update', NATIVE if fusable else SEPARATE)
+  if larc_params is not None and (
+      larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
+      and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
+      and native.applies([tf1_compat.unwrap(v) for v in variables], [], grads)):
+    return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
   if not (getattr(optimizer, 'fused', False) and fused.fusable(grads)):
     return _chosen(optimizer, 'update', REFERENCE)
   if hasattr(optimizer, 'native_update') and native.applies(

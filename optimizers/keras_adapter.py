@@ -3,13 +3,15 @@
 A Keras 3 optimizer's ``apply`` ends in ``_backend_update_step``, which runs
 ``update_step`` variable by variable, after ``_apply_weight_decay``.
 ``FusedUpdate`` is the only class of the package that overrides the two: it
-asks ``dispatch.update_path`` which path the update takes and runs the
-optimizer's ``native_update`` or ``xla_update`` for all variables at once, or
-Keras' own per-variable path (the reference). Optimizers that fold weight
-decay into their update (LARS, LAMB) set ``FOLDS_WEIGHT_DECAY``.
+runs the optimizer's ``native_update`` or ``xla_update`` for all variables
+at once, or Keras' own per-variable path (the reference), on the path
+``dispatch.update_path`` chose for the update. ``optimize_loss`` chooses it
+once, with LARC, and passes it in (``apply_on``); a plain ``apply``
+(``model.fit``, a user's loop) asks ``dispatch`` itself, once. Optimizers that
+fold weight decay into their update (LARS, LAMB) set ``FOLDS_WEIGHT_DECAY``.
 
 ``apply_with_larc`` is ``apply`` for the LARC-and-update kernel: what Keras'
-``apply`` does around the update, for the case ``dispatch`` allows it in.
+``apply`` does around the update, for the path ``NATIVE_WITH_LARC``.
 """
 
 import tensorflow as tf
@@ -34,14 +36,35 @@ class FusedUpdate:
   fused = True
   # Weight decay is part of the subclass's update, not Keras' decoupled step.
   FOLDS_WEIGHT_DECAY = False
+  # The path ``apply_on`` was given for the update under way; None: ask dispatch.
+  _given_path = None
 
   def _apply_weight_decay(self, variables):
     if self.FOLDS_WEIGHT_DECAY:
       return None
     return super()._apply_weight_decay(variables)
 
+  def apply_on(self, path, grads, trainable_variables):
+    """Keras' ``apply`` on a path already chosen for this update.
+
+    Args:
+      path: ``dispatch.NATIVE``, ``XLA`` or ``REFERENCE``, from
+        ``dispatch.update_path`` on these gradients and variables.
+      grads: the gradients (no None entries).
+      trainable_variables: the matching variables.
+    """
+    if path not in (dispatch.NATIVE, dispatch.XLA, dispatch.REFERENCE):
+      raise ValueError(f'{self.name}: apply_on takes the path of an update alone, got {path!r}')
+    self._given_path = path
+    try:
+      return self.apply(grads, trainable_variables)
+    finally:
+      self._given_path = None
+
   def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    path = dispatch.update_path(self, grads, trainable_variables)
+    path = self._given_path
+    if path is None:  # Keras' apply called directly: this is where the update starts
+      path = dispatch.update_path(self, grads, trainable_variables)
     if path == dispatch.REFERENCE:
       return super()._backend_update_step(grads, trainable_variables, learning_rate)
     indices = [self._get_variable_index(v) for v in trainable_variables]
@@ -54,7 +77,7 @@ class FusedUpdate:
     """LARC at this optimizer's learning rate, then its update, as one kernel.
 
     Call only where ``dispatch.update_path(self, grads, trainable_variables,
-    larc_params)`` is NATIVE: then Keras' ``apply`` would run nothing but the
+    larc_params)`` is NATIVE_WITH_LARC: then Keras' ``apply`` would run nothing but the
     update between building the optimizer and applying the variables'
     constraints and counting the iteration, which this does too.
 

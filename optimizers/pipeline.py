@@ -13,8 +13,9 @@ each a call to a small function of ``stages.py`` (or of the module named):
 7. the optimizer's update, then global_step += 1
 
 Stages 6 and 7 are two steps (``larc_and_apply``) that run as one native
-kernel where ``dispatch.update_path`` allows it; the optimizers' own paths
-(native kernel, XLA, Keras' reference) are chosen there too. A pipeline holds
+kernel where ``dispatch.update_path`` allows it; that one call chooses the
+optimizer's own path too (native kernel, XLA, Keras' reference), once per
+update, and the optimizer is handed it. A pipeline holds
 the state of the update (optimizer, global step, loss scaler, accumulators)
 and returns the metrics of each micro-step; the trainer calls it directly,
 users' own loops through ``optimize_loss``.
@@ -34,14 +35,18 @@ from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
 from optimizers.catalog import make_optimizer
 from optimizers.catalog import normalize_dtype
+from optimizers.keras_adapter import FusedUpdate
 
 
 def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=True):
   """Stages 6 and 7: LARC (when ``larc_params``), then the optimizer's update.
 
-  The two run as one native kernel, which reads each variable once, when
-  ``dispatch.update_path`` says so for these gradients; ``fuse=False`` (LARC's
-  learning rate is not the optimizer's) keeps them apart.
+  ``dispatch.update_path`` chooses the path of the two once: one native
+  kernel, which reads each variable once (``fuse=False``, LARC's learning
+  rate is not the optimizer's, keeps them apart), or LARC as a step of its
+  own and the update on the optimizer's path, which the optimizer is given
+  (``FusedUpdate.apply_on``). An optimizer without fused paths (Keras' own,
+  AGN) runs Keras' ``apply``.
 
   Args:
     optimizer: a Keras optimizer (or ``AGNOptimizer``).
@@ -57,8 +62,10 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=
   present = [i for i, g in enumerate(grads) if g is not None]
   grads_present = [grads[i] for i in present]
   vars_present = [var_list[i] for i in present]
-  if (larc_params is not None and present and dispatch.update_path(
-      optimizer, grads_present, vars_present, larc_params, fuse) == dispatch.NATIVE):
+  path = None
+  if present and isinstance(optimizer, FusedUpdate):
+    path = dispatch.update_path(optimizer, grads_present, vars_present, larc_params, fuse)
+  if path == dispatch.NATIVE_WITH_LARC:
     # 6 and 7 in one kernel.
     factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
     adapts = exclusions.larc_mask(vars_present, larc_params)
@@ -67,12 +74,16 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=
   if larc_params is not None:
     # 6. LARC scales the gradients.
     grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)
-  # 7. The optimizer's update (its own path: dispatch.update_path, asked by keras_adapter).
-  # Keras' reference update passes the gradients through a custom_gradient op
-  # (its replica-context sum, an identity on one replica), which needs them all
-  # from one graph: the gradients LARC left alone come from outside the branch
-  # the update runs in (stages.apply_if), the scaled ones from inside it.
-  optimizer.apply([_in_this_graph(grads[i]) for i in present], vars_present)
+  # 7. The optimizer's update. Keras' reference update passes the gradients
+  # through a custom_gradient op (its replica-context sum, an identity on one
+  # replica), which needs them all from one graph: the gradients LARC left
+  # alone come from outside the branch the update runs in (stages.apply_if),
+  # the scaled ones from inside it.
+  update = [_in_this_graph(grads[i]) for i in present]
+  if path is None:
+    optimizer.apply(update, vars_present)
+  else:
+    optimizer.apply_on(path, update, vars_present)
   return factors
 
 

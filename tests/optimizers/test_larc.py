@@ -51,8 +51,8 @@ def larc_factors(path, grads, variables, lr, params):
   optimizer.build(variables)
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
-    assert dispatch.update_path(optimizer, tensors, variables, params) == dispatch.NATIVE, \
-        native.error()
+    path = dispatch.update_path(optimizer, tensors, variables, params)
+    assert path == dispatch.NATIVE_WITH_LARC, native.error()
     factors = pipeline_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:
     larc = stages.larc_reference if path == 'reference' else stages.larc

@@ -107,9 +107,11 @@ def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
   params = validation.check_larc_params({'larc_eta': 0.002})
-  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.SEPARATE
+  # LARC runs first on its own; the update takes Momentum's own path (XLA: it has no
+  # native kernel of its own).
+  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.XLA
   assert dispatch.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
-                              params) == dispatch.SEPARATE
+                              params) == dispatch.XLA
 
 
 def test_kernels_are_not_used_inside_xla_and_results_agree():
@@ -337,3 +339,37 @@ def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, cap
     assert dispatch.update_path(fused_optimizer, grads, variables) == dispatch.NATIVE
   assert [r.getMessage() for r in caplog.records] == [
       'LARSOptimizer: update on the reference path', 'LARSOptimizer: update on the native path']
+
+
+@pytest.mark.parametrize('make, larc, expected', [
+    (lambda: LARSOptimizer(0.1), None, dispatch.NATIVE),
+    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002}, dispatch.NATIVE_WITH_LARC),
+    # Keras' clipnorm runs between LARC and the update: LARC on its own, then the update's path.
+    (lambda: MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
+     dispatch.XLA),
+])
+def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc, expected):
+  asked = []
+  choose = dispatch.update_path
+
+  def counted(*args, **kwargs):
+    asked.append(choose(*args, **kwargs))
+    return asked[-1]
+
+  monkeypatch.setattr(dispatch, 'update_path', counted)
+  variables, grads = variables_and_grads()
+  optimizer = make()
+  optimizer.build(variables)
+  params = validation.check_larc_params(larc) if larc is not None else None
+  larc_and_apply(optimizer, grads, variables, 0.1, params)
+  assert asked == [expected]
+  # The path handed to Keras' apply is the one taken: the reference path runs no kernel.
+  asked.clear()
+  lars = LARSOptimizer(0.1)
+  lars.build(variables)
+  assert 'LargebatchTrustMomentum' not in op_types(
+      lambda: lars.apply_on(dispatch.REFERENCE, grads, variables))
+  assert 'LargebatchTrustMomentum' in op_types(lambda: lars.apply(grads, variables))
+  assert asked == [dispatch.NATIVE]  # a plain apply asks once itself
+  with pytest.raises(ValueError, match='apply_on takes the path of an update alone'):
+    lars.apply_on(dispatch.NATIVE_WITH_LARC, grads, variables)
