@@ -89,10 +89,10 @@ class Progress:
     """The plain log line of one step."""
     epoch = step / self.steps_per_epoch
     text = (f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
-            f'lr {values["learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} ')
+            f'lr {values["next_learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} ')
     if self.show_loss_scale:
       # Only loss scaling skips updates (a non-finite float32 step stops the run).
-      text += f'loss_scale {values["loss_scale"]:.4g} skipped {values["skipped_updates"]} '
+      text += f'loss_scale {values["next_loss_scale"]:.4g} skipped {values["skipped_updates"]} '
     return text + f'images/sec {rate:.1f}'
 
   def update(self, step, values, rate):
@@ -100,9 +100,9 @@ class Progress:
       return
     if self.bar is not None:
       postfix = {'epoch': f'{step / self.steps_per_epoch:.2f}', 'loss': f'{values["loss"]:.4f}',
-                 'lr': f'{values["learning_rate"]:.4g}'}
+                 'lr': f'{values["next_learning_rate"]:.4g}'}
       if self.show_loss_scale:
-        postfix['scale'] = f'{values["loss_scale"]:.4g}'
+        postfix['scale'] = f'{values["next_loss_scale"]:.4g}'
         postfix['skipped'] = values['skipped_updates']
       postfix['img_s'] = f'{rate:.0f}'
       self.bar.update(step - self.position)

@@ -53,10 +53,13 @@ class LazyWriter:
       self._writer.close()
 
 
-# Train scalars and the key of the train step's metrics each one is read from.
+# Train scalars and the key of the train step's metrics each one is read from. At
+# step s, ``learning_rate`` and ``loss_scale`` are those of the update that starts
+# at s (the lr policy's value at s): the step's ``next_learning_rate`` and
+# ``next_loss_scale``.
 _TRAIN_SCALARS = (('skipped_updates', 'skipped_updates'), ('loss', 'loss'),
-                  ('accuracy', 'accuracy'), ('learning_rate', 'learning_rate'),
-                  ('global_gradient_norm', 'global_norm'), ('loss_scale', 'loss_scale'))
+                  ('accuracy', 'accuracy'), ('learning_rate', 'next_learning_rate'),
+                  ('global_gradient_norm', 'global_norm'), ('loss_scale', 'next_loss_scale'))
 
 
 def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_batch):
@@ -64,8 +67,8 @@ def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_ba
 
   Args:
     step: the global step.
-    values: the train step's metrics (``loss``, ``accuracy``, ``learning_rate``,
-      ``global_norm``, ``loss_scale``, ``skipped_updates``).
+    values: the train step's metrics (``loss``, ``accuracy``, ``next_learning_rate``,
+      ``global_norm``, ``next_loss_scale``, ``skipped_updates``; the pipeline's names).
     images_per_sec: the measured rate over all workers.
     steps_per_epoch: updates per epoch, for the ``epoch`` scalar.
     global_batch: images per update, for the ``images`` scalar.

@@ -267,11 +267,12 @@ class Trainer:
       metrics = pipeline(lambda: self._loss(images, labels))
       self.data_position.assign_add(1)
       self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
-      # Logged with the step they belong to: the rate and scale of the next update.
+      # Under the pipeline's names: at the step this micro-step ends at, the console and
+      # TensorBoard show the rate and scale of the update that starts there.
       return {'loss': metrics['loss'], 'accuracy': metrics['accuracy'],
               'skipped_updates': tf.identity(self.skipped_updates),
-              'learning_rate': metrics['next_learning_rate'],
-              'loss_scale': metrics['next_loss_scale'],
+              'next_learning_rate': metrics['next_learning_rate'],
+              'next_loss_scale': metrics['next_loss_scale'],
               'global_norm': metrics['global_norm'], 'global_step': metrics['global_step']}
 
     if cfg['jit_compile']:

@@ -7,8 +7,8 @@ import pytest
 
 from framework import console
 
-VALUES = {'loss': 0.5, 'learning_rate': 0.1629, 'global_norm': 1.25, 'loss_scale': 16384.0,
-          'skipped_updates': 3}
+VALUES = {'loss': 0.5, 'next_learning_rate': 0.1629, 'global_norm': 1.25,
+          'next_loss_scale': 16384.0, 'skipped_updates': 3}
 
 
 class FakeTerminal(io.StringIO):

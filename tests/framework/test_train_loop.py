@@ -112,8 +112,8 @@ def test_write_failures_are_told_from_other_errors(tmp_path):
 
 def test_the_train_scalars_and_the_axes_plot_runs_needs(tmp_path):
   values = {'skipped_updates': np.int64(3), 'loss': np.float32(0.75), 'accuracy': np.float32(0.5),
-            'learning_rate': np.float32(0.2), 'global_norm': np.float32(1.5),
-            'loss_scale': np.float32(1024.0)}
+            'next_learning_rate': np.float32(0.2), 'global_norm': np.float32(1.5),
+            'next_loss_scale': np.float32(1024.0)}
   writer = tf.summary.create_file_writer(str(tmp_path))
   with writer.as_default():
     summaries.write_train_scalars(30, values, 640.0, steps_per_epoch=12, global_batch=256)
