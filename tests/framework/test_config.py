@@ -413,9 +413,12 @@ def test_resolve_modes():
 
 
 def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
+  from framework import config_file  # pylint: disable=import-outside-toplevel
   from framework import launch  # pylint: disable=import-outside-toplevel
-  assert launch.MODES is cfg.MODES == ('train', 'eval', 'train_eval', 'benchmark', 'export')
-  assert set(launch.READING_MODES) | set(launch.TRAINING_MODES) < set(cfg.MODES)
+  assert launch.MODES is cfg.MODES is config_file.MODES
+  assert launch.READING_MODES is config_file.READING_MODES
+  assert launch.TRAINING_MODES is config_file.TRAINING_MODES
+  assert set(config_file.READING_MODES) | set(config_file.TRAINING_MODES) < set(cfg.MODES)
 
 
 # ---------------------------------------------------------------------------
