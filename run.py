@@ -122,10 +122,14 @@ def main(argv=None):
     # The checks that import TensorFlow (the optimizer's and lr policy's
     # arguments) wait: --print_config answers at once without them, and a run
     # makes them once its multi-worker engine has started (framework/launch.py).
-    configs = config_lib.load_configs(args.config, args.mode, args.set, construct=False)
+    notes = []
+    configs = config_lib.load_configs(args.config, args.mode, args.set, construct=False,
+                                      notes=notes)
   except ConfigError as exc:
     fail(config_lib.format_error(exc))
   if args.print_config:
+    for note in notes:
+      print(note, file=sys.stderr)
     print(config_lib.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
   if args.num_workers > 1:
@@ -134,7 +138,7 @@ def main(argv=None):
                *local_cluster.without_flag(argv, '--num_workers')]
     return local_cluster.run(command, args.num_workers)
   try:
-    return launch_lib.launch(args, configs, resume_command(argv))
+    return launch_lib.launch(args, configs, resume_command(argv), notes)
   except launch_lib.LaunchError as exc:
     fail(str(exc), status=exc.status)
   except KeyboardInterrupt:

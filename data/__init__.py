@@ -12,11 +12,15 @@ from core.registry import Registry
 from data import schemas
 
 DATA_LAYERS = Registry('data layer')
-DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS)
+DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS,
+                          TRAIN_EXAMPLES=schemas.cifar10_train_examples)
 DATA_LAYERS.register_lazy('cmudict', 'data.cmudict:CmudictDataLayer', PARAMS=schemas.CMUDICT_PARAMS)
 DATA_LAYERS.register_lazy('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer',
-                          PARAMS=schemas.FASHION_MNIST_PARAMS)
+                          PARAMS=schemas.FASHION_MNIST_PARAMS,
+                          TRAIN_EXAMPLES=schemas.fashion_mnist_train_examples)
 DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',
-                          PARAMS=schemas.IMAGENET_PARAMS)
+                          PARAMS=schemas.IMAGENET_PARAMS,
+                          TRAIN_EXAMPLES=schemas.imagenet_train_examples)
 DATA_LAYERS.register_lazy('synthetic', 'data.synthetic:SyntheticDataLayer',
-                          PARAMS=schemas.SYNTHETIC_PARAMS)
+                          PARAMS=schemas.SYNTHETIC_PARAMS,
+                          TRAIN_EXAMPLES=schemas.synthetic_train_examples)

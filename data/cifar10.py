@@ -13,13 +13,10 @@ import numpy as np
 from data import schemas
 from data.base import DataError, InMemoryDataLayer
 
-FILES = {
-    'train': tuple(f'data_batch_{i}.bin' for i in range(1, 6)),
-    'eval': ('test_batch.bin',),
-}
+FILES = schemas.CIFAR10_FILES
 HEIGHT = WIDTH = 32
 CHANNELS = 3
-RECORD_BYTES = 1 + HEIGHT * WIDTH * CHANNELS
+RECORD_BYTES = schemas.CIFAR10_RECORD_BYTES
 NUM_CLASSES = 10
 LAYOUT_HINT = ('expected the CIFAR-10 binary version (cifar-10-batches-bin: '
                'data_batch_1.bin .. data_batch_5.bin, test_batch.bin)')

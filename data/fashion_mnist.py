@@ -18,10 +18,7 @@ from data.base import DataError, InMemoryDataLayer
 DEFAULT_DIR = schemas.FASHION_MNIST_DEFAULT_DIR
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
-FILES = {
-    'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
-    'eval': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
-}
+FILES = schemas.FASHION_MNIST_FILES
 NUM_CLASSES = 10
 IMAGE_SHAPE = (28, 28)
 IDX_UBYTE = 0x08

@@ -28,7 +28,7 @@ from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_bat
 log = logging.getLogger(__name__)
 
 DEFAULT_PATTERN = {'train': 'train-*', 'eval': 'validation-*'}
-DEFAULT_NUM_EXAMPLES = {'train': 1281167, 'eval': 50000}
+DEFAULT_NUM_EXAMPLES = schemas.IMAGENET_NUM_EXAMPLES
 # Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

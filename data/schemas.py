@@ -6,6 +6,10 @@ loaded; each layer class validates its params against the same schema
 (its ``PARAMS`` attribute is the dict below).
 """
 
+import gzip
+import os
+import zlib
+
 from core.params import REQUIRED
 from core.params import Param
 from core.params import non_negative
@@ -75,3 +79,62 @@ SYNTHETIC_PARAMS = {
     'num_classes': Param(int, 1000, check=positive),
     'num_examples': Param(int, 1281167, check=positive, doc='examples per epoch, all workers'),
 }
+
+
+# ---------------------------------------------------------------------------
+# The size of each training split, told without TensorFlow and without reading
+# the data (each registration's ``TRAIN_EXAMPLES`` fact): the config layer
+# counts a run's updates per epoch with it, so a warm-up longer than the run is
+# refused (or fitted) before anything is built. None: it cannot tell; the run
+# counts once its data layer is built. tests/data/test_train_examples.py holds
+# each against the built layer's ``num_examples``.
+
+FASHION_MNIST_FILES = {
+    'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+    'eval': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
+}
+CIFAR10_FILES = {
+    'train': tuple(f'data_batch_{i}.bin' for i in range(1, 6)),
+    'eval': ('test_batch.bin',),
+}
+CIFAR10_RECORD_BYTES = 1 + 32 * 32 * 3
+IMAGENET_NUM_EXAMPLES = {'train': 1281167, 'eval': 50000}
+# The magic number of an IDX file of unsigned bytes with one dimension (labels).
+_IDX_LABELS_MAGIC = b'\x00\x00\x08\x01'
+
+
+def fashion_mnist_train_examples(params):
+  """The count in the header of the training labels' IDX file; None when it cannot be read."""
+  path = os.path.join(params['data_dir'], FASHION_MNIST_FILES['train'][1])
+  try:
+    with gzip.open(path, 'rb') as f:
+      header = f.read(8)
+  except (OSError, EOFError, zlib.error):
+    return None
+  if len(header) < 8 or header[:4] != _IDX_LABELS_MAGIC:
+    return None
+  return int.from_bytes(header[4:], 'big')
+
+
+def cifar10_train_examples(params):
+  """The records of the five training files, from their sizes; None when one is missing or cut."""
+  total = 0
+  for name in CIFAR10_FILES['train']:
+    try:
+      size = os.path.getsize(os.path.join(params['data_dir'], name))
+    except OSError:
+      return None
+    if size == 0 or size % CIFAR10_RECORD_BYTES:
+      return None
+    total += size // CIFAR10_RECORD_BYTES
+  return total
+
+
+def imagenet_train_examples(params):
+  """``num_examples``, or the ImageNet training set's 1,281,167 (what the layer takes too)."""
+  return params['num_examples'] or IMAGENET_NUM_EXAMPLES['train']
+
+
+def synthetic_train_examples(params):
+  """``num_examples``: the length of a synthetic epoch."""
+  return params['num_examples']

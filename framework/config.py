@@ -18,7 +18,12 @@ loss scaler's params and the params of the model and data layer), with no
 TensorFlow imported, so a mistake there answers at once; then, unless
 ``construct=False``, the checks only the owners can make
 (``framework.argument_checks``): the optimizer's and lr policy's arguments against
-their signatures, and the optimizer constructed once. Every mistake raises
+their signatures, the optimizer constructed once, and the lr policy tried with
+its durations in steps. Where the data layer declares the size of its
+training split (its ``TRAIN_EXAMPLES`` fact), the run's length is checked
+too, in steps, as the trainer checks it: an epoch holds a full batch and the
+warm-up ends within the run (``framework.schedule``), so ``--print_config``
+and a sweep's check of its points refuse what a run would refuse. Every mistake raises
 :class:`ConfigError` with a one-line message that starts with the key path,
 and no function modifies the dict it is given.
 """
@@ -34,10 +39,12 @@ from core.params import check_params
 from core.params import positive
 from core.params import reject_unknown_keys
 from framework import argument_checks
+from framework import schedule
 from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
 from framework.config_file import MODES  # noqa: F401  (re-exported)
 from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
 from framework.config_file import YAML_EXTENSIONS  # noqa: F401
+from framework.config_file import durations_given
 from framework.config_file import format_error  # noqa: F401
 from framework.config_file import load_config_file
 from framework.config_file import load_yaml  # noqa: F401
@@ -51,7 +58,7 @@ from framework.config_file import to_yaml  # noqa: F401
 from framework.config_file import write_config  # noqa: F401
 from framework.config_file import write_run_config  # noqa: F401
 from framework.config_file import write_text  # noqa: F401
-from framework.schema import DURATION_KEYS
+from framework.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.schema import EPOCH_KEYS
 from framework.schema import FRACTION_KEYS
 from framework.schema import SCHEMA
@@ -80,16 +87,20 @@ def default_registries():
           'lr_policy': LR_POLICIES}
 
 
-def load_configs(path, mode, overrides=(), registries=None, construct=True):
+def load_configs(path, mode, overrides=(), registries=None, construct=True, notes=None):
   """Reads, overlays, overrides and validates the config(s) of a run in ``mode``.
 
   Args:
     path: the config file.
     mode: a run.py mode (``config_file.MODES``).
-    overrides: ``key.path=value`` strings.
+    overrides: ``key.path=value`` strings. A run length among them
+      (``max_steps``, ``num_epochs``) replaces the config's other one and
+      may shorten its warm-up (see :func:`validate`).
     registries: the registries (default: :func:`default_registries`).
     construct: also make the checks that import the owners (TensorFlow);
       False checks everything else, e.g. to print a config at once.
+    notes: a list the one-line notes of the validation are appended to
+      (a warm-up shortened to fit the run), or None.
 
   Returns:
     ``{'train': config or None, 'eval': config or None}``, validated.
@@ -99,14 +110,17 @@ def load_configs(path, mode, overrides=(), registries=None, construct=True):
   """
   registries = default_registries() if registries is None else registries
   views = resolve_modes(load_config_file(path), mode, overrides)
-  return {view: (validate(cfg, registries, view, construct) if cfg is not None else None)
+  given = bool(durations_given(overrides))
+  return {view: (validate(cfg, registries, view, construct, given, notes)
+                 if cfg is not None else None)
           for view, cfg in views.items()}
 
 
 # ---------------------------------------------------------------------------
 # Validation
 
-def validate(config, registries, mode='train', construct=True):
+def validate(config, registries, mode='train', construct=True, run_length_given=False,
+             notes=None):
   """Checks a resolved config before anything is built.
 
   Args:
@@ -118,6 +132,10 @@ def validate(config, registries, mode='train', construct=True):
     construct: also make the checks only the owners can make (the
       optimizer's and lr policy's arguments), which import them and so
       TensorFlow; without it no TensorFlow is imported.
+    run_length_given: whether the command line gave ``max_steps`` or
+      ``num_epochs``: a warm-up longer than such a run is shortened to it
+      (``schedule.fit_warmup``) instead of refused.
+    notes: a list the one-line note of a shortened warm-up is appended to.
 
   Returns:
     A new dict holding every key of ``SCHEMA``, defaults filled in, including
@@ -139,9 +157,31 @@ def validate(config, registries, mode='train', construct=True):
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
   argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
+  per_epoch = _declared_steps_per_epoch(result, registries) if mode == 'train' else None
+  if per_epoch is not None:
+    result, note = schedule.fit_warmup(result, per_epoch, run_length_given)
+    if note is not None and notes is not None:
+      notes.append(note)
   if construct:
-    _check_with_owners(result, registries)
+    _check_with_owners(result, registries, per_epoch)
   return result
+
+
+def _declared_steps_per_epoch(result, registries):
+  """Updates per epoch of one worker, where the data layer declares its training split's size.
+
+  The ``TRAIN_EXAMPLES`` fact of a data layer's registration counts the
+  examples without TensorFlow and without reading the data (None when it
+  cannot tell); a run of several workers is checked again once they are known.
+
+  Raises:
+    ConfigError: when an epoch holds no full batch.
+  """
+  count = _declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
+  examples = count(result['data_layer_params']) if count is not None else None
+  if examples is None:
+    return None
+  return schedule.declared_steps_per_epoch(result, examples)
 
 
 def _check_declared_params(result, kind, schema):
@@ -207,10 +247,10 @@ def _check_lr_policy(result, registries):
     raise ConfigError('lr_policy_params.learning_rate: required key is missing (base learning rate)')
   for key in EPOCH_KEYS:
     if key in lr_params:
-      _to_steps(lr_params[key], 1, f'lr_policy_params.{key}')
+      schedule.to_steps(lr_params[key], 1, f'lr_policy_params.{key}')
   for key in FRACTION_KEYS:
     if key in lr_params:
-      _to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
+      schedule.to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
   argument_checks.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
 
 
@@ -273,18 +313,20 @@ def check_with_owners(configs, registries=None):
     ConfigError: naming the key path of the first mistake.
   """
   registries = default_registries() if registries is None else registries
-  for cfg in configs.values():
+  for view, cfg in configs.items():
     if cfg is not None:
-      _check_with_owners(cfg, registries)
+      per_epoch = _declared_steps_per_epoch(cfg, registries) if view == 'train' else None
+      _check_with_owners(cfg, registries, per_epoch)
 
 
-def _check_with_owners(config, registries):
+def _check_with_owners(config, registries, per_epoch=None):
   """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
 
   ``optimizer_params`` against the optimizer class's constructor (and its
   arguments' names, unless the registration declared them and
   :func:`_check_declared_arguments` checked them), and ``lr_policy_params``
-  against the lr policy's arguments, likewise;
+  against the lr policy's arguments, likewise, and, given the run's updates
+  per epoch (``per_epoch``), the policy tried with its durations in steps;
   and the params of a model or data layer registered lazily without a
   ``PARAMS`` fact. Imports those owners, and with them TensorFlow (its
   start-up banner held back).
@@ -309,6 +351,8 @@ def _check_with_owners(config, registries):
     policy = _lookup(config, 'lr_policy', registries)
     argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
+  if per_epoch is not None:
+    schedule.learning_rate_fn(config, per_epoch)
 
 
 def _optimizer_entry(config, registries):
@@ -376,91 +420,3 @@ def _lookup(config, key, registries):
     return value
   _check_name(config, key, registries)
   return _registry(key, registries)[value]
-
-
-# ---------------------------------------------------------------------------
-# Durations
-
-def check_warmup(lr_policy_params, steps_per_epoch, total_steps):
-  """Rejects a warm-up longer than training, for any ``warmup*`` duration in steps or epochs.
-
-  (A ``warmup_fraction`` is at most the whole run by construction.)
-
-  Args:
-    lr_policy_params: the validated ``lr_policy_params``.
-    steps_per_epoch: updates per epoch.
-    total_steps: the run's length in updates.
-
-  Raises:
-    ConfigError: naming the key, its length in steps and the run's.
-  """
-  in_steps = epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps)
-  for key, value in in_steps.items():
-    if not (key.startswith('warmup') and key.endswith('steps')) or isinstance(value, bool) \
-        or not isinstance(value, (int, float)):
-      continue
-    if value > total_steps:
-      given = next((k for k, v in DURATION_KEYS.items() if v == key and k in lr_policy_params),
-                   key)
-      raise ConfigError(f'lr_policy_params.{given}: the warm-up ({value} steps) is longer than '
-                        f'training ({total_steps} steps); shorten it or train longer')
-
-
-def epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps=None):
-  """Turns the epoch- and fraction-valued keys of ``DURATION_KEYS`` into their step-valued keys.
-
-  ``{'warmup_epochs': 5, 'boundary_epochs': [30, 60]}`` with 100 steps per
-  epoch gives ``{'warmup_steps': 500, 'boundaries': [3000, 6000]}``;
-  ``{'warmup_fraction': 0.25}`` in a run of 1000 steps gives
-  ``{'warmup_steps': 250}``. Steps are rounded to the nearest integer (halves
-  up); other keys are copied as they are, in their place.
-
-  Args:
-    lr_policy_params: the validated ``lr_policy_params`` (not modified).
-    steps_per_epoch: a positive number.
-    total_steps: the run's length in updates; needed for ``*_fraction`` keys.
-
-  Returns:
-    A new dict.
-
-  Raises:
-    ConfigError: when two keys give the same duration, or a value is not a
-      number (a fraction in [0, 1]) or a list of them.
-    ValueError: for a steps_per_epoch that is not positive, or fraction keys
-      without total_steps.
-  """
-  if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, float)) \
-      or steps_per_epoch <= 0:
-    raise ValueError(f'steps_per_epoch must be a positive number, got {steps_per_epoch!r}')
-  result = {}
-  for key, value in (lr_policy_params or {}).items():
-    step_key = DURATION_KEYS.get(key)
-    if step_key is None:
-      result[key] = copy.deepcopy(value)
-      continue
-    others = [k for k in lr_policy_params if k != key and DURATION_KEYS.get(k, k) == step_key]
-    if others:
-      raise ConfigError(f'lr_policy_params: give {key} or {others[0]}, not both')
-    path = f'lr_policy_params.{key}'
-    if key in FRACTION_KEYS:
-      if total_steps is None:
-        raise ValueError(f'{path}: a fraction of the run needs total_steps')
-      result[step_key] = _to_steps(value, total_steps, path, fraction=True)
-    else:
-      result[step_key] = _to_steps(value, steps_per_epoch, path)
-  return result
-
-
-def _to_steps(value, unit, path, fraction=False):
-  """``value`` (a number or list of numbers, in epochs or fractions of the run) × ``unit``, rounded."""
-  upper = 1 if fraction else math.inf
-
-  def convert(x):
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= upper:
-      what = 'a fraction in [0, 1]' if fraction else 'a number >= 0'
-      raise ConfigError(f'{path}: expected {what} or a list of them, got {value!r}')
-    return int(math.floor(x * unit + 0.5))
-
-  if isinstance(value, (list, tuple)):
-    return [convert(v) for v in value]
-  return convert(value)

@@ -259,6 +259,7 @@ def resolve(raw, mode, overrides=()):
   if isinstance(overrides, str):
     overrides = [overrides]
   overrides = list(overrides or ())
+  durations = durations_given(overrides)
   sections = [t for t in overrides if isinstance(t, str) and t.split('.', 1)[0] in TOP_LEVEL_KEYS]
   if sections:
     raw = copy.deepcopy(raw)
@@ -282,7 +283,41 @@ def resolve(raw, mode, overrides=()):
       and not any(t.startswith('lr_scaling') for t in overrides)):
     # A rate given on the command line replaces the config's rule of the global batch.
     config['lr_scaling'] = None
+  if len(durations) == 1 and config.get(durations[0]) is not None:
+    # A run length given on the command line replaces the config's other one.
+    config[DURATIONS[1 - DURATIONS.index(durations[0])]] = None
   return config
+
+
+# The two ways to give a run's length; a config gives one of them.
+DURATIONS = ('num_epochs', 'max_steps')
+
+
+def durations_given(overrides):
+  """The run lengths of ``DURATIONS`` that ``overrides`` give a value other than null.
+
+  ``max_steps=30``, ``train_params.max_steps=30`` and ``base_params.max_steps=30``
+  all give ``max_steps`` (an ``eval_params`` one does not: evaluation has no length).
+
+  Returns:
+    A tuple of the keys, in the order of ``DURATIONS``.
+  """
+  given = set()
+  for text in overrides:
+    path, _, value = str(text).partition('=')
+    head, _, rest = path.strip().partition('.')
+    key = rest if head in TOP_LEVEL_KEYS else path.strip()
+    if key not in DURATIONS or head == 'eval_params':
+      continue
+    try:
+      null = load_yaml(value) is None
+    except yaml.YAMLError:
+      null = False  # the override itself reports its value
+    if null:
+      given.discard(key)
+    else:
+      given.add(key)
+  return tuple(key for key in DURATIONS if key in given)
 
 
 def _sets_learning_rate(overrides):

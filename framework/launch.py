@@ -50,7 +50,7 @@ def choose_logdir(options, cfg):
   return logdir
 
 
-def launch(options, configs, resume):
+def launch(options, configs, resume, notes=()):
   """Starts the multi-worker engine, checks the logdir and runs the mode.
 
   Args:
@@ -58,6 +58,8 @@ def launch(options, configs, resume):
     configs: from ``framework.config.load_configs``.
     resume: the command line that resumes the run, printed when a signal
       stops training.
+    notes: the one-line notes of loading the configs (``load_configs``'s
+      ``notes``), said once by the chief.
 
   Returns:
     The exit status: 0, or 128 + the signal number after a signal stopped
@@ -68,6 +70,8 @@ def launch(options, configs, resume):
   """
   cfg = main_config(configs)
   distributed = start_engine(cfg)
+  for note in notes:
+    distributed.log(note)
   configs = scale_learning_rates(configs, distributed)
   cfg = main_config(configs)
   check_with_owners(configs)
@@ -304,7 +308,8 @@ def run_mode(trainer, options, configs, logdir, stop):
       print(f'a signal cut off the end of training at step {trainer.global_step}: doing it now '
             '(precise batch norm, last checkpoint, last evaluation)', flush=True)
   if training and chief:
-    record_configs(options, configs, logdir, trainer.global_step)
+    # The trainer's train view: a warm-up it shortened to fit the run is recorded so.
+    record_configs(options, dict(configs, train=trainer.config), logdir, trainer.global_step)
   trainer.begin()
   if options.mode == 'eval':
     trainer.evaluate_and_report()

@@ -115,10 +115,17 @@ class Trainer:
     if self.train_data is not None:
       self.steps_per_epoch = schedule.steps_per_epoch(self.train_data, self.batch_size,
                                                       self.iter_size)
+      # The warm-up against the run's length in this run's steps (the config layer
+      # checks it only where the data layer declares its size, for one worker).
+      self.config, note = schedule.fit_warmup(
+          cfg, self.steps_per_epoch, bool(config_lib.durations_given(self.overrides)))
+      cfg = self.config
+      if note is not None:
+        distributed.log(note)
     else:
+      # Evaluating and exporting train nothing: no epoch to count.
       self.steps_per_epoch = 1
     self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
-    config_lib.check_warmup(cfg['lr_policy_params'], self.steps_per_epoch, self.max_steps)
     if self.train_data is not None and self.global_batch > self.train_data.num_examples:
       # It trains (the micro-batches stream on across epochs), but one update then
       # counts some examples twice, which is seldom what a config meant.
@@ -153,7 +160,10 @@ class Trainer:
                      worker_index=self.rank)
 
   def _optimize_loss_arguments(self, cfg):
-    lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
+    if self.train_data is not None:
+      lr_fn = schedule.learning_rate_fn(cfg, self.steps_per_epoch)
+    else:
+      lr_fn = schedule.base_rate_fn(cfg)  # no update, so no schedule
     optimizer, optimizer_params = cfg['optimizer'], dict(cfg['optimizer_params'])
     if cfg['agn_params'] is not None:
       optimizer = make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),

@@ -63,7 +63,16 @@ def test_print_config_answers_without_tensorflow():
     (['--set', 'batch_size_per_gpu=abc'],
      "error: batch_size_per_gpu: expected an integer, got 'abc' (str)"),
     (['--set', 'num_epochs=2h'], "error: num_epochs: expected a number, got '2h' (str)"),
-    (['--set', 'max_steps=100'], 'error: num_epochs, max_steps: give exactly one of them, got both'),
+    (['--set', 'max_steps=100', '--set', 'num_epochs=3'],
+     'error: num_epochs, max_steps: give exactly one of them, got both'),
+    # The data layer declares its size, so the run's length in steps is checked here too.
+    (['--set', 'lr_policy_params.warmup_epochs=9'],
+     'error: lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training '
+     '(1872 steps); shorten it or train longer'),
+    (['--set', 'batch_size_per_gpu=65536', '--set', 'lr_scaling=null',
+      '--set', 'lr_policy_params.learning_rate=1.0'],
+     'error: batch_size_per_gpu: 65536 per worker x 1 worker(s) is larger than the 60000 '
+     'examples of the train split'),
     (['--set', 'optimizer=LRAS'], "error: optimizer: unknown optimizer 'LRAS' (did you mean 'LARS'?)"),
     (['--set', 'lr_policy=poly_decai'],
      "error: lr_policy: unknown lr policy 'poly_decai' (did you mean 'poly_decay'?)"),

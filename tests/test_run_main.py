@@ -49,7 +49,8 @@ def test_python_and_yaml_configs_resolve_identically(capsys):
      'optimizer_params.momentun: unknown'),
     (['--set', 'batch_size_per_gpu=abc'], 'batch_size_per_gpu: expected an integer'),
     (['--set', 'dtype=float64'], "dtype: 'float64' is not allowed"),
-    (['--set', 'max_steps=100'], 'num_epochs'),
+    (['--set', 'max_steps=100', '--set', 'num_epochs=2'],
+     'num_epochs, max_steps: give exactly one of them, got both'),
     (['--set', 'lr_policy=poly_decai'], "did you mean 'poly_decay'"),
     (['--set', 'larc_params={larc_mode: clip}'], 'larc_params.larc_eta'),
     (['--set', 'modle=resnet'], 'modle: unknown key (did you mean model?)'),
@@ -75,3 +76,52 @@ def test_config_mistakes_exit_2_with_one_line(capsys, args, message):
   assert status == 2, err
   lines = [l for l in err.splitlines() if l.strip()]
   assert lines[-1].startswith('error: ') and message in lines[-1], err
+
+
+SHORTENED = ('note: lr_policy_params.warmup_epochs: the warm-up (234 steps) is longer than this '
+             'run (30 steps, max_steps from the command line); it is shortened to the whole run '
+             '(lr_policy_params.warmup_steps: 30)')
+
+
+def test_a_smoke_run_is_one_override(capsys):
+  # The config trains 8 epochs of 234 steps after a warm-up of one epoch.
+  status, out, err = main(capsys, '--config', LARS_CONFIG, '--print_config',
+                          '--set', 'max_steps=30')
+  assert status == 0 and err.splitlines() == [SHORTENED], err
+  printed = yaml.safe_load(out)
+  assert (printed['max_steps'], printed['num_epochs']) == (30, None)
+  assert printed['lr_policy_params'] == {'power': 2.0, 'decay_fraction': 1.0, 'min_lr': 0.0,
+                                         'learning_rate': 2.0, 'warmup_steps': 30}
+  # A length in epochs replaces max_steps the same way; a warm-up the run holds stays.
+  status, out, err = main(capsys, '--config', LARS_CONFIG, '--print_config',
+                          '--set', 'train_params.num_epochs=2')
+  printed = yaml.safe_load(out)
+  assert (status, err, printed['num_epochs'], printed['max_steps']) == (0, '', 2.0, None)
+  assert printed['lr_policy_params']['warmup_epochs'] == 1
+
+
+def test_a_config_file_whose_warm_up_outlasts_its_run_is_still_refused(capsys, tmp_path):
+  config = tmp_path / 'short.py'
+  config.write_text(f'exec(open({LARS_CONFIG!r}).read())\n'
+                    "base_params.update(num_epochs=None, max_steps=30)\n")
+  status, _, err = main(capsys, '--config', str(config), '--print_config')
+  assert status == 2 and err.strip() == (
+      'error: lr_policy_params.warmup_epochs: the warm-up (234 steps) is longer than training '
+      '(30 steps); shorten it or train longer'), err
+
+
+@pytest.mark.slow
+def test_a_smoke_run_trains_with_one_override(capsys, tmp_path):
+  logdir = tmp_path / 'smoke'
+  status, out, err = main(capsys, '--config', LARS_CONFIG, '--mode', 'train', '--logdir',
+                          str(logdir), '--set', 'max_steps=30')
+  assert status == 0, err
+  assert (out + err).count(SHORTENED) == 1
+  raw = yaml.safe_load((logdir / 'config.yaml').read_text())
+  recorded = {**raw['base_params'], **(raw.get('train_params') or {})}
+  assert recorded['max_steps'] == 30 and recorded['lr_policy_params']['warmup_steps'] == 30
+  assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-30')
+  # The run directory resumes from its own config as a config file: nothing to refuse.
+  status, out, err = main(capsys, '--config', str(logdir / 'config.yaml'), '--mode', 'train',
+                          '--logdir', str(logdir), '--continue_learning')
+  assert status == 0 and 'nothing to do' in out, err

@@ -299,10 +299,11 @@ SHORT = ['--set', 'max_steps=3', '--set', 'num_epochs=null', '--set', 'data_laye
          '--set', 'optimizer_params={momentum: 0.9}', '--set', 'eval_params.batch_size_per_gpu=500']
 
 
-def run_sweep(*args):
+def run_sweep(*args, after=()):
+  """Runs scripts/sweep.py on ``args``, then SHORT, then the overrides ``after``."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  return subprocess.run([sys.executable, SCRIPT, '--config', SGD_CONFIG, *args, *SHORT], cwd=ROOT,
-                        env=env, capture_output=True, text=True, timeout=600)
+  return subprocess.run([sys.executable, SCRIPT, '--config', SGD_CONFIG, *args, *SHORT, *after],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def read_csv(path):
@@ -329,22 +330,39 @@ def test_every_point_is_checked_before_any_runs(tmp_path):
   assert 'started' not in result.stdout
 
 
+def test_a_batch_larger_than_the_data_is_refused_before_any_point_runs(tmp_path):
+  # The data layer declares its size (500 examples): the check the run would make first.
+  result = run_sweep('--grid', 'batch_size_per_gpu=32,1024', '--out', str(tmp_path / 'sweep'))
+  assert result.returncode == 2, result.stdout + result.stderr
+  assert result.stderr.splitlines() == [
+      'error: point batch_size_per_gpu=1024: batch_size_per_gpu: 1024 per worker x 1 worker(s) '
+      'is larger than the 500 examples of the train split',
+      'error: 1 of 2 point(s) have a config error; nothing was run']
+  assert 'started' not in result.stdout
+
+
+# 2048 examples, so that a batch of 1024 fits; the derived L2 scale is 1e38 at 1024, whose
+# loss is then not finite: those runs fail only once they train, and the sweep must say so
+# and exit 1.
+BIG_L2 = ['--set', 'data_layer_params.num_examples=2048', '--set', 'regularizer=l2']
+L2_SCALE = '1e-30 + batch_size_per_gpu // 1024 * 1e38'
+
+
 def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   out = tmp_path / 'sweep'
   grid_file = tmp_path / 'grid.yaml'
-  # A valid config, but 1024 is more than the 500 examples of the data: these runs fail
-  # when run.py builds the data, and the sweep must say so and exit 1.
   grid_file.write_text('batch_size_per_gpu: [32, 1024]\n'
                        'optimizer: [Momentum, LARS]\n'
                        'derived:\n'
-                       '  lr_policy_params.learning_rate: 0.025 * batch_size_per_gpu / 16\n')
-  first = run_sweep('--grid-file', str(grid_file), '--out', str(out), '--jobs', '3')
+                       '  lr_policy_params.learning_rate: 0.025 * batch_size_per_gpu / 16\n'
+                       f'  regularizer_params.scale: {L2_SCALE}\n')
+  first = run_sweep('--grid-file', str(grid_file), '--out', str(out), '--jobs', '3',
+                    after=BIG_L2)
   assert first.returncode == 1, first.stdout + first.stderr
   assert '4 point(s) in' in first.stdout and 'all configs valid' in first.stdout
   for name in ('Momentum', 'LARS'):
-    assert re.search(rf'FAILED batch_size_per_gpu=1024__optimizer={name} \(exit status 2\): '
-                     r'error: batch_size: 1024 per worker x 1 worker\(s\) is larger than the 500 '
-                     'examples', first.stdout), first.stdout
+    assert re.search(rf'FAILED batch_size_per_gpu=1024__optimizer={name} \(exit status 1\): '
+                     r'error: non-finite loss \(loss inf\) at step \d', first.stdout), first.stdout
   assert '4/4 done (0 skipped, 2 failed), 0 running, 0 left' in first.stdout
 
   rows = {(row['batch_size_per_gpu'], row['optimizer']): row
@@ -380,13 +398,14 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     assert resolved['max_steps'] == 3 and row['lr_policy_params.learning_rate'] == '0.05'
     failed = rows['1024', name]
     assert failed['status'] == 'failed' and failed['accuracy'] == ''
-    assert failed['error'].startswith('error: batch_size: 1024 per worker')
+    assert failed['error'].startswith('error: non-finite loss (loss inf) at step ')
     error_txt = out / f'batch_size_per_gpu=1024__optimizer={name}' / 'error.txt'
     assert error_txt.read_text().strip() == failed['error']
   markdown = (out / 'results.md').read_text()
-  assert f'| 32 | Momentum | 0.05 | ok | {float(rows["32", "Momentum"]["accuracy"]):.4f} |' in markdown
-  assert '| 1024 | LARS | 1.6 | failed | n/a |' in markdown
-  assert '=1024__optimizer=LARS`: failed — error: batch_size: 1024 per worker' in markdown
+  accuracy = float(rows['32', 'Momentum']['accuracy'])
+  assert f'| 32 | Momentum | 0.05 | 1e-30 | ok | {accuracy:.4f} |' in markdown
+  assert '| 1024 | LARS | 1.6 | 1e+38 | failed | n/a |' in markdown
+  assert '=1024__optimizer=LARS`: failed — error: non-finite loss (loss inf)' in markdown
   check_png(out / 'accuracy.png')
 
   # Again, from the command line: finished points are skipped, untouched; failed ones rerun.
@@ -395,7 +414,8 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   before = {key: (path.stat().st_mtime_ns, path.read_text()) for key, path in logs.items()}
   second = run_sweep('--grid', 'batch_size_per_gpu=32,1024', '--grid', 'optimizer=Momentum,LARS',
                      '--derive', 'lr_policy_params.learning_rate=0.025*batch_size_per_gpu/16',
-                     '--out', str(out), '--jobs', '3')
+                     '--derive', f'regularizer_params.scale={L2_SCALE}',
+                     '--out', str(out), '--jobs', '3', after=BIG_L2)
   assert second.returncode == 1, second.stdout + second.stderr
   for name in ('Momentum', 'LARS'):
     assert re.search(rf'skipped batch_size_per_gpu=32__optimizer={name}: finished before '
