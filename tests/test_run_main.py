@@ -125,3 +125,13 @@ def test_a_smoke_run_trains_with_one_override(capsys, tmp_path):
   status, out, err = main(capsys, '--config', str(logdir / 'config.yaml'), '--mode', 'train',
                           '--logdir', str(logdir), '--continue_learning')
   assert status == 0 and 'nothing to do' in out, err
+
+
+@pytest.mark.parametrize('mode', ['eval', 'export'])
+def test_eval_and_export_need_no_schedule(capsys, tmp_path, mode):
+  # Decay over 0.3 epochs: no epoch is counted when nothing trains, so the schedule is left
+  # out and the run goes on to look for its checkpoint (this directory has none).
+  export = ['--export_dir', str(tmp_path / 'exported')] if mode == 'export' else []
+  status, _, err = main(capsys, '--config', LARS_CONFIG, '--mode', mode, '--logdir', str(tmp_path),
+                        *export, '--set', 'lr_policy_params={learning_rate: 0.1, decay_epochs: 0.3}')
+  assert status == 2 and err.strip() == f'error: no checkpoint found in {tmp_path}', err
