@@ -18,14 +18,29 @@ class MomentumOptimizer(FusedUpdate, tf1_compat.TF1OptimizerMixin, keras.optimiz
   constant learning rate. The updates of all variables run as one XLA launch
   (``xla_update``); after LARC, where the native kernel applies, LARC and the
   update run as that one kernel (``native_larc_update``).
+
+  Args:
+    learning_rate: the learning rate.
+    momentum: the momentum coefficient, in [0, 1].
+    use_nesterov: Nesterov momentum (TF 1's name).
+    name: the optimizer's name.
+    nesterov: Keras' name for ``use_nesterov``; give one of the two.
+    **kwargs: other Keras optimizer arguments.
+
+  Raises:
+    ValueError: for a momentum outside [0, 1], or ``use_nesterov`` and
+      ``nesterov`` given with different values.
   """
 
   def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
-               **kwargs):
+               nesterov=None, **kwargs):
     if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
       raise ValueError(f'Momentum: momentum must be in [0, 1], got {momentum!r}')
+    if nesterov is not None and use_nesterov and not nesterov:
+      raise ValueError(f'Momentum: use_nesterov={use_nesterov!r} and nesterov={nesterov!r} are '
+                       'the same setting; give one of them')
     super().__init__(learning_rate=learning_rate, momentum=float(momentum),
-                     nesterov=bool(use_nesterov), name=name, **kwargs)
+                     nesterov=bool(use_nesterov or nesterov), name=name, **kwargs)
 
   def get_slot_names(self):
     return ['momentum']
