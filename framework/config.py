@@ -146,10 +146,12 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     ConfigError: naming the key path of the first mistake.
   """
   result = _check_schema(config)
+  given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
     _check_name(result, kind, registries)
     _check_declared_params(result, kind, _declared(result, kind, registries, 'PARAMS'))
   _check_optimizer(result, registries)
+  result = _one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
   _check_declared_arguments(result, registries)
   _check_batches(result, mode)
@@ -226,6 +228,44 @@ def _check_optimizer(result, registries):
     raise ConfigError('agn_params: only used with optimizer: AGN')
   argument_checks.reject_supplied(result['optimizer_params'], 'optimizer_params',
                                   _OPTIMIZER_SUPPLIED)
+
+
+def _one_weight_decay(result, given_model_params, registries):
+  """The run's one source of weight decay: the model's L2 loss or the optimizer's own decay.
+
+  ``model_params.weight_decay`` (L2 on the kernels, in the loss; 1e-4 unless
+  given) would stack on the decay of an optimizer that has one (LARS, LAMB,
+  AdamW: ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``) or that is given
+  Keras' ``weight_decay``. So the optimizer's is the run's where it has one
+  or one is given, and the model's default is turned off; a model decay the
+  config gives turns an optimizer's own default off instead. Given both
+  (other than 0) is a mistake.
+
+  Returns:
+    ``result``, or a new dict with the source not taken at 0.
+
+  Raises:
+    ConfigError: naming both keys, when both are given.
+  """
+  model_params = result['model_params']
+  if not isinstance(model_params, dict) or 'weight_decay' not in model_params:
+    return result  # the model has no such parameter, or declares none
+  model_given = (given_model_params or {}).get('weight_decay')
+  optimizer_given = result['optimizer_params'].get('weight_decay')
+  own = _declared(_optimizer_entry(result, registries), 'optimizer', registries,
+                  'OWN_WEIGHT_DECAY')
+  if model_given and optimizer_given:
+    raise ConfigError(f'model_params.weight_decay: {model_given} given together with '
+                      f'optimizer_params.weight_decay: {optimizer_given}; a run takes one source '
+                      'of weight decay (the L2 loss of the model, or the optimizer\'s own): set the '
+                      'other to 0')
+  if model_given:
+    if own and optimizer_given is None:  # the optimizer's default would stack on it
+      return dict(result, optimizer_params=dict(result['optimizer_params'], weight_decay=0.0))
+    return result
+  if optimizer_given or own is not None:
+    return dict(result, model_params=dict(model_params, weight_decay=0.0))
+  return result
 
 
 def _check_lr_policy(result, registries):

@@ -31,6 +31,11 @@ KERAS_BASE = ('weight_decay', 'clipnorm', 'clipvalue', 'global_clipnorm', 'use_e
 _LEARNING_RATE = ('learning_rate',)
 _EXCLUSIONS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'skip_list', 'fused')
 
+# The weight decay an optimizer applies by its own algorithm, with its default: a
+# run takes one source of weight decay, this one unless the config gives the
+# model's (model_params.weight_decay), framework/config.py.
+_OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0}
+
 _OPTIMIZERS = (
     ('Adagrad', 'keras.optimizers:Adagrad', ('initial_accumulator_value', 'epsilon')),
     ('Adam', 'keras.optimizers:Adam', ('beta_1', 'beta_2', 'epsilon', 'amsgrad')),
@@ -58,6 +63,8 @@ OPTIMIZER_CLS_NAMES = Registry('optimizer', case_insensitive=True)
 _KNOWN_KERAS = _keras_version() == KERAS_VERSION
 for _name, _target, _own in _OPTIMIZERS:
   _facts = {}
+  if _name in _OWN_WEIGHT_DECAY:
+    _facts['OWN_WEIGHT_DECAY'] = _OWN_WEIGHT_DECAY[_name]
   if _KNOWN_KERAS:
     _facts['ARGUMENTS'] = Arguments(_target.split(':')[1], _LEARNING_RATE + _own + KERAS_BASE, ())
   OPTIMIZER_CLS_NAMES.register_lazy(_name, _target, **_facts)

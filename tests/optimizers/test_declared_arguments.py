@@ -7,6 +7,7 @@ drifts from its code fails here.
 """
 
 import importlib.metadata
+import inspect
 import os
 
 import pytest
@@ -46,3 +47,13 @@ def test_declared_arguments_match_the_signature(reg, name, arguments):
   assert len(set(arguments.names)) == len(arguments.names)
   assert sorted(arguments.required) == sorted(required)
   assert arguments.who == target.__name__
+
+
+def test_own_weight_decay_is_the_signature_default():
+  own = {name: registry.OPTIMIZER_CLS_NAMES.facts(name)['OWN_WEIGHT_DECAY']
+         for name in registry.OPTIMIZER_CLS_NAMES
+         if 'OWN_WEIGHT_DECAY' in registry.OPTIMIZER_CLS_NAMES.facts(name)}
+  assert sorted(own) == ['AdamW', 'LAMB', 'LARS']
+  for name, value in own.items():
+    default = inspect.signature(registry.OPTIMIZER_CLS_NAMES[name]).parameters['weight_decay'].default
+    assert (default or 0.0) == value, name

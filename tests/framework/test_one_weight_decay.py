@@ -1,0 +1,69 @@
+"""One source of weight decay per run: the model's L2 loss or the optimizer's own decay, not both."""
+
+import os
+
+import pytest
+
+from core.params import ConfigError
+from framework import config as cfg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
+OWN_DEFAULT = {'LARS': 1e-4, 'LAMB': 0.0, 'AdamW': 0.004}
+
+
+def train_view(path, *overrides):
+  return cfg.load_configs(path, 'train', list(overrides), construct=False)['train']
+
+
+def decays(config):
+  """(the model's L2 coefficient, the optimizer's decay) the run trains with."""
+  optimizer = config['optimizer']
+  own = config['optimizer_params'].get('weight_decay')
+  if own is None:
+    own = OWN_DEFAULT.get(optimizer, 0.0)
+  return config['model_params']['weight_decay'], own
+
+
+@pytest.mark.parametrize('path, expected', [
+    ('fashion_mnist_lars.py', (0.0, 5e-4)),
+    ('fashion_mnist_sgd.py', (5e-4, 0.0)),
+    ('resnet50_lars.py', (0.0, 2e-4)),
+    ('resnet50_lars.yaml', (0.0, 2e-4)),
+    ('large_batch/lars.py', (0.0, 5e-4)),
+    ('large_batch/lars_8k.py', (0.0, 5e-4)),
+    ('large_batch/lamb.py', (0.0, 0.01)),
+    ('large_batch/sgd.py', (5e-4, 0.0)),
+])
+def test_the_shipped_configs_keep_their_decay(path, expected):
+  assert decays(train_view(os.path.join(ROOT, 'configs', path))) == expected
+
+
+def test_by_default_the_optimizer_that_decays_weights_is_the_source():
+  # Neither given: LARS's own 1e-4, not that plus the model's default 1e-4.
+  config = train_view(LARS_CONFIG, 'model_params={depth: 8}', 'optimizer_params={momentum: 0.9}')
+  assert decays(config) == (0.0, 1e-4) and 'weight_decay' not in config['optimizer_params']
+  # An optimizer without its own decay keeps the model's default L2 ...
+  assert decays(train_view(SGD_CONFIG, 'model_params={depth: 8}')) == (1e-4, 0.0)
+  # ... unless it is given Keras' weight_decay.
+  assert decays(train_view(SGD_CONFIG, 'model_params={depth: 8}',
+                           'optimizer_params.weight_decay=2e-4')) == (0.0, 2e-4)
+
+
+def test_a_model_decay_given_turns_the_optimizers_default_off():
+  config = train_view(LARS_CONFIG, 'model_params={depth: 8, weight_decay: 5e-4}',
+                      'optimizer_params={momentum: 0.9}')
+  assert decays(config) == (5e-4, 0.0) and config['optimizer_params']['weight_decay'] == 0.0
+  # Recorded so (the rate as the number lr_scaling gave), it resolves to the same again.
+  recorded = dict(config, lr_scaling=None)
+  assert cfg.validate(recorded, cfg.default_registries(), construct=False) == recorded
+
+
+def test_two_sources_given_at_once_is_one_line():
+  with pytest.raises(ConfigError) as info:
+    train_view(LARS_CONFIG, 'model_params.weight_decay=1e-4')
+  assert str(info.value) == (
+      'model_params.weight_decay: 0.0001 given together with optimizer_params.weight_decay: '
+      "0.0005; a run takes one source of weight decay (the L2 loss of the model, or the "
+      "optimizer's own): set the other to 0")
