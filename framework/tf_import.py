@@ -1,10 +1,19 @@
-"""Importing TensorFlow without its start-up lines on the console (was framework/quiet.py).
+"""Importing TensorFlow without its start-up lines on the console.
 
-TensorFlow's native start-up messages ("oneDNN custom operations are on", the
-absl logging notice) are written straight to file descriptor 2, before any
-Python logging setting applies, and would stand in front of every one-line
-error the CLI prints. They are captured while TensorFlow loads and shown only
-if the import fails.
+TensorFlow writes native start-up messages ("oneDNN custom operations are
+on", the absl notice "All log messages before absl::InitializeLog() is called
+are written to STDERR") straight to file descriptor 2 while its libraries
+load, before any Python logging setting applies; ``TF_CPP_MIN_LOG_LEVEL``
+does not silence them. They would stand in front of every one-line error the
+command line prints and in every tool's output. :func:`import_tensorflow`
+captures them while TensorFlow loads and shows them only when the import
+fails, or when ``TF_CPP_MIN_LOG_LEVEL=0`` asks for TensorFlow's own logs.
+
+Every process of the project imports TensorFlow through it first: run.py's
+path (the config checks, the engine's start), scripts/sweep.py's check of its
+points and its reading of the runs' events, the plots and the config
+reference, scripts/setup.sh's kernel build, and horovodrun's launcher
+(scripts/horovodrun.py, which setup.sh makes the environment's horovodrun).
 """
 
 import os
@@ -13,8 +22,8 @@ import tempfile
 
 
 def import_tensorflow():
-  """Imports tensorflow with fd 2 captured; returns the module."""
-  if 'tensorflow' in sys.modules or os.environ.get('TF_CPP_MIN_LOG_LEVEL', '0') == '0':
+  """Imports tensorflow with file descriptor 2 captured; returns the module."""
+  if 'tensorflow' in sys.modules or os.environ.get('TF_CPP_MIN_LOG_LEVEL') == '0':
     import tensorflow  # pylint: disable=import-outside-toplevel
     return tensorflow
   sys.stderr.flush()

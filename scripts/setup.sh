@@ -89,12 +89,20 @@ fi
 # --- 3. Horovod ---------------------------------------------------------------
 if [[ "${LARGEBATCH_SKIP_HOROVOD:-0}" != 1 ]]; then
   bash "$REPO/scripts/build_horovod.sh"
+  # The environment's horovodrun runs scripts/horovodrun.py: Horovod's launcher after a
+  # quiet import of TensorFlow, so a launch does not begin with its start-up lines.
+  # (Written again each time: reinstalling Horovod puts its own entry point back.)
+  launcher="$VENV/bin/horovodrun"
+  printf '#!/bin/sh\n# Written by scripts/setup.sh: Horovod'"'"'s launcher without TensorFlow'"'"'s start-up lines.\nexec "%s" "%s" "$@"\n' \
+    "$VENV/bin/python" "$REPO/scripts/horovodrun.py" >"$launcher.tmp"
+  chmod +x "$launcher.tmp" && mv -f "$launcher.tmp" "$launcher"
 fi
 
 # --- 4. The optimizers' native CPU kernels (optimizers/native.py) --------------
 # Built once per source, TensorFlow version and compiler flags; a no-op after.
-(cd "$REPO" && TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c \
-  'from optimizers import native; print("[setup] native kernels:", native.build())') \
+# TensorFlow is imported with its start-up lines held back (framework/tf_import.py).
+(cd "$REPO" && "$VENV/bin/python" -c 'from framework import tf_import; tf_import.import_tensorflow()
+from optimizers import native; print("[setup] native kernels:", native.build())') \
   || die "building optimizers/kernels/largebatch_ops.cc failed (see above); g++ is required"
 
 # --- 5. Summary ---------------------------------------------------------------

@@ -175,6 +175,8 @@ def eval_curve(logdir):
 
 def eval_times(logdir):
   """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
+  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
   first, times = None, {}
   for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):

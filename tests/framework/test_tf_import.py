@@ -1,0 +1,24 @@
+"""framework/tf_import.py: TensorFlow imported without its start-up lines, in a fresh process."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def stderr_of(code, **env):
+  environ = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                          env={**environ, 'PYTHONPATH': ROOT, **env}, timeout=300, check=True)
+  return result.stderr
+
+
+def test_the_start_up_lines_are_held_back_unless_asked_for():
+  plain = stderr_of('import tensorflow')
+  assert 'oneDNN' in plain or 'absl' in plain  # what TensorFlow prints here by itself
+  quiet = 'from framework import tf_import; tf_import.import_tensorflow()'
+  assert stderr_of(quiet) == ''
+  assert stderr_of(quiet, TF_CPP_MIN_LOG_LEVEL='3') == ''
+  # TF_CPP_MIN_LOG_LEVEL=0 asks for TensorFlow's own logs: they are shown.
+  assert stderr_of(quiet, TF_CPP_MIN_LOG_LEVEL='0').splitlines()[:1] == plain.splitlines()[:1]
