@@ -100,6 +100,17 @@ def worker(args):
     with distributed.single_process():
       solo = Timed(logdir)
     joint = Timed(logdir)
+    # The all-reduce alone, before the rounds: one update's gradients (zeros of the
+    # model's shapes), 50 times.
+    grads = [tf.zeros_like(v) for v in joint.trainer.model.trainable_variables]
+    reduce = tf.function(lambda: distributed.allreduce_average(grads))
+    reduce()[0].numpy()
+    distributed.sum_array(np.zeros(1))
+    start = time.perf_counter()
+    for _ in range(50):
+      reduced = reduce()
+    reduced[0].numpy()
+    allreduce_ms = (time.perf_counter() - start) / 50 * 1000
     rounds = []
     for r in range(args.rounds):
       seconds = {}
@@ -117,7 +128,9 @@ def worker(args):
                      'independent': float(sum(images / t for t in seconds['independent']))})
   if rank == 0:
     with open(args.worker, 'w') as f:
-      json.dump({'engine': engine, 'batch': cfg['batch_size_per_gpu'], 'rounds': rounds}, f)
+      json.dump({'engine': engine, 'batch': cfg['batch_size_per_gpu'], 'rounds': rounds,
+                 'allreduce_ms': allreduce_ms,
+                 'parameters': int(sum(int(np.prod(g.shape)) for g in grads))}, f)
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -182,8 +195,9 @@ def main():
               f'{statistics.median(r["one"] for r in rounds):7.1f} img/s, 2 workers '
               f'{statistics.median(r["two"] for r in rounds):7.1f} img/s, speed-up '
               f'{statistics.median(r["two"] / r["one"] for r in rounds):.3f}x (2 independent '
-              f'jobs {statistics.median(r["independent"] / r["one"] for r in rounds):.3f}x)',
-              flush=True)
+              f'jobs {statistics.median(r["independent"] / r["one"] for r in rounds):.3f}x); '
+              f'the all-reduce of {result["parameters"]:,} float32 gradients alone: '
+              f'{result["allreduce_ms"]:.2f} ms', flush=True)
   speedup = {e: statistics.median(r['two'] / r['one'] for r in results[e]) for e in engines}
   for engine in engines:
     ceiling = statistics.median(r['independent'] / r['one'] for r in results[engine])
