@@ -107,19 +107,53 @@ def _listed(keys, describe=str):
   return shown + (f', ... ({len(keys)} in all)' if len(keys) > _LISTED else '')
 
 
-def mismatches(expected, found):
-  """One line naming what differs between two ``{key: shape}`` maps, or '' when they agree."""
+def readable(key, objects, ours=True):
+  """A checkpoint key as a reader knows the variable: ``model/stem_conv/kernel``.
+
+  A Keras model's variables are keyed by the position of their layer
+  (``model/_operations/30/_kernel``); ``ours`` keys (this config's) are given
+  the name of the layer at that position instead, and a key only the
+  checkpoint holds says which of its layers it is (``model/(layer 30 of the
+  checkpoint)/kernel``). Other keys are left as they are.
+
+  Args:
+    key: a checkpoint key without its ``/.ATTRIBUTES/VARIABLE_VALUE``.
+    objects: ``{name: trackable}`` as given to ``tf.train.Checkpoint``.
+    ours: whether this config's objects hold ``key``.
+  """
+  parts = key.split('/')
+  if len(parts) < 4 or parts[1] != '_operations' or not parts[2].isdigit():
+    return key
+  operations = getattr(objects.get(parts[0]), 'operations', None) or []
+  index, attribute = int(parts[2]), '/'.join(p.lstrip('_') for p in parts[3:])
+  if ours and index < len(operations):
+    return f'{parts[0]}/{operations[index].name}/{attribute}'
+  return f'{parts[0]}/(layer {index} of the checkpoint)/{attribute}'
+
+
+def mismatches(expected, found, objects=None):
+  """One line naming what differs between two ``{key: shape}`` maps, or '' when they agree.
+
+  Args:
+    expected: this config's ``{key: shape}``.
+    found: the checkpoint's.
+    objects: this config's ``{name: trackable}``, to name the layers (:func:`readable`).
+  """
+  objects = objects or {}
   missing = sorted(set(expected) - set(found))
   extra = sorted(set(found) - set(expected))
   reshaped = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
   parts = []
   if missing:
-    parts.append(f'missing from the checkpoint: {_listed(missing)}')
+    parts.append('missing from the checkpoint: '
+                 + _listed(missing, lambda k: readable(k, objects)))
   if reshaped:
     parts.append('other shape: ' + _listed(
-        reshaped, lambda k: f'{k} (checkpoint {found[k]}, this config {expected[k]})'))
+        reshaped,
+        lambda k: f'{readable(k, objects)} (checkpoint {found[k]}, this config {expected[k]})'))
   if extra:
-    parts.append(f'not in this config: {_listed(extra)}')
+    parts.append('not in this config: '
+                 + _listed(extra, lambda k: readable(k, objects, ours=False)))
   return '; '.join(parts)
 
 
@@ -130,7 +164,7 @@ def describe_misfit(path, objects):
     path: a checkpoint prefix.
     objects: ``{name: trackable}`` as given to ``tf.train.Checkpoint``.
   """
-  return mismatches(_shapes(objects), _value_shapes(path, objects))
+  return mismatches(_shapes(objects), _value_shapes(path, objects), objects)
 
 
 def warm_start(source, model, pipeline_items=None):
@@ -168,7 +202,7 @@ def warm_start(source, model, pipeline_items=None):
     raise ConfigError(f'--init_checkpoint {path}: the variables of the SavedModel {export} hold '
                       'the model weights only, no optimizer state; drop --init_optimizer_state, '
                       'or name a checkpoint of the run it was exported from')
-  problem = mismatches(_shapes(objects), found)
+  problem = mismatches(_shapes(objects), found, objects)
   if problem:
     raise ConfigError(f'--init_checkpoint {path}: does not fit this config ({problem})')
   # read(), not restore(): it binds no save counter, which a SavedModel's variables lack.
