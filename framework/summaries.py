@@ -10,6 +10,7 @@ and loss.
 """
 
 import contextlib
+import glob
 import os
 
 import tensorflow as tf
@@ -138,16 +139,33 @@ def hparams(config, overrides=(), extra=None):
   return values
 
 
+# The event file of the config and hyperparameters (write_run_config), written anew at each start.
+RUN_CONFIG_SUFFIX = '.run_config'
+
+
 def write_run_config(directory, config_text, hparam_values):
   """Writes the config as a text summary and the hyperparameters for the HParams tab (step 0).
 
-  They go to the default summary writer (the run's train writer).
+  They go to an event file of their own, written anew at every start of the
+  run: TensorBoard keeps the first hyperparameters a run's event files hold,
+  so the file an earlier start wrote is removed first, and a resumed run
+  whose ``max_steps`` (or another value) changed shows its new values.
 
   Args:
     directory: the run directory, whose name is the trial's id.
     config_text: the resolved config as YAML.
     hparam_values: ``{name: bool, int, float or str}`` from :func:`hparams`.
   """
+  pattern = os.path.join(glob.escape(directory), f'events.out.tfevents.*{RUN_CONFIG_SUFFIX}')
+  for earlier in glob.glob(pattern):
+    os.remove(earlier)
+  writer = tf.summary.create_file_writer(directory, filename_suffix=RUN_CONFIG_SUFFIX)
+  with writer.as_default():
+    _config_summaries(directory, config_text, hparam_values)
+  writer.close()
+
+
+def _config_summaries(directory, config_text, hparam_values):
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
   # Markdown: indent by four spaces so the YAML shows as a code block.
   tf.summary.text('config', '\n'.join('    ' + line for line in config_text.splitlines()),

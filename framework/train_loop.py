@@ -65,7 +65,7 @@ def train(trainer, evaluate_every=None, stop=None):
   outputs = RunOutputs(trainer)
   try:
     with outputs.writer.as_default():
-      if outputs.writes and trainer.global_step == 0:
+      if outputs.writes:  # at every start: a resumed run's values replace the first ones
         _write_run_config(trainer)
       eval_metrics = TrainLoop(trainer, outputs, evaluate_every, stop).run()
     outputs.close()

@@ -209,6 +209,7 @@ def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(t
   assert values['optimizer_params.momentum'] == pytest.approx(0.8)
   assert values['optimizer'] == 'Momentum' and values['iter_size'] == 2
   assert values['batch_size_per_gpu'] == 16 and values['global_batch'] == 32
+  assert values['max_steps'] == 8  # the resumed run's, not its first start's 6
   experiment = hparams_metadata.parse_experiment_plugin_data(
       content[hparams_metadata.EXPERIMENT_TAG])
   assert {m.name.group + '/' + m.name.tag for m in experiment.metric_infos} == {
