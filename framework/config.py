@@ -66,6 +66,10 @@ from optimizers import validation
 
 SUMMARY_NAMES = validation.SUMMARY_NAMES
 
+# The summaries the trainer writes itself, every save_summaries_steps; the others are
+# written inside the train step (optimize_loss's own).
+TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
+
 # Arguments the framework passes itself; a config giving them would fight it.
 _OPTIMIZER_SUPPLIED = {
     'learning_rate': 'the learning rate comes from the lr policy; set lr_policy_params.learning_rate'}
@@ -159,6 +163,8 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
   argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
+  if mode == 'train':
+    check_jit_compile(result)
   per_epoch = _declared_steps_per_epoch(result, registries) if mode == 'train' else None
   if per_epoch is not None:
     result, note = schedule.fit_warmup(result, per_epoch, run_length_given)
@@ -167,6 +173,29 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   if construct:
     _check_with_owners(result, registries, per_epoch)
   return result
+
+
+def check_jit_compile(config, num_workers=1):
+  """Refuses what XLA cannot compile into the train step, naming the config key.
+
+  Args:
+    config: the train config.
+    num_workers: the run's workers (a config alone is checked for one).
+
+  Raises:
+    ConfigError: a multi-worker run, or summaries written inside the step, with
+      ``jit_compile``.
+  """
+  if not config['jit_compile']:
+    return
+  if num_workers > 1:
+    raise ConfigError('jit_compile: XLA cannot compile the multi-worker all-reduce into the '
+                      'train step; set jit_compile: false for multi-worker runs')
+  in_step = [s for s in config['summaries'] if s not in TRAINER_SUMMARIES]
+  if in_step:
+    raise ConfigError(f'jit_compile: summaries {in_step} are written inside the train step, '
+                      'which XLA cannot compile; keep only learning_rate, global_gradient_norm '
+                      'and loss_scale (written by the trainer), or set jit_compile: false')
 
 
 def _declared_steps_per_epoch(result, registries):

@@ -52,21 +52,6 @@ from optimizers.agn import AGNOptimizer
 from optimizers.catalog import make_optimizer
 from optimizers.pipeline import GradientPipeline
 
-_TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
-
-
-def _check_jit_compile(opt_kwargs):
-  """Rejects what XLA cannot compile into the train step, naming the config key."""
-  if opt_kwargs['on_horovod']:
-    raise ConfigError('jit_compile: XLA cannot compile the multi-worker all-reduce into the '
-                      'train step; set jit_compile: false for multi-worker runs')
-  if opt_kwargs['summaries']:
-    raise ConfigError(f'jit_compile: summaries {opt_kwargs["summaries"]} are written inside the '
-                      'train step, which XLA cannot compile; keep only learning_rate, '
-                      'global_gradient_norm and loss_scale (written by the trainer), or set '
-                      'jit_compile: false')
-
-
 # The trainer's interface; the last three are defined beside it and re-exported.
 __all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
 
@@ -136,8 +121,7 @@ class Trainer:
           f'{1 / self.steps_per_epoch:.2f} epochs, some examples twice')
 
     self.opt_kwargs = self._optimize_loss_arguments(cfg)
-    if cfg['jit_compile']:
-      _check_jit_compile(self.opt_kwargs)
+    config_lib.check_jit_compile(cfg, self.num_workers)
     self.pipeline = GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
                                      log_global_norm=True)
     self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
@@ -173,7 +157,7 @@ class Trainer:
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
         dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'],
         # The trainer writes these itself, every save_summaries_steps.
-        summaries=[s for s in cfg['summaries'] if s not in _TRAINER_SUMMARIES],
+        summaries=[s for s in cfg['summaries'] if s not in config_lib.TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], on_horovod=self.num_workers > 1,
         iter_size=cfg['iter_size'], horovod_params=cfg['horovod_params'])

@@ -69,6 +69,9 @@ def test_print_config_answers_without_tensorflow():
     (['--set', 'lr_policy_params.warmup_epochs=9'],
      'error: lr_policy_params.warmup_epochs: the warm-up (2106 steps) is longer than training '
      '(1872 steps); shorten it or train longer'),
+    (['--set', 'jit_compile=true', '--set', 'summaries=[gradients]'],
+     "error: jit_compile: summaries ['gradients'] are written inside the train step, which XLA "
+     'cannot compile'),
     (['--set', 'batch_size_per_gpu=65536', '--set', 'lr_scaling=null',
       '--set', 'lr_policy_params.learning_rate=1.0'],
      'error: batch_size_per_gpu: 65536 per worker x 1 worker(s) is larger than the 60000 '
