@@ -123,15 +123,7 @@ def numpy_agn(period, workers, steps=7, lr=0.1, momentum=0.5):
   return local, center, global_step
 
 
-def test_agn_horovod_cases_period_3_match_numpy(horovod_cases):
-  local, center, global_step = numpy_agn(3, 2)
-  for r in (0, 1):
-    result = load(horovod_cases, 'agn3', r)
-    np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
-    assert int(result['global_step']) == global_step == 2
-  # After step 7 the two workers have each taken one local step from the same center.
-  assert not np.allclose(load(horovod_cases, 'agn3', 0)['w'], load(horovod_cases, 'agn3', 1)['w'])
+# AGN under two workers of either engine: tests/test_multi_worker.py.
 
 
 def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():

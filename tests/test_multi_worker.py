@@ -156,14 +156,18 @@ def test_fp16_compression_sends_float16_on_both_engines(tf_config_cases, horovod
   assert not all(np.array_equal(mwms[k], exact[k]) for k in exact if k.startswith('w'))
 
 
-def test_agn_under_the_multi_worker_mirrored_engine_matches_numpy(tf_config_cases):
+@pytest.mark.parametrize('cases', ['tf_config_cases', 'horovod_cases'])
+def test_agn_two_workers_period_3_match_numpy(request, cases):
   from test_horovod import numpy_agn  # pylint: disable=import-outside-toplevel
+  directory = request.getfixturevalue(cases)
   local, center, global_step = numpy_agn(3, 2)
   for r in (0, 1):
-    result = load(tf_config_cases, 'agn3', r)
+    result = load(directory, 'agn3', r)
     np.testing.assert_allclose(result['w'], local[r], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(result['center'], center, rtol=1e-5, atol=1e-6)
     assert int(result['global_step']) == global_step == 2
+  # After step 7 the two workers have each taken one local step from the same center.
+  assert not np.allclose(load(directory, 'agn3', 0)['w'], load(directory, 'agn3', 1)['w'])
 
 
 # --- run.py end to end ------------------------------------------------------------------------
