@@ -3,19 +3,15 @@
 ``OPTIMIZER_CLS_NAMES`` maps the names a config or ``optimize_loss`` may give
 (any case) to Keras 3 optimizer classes; ``make_optimizer`` builds one from a
 name, a class or an instance, and builds AGN around the optimizer named in a
-config's ``agn_params``. ``OPTIMIZER_SUMMARIES`` are the names of the
-summaries ``optimize_loss`` can write.
+config's ``agn_params``.
 """
 
 import keras
 import tensorflow as tf
 
 from core import precision
-from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.registry import OPTIMIZER_CLS_NAMES
-
-OPTIMIZER_SUMMARIES = validation.SUMMARY_NAMES
 
 
 def normalize_dtype(dtype):

@@ -11,7 +11,6 @@ and ``pipeline.py``; new code imports them from the package
 
 # pylint: disable=unused-import
 from optimizers.catalog import OPTIMIZER_CLS_NAMES  # noqa: F401
-from optimizers.catalog import OPTIMIZER_SUMMARIES  # noqa: F401
 from optimizers.catalog import make_optimizer  # noqa: F401
 from optimizers.momentum import MomentumOptimizer  # noqa: F401
 from optimizers.openseq2seq import _clip_by_global_norm  # noqa: F401
@@ -22,3 +21,4 @@ from optimizers.openseq2seq import get_pipeline  # noqa: F401
 from optimizers.openseq2seq import get_regularization_loss  # noqa: F401
 from optimizers.openseq2seq import optimize_loss  # noqa: F401
 from optimizers.pipeline import GradientPipeline  # noqa: F401
+from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES  # noqa: F401

@@ -14,7 +14,6 @@ import optimizers as optimizers_lib
 from optimizers import allreduce
 from optimizers import openseq2seq as opt_lib
 from optimizers import stages
-from optimizers.catalog import OPTIMIZER_SUMMARIES
 from optimizers.catalog import make_optimizer
 from optimizers.lr_policies import poly_decay
 from optimizers.momentum import MomentumOptimizer
@@ -259,7 +258,7 @@ def test_summaries_are_written(tmp_path):
   writer = tf.summary.create_file_writer(str(tmp_path))
   with writer.as_default():
     optimize_loss(quadratic(var, tf.zeros(2)), 'SGD', {'learning_rate': 0.1}, None,
-                  var_list=[var], summaries=list(OPTIMIZER_SUMMARIES),
+                  var_list=[var], summaries=list(optimizers_lib.OPTIMIZER_SUMMARIES),
                   larc_params={'larc_eta': 0.01})
   writer.flush()
   tags = set()
