@@ -15,10 +15,8 @@ def stderr_of(code, **env):
 
 
 def test_the_start_up_lines_are_held_back_unless_asked_for():
-  plain = stderr_of('import tensorflow')
-  assert 'oneDNN' in plain or 'absl' in plain  # what TensorFlow prints here by itself
   quiet = 'from framework import tf_import; tf_import.import_tensorflow()'
   assert stderr_of(quiet) == ''
-  assert stderr_of(quiet, TF_CPP_MIN_LOG_LEVEL='3') == ''
-  # TF_CPP_MIN_LOG_LEVEL=0 asks for TensorFlow's own logs: they are shown.
-  assert stderr_of(quiet, TF_CPP_MIN_LOG_LEVEL='0').splitlines()[:1] == plain.splitlines()[:1]
+  # TF_CPP_MIN_LOG_LEVEL=0 asks for TensorFlow's own logs: what it prints by itself is shown.
+  shown = stderr_of(quiet, TF_CPP_MIN_LOG_LEVEL='0')
+  assert 'oneDNN' in shown or 'absl' in shown, shown
