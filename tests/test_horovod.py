@@ -153,7 +153,10 @@ def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_pa
   assert first.stdout.count('eval at step 10') == 1
   assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
       ['ckpt-20.index']
-  assert len(glob.glob(str(logdir / 'events.out.tfevents.*'))) == 1
+  # One file of train events and one of the run's config (written anew at every start).
+  events = glob.glob(str(logdir / 'events.out.tfevents.*'))
+  assert len([e for e in events if not e.endswith('.run_config')]) == 1, events
+  assert len([e for e in events if e.endswith('.run_config')]) == 1, events
   assert (logdir / 'config.yaml').exists()
   # Eval covers the whole test split across the two workers.
   assert '(10000 examples)' in first.stdout

@@ -210,7 +210,10 @@ def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_p
   assert 'moving statistics averaged over 4 batches of 32' in out
   assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
       ['ckpt-12.index']
-  assert len(glob.glob(str(logdir / 'events.out.tfevents.*'))) == 1
+  # One file of train events and one of the run's config (written anew at every start).
+  events = glob.glob(str(logdir / 'events.out.tfevents.*'))
+  assert len([e for e in events if not e.endswith('.run_config')]) == 1, events
+  assert len([e for e in events if e.endswith('.run_config')]) == 1, events
   assert (logdir / 'config.yaml').exists() and not (logdir / 'run.lock').exists()
   second = jobs(launcher(logdir, '--set', 'max_steps=16', '--continue_learning'))
   check(second.wait(), second)
