@@ -5,6 +5,7 @@
   python run.py --config=runs/fm_lars/config.yaml --mode=eval --logdir=runs/fm_lars --checkpoint=best
   python run.py --config=runs/fm_lars/config.yaml --mode=export --logdir=runs/fm_lars \
       --export_dir=exports/fm_lars
+  echo tomato | python run.py --config=runs/g2p/config.yaml --mode=infer --logdir=runs/g2p
   python run.py --config=configs/fashion_mnist_lars.py --num_workers=2   # tf.distribute, this machine
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
@@ -57,14 +58,19 @@ def parse_args(argv):
   parser.add_argument('--export_dir', default=None,
                       help='export mode: the new directory of the SavedModel')
   parser.add_argument('--checkpoint', default='latest', metavar='latest|best|PATH',
-                      help='eval and export: the latest checkpoint of logdir, the best by eval '
-                           'accuracy (logdir/best), or a checkpoint path')
+                      help='eval, export and infer: the latest checkpoint of logdir, the best '
+                           "by the task's eval metric (logdir/best), or a checkpoint path")
   parser.add_argument('--init_checkpoint', default=None, metavar='LOGDIR_OR_CHECKPOINT',
                       help="train: start from another run's model weights (its newest "
                            'checkpoint, or the one named)')
   parser.add_argument('--init_optimizer_state', action='store_true',
                       help='with --init_checkpoint: load its optimizer state too (slots, loss '
                            'scale); the step still starts at 0')
+  parser.add_argument('--infer_input', default=None, metavar='FILE|-',
+                      help="infer mode: the inputs, one a line (a sequence model's words); "
+                           "'-' or none: stdin")
+  parser.add_argument('--infer_output_file', default=None, metavar='FILE',
+                      help='infer mode: where the outputs go, one line per input (default stdout)')
   parser.add_argument('--num_workers', type=int, default=1, metavar='N',
                       help='start N workers of this run on this machine (the '
                            'multi_worker_mirrored engine, under TF_CONFIG); see docs/distributed.md')
@@ -87,10 +93,15 @@ def check_flags(args):
     fail('--export_dir: required with --mode=export' if args.export_dir is None
          else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
   if args.checkpoint != 'latest' and args.mode not in launch_lib.READING_MODES:
-    fail(f'--checkpoint: only used with --mode=eval or export, not --mode={args.mode} '
+    fail(f'--checkpoint: only used with --mode=eval, export or infer, not --mode={args.mode} '
          '(to start from another run, use --init_checkpoint)')
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:
     fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
+  for flag in ('infer_input', 'infer_output_file'):
+    if getattr(args, flag) is not None and args.mode != 'infer':
+      fail(f'--{flag}: only used with --mode=infer, not --mode={args.mode}')
+  if args.mode == 'infer' and args.infer_input is None:
+    args.infer_input = '-'
   if args.init_optimizer_state and args.init_checkpoint is None:
     fail('--init_optimizer_state: only used with --init_checkpoint')
   if args.num_workers < 1:

@@ -3,8 +3,9 @@
 ``DATA_LAYERS[name](params, mode, num_workers, worker_index)`` builds one; see
 :class:`data.base.DataLayer` for what it provides.
 
-``import data`` loads no TensorFlow: ``DATA_LAYERS`` names each layer class and
-its ``PARAMS`` (declared in ``data.schemas``), and imports the class on its
+``import data`` loads no TensorFlow: ``DATA_LAYERS`` names each layer class,
+its ``PARAMS`` (declared in ``data.schemas``) and its ``TASK`` (the workload
+family its batches are for, ``framework.tasks``), and imports the class on its
 first lookup.
 """
 
@@ -12,15 +13,17 @@ from core.registry import Registry
 from data import schemas
 
 DATA_LAYERS = Registry('data layer')
+_IMAGES, _SEQUENCES = 'image_classification', 'sequence_to_sequence'
 DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS,
-                          TRAIN_EXAMPLES=schemas.cifar10_train_examples)
-DATA_LAYERS.register_lazy('cmudict', 'data.cmudict:CmudictDataLayer', PARAMS=schemas.CMUDICT_PARAMS)
+                          TASK=_IMAGES, TRAIN_EXAMPLES=schemas.cifar10_train_examples)
+DATA_LAYERS.register_lazy('cmudict', 'data.cmudict:CmudictDataLayer', PARAMS=schemas.CMUDICT_PARAMS,
+                          TASK=_SEQUENCES)
 DATA_LAYERS.register_lazy('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer',
-                          PARAMS=schemas.FASHION_MNIST_PARAMS,
+                          PARAMS=schemas.FASHION_MNIST_PARAMS, TASK=_IMAGES,
                           TRAIN_EXAMPLES=schemas.fashion_mnist_train_examples)
 DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',
-                          PARAMS=schemas.IMAGENET_PARAMS,
+                          PARAMS=schemas.IMAGENET_PARAMS, TASK=_IMAGES,
                           TRAIN_EXAMPLES=schemas.imagenet_train_examples)
 DATA_LAYERS.register_lazy('synthetic', 'data.synthetic:SyntheticDataLayer',
-                          PARAMS=schemas.SYNTHETIC_PARAMS,
+                          PARAMS=schemas.SYNTHETIC_PARAMS, TASK=_IMAGES,
                           TRAIN_EXAMPLES=schemas.synthetic_train_examples)

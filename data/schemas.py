@@ -66,6 +66,10 @@ CMUDICT_PARAMS = {
                             '+ target tokens)'),
     'eval_split': Param(str, 'dev', choices=('dev', 'test', 'train'),
                         doc='the split eval mode reads (train mode reads train)'),
+    'final_eval_split': Param(str, 'test', choices=('dev', 'test', 'train'),
+                              doc='train_eval: after training, the best checkpoint (by the '
+                                  'evaluations on eval_split) is evaluated on this split; the '
+                                  'same as eval_split: no extra evaluation'),
     'max_words': Param(int, None, check=positive,
                        doc='only the first N words of the split, in hash order (smoke runs); '
                            'None: all'),

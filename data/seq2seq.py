@@ -51,12 +51,16 @@ class SequenceDataLayer(DataLayer):
   Subclasses call :meth:`set_examples` in their constructor and set
   ``source_vocabulary`` and ``target_vocabulary``.
 
+  ``TASK`` names the workload family its batches are for (``framework.tasks``).
+
   Attributes:
     batch_unit: ``'words'`` or ``'tokens'``, the unit of ``batch_size``.
     source_vocabulary, target_vocabulary: :class:`data.sequences.Vocabulary`.
     words: the split's word list (what a ``word_index`` points at).
     references: per word, the tuple of its reference target token tuples.
   """
+
+  TASK = 'sequence_to_sequence'
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)

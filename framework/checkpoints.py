@@ -9,7 +9,8 @@ while doing so.
 
 Saving (:func:`save`) removes what a failed write left and raises one line.
 :class:`BestCheckpoint` keeps, in ``<logdir>/best``, the checkpoint with the
-best eval accuracy and its record ``best.json``.
+best eval metric (the task's: accuracy, highest, for images; WER, lowest, for
+sequences) and its record ``best.json``.
 """
 
 import errno
@@ -25,7 +26,7 @@ from framework import rundir
 from framework import summaries
 
 CHECKPOINT_NAME = 'ckpt'
-# The directory, inside the run directory, of the best checkpoint by eval accuracy.
+# The directory, inside the run directory, of the best checkpoint by the task's eval metric.
 BEST_DIR = 'best'
 BEST_NAME = 'best'
 BEST_RECORD = 'best.json'
@@ -290,8 +291,8 @@ def latest_listed(logdir):
   return path if path and os.path.exists(path + '.index') else None
 
 
-def eval_accuracy(eval_dir, step):
-  """The top-1 accuracy the eval events in ``eval_dir`` give at ``step`` (the last one), or None."""
+def eval_metric(eval_dir, step, tag='accuracy'):
+  """The eval metric ``tag`` the events in ``eval_dir`` give at ``step`` (the last one), or None."""
   found = None
   for path in sorted(glob.glob(os.path.join(glob.escape(eval_dir), 'events.out.tfevents.*'))):
     try:
@@ -299,7 +300,7 @@ def eval_accuracy(eval_dir, step):
         if event.step != step:
           continue
         for value in event.summary.value:
-          if value.tag == 'accuracy':
+          if value.tag == tag:
             found = float(tf.make_ndarray(value.tensor)) if value.HasField('tensor') else \
                 float(value.simple_value)
     except Exception:  # pylint: disable=broad-except
@@ -307,7 +308,7 @@ def eval_accuracy(eval_dir, step):
   return found
 
 
-def _read_record(path):
+def _read_record(path, metric):
   """``(record, problem)``: the best checkpoint's record, or None and why it cannot be used."""
   try:
     with open(path, encoding='utf-8') as f:
@@ -316,40 +317,49 @@ def _read_record(path):
     return None, None
   except (OSError, ValueError) as exc:
     return None, f'{path} cannot be read ({type(exc).__name__}: {_short(exc)})'
-  accuracy = record.get('accuracy') if isinstance(record, dict) else None
-  if (not isinstance(accuracy, (int, float)) or isinstance(accuracy, bool)
+  value = record.get(metric) if isinstance(record, dict) else None
+  if (not isinstance(value, (int, float)) or isinstance(value, bool)
       or not isinstance(record.get('step'), int)):
-    return None, f'{path} holds no step and accuracy'
+    return None, f'{path} holds no step and {metric}'
   return record, None
 
 
 class BestCheckpoint:
-  """Keeps the checkpoint with the best eval accuracy in its own directory.
+  """Keeps the checkpoint with the best eval metric in its own directory.
 
-  The best accuracy so far comes from the record ``best.json``. When the
-  record cannot be read, is missing or names another checkpoint than the one
-  kept (a crash between the two writes), the kept checkpoint's accuracy is
-  read back from the run's eval events at its step, so that a worse
-  checkpoint never replaces it; when no event gives it either, the kept
-  checkpoint is not replaced at all by this run.
+  The metric is the task's (``metric``, by default an image classifier's
+  ``accuracy``, where higher is better; a sequence model's ``wer``, where
+  lower is). The best value so far comes from the record ``best.json``
+  (``{"step": ..., "<metric>": ..., "checkpoint": ...}``). When the record
+  cannot be read, is missing or names another checkpoint than the one kept
+  (a crash between the two writes), the kept checkpoint's value is read back
+  from the run's eval events at its step, so that a worse checkpoint never
+  replaces it; when no event gives it either, the kept checkpoint is not
+  replaced at all by this run.
 
   Args:
     checkpoint: the ``tf.train.Checkpoint`` of the run.
     directory: where the best checkpoint (``best-<step>``) and ``best.json`` go.
     eval_dir: the run's eval events (default: ``eval`` beside ``directory``).
     log: ``f(line)`` for the one line saying a record was unreadable and what replaced it.
+    metric: the eval metric that ranks checkpoints (its eval scalar's tag).
+    higher_is_better: the metric's direction.
   """
 
-  def __init__(self, checkpoint, directory, eval_dir=None, log=print):
+  def __init__(self, checkpoint, directory, eval_dir=None, log=print, metric='accuracy',
+               higher_is_better=True):
     self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
                                               checkpoint_name=BEST_NAME)
     self.record = os.path.join(directory, BEST_RECORD)
+    self.metric = metric
+    self.higher_is_better = higher_is_better
     if eval_dir is None:
       eval_dir = os.path.join(os.path.dirname(os.path.abspath(directory)), summaries.EVAL_DIR)
     self.best = self._best_so_far(directory, eval_dir, log)
 
   def _best_so_far(self, directory, eval_dir, log):
-    record, problem = _read_record(self.record)
+    metric = self.metric
+    record, problem = _read_record(self.record, metric)
     kept = [(s, p) for s, p in find(directory, BEST_NAME) if os.path.exists(p + '.index')]
     if not kept:
       if problem:
@@ -358,27 +368,29 @@ class BestCheckpoint:
       return None  # nothing kept to protect: the next evaluation is the best so far
     step, prefix = kept[0]
     if record is not None and record['step'] == step:
-      return record['accuracy']
+      return record[metric]
     if problem is None:
       problem = (f'{self.record} is missing' if record is None else
                  f'{self.record} names step {record["step"]}, not {os.path.basename(prefix)}')
-    accuracy = eval_accuracy(eval_dir, step)
-    if accuracy is None:
-      log(f'warning: {problem}, and no eval event in {eval_dir} gives the accuracy of {prefix}: '
+    value = eval_metric(eval_dir, step, metric)
+    if value is None:
+      log(f'warning: {problem}, and no eval event in {eval_dir} gives the {metric} of {prefix}: '
           f'it is kept and this run will not replace it (move {directory} away to let it)')
-      return float('inf')
-    log(f'warning: {problem}; the accuracy of {prefix}, {accuracy:.4f}, was read back from the '
+      # A value nothing beats.
+      return float('inf') if self.higher_is_better else float('-inf')
+    log(f'warning: {problem}; the {metric} of {prefix}, {value:.4f}, was read back from the '
         f'eval events in {eval_dir}, and the record rewritten')
-    self._write(step, accuracy, prefix)
-    return accuracy
+    self._write(step, value, prefix)
+    return value
 
-  def _write(self, step, accuracy, path):
+  def _write(self, step, value, path):
     rundir.write_text_atomically(
-        self.record, json.dumps({'step': step, 'accuracy': accuracy, 'checkpoint': path}))
+        self.record, json.dumps({'step': step, self.metric: value, 'checkpoint': path}))
 
-  def offer(self, step, accuracy):
-    """Saves the checkpoint at ``step`` when ``accuracy`` beats the best one so far."""
-    if self.best is not None and accuracy <= self.best:
+  def offer(self, step, value):
+    """Saves the checkpoint at ``step`` when the metric's ``value`` beats the best one so far."""
+    if self.best is not None and (value <= self.best if self.higher_is_better
+                                  else value >= self.best):
       return
-    self.best = accuracy
-    self._write(step, accuracy, save(self.manager, step, name=BEST_NAME))
+    self.best = value
+    self._write(step, value, save(self.manager, step, name=BEST_NAME))

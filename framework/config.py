@@ -40,6 +40,7 @@ from core.params import positive
 from core.params import reject_unknown_keys
 from framework import argument_checks
 from framework import schedule
+from framework import tasks
 from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
 from framework.config_file import MODES  # noqa: F401  (re-exported)
 from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
@@ -154,6 +155,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   for kind in ('model', 'data_layer'):
     _check_name(result, kind, registries)
     _check_declared_params(result, kind, _declared(result, kind, registries, 'PARAMS'))
+  tasks.task_of(result, registries)
   _check_optimizer(result, registries)
   result = _one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)

@@ -20,10 +20,10 @@ from core.params import ConfigError
 from core.registry import closest
 from framework.schema import dtype_name
 
-# run.py's modes. Eval and export read the checkpoints of an existing run and
-# the eval view of its config (a model is exported as it is evaluated).
-MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export')
-READING_MODES = ('eval', 'export')
+# run.py's modes. Eval, export and infer read the checkpoints of an existing run
+# and the eval view of its config (a model is exported and infers as it is evaluated).
+MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export', 'infer')
+READING_MODES = ('eval', 'export', 'infer')
 TRAINING_MODES = ('train', 'train_eval')
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')
 YAML_EXTENSIONS = ('.yaml', '.yml')

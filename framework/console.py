@@ -63,11 +63,15 @@ class Progress:
     enabled: False on the workers that print nothing (all but the chief).
     show_loss_scale: show the loss scale (only meaningful when loss scaling is on).
     stream: where the bar goes; stderr by default.
+    metrics: train metrics shown after the loss (the task's, e.g. ``token_accuracy``).
+    unit: what the rate counts (``images``, ``words``, ``tokens``).
   """
 
   def __init__(self, total, initial, steps_per_epoch, every, enabled=True,
-               show_loss_scale=False, stream=None):
+               show_loss_scale=False, stream=None, metrics=(), unit='images'):
     self.enabled = enabled
+    self.metrics = tuple(metrics)
+    self.unit = unit
     self.every = every
     self.steps_per_epoch = steps_per_epoch
     self.show_loss_scale = show_loss_scale
@@ -88,23 +92,25 @@ class Progress:
   def line(self, step, values, rate):
     """The plain log line of one step."""
     epoch = step / self.steps_per_epoch
-    text = (f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
-            f'lr {values["next_learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} ')
+    text = f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
+    text += ''.join(f'{name} {values[name]:.4f} ' for name in self.metrics)
+    text += f'lr {values["next_learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} '
     if self.show_loss_scale:
       # Only loss scaling skips updates (a non-finite float32 step stops the run).
       text += f'loss_scale {values["next_loss_scale"]:.4g} skipped {values["skipped_updates"]} '
-    return text + f'images/sec {rate:.1f}'
+    return text + f'{self.unit}/sec {rate:.1f}'
 
   def update(self, step, values, rate):
     if not self.enabled:
       return
     if self.bar is not None:
-      postfix = {'epoch': f'{step / self.steps_per_epoch:.2f}', 'loss': f'{values["loss"]:.4f}',
-                 'lr': f'{values["next_learning_rate"]:.4g}'}
+      postfix = {'epoch': f'{step / self.steps_per_epoch:.2f}', 'loss': f'{values["loss"]:.4f}'}
+      postfix.update((name, f'{values[name]:.4f}') for name in self.metrics)
+      postfix['lr'] = f'{values["next_learning_rate"]:.4g}'
       if self.show_loss_scale:
         postfix['scale'] = f'{values["next_loss_scale"]:.4g}'
         postfix['skipped'] = values['skipped_updates']
-      postfix['img_s'] = f'{rate:.0f}'
+      postfix['img_s' if self.unit == 'images' else f'{self.unit}_s'] = f'{rate:.0f}'
       self.bar.update(step - self.position)
       self.bar.set_postfix(postfix, refresh=False)
     elif step - self.last_printed >= self.every:

@@ -1,11 +1,11 @@
-"""Evaluation: loss, top-1 and top-5 accuracy over the whole eval split, and its report.
+"""Evaluation: an image classifier's loss, top-1 and top-5 accuracy, and the report of any task's.
 
-Owns the compiled eval step (:func:`make_eval_step`), the sums over the
-split and over the workers (:func:`evaluate`), and the report of one
-evaluation (:func:`report`): one console line on the chief and the eval
-scalars in ``<logdir>/eval``. The trainer calls these from
-``Trainer.evaluate`` (eval mode and the evaluations during training); the
-best checkpoint by eval accuracy is ``checkpoints.BestCheckpoint``.
+Owns the image classifier's compiled eval step (:func:`make_eval_step`) and
+its sums over the split and over the workers (:func:`evaluate`), which
+``framework.tasks.image_classification`` calls, and the report of one
+evaluation of any task (:func:`report`): one console line on the chief and
+the eval scalars the task names in ``<logdir>/eval``. The best checkpoint by
+the task's metric is ``checkpoints.BestCheckpoint``.
 """
 
 import keras
@@ -50,9 +50,15 @@ def evaluate(eval_step, dataset):
           'examples': int(totals[3])}
 
 
-def report(step, metrics, writer):
-  """Prints the evaluation's line (chief) and writes its scalars at ``step`` through ``writer``."""
-  distributed.log(f'eval at step {step}: loss {metrics["loss"]:.4f}, top-1 '
-                  f'{metrics["accuracy"]:.4f}, top-5 {metrics["top5_accuracy"]:.4f} '
-                  f'({metrics["examples"]} examples)')
-  summaries.write_eval_metrics(writer, step, metrics)
+def report(step, metrics, writer, task, label='eval'):
+  """Prints the evaluation's line (chief) and writes its scalars at ``step`` through ``writer``.
+
+  Args:
+    step: the global step.
+    metrics: the evaluation's metrics.
+    writer: a ``summaries.LazyWriter``.
+    task: the run's ``framework.tasks`` task: the line and the scalars it names.
+    label: the line's first word (``eval at step N: ...``).
+  """
+  distributed.log(f'{label} at step {step}: {task.describe_eval(metrics)}')
+  summaries.write_eval_metrics(writer, step, metrics, task.EVAL_METRICS)

@@ -1,11 +1,13 @@
 """Exports a trained model as a TensorFlow SavedModel for serving.
 
-The SavedModel's ``serving_default`` signature takes a batch of images as the
+The ``serving_default`` signature is the task's (``framework.tasks``). An
+image classifier's (:func:`serving_function`) takes a batch of images as the
 data set stores them (uint8 pixels for Fashion-MNIST and CIFAR-10, JPEG bytes
 for ImageNet), applies the preprocessing of the eval path, and returns the
 class ``probabilities`` (float32 ``[B, num_classes]``) and the top-1
-``classes`` (int32 ``[B]``). Load it with ``tf.saved_model.load(path)``;
-TensorFlow Serving serves it as is.
+``classes`` (int32 ``[B]``); a sequence model's takes a batch of words as
+strings and returns their ``pronunciations`` as strings. Load it with
+``tf.saved_model.load(path)``; TensorFlow Serving serves it as is.
 """
 
 import json
@@ -56,7 +58,7 @@ def serving_function(model, data_layer):
   return serve
 
 
-def export_saved_model(model, data_layer, directory, info):
+def export_saved_model(model, data_layer, directory, info, serve=None):
   """Writes the SavedModel of ``model`` to ``directory`` (see the module docstring).
 
   The SavedModel is written next to ``directory`` first and renamed into place,
@@ -68,6 +70,8 @@ def export_saved_model(model, data_layer, directory, info):
     directory: a new or empty directory.
     info: a JSON-able dict written as ``export.json`` beside the model (the
       checkpoint and step it came from).
+    serve: the ``tf.function`` of the serving signature (the task's); default
+      an image classifier's, :func:`serving_function`.
 
   Raises:
     ExportError: for a directory that is a file or not empty.
@@ -78,7 +82,7 @@ def export_saved_model(model, data_layer, directory, info):
   os.makedirs(parent, exist_ok=True)
   module = tf.Module()
   module.model = model
-  module.serve = serving_function(model, data_layer)
+  module.serve = serve if serve is not None else serving_function(model, data_layer)
   staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
   try:
     tf.saved_model.save(module, staging, signatures={SIGNATURE: module.serve})

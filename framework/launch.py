@@ -8,8 +8,8 @@
 
 ``options`` are run.py's parsed flags (see ``run.parse_args``): ``config``,
 ``mode``, ``logdir``, ``continue_learning``, ``bench_steps``, ``set`` (the
-overrides), ``export_dir``, ``checkpoint``, ``init_checkpoint`` and
-``init_optimizer_state``.
+overrides), ``export_dir``, ``checkpoint``, ``init_checkpoint``,
+``init_optimizer_state``, ``infer_input`` and ``infer_output_file``.
 
 A mistake (config, data, logdir) or a failed run raises :class:`LaunchError`
 with the one line to print and the exit status; nothing is built before the
@@ -18,6 +18,7 @@ are imported only where a run needs them.
 """
 
 import os
+import sys
 
 from framework.config_file import MODES  # noqa: F401  (run.py's choices)
 from framework.config_file import READING_MODES
@@ -293,6 +294,9 @@ def run_mode(trainer, options, configs, logdir, stop):
   if options.mode == 'export':
     export(trainer, options.export_dir, restored)
     return 0
+  if options.mode == 'infer':
+    infer(trainer, options)
+    return 0
   chief = distributed.is_chief()
   training = options.mode in TRAINING_MODES
   if chief and training and options.continue_learning and restored is None:
@@ -386,13 +390,19 @@ def recorded_eval_view(options, configs):
 
 
 def report_end(trainer, metrics, logdir):
-  """The last lines of a training run: final accuracy, checkpoints, TensorBoard."""
+  """The last lines of a training run: the final metric, checkpoints, TensorBoard.
+
+  The final line is the task's (``final test accuracy: ...`` for images,
+  ``final test wer: ...`` for sequences): the last evaluation, or the best
+  checkpoint's on the final split when the run has one.
+  """
   if metrics is not None:
-    print(f'final test accuracy: {metrics["accuracy"]:.4f} (top-5 {metrics["top5_accuracy"]:.4f}, '
-          f'loss {metrics["loss"]:.4f}) at step {trainer.global_step}', flush=True)
+    print(f'final test {trainer.task.describe_final(metrics)} at step {trainer.global_step}',
+          flush=True)
   best = os.path.abspath(os.path.join(logdir, 'best'))
   print(f'checkpoints: {os.path.abspath(logdir)}'
-        + (f'  (best by eval accuracy in {best})' if os.path.isdir(best) else ''), flush=True)
+        + (f'  (best by eval {trainer.task.BEST_METRIC} in {best})' if os.path.isdir(best)
+           else ''), flush=True)
   print(f'TensorBoard: tensorboard --logdir {os.path.abspath(logdir)}', flush=True)
 
 
@@ -412,7 +422,9 @@ def restore(trainer, options, logdir):
   else:
     restored = trainer.restore() if options.continue_learning else None
   if restored and chief:
-    print(f'restored {restored} (step {trainer.global_step})', flush=True)
+    # infer may write its output on stdout: the note goes to stderr there.
+    print(f'restored {restored} (step {trainer.global_step})', flush=True,
+          file=sys.stderr if options.mode == 'infer' else sys.stdout)
   if options.init_checkpoint is None:
     return restored
   if restored is not None:
@@ -438,14 +450,59 @@ def export(trainer, export_dir, checkpoint):
   try:
     export_lib.export_saved_model(trainer.model, trainer.eval_data, export_dir,
                                   {'checkpoint': os.path.abspath(checkpoint),
-                                   'step': trainer.global_step})
+                                   'step': trainer.global_step, 'task': trainer.task.NAME},
+                                  serve=trainer.task.serving_function(trainer.model,
+                                                                      trainer.eval_data))
   except export_lib.ExportError as exc:
     raise LaunchError(str(exc)) from None
   except OSError as exc:
     raise LaunchError(f'--export_dir {export_dir}: cannot write the SavedModel '
                       f'({exc.strerror or exc}); nothing was exported', status=1) from None
-  spec, _ = trainer.eval_data.serving_input()
   print(f'exported {checkpoint} (step {trainer.global_step}) to {os.path.abspath(export_dir)}: '
-        f'signature {export_lib.SIGNATURE!r} takes {spec.dtype.name} images '
-        f'{list(spec.shape)}, returns probabilities and classes; load with '
-        f'tf.saved_model.load', flush=True)
+        f'signature {export_lib.SIGNATURE!r} {trainer.task.describe_export(trainer.eval_data)}; '
+        'load with tf.saved_model.load', flush=True)
+
+
+def infer(trainer, options):
+  """``--mode=infer``: the task's outputs for the lines of ``--infer_input`` (chief only).
+
+  Reads ``--infer_input`` (a file, or ``-`` for stdin) and writes one line
+  per input (for a sequence model ``word<TAB>phones``) to
+  ``--infer_output_file``, or stdout.
+
+  Raises:
+    LaunchError: an input that cannot be read or an output that cannot be
+      written (naming the file), or a task without an infer mode.
+  """
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  if not distributed.is_chief():
+    return
+  source = options.infer_input
+  try:
+    if source == '-':
+      lines = sys.stdin.read().splitlines()
+    else:
+      with open(source, encoding='utf-8') as f:
+        lines = f.read().splitlines()
+  except (OSError, UnicodeDecodeError) as exc:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+    raise LaunchError(f'--infer_input {source}: cannot be read ({reason})') from None
+  try:
+    outputs = trainer.task.infer(trainer.model, trainer.eval_data, lines,
+                                 trainer.eval_config['batch_size_per_gpu'])
+  except ConfigError as exc:
+    raise LaunchError(str(exc)) from None
+  text = ''.join(line + '\n' for line in outputs)
+  if options.infer_output_file is None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return
+  try:
+    with open(options.infer_output_file, 'w', encoding='utf-8') as f:
+      f.write(text)
+  except OSError as exc:
+    raise LaunchError(f'--infer_output_file {options.infer_output_file}: cannot be written '
+                      f'({exc.strerror or exc})', status=1) from None
+  print(f'wrote {len(outputs)} lines to {os.path.abspath(options.infer_output_file)}',
+        file=sys.stderr, flush=True)

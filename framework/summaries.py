@@ -20,7 +20,8 @@ EVAL_DIR = 'eval'
 HPARAM_KEYS = ('model', 'optimizer', 'lr_policy', 'lr_policy_params.learning_rate',
                'batch_size_per_gpu', 'iter_size', 'num_epochs', 'max_steps', 'dtype',
                'label_smoothing', 'max_grad_norm', 'loss_scaling', 'random_seed')
-# The eval scalars the HParams tab shows beside the hyperparameters.
+# The eval scalars the HParams tab shows beside the hyperparameters (an image
+# classifier's; a run passes its task's EVAL_METRICS).
 HPARAM_METRICS = ('accuracy', 'top5_accuracy', 'loss')
 
 
@@ -54,38 +55,45 @@ class LazyWriter:
       self._writer.close()
 
 
-# Train scalars and the key of the train step's metrics each one is read from. At
-# step s, ``learning_rate`` and ``loss_scale`` are those of the update that starts
-# at s (the lr policy's value at s): the step's ``next_learning_rate`` and
-# ``next_loss_scale``.
-_TRAIN_SCALARS = (('skipped_updates', 'skipped_updates'), ('loss', 'loss'),
-                  ('accuracy', 'accuracy'), ('learning_rate', 'next_learning_rate'),
-                  ('global_gradient_norm', 'global_norm'), ('loss_scale', 'next_loss_scale'))
+# Train scalars and the key of the train step's metrics each one is read from; the
+# task's train metrics (``accuracy``, ``token_accuracy``) come after the loss.
+_TRAIN_SCALARS_BEFORE = (('skipped_updates', 'skipped_updates'), ('loss', 'loss'))
+# At step s, ``learning_rate`` and ``loss_scale`` are those of the update that starts at s
+# (the lr policy's value at s): the step's ``next_learning_rate`` and ``next_loss_scale``.
+_TRAIN_SCALARS_AFTER = (('learning_rate', 'next_learning_rate'),
+                        ('global_gradient_norm', 'global_norm'),
+                        ('loss_scale', 'next_loss_scale'))
 
 
-def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_batch):
+def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_batch,
+                        metrics=('accuracy',), unit='images'):
   """Writes the train scalars of ``step`` to the default summary writer.
 
   Args:
     step: the global step.
-    values: the train step's metrics (``loss``, ``accuracy``, ``next_learning_rate``,
-      ``global_norm``, ``next_loss_scale``, ``skipped_updates``; the pipeline's names).
-    images_per_sec: the measured rate over all workers.
+    values: the train step's metrics (``loss``, the task's ``metrics``,
+      ``next_learning_rate``, ``global_norm``, ``next_loss_scale``, ``skipped_updates``;
+      the pipeline's names).
+    images_per_sec: the measured rate over all workers, in ``unit`` per second.
     steps_per_epoch: updates per epoch, for the ``epoch`` scalar.
-    global_batch: images per update, for the ``images`` scalar.
+    global_batch: ``unit`` per update, for the ``<unit>`` scalar.
+    metrics: the task's train metrics (``TRAIN_METRICS``).
+    unit: what a batch counts (``images``, ``words``, ``tokens``): the rate is
+      ``<unit>_per_sec``.
   """
-  for tag, key in _TRAIN_SCALARS:
+  scalars = _TRAIN_SCALARS_BEFORE + tuple((m, m) for m in metrics) + _TRAIN_SCALARS_AFTER
+  for tag, key in scalars:
     tf.summary.scalar(tag, values[key], step=step)
-  tf.summary.scalar('images_per_sec', images_per_sec * 1.0, step=step)
+  tf.summary.scalar(f'{unit}_per_sec', images_per_sec * 1.0, step=step)
   # What plot_runs.py needs to put runs of different batch sizes on one axis.
   tf.summary.scalar('epoch', step / steps_per_epoch, step=step)
-  tf.summary.scalar('images', float(step * global_batch), step=step)
+  tf.summary.scalar(unit, float(step * global_batch), step=step)
 
 
-def write_eval_metrics(writer, step, metrics):
-  """Writes an evaluation's loss, top-1 and top-5 accuracy at ``step``."""
+def write_eval_metrics(writer, step, metrics, names=HPARAM_METRICS):
+  """Writes an evaluation's metrics ``names`` (the task's ``EVAL_METRICS``) at ``step``."""
   with writer.as_default():
-    for key in HPARAM_METRICS:
+    for key in names:
       tf.summary.scalar(key, metrics[key], step=step)
   writer.flush()
 
@@ -143,7 +151,7 @@ def hparams(config, overrides=(), extra=None):
 RUN_CONFIG_SUFFIX = '.run_config'
 
 
-def write_run_config(directory, config_text, hparam_values):
+def write_run_config(directory, config_text, hparam_values, metrics=HPARAM_METRICS):
   """Writes the config as a text summary and the hyperparameters for the HParams tab (step 0).
 
   They go to an event file of their own, written anew at every start of the
@@ -155,22 +163,23 @@ def write_run_config(directory, config_text, hparam_values):
     directory: the run directory, whose name is the trial's id.
     config_text: the resolved config as YAML.
     hparam_values: ``{name: bool, int, float or str}`` from :func:`hparams`.
+    metrics: the eval scalars shown beside them (the task's ``EVAL_METRICS``).
   """
   pattern = os.path.join(glob.escape(directory), f'events.out.tfevents.*{RUN_CONFIG_SUFFIX}')
   for earlier in glob.glob(pattern):
     os.remove(earlier)
   writer = tf.summary.create_file_writer(directory, filename_suffix=RUN_CONFIG_SUFFIX)
   with writer.as_default():
-    _config_summaries(directory, config_text, hparam_values)
+    _config_summaries(directory, config_text, hparam_values, metrics)
   writer.close()
 
 
-def _config_summaries(directory, config_text, hparam_values):
+def _config_summaries(directory, config_text, hparam_values, metrics):
   from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
   # Markdown: indent by four spaces so the YAML shows as a code block.
   tf.summary.text('config', '\n'.join('    ' + line for line in config_text.splitlines()),
                   step=0)
   hp.hparams_config(hparams=[hp.HParam(name) for name in hparam_values],
                     metrics=[hp.Metric(tag, group=EVAL_DIR, display_name=f'eval {tag}')
-                             for tag in HPARAM_METRICS])
+                             for tag in metrics])
   hp.hparams(hparam_values, trial_id=os.path.basename(os.path.abspath(directory)))

@@ -14,8 +14,11 @@
    input into ``DataError``, a failed write into ``CheckpointError``.
 
 The loop drives the trainer through its public surface (its config, sizes,
-``make_train_step``, ``train_iterator``, ``precise_bn``, ``evaluate``), so a
-subclass that wraps the step (scripts/bench_train.py) trains the same way.
+``make_train_step``, ``train_iterator``, ``precise_bn``, ``evaluate``,
+``final_evaluate``), so a subclass that wraps the step (scripts/bench_train.py)
+trains the same way, and reads metrics by the names of the trainer's task
+(``framework.tasks``): its train metrics, its eval metrics and the one that
+picks the best checkpoint, in its direction.
 """
 
 import json
@@ -62,7 +65,7 @@ def train(trainer, evaluate_every=None, stop=None):
     The final eval metrics when evaluating, else None.
   """
   trainer.keep_for_rotation()
-  outputs = RunOutputs(trainer)
+  outputs = RunOutputs(trainer, trainer.task)
   try:
     with outputs.writer.as_default():
       if outputs.writes:  # at every start: a resumed run's values replace the first ones
@@ -105,7 +108,7 @@ def _write_run_config(trainer):
   values = summaries.hparams(yaml.safe_load(text), trainer.overrides,
                              {'global_batch': trainer.global_batch,
                               'num_workers': trainer.num_workers})
-  summaries.write_run_config(trainer.logdir, text, values)
+  summaries.write_run_config(trainer.logdir, text, values, trainer.task.EVAL_METRICS)
 
 
 class RunOutputs:
@@ -114,16 +117,21 @@ class RunOutputs:
   Attributes:
     manager: the ``tf.train.CheckpointManager`` of the periodic checkpoints
       (None on the workers that write nothing).
-    best: the ``checkpoints.BestCheckpoint`` (None on those workers).
+    best: the ``checkpoints.BestCheckpoint`` by ``task``'s metric (None on those workers).
     writes: whether train summaries are written (chief, summaries on, steps to train).
     writer: the train summary writer (a no-op writer when nothing is written).
     eval_writer: the eval summary writer; its file appears with the first evaluation.
+
+  Args:
+    trainer: the trainer (its config, logdir, checkpoint and steps).
+    task: the run's ``framework.tasks`` task, whose ``BEST_METRIC`` picks the
+      best checkpoint (default: an image classifier's accuracy).
 
   Raises:
     CheckpointError: the logdir cannot be written; nothing of the run was written.
   """
 
-  def __init__(self, trainer):
+  def __init__(self, trainer, task=None):
     cfg, logdir = trainer.config, trainer.logdir
     chief = distributed.is_chief()
     # A run that trains nothing or writes no summaries leaves no empty event file.
@@ -133,9 +141,11 @@ class RunOutputs:
       self.manager = tf.train.CheckpointManager(
           trainer.checkpoint, logdir, max_to_keep=cfg['num_checkpoints'],
           checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
+      metric, higher = ((task.BEST_METRIC, task.HIGHER_IS_BETTER) if task is not None
+                        else ('accuracy', True))
       self.best = checkpoints.BestCheckpoint(
           trainer.checkpoint, os.path.join(logdir, checkpoints.BEST_DIR),
-          log=distributed.log) if chief else None
+          log=distributed.log, metric=metric, higher_is_better=higher) if chief else None
       self.writer = (tf.summary.create_file_writer(logdir) if self.writes
                      else tf.summary.create_noop_writer())
       self.eval_writer = summaries.LazyWriter(os.path.join(logdir, summaries.EVAL_DIR), chief)
@@ -262,8 +272,9 @@ class TrainLoop:
     start = trainer.global_step
     # The steps of the last checkpoint, train summary and evaluation.
     self.last_saved = self.last_summary = self.last_eval = start
-    self.eval_metrics = None  # the last evaluation's metrics
+    self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
     self.values = None  # the last micro-step's metrics, as numpy values
+    self.task = trainer.task
     self.rate = _Rate(trainer.batch_size * trainer.num_workers)
     self.divergence = Divergence(self.config, trainer.iter_size, start)
     self.progress = None  # the console's progress, shown while run() steps
@@ -313,6 +324,8 @@ class TrainLoop:
         raise StopRequested(signum)
       if self.evaluate_every is not None:
         self._evaluate(step)
+    if self.evaluate_every is not None:
+      self._final_evaluate()
 
   def _open_progress(self):
     trainer, cfg = self.trainer, self.config
@@ -323,7 +336,8 @@ class TrainLoop:
         f'worker(s) x iter_size {trainer.iter_size}; starting at step {trainer.global_step}')
     self.progress = console.Progress(
         trainer.max_steps, trainer.global_step, trainer.steps_per_epoch, cfg['print_loss_steps'],
-        enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg))
+        enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg),
+        metrics=self.task.CONSOLE_METRICS, unit=self.task.example_unit)
 
   def _after_step(self, values):
     """The bookkeeping after one micro-step whose metrics are ``values``."""
@@ -363,14 +377,28 @@ class TrainLoop:
 
   def _write_summaries(self, step):
     summaries.write_train_scalars(step, self.values, self.rate.value,
-                                  self.trainer.steps_per_epoch, self.trainer.global_batch)
+                                  self.trainer.steps_per_epoch, self.trainer.global_batch,
+                                  self.task.TRAIN_METRICS, self.task.example_unit)
 
   def _evaluate(self, step):
-    """Evaluates, reports, and offers the checkpoint to the best one."""
+    """Evaluates, reports, and offers the checkpoint to the best one (by the task's metric)."""
     metrics = self.trainer.evaluate()
-    evaluation.report(step, metrics, self.outputs.eval_writer)
+    evaluation.report(step, metrics, self.outputs.eval_writer, self.task)
     if self.outputs.best is not None:
-      self.outputs.best.offer(step, metrics['accuracy'])
+      self.outputs.best.offer(step, metrics[self.task.BEST_METRIC])
+    self.eval_metrics = metrics
+
+  def _final_evaluate(self):
+    """The best checkpoint on the final split, when the run has one (``Trainer.final_evaluate``)."""
+    final = self.trainer.final_evaluate()
+    if final is None:
+      return
+    metrics, step, split = final
+    writer = summaries.LazyWriter(os.path.join(self.trainer.logdir, f'{summaries.EVAL_DIR}_{split}'),
+                                  distributed.is_chief())
+    evaluation.report(step, metrics, writer, self.task,
+                      label=f'{split} split, best checkpoint by {self.task.BEST_METRIC},')
+    writer.close()
     self.eval_metrics = metrics
 
   def _stop(self, signum, ending=False):

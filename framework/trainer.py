@@ -13,7 +13,10 @@ beside it:
   bookkeeping (when to stop, save, write summaries and evaluate; the
   divergence check; one-line errors for failed reads and writes), and
   ``TrainingError``;
-- ``framework.evaluation``: the eval step, its sums over workers and its report;
+- ``framework.tasks``: what depends on the workload (the model from the data
+  layer's facts, the loss and train metrics, the evaluation and its metric
+  that picks the best checkpoint, the serving signature, infer);
+- ``framework.evaluation``: the image classifier's eval step, the report of an evaluation;
 - ``framework.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
 - ``framework.stopping``: stopping on a signal, ``RunStopped``;
 - ``framework.summaries`` and ``framework.console``: what TensorBoard and the
@@ -29,6 +32,7 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from data import DATA_LAYERS
@@ -40,12 +44,12 @@ from core import precision
 from framework import schedule
 from framework import summaries
 from framework import train_loop
+from framework import tasks
 from framework.checkpoints import BestCheckpoint
 from framework.stopping import RunStopped
 from framework.stopping import StopRequested
 from framework.train_loop import TrainingError
 from core.params import ConfigError
-from models import MODELS
 from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import exclusions
 from optimizers.agn import AGNOptimizer
@@ -73,9 +77,9 @@ class Trainer:
     self.overrides = list(overrides)
     # (path, damaged newer ones) of the checkpoint restore() loaded; None before.
     self._restored = None
-    # The compiled eval step, built by the first evaluate().
-    self._eval_step = None
     cfg = self.config
+    # What depends on the kind of data and model: loss, metrics, evaluation, export.
+    self.task = tasks.make_task(cfg, eval_config)
     self.num_workers = distributed.size()
     self.rank = distributed.rank()
 
@@ -90,9 +94,11 @@ class Trainer:
     if config is not None:
       self.train_data = self._data_layer(config, 'train')
     self.eval_data = self._data_layer(eval_config, 'eval') if eval_config is not None else None
-    shape_source = self.train_data or self.eval_data
-    self.model = MODELS.resolve(cfg['model'])(cfg['model_params'], shape_source.image_shape,
-                                             shape_source.num_classes)
+    # The split of the evaluation after training, when it differs (a test split after a dev one).
+    self.final_eval_config = self.task.final_eval_config(eval_config) if config else None
+    self.final_eval_data = (self._data_layer(self.final_eval_config, 'eval')
+                            if self.final_eval_config is not None else None)
+    self.model = self.task.build_model(self.train_data or self.eval_data)
 
     self.batch_size = cfg['batch_size_per_gpu']
     self.iter_size = cfg['iter_size']
@@ -229,23 +235,20 @@ class Trainer:
 
   # --- the train step ----------------------------------------------------------------------
 
-  def _loss(self, images, labels):
-    """The loss of one micro-batch, and its top-1 accuracy as ``{'accuracy': ...}``."""
+  def _loss(self, batch):
+    """The loss of one micro-batch and the task's train metrics (``{'accuracy': ...}``).
+
+    The task's loss, plus the model's own losses and the L2 regularizer.
+    """
     cfg = self.config
-    logits = self.model(images, training=True)
-    accuracy = tf.reduce_mean(tf.cast(tf.math.in_top_k(
-        labels, tf.cast(logits, tf.float32), 1), tf.float32))
-    one_hot = tf.one_hot(labels, tf.shape(logits)[-1])
-    loss = tf.reduce_mean(keras.losses.categorical_crossentropy(
-        one_hot, tf.cast(logits, tf.float32), from_logits=True,
-        label_smoothing=cfg['label_smoothing']))
+    loss, metrics = self.task.loss(self.model, batch)
     model_losses = [tf.cast(l, tf.float32) for l in self.model.losses]
     if model_losses:
       loss += tf.add_n(model_losses)
     if cfg['regularizer'] == 'l2':
       scale = cfg['regularizer_params']['scale']
       loss += scale * tf.add_n([tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in self._regularized])
-    return loss, {'accuracy': accuracy}
+    return loss, metrics
 
   def make_train_step(self):
     """The compiled micro-step: next batch -> the pipeline's update -> its metrics.
@@ -257,13 +260,15 @@ class Trainer:
     summary_every = cfg['save_summaries_steps']
     pipeline = self.pipeline
 
-    def update(images, labels):
-      metrics = pipeline(lambda: self._loss(images, labels))
+    train_metrics = self.task.TRAIN_METRICS
+
+    def update(batch):
+      metrics = pipeline(lambda: self._loss(batch))
       self.data_position.assign_add(1)
       self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
       # Under the pipeline's names: at the step this micro-step ends at, the console and
       # TensorBoard show the rate and scale of the update that starts there.
-      return {'loss': metrics['loss'], 'accuracy': metrics['accuracy'],
+      return {'loss': metrics['loss'], **{name: metrics[name] for name in train_metrics},
               'skipped_updates': tf.identity(self.skipped_updates),
               'next_learning_rate': metrics['next_learning_rate'],
               'next_loss_scale': metrics['next_loss_scale'],
@@ -273,8 +278,7 @@ class Trainer:
       update = tf.function(update, jit_compile=True)
 
     def step(iterator):
-      images, labels = next(iterator)
-      return update(images, labels)
+      return update(next(iterator))
 
     compiled = tf.function(step)
 
@@ -383,26 +387,51 @@ class Trainer:
   # --- evaluation --------------------------------------------------------------------------
 
   def evaluate(self):
-    """Loss, top-1 and top-5 accuracy over the whole eval split (all workers).
+    """The task's metrics over the whole eval split (all workers).
 
     Returns:
-      dict with ``loss``, ``accuracy``, ``top5_accuracy`` and ``examples``.
+      dict of the task's ``EVAL_METRICS`` and ``examples``: ``loss``,
+      ``accuracy`` and ``top5_accuracy`` for images; ``wer``, ``per``,
+      ``loss`` and ``token_accuracy`` for sequences.
     """
     if self.eval_data is None:
       raise ConfigError('eval: no eval data layer is configured')
-    if self._eval_step is None:
-      self._eval_step = evaluation.make_eval_step(self.model)
-    return evaluation.evaluate(
-        self._eval_step, self.eval_data.dataset(self.eval_config['batch_size_per_gpu']))
+    return self.task.evaluate(self.model, self.eval_data, self.eval_config['batch_size_per_gpu'])
 
   def evaluate_and_report(self):
     """Evaluates the restored model, prints one line and writes the eval scalars (chief only)."""
     metrics = self.evaluate()
     writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
                                   distributed.is_chief())
-    evaluation.report(self.global_step, metrics, writer)
+    evaluation.report(self.global_step, metrics, writer, self.task)
     writer.close()
     return metrics
+
+  def final_evaluate(self):
+    """After training: the best checkpoint evaluated on the final split, when there is one.
+
+    A run whose data layer names a ``final_eval_split`` (a test split after
+    model selection on a dev split) evaluates the best checkpoint by the
+    task's metric there; the model keeps those weights afterwards. Every
+    worker takes part (the sums are over all of them).
+
+    Returns:
+      ``(metrics, step of the checkpoint evaluated, split)``, or None when
+      the run has no final split.
+    """
+    if self.final_eval_data is None:
+      return None
+    # The chief has just offered the last checkpoint to the best one: wait for its write.
+    distributed.sum_array(np.zeros(1))
+    path, _ = checkpoints.newest_intact(os.path.join(self.logdir, checkpoints.BEST_DIR),
+                                        checkpoints.BEST_NAME)
+    step = self.global_step
+    if path is not None:
+      tf.train.Checkpoint(model=self.model).restore(path).expect_partial()
+      step = int(path.rsplit('-', 1)[1])
+    metrics = self.task.evaluate(self.model, self.final_eval_data,
+                                 self.final_eval_config['batch_size_per_gpu'])
+    return metrics, step, self.final_eval_config['data_layer_params']['eval_split']
 
   # --- benchmark ---------------------------------------------------------------------------
 

@@ -359,6 +359,10 @@ class Transformer(keras.Model):
                            for i in range(p['encoder_layers'])]
     self.decoder_layers = [DecoderLayer(*layer_args, name=f'decoder_layer_{i}')
                            for i in range(p['decoder_layers'])]
+    # tf.train.Checkpoint follows attributes, not Keras' tracked lists (Keras 3 gives those
+    # to SavedModel only): each block is an attribute too, so a checkpoint holds every weight.
+    for layer in self.encoder_layers + self.decoder_layers:
+      setattr(self, layer.name, layer)
     # Pre-norm blocks leave their sum unnormalized; one last normalization each.
     self.encoder_norm = _layer_norm('encoder_output_layer_normalization') if pre_norm else None
     self.decoder_norm = _layer_norm('decoder_output_layer_normalization') if pre_norm else None
@@ -612,6 +616,7 @@ def build_transformer(params, source_vocab_size, target_vocab_size):
 
 
 build_transformer.PARAMS = schemas.TRANSFORMER_PARAMS
+build_transformer.TASK = 'sequence_to_sequence'
 
 
 def sequence_cross_entropy(labels, logits, label_smoothing=0.0):

@@ -40,7 +40,7 @@ def test_export_serves_raw_pixels_with_the_eval_preprocessing(trained, tmp_path)
   assert f'exported {logdir}/ckpt-20 (step 20) to {export_dir}' in result.stdout, result.stdout
   assert "takes uint8 images [None, 28, 28, 1]" in result.stdout
   assert json.loads((export_dir / 'export.json').read_text()) == {
-      'checkpoint': f'{logdir}/ckpt-20', 'step': 20}
+      'checkpoint': f'{logdir}/ckpt-20', 'step': 20, 'task': 'image_classification'}
 
   served = tf.saved_model.load(str(export_dir)).signatures['serving_default']
   test_set = FashionMnistDataLayer({}, 'eval')
@@ -97,7 +97,7 @@ def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path):
   result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'new'),
                '--checkpoint', 'best', check=False)
   assert result.returncode == 2 and result.stderr.strip() == (
-      'error: --checkpoint: only used with --mode=eval or export, not --mode=train (to start '
+      'error: --checkpoint: only used with --mode=eval, export or infer, not --mode=train (to start '
       'from another run, use --init_checkpoint)')
   assert not (tmp_path / 'new').exists()
 

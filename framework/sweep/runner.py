@@ -41,11 +41,19 @@ RUN_PY = os.path.join(ROOT, 'run.py')
 RESULT_FILE = 'result.json'
 ERROR_FILE = 'error.txt'
 LOG_FILE = 'run.log'
+# Every result holds these (None when run.py did not print them), and any other
+# metric its lines name (a sequence model's wer, per, token_accuracy).
 METRICS = ('accuracy', 'top5', 'loss', 'steps')
 
-# What run.py and the trainer print; parsed back from run.log.
-FINAL_RE = re.compile(r'^final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)')
-EVAL_RE = re.compile(r'^eval at step (\d+): loss (\S+), top-1 (\S+), top-5 (\S+)')
+# What run.py and the trainer print; parsed back from run.log. Each task words its
+# lines (framework.tasks): "final test <metric>: <value> (<name> <value>, ...) at
+# step N" and "eval at step N: <name> <value>, ..."; the first metric of the final
+# line is the run's own (accuracy for images, wer for sequences).
+FINAL_RE = re.compile(r'^final test (\w+): (\S+) \((.*)\) at step (\d+)')
+EVAL_RE = re.compile(r'^eval at step (\d+): (.*)$')
+_PAIR_RE = re.compile(r'([A-Za-z][\w-]*) (-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))(?=,|$| \()')
+# The image classifier's names in its lines, as results name them.
+_ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
 STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
 # The last line run.py prints when a training run ends well, and a benchmark's.
@@ -68,28 +76,50 @@ def log(message):
 # ---------------------------------------------------------------------------
 # Reading a finished run
 
+def named_values(text):
+  """``{name: value}`` of the ``name value`` pairs of an eval or final line's text."""
+  return {_ALIASES.get(name, name): float(value) for name, value in _PAIR_RE.findall(text)}
+
+
 def parse_metrics(log_text):
   """Reads the final metrics from run.py's output.
 
   Returns:
-    ``{'accuracy', 'top5', 'loss', 'steps'}``, each None when run.py did not
-    print it: train_eval ends with ``final test accuracy: ...`` (the last
-    ``eval at step ...`` line serves when that is missing), train and
-    benchmark only give the steps of ``training ... for N steps``.
+    ``{'accuracy', 'top5', 'loss', 'steps'}`` and every other metric the
+    lines name (``wer``, ``per``, ``token_accuracy`` for sequences), each None
+    when run.py did not print it: train_eval ends with ``final test
+    <metric>: ...`` (the last ``eval at step ...`` line serves when that is
+    missing), train and benchmark only give the steps of ``training ... for
+    N steps``.
   """
   metrics = dict.fromkeys(METRICS)
   for line in log_text.splitlines():
     line = line.strip()
     final, evaluation, training = FINAL_RE.match(line), EVAL_RE.match(line), TRAINING_RE.match(line)
     if final:
-      metrics.update(accuracy=float(final.group(1)), top5=float(final.group(2)),
-                     loss=float(final.group(3)), steps=int(final.group(4)))
+      metrics.update({final.group(1): float(final.group(2)), **named_values(final.group(3)),
+                      'steps': int(final.group(4))})
     elif evaluation:
-      metrics.update(steps=int(evaluation.group(1)), loss=float(evaluation.group(2)),
-                     accuracy=float(evaluation.group(3)), top5=float(evaluation.group(4)))
+      metrics.update(named_values(evaluation.group(2)), steps=int(evaluation.group(1)))
     elif training and metrics['steps'] is None:
       metrics['steps'] = int(training.group(1))
   return metrics
+
+
+def curve_metric(log_text):
+  """The run's own metric, which its curve follows: the first of its final line, else ``accuracy``.
+
+  ``accuracy`` for an image classifier, ``wer`` for a sequence model.
+  """
+  for line in reversed(log_text.splitlines()):
+    final = FINAL_RE.match(line.strip())
+    if final:
+      return final.group(1)
+  for line in log_text.splitlines():
+    evaluation = EVAL_RE.match(line.strip())
+    if evaluation and 'wer' in named_values(evaluation.group(2)):
+      return 'wer'
+  return 'accuracy'
 
 
 def last_text_line(text):
@@ -162,24 +192,27 @@ def completed(attempt_text):
   return any(COMPLETE_RE.match(line.strip()) for line in attempt_text.splitlines())
 
 
-def eval_curve(logdir):
-  """``[(step, top-1 accuracy)]`` of the evaluations in the run's ``run.log``, by step.
+def eval_curve(logdir, metric='accuracy'):
+  """``[(step, metric)]`` of the evaluations in the run's ``run.log``, by step.
 
   A step evaluated by two attempts (the second resumed from an earlier
   checkpoint) counts once, with the later evaluation.
   """
   matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
-  curve = {int(m.group(1)): float(m.group(3)) for m in matches if m}
+  curve = {}
+  for m in matches:
+    if m and metric in named_values(m.group(2)):
+      curve[int(m.group(1))] = named_values(m.group(2))[metric]
   return sorted(curve.items())
 
 
-def eval_times(logdir):
+def eval_times(logdir, metric='accuracy'):
   """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
   from framework import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
   first, times = None, {}
-  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), 'accuracy')):
+  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), metric)):
     if not os.path.isdir(directory):
       return {}, None
     events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
@@ -196,8 +229,11 @@ def running_seconds(spans, start, end):
   return sum(max(0.0, min(to, end) - max(since, start)) for since, to in spans)
 
 
-def timed_curve(logdir):
-  """``[[step, top-1, seconds or None]]`` of the run's evaluations, as result.json keeps them.
+def timed_curve(logdir, metric='accuracy'):
+  """``[[step, metric, seconds or None]]`` of the run's evaluations, as result.json keeps them.
+
+  ``metric`` is the run's own (:func:`curve_metric`): top-1 ``accuracy`` for
+  an image classifier, ``wer`` for a sequence model.
 
   The seconds count from the run's first TensorBoard event (the start of
   training) to the evaluation's, within the attempts only: the time between
@@ -205,7 +241,7 @@ def timed_curve(logdir):
   the events do not say.
   """
   try:
-    times, first = eval_times(logdir)
+    times, first = eval_times(logdir, metric)
   except (ValueError, OSError):
     times, first = {}, None
   spans = []
@@ -214,12 +250,12 @@ def timed_curve(logdir):
     spans.append((attempt['start'], attempt['start'] + seconds if seconds is not None
                   else float('inf')))
   curve = []
-  for step, accuracy in eval_curve(logdir):
+  for step, value in eval_curve(logdir, metric):
     seconds = None
     if step in times and first is not None:
       seconds = (running_seconds(spans, first, times[step]) if spans
                  else times[step] - first)
-    curve.append([step, accuracy, None if seconds is None else round(seconds, 2)])
+    curve.append([step, value, None if seconds is None else round(seconds, 2)])
   return curve
 
 
@@ -505,7 +541,8 @@ class Sweep:
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
               'wall_s': round(sum(s for s in seconds if s is not None), 2),
               'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-              'curve': timed_curve(logdir), 'machine': machine()}
+              'curve': timed_curve(logdir, curve_metric(text)),
+              'curve_metric': curve_metric(text), 'machine': machine()}
     with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=2)
     if self.args.archive:

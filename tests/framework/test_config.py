@@ -297,7 +297,7 @@ def test_resolve_without_overlays():
 def test_resolve_unknown_mode():
   assert error_of(cfg.resolve, RAW, 'trian') == (
       "mode: unknown mode 'trian' (did you mean 'train'?); "
-      "allowed: train, eval, train_eval, benchmark, export")
+      "allowed: train, eval, train_eval, benchmark, export, infer")
 
 
 def test_resolve_does_not_mutate_or_share_raw():
@@ -409,7 +409,7 @@ def test_resolve_modes():
   assert cfg.resolve_modes(RAW, 'export') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
   assert cfg.resolve(RAW, 'export') == cfg.resolve(RAW, 'eval')
   assert error_of(cfg.resolve_modes, RAW, 'test') == (
-      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export")
+      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export, infer")
 
 
 def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
