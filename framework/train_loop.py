@@ -1,30 +1,33 @@
 """The train loop: steps to ``max_steps`` and decides when to stop, save, summarize and evaluate.
 
-``Trainer.train`` hands its work to :func:`train`, which
+``Trainer.train`` gives :func:`train` the pieces of the run the loop calls,
+as one :class:`LoopParts` (the compiled step, the batches, the checkpoint and
+model, the evaluations, the precise batch-norm block, the data check, the
+run's sizes and task), and no trainer. :func:`train`
 
 1. opens what the run writes (:class:`RunOutputs`: the periodic checkpoints,
    the best checkpoint, the train and eval summary writers; the chief alone
    writes), so that a logdir that cannot be written fails before any step;
-2. runs a :class:`TrainLoop` over the trainer's compiled step; between steps
-   the loop keeps the run's bookkeeping: the divergence check
-   (:class:`Divergence`), the images/sec window, the train summaries, the
-   periodic checkpoints, the evaluations (with the best checkpoint), and the
-   stop on a signal, which saves and raises ``stopping.RunStopped``;
+2. runs a :class:`TrainLoop` over the compiled step; between steps the loop
+   keeps the run's bookkeeping from the metrics each step returns (its
+   global step among them): the divergence check (:class:`Divergence`), the
+   images/sec window, the train summaries, the periodic checkpoints, the
+   evaluations (with the best checkpoint), and the stop on a signal, which
+   saves and raises ``stopping.RunStopped``;
 3. turns the TensorFlow errors a user can act on into one line: unreadable
    input into ``DataError``, a failed write into ``CheckpointError``.
 
-The loop drives the trainer through its public surface (its config, sizes,
-``make_train_step``, ``train_iterator``, ``precise_bn``, ``evaluate``,
-``final_evaluate``), so a subclass that wraps the step (scripts/bench_train.py)
-trains the same way, and reads metrics by the names of the trainer's task
-(``framework.tasks``): its train metrics, its eval metrics and the one that
-picks the best checkpoint, in its direction.
+Metrics are read by the names of the run's task (``framework.tasks``): its
+train metrics, its eval metrics and the one that picks the best checkpoint,
+in its direction.
 """
 
+import dataclasses
 import json
 import os
 import signal
 import time
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -58,22 +61,93 @@ class TrainingError(RuntimeError):
   """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
 
 
-def train(trainer, evaluate_every=None, stop=None):
-  """Trains ``trainer`` until its ``max_steps``; ``Trainer.train`` documents the contract.
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+  """The run's sizes, as the trainer counted them.
+
+  Attributes:
+    max_steps: the global step training ends at.
+    steps_per_epoch: applied updates per epoch.
+    batch_size: examples per micro-batch on one worker.
+    num_workers: the workers training together.
+    iter_size: micro-batches per applied update.
+  """
+  max_steps: int
+  steps_per_epoch: float
+  batch_size: int
+  num_workers: int
+  iter_size: int
+
+  @property
+  def global_batch(self):
+    """Examples per applied update over all workers."""
+    return self.batch_size * self.num_workers * self.iter_size
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopParts:
+  """What the train loop calls of a run, and nothing more (``Trainer.train`` makes it).
+
+  Attributes:
+    config: the run's train config, read for its cadences (``save_checkpoint_steps``,
+      ``save_summaries_steps``, ``print_loss_steps``, ``precise_bn``), the divergence
+      check (``dtype``, ``loss_scaling``) and the run's config summary.
+    overrides: the run's ``--set`` strings (their keys are hyperparameters).
+    task: the run's ``framework.tasks`` task: the names of its metrics, the one
+      that picks the best checkpoint and its direction, its unit.
+    sizes: the run's :class:`Sizes`.
+    logdir: the run directory.
+    start_step: the global step training starts at.
+    step: the compiled micro-step, ``step(iterator) -> {name: tensor}`` with
+      ``global_step``, ``loss`` and the task's train metrics.
+    open_batches: ``f() -> iterator`` of the training batches from the data position.
+    check_data: ``f()`` after each micro-step; raises ``DataError`` when too
+      many records were skipped as corrupt.
+    checkpoint: the ``tf.train.Checkpoint`` of the run's state.
+    model: the model, whose variables are checked before each save.
+    precise_bn: ``f(step, keep, when=True, stop=None)``, the context manager
+      of ``Trainer.precise_bn``.
+    evaluate: ``f() -> metrics`` over the eval split.
+    final_evaluate: ``f() -> (metrics, step, split)`` of the best checkpoint on
+      the final split, or None when the run has none.
+  """
+  config: dict
+  overrides: Sequence[str]
+  task: Any
+  sizes: Sizes
+  logdir: str
+  start_step: int
+  step: Callable[[Iterator], dict]
+  open_batches: Callable[[], Iterator]
+  check_data: Callable[[], None]
+  checkpoint: tf.train.Checkpoint
+  model: Any
+  precise_bn: Callable[..., ContextManager]
+  evaluate: Callable[[], dict]
+  final_evaluate: Callable[[], Optional[tuple]]
+
+
+def train(parts, evaluate_every=None, stop=None):
+  """Trains the run of ``parts`` until its ``max_steps``; ``Trainer.train`` documents the contract.
+
+  Args:
+    parts: the run's :class:`LoopParts`.
+    evaluate_every: evaluate every this many steps and at the end, or None.
+    stop: a ``stopping.StopRequest``, or None.
 
   Returns:
     The final eval metrics when evaluating, else None.
   """
-  trainer.keep_for_rotation()
-  outputs = RunOutputs(trainer, trainer.task)
+  outputs = RunOutputs(parts.checkpoint, parts.model, parts.logdir, parts.config,
+                       trains=parts.start_step < parts.sizes.max_steps, task=parts.task)
   try:
     with outputs.writer.as_default():
       if outputs.writes:  # at every start: a resumed run's values replace the first ones
-        _write_run_config(trainer)
-      eval_metrics = TrainLoop(trainer, outputs, evaluate_every, stop).run()
+        _write_run_config(parts)
+      eval_metrics = TrainLoop(parts, outputs, evaluate_every, stop).run()
     outputs.close()
   except tf.errors.OpError as exc:
-    error = _user_error(exc, trainer.logdir)
+    error = _user_error(exc, parts.logdir)
     if error is None:
       raise
     raise error from None
@@ -102,13 +176,13 @@ def _is_write_failure(exc, logdir):
       text in message for text in _WRITE_FAILURES)
 
 
-def _write_run_config(trainer):
+def _write_run_config(parts):
   """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
-  text = config_lib.to_yaml(trainer.config)
-  values = summaries.hparams(yaml.safe_load(text), trainer.overrides,
-                             {'global_batch': trainer.global_batch,
-                              'num_workers': trainer.num_workers})
-  summaries.write_run_config(trainer.logdir, text, values, trainer.task.EVAL_METRICS)
+  text = config_lib.to_yaml(parts.config)
+  values = summaries.hparams(yaml.safe_load(text), parts.overrides,
+                             {'global_batch': parts.sizes.global_batch,
+                              'num_workers': parts.sizes.num_workers})
+  summaries.write_run_config(parts.logdir, text, values, parts.task.EVAL_METRICS)
 
 
 class RunOutputs:
@@ -123,7 +197,11 @@ class RunOutputs:
     eval_writer: the eval summary writer; its file appears with the first evaluation.
 
   Args:
-    trainer: the trainer (its config, logdir, checkpoint and steps).
+    checkpoint: the ``tf.train.Checkpoint`` of the run's state.
+    model: the model in it, whose variables are checked before each save.
+    logdir: the run directory.
+    config: the train config (``num_checkpoints``, ``save_summaries_steps``).
+    trains: whether the run has steps to train.
     task: the run's ``framework.tasks`` task, whose ``BEST_METRIC`` picks the
       best checkpoint (default: an image classifier's accuracy).
 
@@ -131,20 +209,19 @@ class RunOutputs:
     CheckpointError: the logdir cannot be written; nothing of the run was written.
   """
 
-  def __init__(self, trainer, task=None):
-    cfg, logdir = trainer.config, trainer.logdir
+  def __init__(self, checkpoint, model, logdir, config, trains, task=None):
+    self.model = model
     chief = distributed.is_chief()
     # A run that trains nothing or writes no summaries leaves no empty event file.
-    self.writes = bool(chief and cfg['save_summaries_steps']
-                       and trainer.global_step < trainer.max_steps)
+    self.writes = bool(chief and config['save_summaries_steps'] and trains)
     try:
       self.manager = tf.train.CheckpointManager(
-          trainer.checkpoint, logdir, max_to_keep=cfg['num_checkpoints'],
+          checkpoint, logdir, max_to_keep=config['num_checkpoints'],
           checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
       metric, higher = ((task.BEST_METRIC, task.HIGHER_IS_BETTER) if task is not None
                         else ('accuracy', True))
       self.best = checkpoints.BestCheckpoint(
-          trainer.checkpoint, os.path.join(logdir, checkpoints.BEST_DIR),
+          checkpoint, os.path.join(logdir, checkpoints.BEST_DIR),
           log=distributed.log, metric=metric, higher_is_better=higher) if chief else None
       self.writer = (tf.summary.create_file_writer(logdir) if self.writes
                      else tf.summary.create_noop_writer())
@@ -157,7 +234,7 @@ class RunOutputs:
     """The newest periodic checkpoint (None when there is none, or on other workers)."""
     return self.manager.latest_checkpoint if self.manager is not None else None
 
-  def save(self, model, step):
+  def save(self, step):
     """Saves a checkpoint (chief only), never one holding non-finite model variables.
 
     A diverging run can overflow the batch-norm statistics while its loss is
@@ -173,7 +250,7 @@ class RunOutputs:
     """
     if self.manager is None:
       return None
-    bad = [v.path for v in model.variables if not np.all(np.isfinite(v.numpy()))]
+    bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
     if bad:
       raise TrainingError(
           f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
@@ -257,26 +334,28 @@ class TrainLoop:
   """One ``Trainer.train`` call, from its first step to ``max_steps`` or a stop.
 
   Args:
-    trainer: the ``framework.trainer.Trainer`` to train.
+    parts: the run's :class:`LoopParts`.
     outputs: its open :class:`RunOutputs`.
     evaluate_every: evaluate every this many steps and at the end, or None.
     stop: a ``stopping.StopRequest``, or None.
   """
 
-  def __init__(self, trainer, outputs, evaluate_every, stop):
-    self.trainer = trainer
-    self.config = trainer.config
+  def __init__(self, parts, outputs, evaluate_every, stop):
+    self.parts = parts
+    self.config = parts.config
+    self.task = parts.task
+    self.sizes = parts.sizes
     self.outputs = outputs
     self.evaluate_every = evaluate_every
     self.stop = stop
-    start = trainer.global_step
+    # The global step, as the last micro-step returned it.
+    self.step = parts.start_step
     # The steps of the last checkpoint, train summary and evaluation.
-    self.last_saved = self.last_summary = self.last_eval = start
+    self.last_saved = self.last_summary = self.last_eval = self.step
     self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
     self.values = None  # the last micro-step's metrics, as numpy values
-    self.task = trainer.task
-    self.rate = _Rate(trainer.batch_size * trainer.num_workers)
-    self.divergence = Divergence(self.config, trainer.iter_size, start)
+    self.rate = _Rate(self.sizes.batch_size * self.sizes.num_workers)
+    self.divergence = Divergence(self.config, self.sizes.iter_size, self.step)
     self.progress = None  # the console's progress, shown while run() steps
 
   def run(self):
@@ -286,11 +365,10 @@ class TrainLoop:
       RunStopped: after a requested stop was saved.
       TrainingError: non-finite values, or too many corrupt records.
     """
-    trainer = self.trainer
-    step_fn = trainer.make_train_step()
-    iterator = trainer.train_iterator()
+    step_fn = self.parts.step
+    iterator = self.parts.open_batches()
     self._open_progress()
-    while trainer.global_step < trainer.max_steps:
+    while self.step < self.sizes.max_steps:
       signum = self.stop.agreed() if self.stop is not None else 0
       if signum:
         self._stop(signum)
@@ -305,7 +383,7 @@ class TrainLoop:
       distributed.log(f'{self.stop.name} came during the last evaluation, after the last '
                       'checkpoint: the run is complete and ends normally')
     if distributed.is_chief():
-      remove_ending_mark(trainer.logdir)
+      remove_ending_mark(self.parts.logdir)
     return self.eval_metrics
 
   def _end(self):
@@ -314,10 +392,9 @@ class TrainLoop:
     A signal during precise_bn, or after the last checkpoint and before the
     last evaluation, raises StopRequested; the evaluation itself runs to its end.
     """
-    trainer = self.trainer
-    step = trainer.global_step
-    with trainer.precise_bn(step, keep=True, stop=self.stop):
-      self.outputs.save(trainer.model, step)
+    step = self.step
+    with self.parts.precise_bn(step, keep=True, stop=self.stop):
+      self.outputs.save(step)
       self.last_saved = step
       signum = self.stop.agreed() if self.stop is not None else 0
       if signum:
@@ -328,25 +405,24 @@ class TrainLoop:
       self._final_evaluate()
 
   def _open_progress(self):
-    trainer, cfg = self.trainer, self.config
+    cfg, sizes = self.config, self.sizes
     distributed.log(
         f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
-        f'{trainer.max_steps} steps ({trainer.steps_per_epoch} steps/epoch), global batch '
-        f'{trainer.global_batch} = {trainer.batch_size} per worker x {trainer.num_workers} '
-        f'worker(s) x iter_size {trainer.iter_size}; starting at step {trainer.global_step}')
+        f'{sizes.max_steps} steps ({sizes.steps_per_epoch} steps/epoch), global batch '
+        f'{sizes.global_batch} = {sizes.batch_size} per worker x {sizes.num_workers} '
+        f'worker(s) x iter_size {sizes.iter_size}; starting at step {self.step}')
     self.progress = console.Progress(
-        trainer.max_steps, trainer.global_step, trainer.steps_per_epoch, cfg['print_loss_steps'],
+        sizes.max_steps, self.step, sizes.steps_per_epoch, cfg['print_loss_steps'],
         enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg),
         metrics=self.task.CONSOLE_METRICS, unit=self.task.example_unit)
 
   def _after_step(self, values):
     """The bookkeeping after one micro-step whose metrics are ``values``."""
-    trainer, cfg = self.trainer, self.config
+    cfg = self.config
     self.values = values
-    step = int(values['global_step'])
+    step = self.step = int(values['global_step'])
     self.divergence.check(step, values['loss'], self.outputs.latest)
-    trainer.train_data.check_corrupt_fraction(
-        int(trainer.data_position.numpy()) * trainer.batch_size)
+    self.parts.check_data()
     rate = self.rate.step()
     self.progress.update(step, values, rate)
     if self.outputs.writes and self._summary_due(step):
@@ -354,13 +430,13 @@ class TrainLoop:
       self._write_summaries(step)
     self.rate.roll()
     if cfg['save_checkpoint_steps'] and step - self.last_saved >= cfg['save_checkpoint_steps']:
-      self.outputs.save(trainer.model, step)
+      self.outputs.save(step)
       self.last_saved = step
     if (self.evaluate_every and step - self.last_eval >= self.evaluate_every
-        and step < trainer.max_steps):
+        and step < self.sizes.max_steps):
       try:
-        with trainer.precise_bn(step, keep=False, when=cfg['precise_bn'] and
-                                cfg['precise_bn']['before_each_eval'], stop=self.stop):
+        with self.parts.precise_bn(step, keep=False, when=cfg['precise_bn'] and
+                                   cfg['precise_bn']['before_each_eval'], stop=self.stop):
           self._evaluate(step)
       except StopRequested as exc:
         self._stop(exc.signum)
@@ -373,16 +449,16 @@ class TrainLoop:
     several micro-steps, and a resumed run starts at a step already written.
     """
     return step > self.last_summary and (step % self.config['save_summaries_steps'] == 0
-                                         or step == self.trainer.max_steps)
+                                         or step == self.sizes.max_steps)
 
   def _write_summaries(self, step):
     summaries.write_train_scalars(step, self.values, self.rate.value,
-                                  self.trainer.steps_per_epoch, self.trainer.global_batch,
+                                  self.sizes.steps_per_epoch, self.sizes.global_batch,
                                   self.task.TRAIN_METRICS, self.task.example_unit)
 
   def _evaluate(self, step):
     """Evaluates, reports, and offers the checkpoint to the best one (by the task's metric)."""
-    metrics = self.trainer.evaluate()
+    metrics = self.parts.evaluate()
     evaluation.report(step, metrics, self.outputs.eval_writer, self.task)
     if self.outputs.best is not None:
       self.outputs.best.offer(step, metrics[self.task.BEST_METRIC])
@@ -390,11 +466,11 @@ class TrainLoop:
 
   def _final_evaluate(self):
     """The best checkpoint on the final split, when the run has one (``Trainer.final_evaluate``)."""
-    final = self.trainer.final_evaluate()
+    final = self.parts.final_evaluate()
     if final is None:
       return
     metrics, step, split = final
-    writer = summaries.LazyWriter(os.path.join(self.trainer.logdir, f'{summaries.EVAL_DIR}_{split}'),
+    writer = summaries.LazyWriter(os.path.join(self.parts.logdir, f'{summaries.EVAL_DIR}_{split}'),
                                   distributed.is_chief())
     evaluation.report(step, metrics, writer, self.task,
                       label=f'{split} split, best checkpoint by {self.task.BEST_METRIC},')
@@ -409,16 +485,16 @@ class TrainLoop:
       ending: the signal cut off the end of training (:meth:`_end`): a mark in
         the logdir makes the resumed run do that end instead of "nothing to do".
     """
-    step = self.trainer.global_step
+    step = self.step
     self.progress.close()
     if self.outputs.writes and self.values is not None and step > self.last_summary:
       self._write_summaries(step)
     path = self.outputs.latest()
     if self.outputs.manager is not None and (step != self.last_saved or path is None):
-      path = self.outputs.save(self.trainer.model, step)
+      path = self.outputs.save(step)
     if ending and distributed.is_chief():
       rundir.write_text_atomically(
-          os.path.join(self.trainer.logdir, ENDING_MARK),
+          os.path.join(self.parts.logdir, ENDING_MARK),
           json.dumps({'step': step, 'signal': signal_name(signum)}) + '\n')
     tf.summary.flush()
     raise RunStopped(signum, step, path)

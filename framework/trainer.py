@@ -9,7 +9,8 @@ hooks), the compiled train step (loss -> the pipeline's update -> the metrics
 it returns), ``precise_bn``, evaluation and the benchmark loop. The rest lives
 beside it:
 
-- ``framework.train_loop``: the loop behind :meth:`Trainer.train` and its
+- ``framework.train_loop``: the loop behind :meth:`Trainer.train`, given the
+  pieces of the run it calls (:meth:`Trainer.loop_parts`), and its
   bookkeeping (when to stop, save, write summaries and evaluate; the
   divergence check; one-line errors for failed reads and writes), and
   ``TrainingError``;
@@ -322,7 +323,24 @@ class Trainer:
       CheckpointError: a checkpoint or summary could not be written.
       DataError: a record could not be read, naming its file.
     """
-    return train_loop.train(self, evaluate_every, stop)
+    self.keep_for_rotation()
+    return train_loop.train(self.loop_parts(), evaluate_every, stop)
+
+  def loop_parts(self):
+    """What the train loop calls of this run (``train_loop.LoopParts``), and no trainer."""
+    sizes = train_loop.Sizes(max_steps=self.max_steps, steps_per_epoch=self.steps_per_epoch,
+                             batch_size=self.batch_size, num_workers=self.num_workers,
+                             iter_size=self.iter_size)
+    return train_loop.LoopParts(
+        config=self.config, overrides=self.overrides, task=self.task, sizes=sizes,
+        logdir=self.logdir, start_step=self.global_step, step=self.make_train_step(),
+        open_batches=self.train_iterator, check_data=self.check_data,
+        checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
+        evaluate=self.evaluate, final_evaluate=self.final_evaluate)
+
+  def check_data(self):
+    """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""
+    self.train_data.check_corrupt_fraction(int(self.data_position.numpy()) * self.batch_size)
 
   @contextlib.contextmanager
   def precise_bn(self, step, keep, when=True, stop=None):

@@ -1,6 +1,9 @@
-"""The train loop's bookkeeping: the divergence check, safe saves, the train scalars."""
+"""The train loop's bookkeeping: the divergence check, safe saves, the train scalars, and the
+loop itself run from plain pieces (``LoopParts``) with no trainer: its cadence, its step, a stop."""
 
-import types
+import contextlib
+import json
+import signal
 
 import keras
 import numpy as np
@@ -10,6 +13,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from framework import summaries
 from framework import train_loop
+from framework.tasks.image_classification import ImageClassificationTask
 from framework.train_loop import Divergence, RunOutputs, TrainingError
 
 
@@ -63,21 +67,20 @@ class Model:
                       keras.Variable(np.array([1.0, value, 2.0], np.float32), name='moving_mean')]
 
 
-def outputs_for(tmp_path, chief_steps=(0, 10)):
+def outputs_for(tmp_path, trains=True):
   model = Model(0.0)
-  trainer = types.SimpleNamespace(
-      config={'save_summaries_steps': 5, 'num_checkpoints': 3}, logdir=str(tmp_path),
-      checkpoint=tf.train.Checkpoint(v=model.variables[0]), global_step=chief_steps[0],
-      max_steps=chief_steps[1])
-  return RunOutputs(trainer), model
+  outputs = RunOutputs(tf.train.Checkpoint(v=model.variables[0]), model, str(tmp_path),
+                       {'save_summaries_steps': 5, 'num_checkpoints': 3}, trains=trains)
+  return outputs, model
 
 
 def test_a_state_with_non_finite_variables_is_not_saved(tmp_path):
   outputs, model = outputs_for(tmp_path)
   assert outputs.writes
-  assert outputs.save(model, 2) == str(tmp_path / 'ckpt-2')
+  assert outputs.save(2) == str(tmp_path / 'ckpt-2')
+  model.variables[1].assign(np.array([1.0, np.inf, 2.0], np.float32))
   with pytest.raises(TrainingError) as error:
-    outputs.save(Model(float('inf')), 4)
+    outputs.save(4)
   assert str(error.value) == (
       'non-finite model variables at step 4 (1, e.g. moving_mean), not saved; last checkpoint '
       f'kept: {tmp_path / "ckpt-2"}. Lower the learning rate, enable clipping (max_grad_norm) '
@@ -87,7 +90,7 @@ def test_a_state_with_non_finite_variables_is_not_saved(tmp_path):
 
 
 def test_a_run_with_nothing_to_train_writes_no_summaries(tmp_path):
-  outputs, _ = outputs_for(tmp_path, chief_steps=(10, 10))
+  outputs, _ = outputs_for(tmp_path, trains=False)
   assert not outputs.writes
   outputs.close()
   assert not [name for name in (tmp_path).iterdir() if 'events' in name.name]
@@ -128,3 +131,124 @@ def test_the_train_scalars_and_the_axes_plot_runs_needs(tmp_path):
   assert sorted(written) == sorted(expected)
   for tag, value in expected.items():
     assert written[tag] == [(30, pytest.approx(value, rel=1e-6))], tag
+
+
+class FakeRun:
+  """A run for the loop alone, from plain pieces: no trainer, no model to train.
+
+  Its step advances the global step once every ``iter_size`` micro-steps and
+  returns the metrics a train step returns; the evaluations give
+  ``accuracies`` in turn. What the loop asked of the pieces is kept in
+  ``calls``, in order.
+  """
+
+  def __init__(self, tmp_path, max_steps=6, start_step=0, iter_size=1, accuracies=(),
+               save_checkpoint_steps=4):
+    self.model = Model(0.0)
+    self.checkpoint = tf.train.Checkpoint(v=self.model.variables[0])
+    self.micro_steps = 0
+    self.start_step = start_step
+    self.iter_size = iter_size
+    self.accuracies = list(accuracies)
+    self.calls = []
+    self.parts = train_loop.LoopParts(
+        config={'save_checkpoint_steps': save_checkpoint_steps, 'save_summaries_steps': 0,
+                'print_loss_steps': 1, 'precise_bn': None, 'dtype': 'float32',
+                'loss_scaling': 1.0, 'num_checkpoints': 5, 'model': 'fake'},
+        overrides=(), task=ImageClassificationTask({'label_smoothing': 0.0}),
+        sizes=train_loop.Sizes(max_steps=max_steps, steps_per_epoch=2, batch_size=8,
+                               num_workers=1, iter_size=iter_size),
+        logdir=str(tmp_path), start_step=start_step, step=self.step,
+        open_batches=lambda: iter(range(1000)), check_data=lambda: self.calls.append('data'),
+        checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
+        evaluate=self.evaluate, final_evaluate=self.final_evaluate)
+
+  def step(self, iterator):
+    next(iterator)
+    self.micro_steps += 1
+    global_step = self.start_step + self.micro_steps // self.iter_size
+    self.calls.append(('step', global_step))
+    return {name: tf.constant(value) for name, value in (
+        ('global_step', np.int64(global_step)), ('loss', np.float32(1.0)),
+        ('accuracy', np.float32(0.5)), ('skipped_updates', np.int64(0)),
+        ('next_learning_rate', np.float32(0.1)), ('next_loss_scale', np.float32(1.0)),
+        ('global_norm', np.float32(2.0)))}
+
+  @contextlib.contextmanager
+  def precise_bn(self, step, keep, when=True, stop=None):
+    del stop
+    self.calls.append(('precise_bn', step, keep, bool(when)))
+    yield
+
+  def evaluate(self):
+    accuracy = self.accuracies.pop(0)
+    self.calls.append(('evaluate', accuracy))
+    return {'accuracy': accuracy, 'top5_accuracy': 1.0, 'loss': 1.0 - accuracy,
+            'examples': 100}
+
+  def final_evaluate(self):
+    self.calls.append('final_evaluate')
+
+
+class StopAfter:
+  """A stop request that every worker agrees on once ``steps`` micro-steps were taken."""
+
+  def __init__(self, run, steps, signum=signal.SIGTERM):
+    self.run, self.steps, self.signum_sent = run, steps, signum
+    self.signum = None
+    self.name = signal.Signals(signum).name
+
+  def agreed(self):
+    if self.run.micro_steps >= self.steps:
+      self.signum = self.signum_sent
+    return self.signum or 0
+
+
+def steps_and_checkpoints(run, tmp_path):
+  steps = [call[1] for call in run.calls if call[0] == 'step']
+  saved = sorted(int(path.name.split('-')[1].split('.')[0])
+                 for path in tmp_path.glob('ckpt-*.index'))
+  return steps, saved
+
+
+def test_the_loop_saves_evaluates_and_keeps_the_best_on_its_cadence(tmp_path):
+  run = FakeRun(tmp_path, max_steps=6, accuracies=(0.5, 0.8, 0.6))
+  metrics = train_loop.train(run.parts, evaluate_every=2)
+  steps, saved = steps_and_checkpoints(run, tmp_path)
+  assert steps == [1, 2, 3, 4, 5, 6]
+  assert saved == [4, 6]  # every 4 steps and at the end
+  # Evaluations every 2 steps before the end (no precise_bn to recompute before
+  # them), then precise_bn kept for the last checkpoint and its evaluation.
+  assert [call for call in run.calls if call[0] != 'step' and call != 'data'] == [
+      ('precise_bn', 2, False, False), ('evaluate', 0.5),
+      ('precise_bn', 4, False, False), ('evaluate', 0.8),
+      ('precise_bn', 6, True, True), ('evaluate', 0.6), 'final_evaluate']
+  assert run.calls.count('data') == 6  # the corrupt-record check after every micro-step
+  assert metrics['accuracy'] == 0.6
+  with open(tmp_path / 'best' / 'best.json', encoding='utf-8') as f:
+    best = json.load(f)
+  assert (best['step'], best['accuracy']) == (4, 0.8)
+
+
+def test_the_loop_reads_the_global_step_from_what_the_step_returns(tmp_path):
+  # Two micro-steps per update, from a resumed step 2: the loop ends at step 5.
+  run = FakeRun(tmp_path, max_steps=5, start_step=2, iter_size=2, save_checkpoint_steps=0)
+  assert train_loop.train(run.parts) is None
+  steps, saved = steps_and_checkpoints(run, tmp_path)
+  assert steps == [2, 3, 3, 4, 4, 5]
+  assert saved == [5]
+  assert ('precise_bn', 5, True, True) in run.calls
+  assert not [call for call in run.calls if call[0] == 'evaluate']
+
+
+def test_a_stop_saves_the_step_it_came_after(tmp_path):
+  run = FakeRun(tmp_path, max_steps=6, accuracies=(0.5,))
+  stop = StopAfter(run, 3)
+  with pytest.raises(train_loop.RunStopped) as stopped:
+    train_loop.train(run.parts, evaluate_every=2, stop=stop)
+  assert (stopped.value.signum, stopped.value.step) == (signal.SIGTERM, 3)
+  assert stopped.value.checkpoint == str(tmp_path / 'ckpt-3')
+  steps, saved = steps_and_checkpoints(run, tmp_path)
+  assert steps == [1, 2, 3]
+  assert saved == [3]
+  assert not (tmp_path / train_loop.ENDING_MARK).exists()  # the end of training was not reached
