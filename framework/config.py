@@ -266,11 +266,14 @@ def _one_weight_decay(result, given_model_params, registries):
 
   ``model_params.weight_decay`` (L2 on the kernels, in the loss; 1e-4 unless
   given) would stack on the decay of an optimizer that has one (LARS, LAMB,
-  AdamW: ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``) or that is given
+  AdamW, Muon: ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``) or that is given
   Keras' ``weight_decay``. So the optimizer's is the run's where it has one
   or one is given, and the model's default is turned off; a model decay the
   config gives turns an optimizer's own default off instead. Given both
   (other than 0) is a mistake.
+  An optimizer that keeps its decay in more arguments than ``weight_decay``
+  (``OWN_DECAY_ARGUMENTS``: Muon's ``adam_weight_decay`` as well) has them
+  all turned off, or refused, together.
 
   Returns:
     ``result``, or a new dict with the source not taken at 0.
@@ -282,17 +285,23 @@ def _one_weight_decay(result, given_model_params, registries):
   if not isinstance(model_params, dict) or 'weight_decay' not in model_params:
     return result  # the model has no such parameter, or declares none
   model_given = (given_model_params or {}).get('weight_decay')
-  optimizer_given = result['optimizer_params'].get('weight_decay')
-  own = _declared(_optimizer_entry(result, registries), 'optimizer', registries,
-                  'OWN_WEIGHT_DECAY')
-  if model_given and optimizer_given:
-    raise ConfigError(f'model_params.weight_decay: {model_given} given together with '
-                      f'optimizer_params.weight_decay: {optimizer_given}; a run takes one source '
-                      'of weight decay (the L2 loss of the model, or the optimizer\'s own): set the '
-                      'other to 0')
+  entry = _optimizer_entry(result, registries)
+  own = _declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
+  # Muon holds its own decay in two arguments (its AdamW fallback's is adam_weight_decay).
+  names = _declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
+  given = {name: result['optimizer_params'].get(name) for name in names}
+  optimizer_given = given['weight_decay']
+  for name, value in given.items():
+    if model_given and value:
+      raise ConfigError(f'model_params.weight_decay: {model_given} given together with '
+                        f'optimizer_params.{name}: {value}; a run takes one source '
+                        'of weight decay (the L2 loss of the model, or the optimizer\'s own): set '
+                        'the other to 0')
   if model_given:
-    if own and optimizer_given is None:  # the optimizer's default would stack on it
-      return dict(result, optimizer_params=dict(result['optimizer_params'], weight_decay=0.0))
+    if own and optimizer_given is None:  # the optimizer's defaults would stack on it
+      return dict(result, optimizer_params=dict(
+          result['optimizer_params'], **{name: 0.0 for name, value in given.items()
+                                         if value is None}))
     return result
   if optimizer_given or own is not None:
     return dict(result, model_params=dict(model_params, weight_decay=0.0))

@@ -34,7 +34,11 @@ _EXCLUSIONS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'sk
 # The weight decay an optimizer applies by its own algorithm, with its default: a
 # run takes one source of weight decay, this one unless the config gives the
 # model's (model_params.weight_decay), framework/config.py.
-_OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0}
+_OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0, 'Muon': 0.004}
+# The arguments that hold an optimizer's own decay, where there are more than
+# Keras' weight_decay: Muon decays its orthogonalized matrices by weight_decay
+# and the variables of its AdamW fallback by adam_weight_decay (both 0.004).
+_OWN_DECAY_ARGUMENTS = {'Muon': ('weight_decay', 'adam_weight_decay')}
 
 _OPTIMIZERS = (
     ('Adagrad', 'keras.optimizers:Adagrad', ('initial_accumulator_value', 'epsilon')),
@@ -49,6 +53,16 @@ _OPTIMIZERS = (
     ('LARS', 'optimizers.lars:LARSOptimizer', ('momentum', 'eeta', 'epsilon', 'use_nesterov')
      + _EXCLUSIONS),
     ('LAMB', 'optimizers.lamb:LAMB', ('beta_1', 'beta_2', 'epsilon') + _EXCLUSIONS),
+    # Keras 3's sign-of-momentum update (Chen et al. 2023); its decay is Keras'
+    # weight_decay, off by default, so it has no own decay.
+    ('Lion', 'keras.optimizers:Lion', ('beta_1', 'beta_2')),
+    # Keras 3's Muon (Jordan et al. 2024; Liu et al. 2025): momentum
+    # orthogonalized by Newton-Schulz iterations for 2-D variables whose path names
+    # no embedding nor any of exclude_layers, AdamW for every other variable.
+    ('Muon', 'keras.optimizers:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
+                                       'epsilon', 'exclude_layers', 'exclude_embeddings',
+                                       'muon_a', 'muon_b', 'muon_c', 'adam_lr_ratio', 'momentum',
+                                       'ns_steps', 'nesterov', 'rms_rate')),
 )
 
 
@@ -65,6 +79,7 @@ for _name, _target, _own in _OPTIMIZERS:
   _facts = {}
   if _name in _OWN_WEIGHT_DECAY:
     _facts['OWN_WEIGHT_DECAY'] = _OWN_WEIGHT_DECAY[_name]
+    _facts['OWN_DECAY_ARGUMENTS'] = _OWN_DECAY_ARGUMENTS.get(_name, ('weight_decay',))
   if _KNOWN_KERAS:
     _facts['ARGUMENTS'] = Arguments(_target.split(':')[1], _LEARNING_RATE + _own + KERAS_BASE, ())
   OPTIMIZER_CLS_NAMES.register_lazy(_name, _target, **_facts)

@@ -108,7 +108,8 @@ def test_the_packages_name_their_entries_without_tensorflow():
   assert answer['names'] == [
       ['resnet50', 'resnet_cifar', 'transformer'],
       ['cifar10', 'cmudict', 'fashion_mnist', 'imagenet', 'synthetic'],
-      ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Momentum', 'RMSProp', 'SGD'],
+      ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Lion', 'Momentum', 'Muon',
+       'RMSProp', 'SGD'],
       ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',
        'poly_decay', 'transformer_policy']]
   assert answer['facts'][0] == ['bn_epsilon', 'bn_momentum', 'ghost_batch_size', 'weight_decay',

@@ -67,3 +67,22 @@ def test_two_sources_given_at_once_is_one_line():
       'model_params.weight_decay: 0.0001 given together with optimizer_params.weight_decay: '
       "0.0005; a run takes one source of weight decay (the L2 loss of the model, or the "
       "optimizer's own): set the other to 0")
+
+
+def test_muons_two_decays_are_one_source():
+  # Muon decays its orthogonalized matrices by weight_decay and its AdamW
+  # fallback's variables by adam_weight_decay: a model decay turns both off.
+  muon = ('optimizer=Muon', 'optimizer_params={}', 'model_params={depth: 8}')
+  config = train_view(SGD_CONFIG, *muon)
+  assert config['model_params']['weight_decay'] == 0.0 and config['optimizer_params'] == {}
+  config = train_view(SGD_CONFIG, *muon, 'model_params.weight_decay=5e-4')
+  assert config['optimizer_params'] == {'weight_decay': 0.0, 'adam_weight_decay': 0.0}
+  # Only the fallback's given: the kernels keep none, as the config says.
+  config = train_view(SGD_CONFIG, *muon, 'model_params.weight_decay=5e-4',
+                      'optimizer_params.adam_weight_decay=0')
+  assert config['optimizer_params'] == {'weight_decay': 0.0, 'adam_weight_decay': 0}
+  with pytest.raises(ConfigError, match=r'^model_params.weight_decay: 0.0005 given together with '
+                                        r'optimizer_params.adam_weight_decay: 0.01; a run takes '
+                                        r'one source'):
+    train_view(SGD_CONFIG, *muon, 'model_params.weight_decay=5e-4',
+               'optimizer_params.adam_weight_decay=0.01')

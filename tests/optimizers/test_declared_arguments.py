@@ -53,7 +53,11 @@ def test_own_weight_decay_is_the_signature_default():
   own = {name: registry.OPTIMIZER_CLS_NAMES.facts(name)['OWN_WEIGHT_DECAY']
          for name in registry.OPTIMIZER_CLS_NAMES
          if 'OWN_WEIGHT_DECAY' in registry.OPTIMIZER_CLS_NAMES.facts(name)}
-  assert sorted(own) == ['AdamW', 'LAMB', 'LARS']
+  assert sorted(own) == ['AdamW', 'LAMB', 'LARS', 'Muon']
   for name, value in own.items():
-    default = inspect.signature(registry.OPTIMIZER_CLS_NAMES[name]).parameters['weight_decay'].default
-    assert (default or 0.0) == value, name
+    # Every argument that holds the optimizer's own decay (Muon has two) defaults to it.
+    arguments = registry.OPTIMIZER_CLS_NAMES.facts(name)['OWN_DECAY_ARGUMENTS']
+    assert 'weight_decay' in arguments
+    parameters = inspect.signature(registry.OPTIMIZER_CLS_NAMES[name]).parameters
+    for argument in arguments:
+      assert (parameters[argument].default or 0.0) == value, (name, argument)
