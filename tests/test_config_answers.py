@@ -1,14 +1,23 @@
 """run.py answers --print_config and config mistakes without importing TensorFlow, at once.
 
-Each case runs run.py in a child process under ``python -X importtime``,
-which lists every module the process imports on stderr: the answer must come
-with no ``tensorflow``, ``keras`` or ``horovod`` among them
+``--print_config`` runs run.py in a child process under ``python -X
+importtime``, which lists every module the process imports on stderr: the
+answer must come with no ``tensorflow``, ``keras`` or ``horovod`` among them
 (``TF_CPP_MIN_LOG_LEVEL=0`` keeps run.py from capturing stderr while
-TensorFlow loads, which would hide those lines too). The child's CPU
-time (user + system, from ``getrusage``) stays under a second; loading
-TensorFlow alone takes several.
+TensorFlow loads, which would hide those lines too), and the child's CPU time
+(user + system, from ``getrusage``) stays under a second; loading TensorFlow
+alone takes several.
+
+The config mistakes share one child process, which calls run.py's ``main``
+on each in turn: after each, none of those packages may be among the modules
+the process holds (a module once imported stays there, so the first mistake
+that loaded one is named), and the answer's CPU time stays under a second.
+A child each would add an interpreter's start-up per case and show nothing
+more. The last case is one that loads TensorFlow, so the check is seen to
+fail when it should.
 """
 
+import json
 import os
 import resource
 import subprocess
@@ -42,11 +51,37 @@ def heavy(imports):
   return sorted({name.split('.')[0] for name in imports if name.split('.')[0] in HEAVY})
 
 
-def test_the_import_listing_shows_tensorflow_when_it_is_loaded():
-  # The check below can fail: a mistake only the optimizer's constructor finds loads TensorFlow.
-  status, _, messages, imports, _ = answer('--set', 'optimizer_params.momentum=abc')
-  assert status == 2 and messages[-1].startswith('error: optimizer_params.momentum: rejected by')
-  assert 'tensorflow' in heavy(imports)
+# The child of the config mistakes: argv[1] the cases (JSON), argv[2] the file of its answers.
+ANSWER_EACH = """
+import contextlib, io, json, sys, time
+import run
+HEAVY = {heavy!r}
+answers = []
+for args in json.loads(sys.argv[1]):
+  out, err = io.StringIO(), io.StringIO()
+  start = time.process_time()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      status = run.main(args)
+    except SystemExit as exc:
+      status = exc.code
+  answers.append({{'status': status, 'stderr': err.getvalue(),
+                   'cpu': time.process_time() - start,
+                   'heavy': sorted({{m.split('.')[0] for m in sys.modules}} & set(HEAVY))}})
+with open(sys.argv[2], 'w') as f:
+  json.dump(answers, f)
+""".format(heavy=HEAVY)
+
+
+def answers_in_one_child(cases, directory):
+  """Runs run.py's ``main`` on each of ``cases`` in one child; returns one dict per case."""
+  path = os.path.join(directory, 'answers.json')
+  argvs = [['--config', LARS_CONFIG, *args] for args in cases]
+  subprocess.run([sys.executable, '-c', ANSWER_EACH, json.dumps(argvs), path], cwd=ROOT,
+                 env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                 timeout=300, check=True)
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
 
 
 def test_print_config_answers_without_tensorflow():
@@ -54,11 +89,12 @@ def test_print_config_answers_without_tensorflow():
   assert status == 0 and messages == []
   printed = yaml.safe_load(stdout)
   assert printed['optimizer'] == 'LARS' and printed['data_layer'] == 'fashion_mnist'
+  assert 'framework.config' in imports  # the listing is read: what the answer imported is there
   assert heavy(imports) == []
   assert cpu < CPU_SECONDS
 
 
-@pytest.mark.parametrize('args, message', [
+MISTAKES = [
     (['--set', 'nonsense=1'], 'error: nonsense: unknown key; allowed keys: agn_params, '),
     (['--set', 'batch_size_per_gpu=abc'],
      "error: batch_size_per_gpu: expected an integer, got 'abc' (str)"),
@@ -145,10 +181,36 @@ def test_print_config_answers_without_tensorflow():
     (['--set', 'loss_scaling_params={scale_max: 16}'],
      'error: loss_scaling_params.scale_max: rejected by loss_scaling 1.0: loss_scaling_params: only '
      'used with Backoff, LogMax or dynamic loss scaling'),
-])
-def test_config_mistakes_answer_in_one_line_without_tensorflow(args, message):
-  status, _, messages, imports, cpu = answer('--mode', 'train', *args)
-  assert status == 2
+]
+# A mistake only the optimizer's constructor finds: it loads TensorFlow (the last case).
+LOADS_TENSORFLOW = (['--set', 'optimizer_params.momentum=abc'],
+                    'error: optimizer_params.momentum: rejected by')
+
+
+@pytest.fixture(scope='module')
+def mistakes(tmp_path_factory):
+  """Each case of MISTAKES then LOADS_TENSORFLOW, answered in one child."""
+  cases = [['--mode', 'train', *args] for args, _ in MISTAKES + [LOADS_TENSORFLOW]]
+  return answers_in_one_child(cases, str(tmp_path_factory.mktemp('answers')))
+
+
+def one_line(answer_):
+  return [line for line in answer_['stderr'].splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize('case', range(len(MISTAKES)),
+                         ids=[message[:60] for _, message in MISTAKES])
+def test_config_mistakes_answer_in_one_line_without_tensorflow(mistakes, case):
+  answer_, (_, message) = mistakes[case], MISTAKES[case]
+  assert answer_['status'] == 2
+  messages = one_line(answer_)
   assert len(messages) == 1 and messages[0].startswith(message), messages
-  assert heavy(imports) == []
-  assert cpu < CPU_SECONDS
+  assert answer_['heavy'] == []
+  assert answer_['cpu'] < CPU_SECONDS
+
+
+def test_the_check_sees_tensorflow_when_a_mistake_loads_it(mistakes):
+  # The check above can fail: the last case loads TensorFlow, and the child holds it after.
+  answer_ = mistakes[-1]
+  assert answer_['status'] == 2 and one_line(answer_)[-1].startswith(LOADS_TENSORFLOW[1])
+  assert 'tensorflow' in answer_['heavy']

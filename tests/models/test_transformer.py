@@ -246,7 +246,24 @@ def test_a_wide_beam_finds_the_best_output_by_exhaustive_search(alpha):
     assert score.numpy()[0] == pytest.approx(normalized.max(), rel=1e-4)
 
 
+def test_greedy_decoding_and_a_beam_of_one_equal_the_step_by_step_reference():
+  # What the decoders compute does not depend on training: an untrained model whose
+  # output bias favours </s> a little ends its outputs at several lengths.
+  model = build({'decode_length_margin': 3, 'embedding_sharing': 'none'})
+  bias = next(v for v in model.trainable_variables if v.path.endswith('logits/bias'))
+  bias.assign(np.where(np.arange(bias.shape[0]) == END_ID, 1.5, 0.0).astype(np.float32))
+  source = np.array([[4, 5, 6, 0, 0], [7, 8, 9, 10, 5], [6, 0, 0, 0, 0], [3, 9, 4, 0, 0]],
+                    np.int32)
+  greedy = tf.function(model.greedy_decode)(tf.constant(source)).numpy()
+  reference = reference_greedy(model, source, source.shape[1] + model.decode_length_margin)
+  np.testing.assert_array_equal(greedy, reference)
+  assert sorted((greedy > 0).sum(axis=1)) == [1, 3, 5, 8]  # 8: no </s> within the limit
+  beam, _ = model.beam_search(tf.constant(source), 1, 0.0)
+  np.testing.assert_array_equal(beam.numpy(), greedy)
+
+
 # --- learning ---------------------------------------------------------------------------
+# A training of several seconds, shared by the tests below: they are slow tests.
 
 @pytest.fixture(scope='module')
 def overfit():
@@ -276,6 +293,7 @@ def overfit():
   return model, eval_layer, losses, time.time() - start
 
 
+@pytest.mark.slow
 def test_greedy_decoding_equals_the_step_by_step_reference(overfit):
   model, layer, _, _ = overfit
   batch = next(iter(layer.dataset(64)))
@@ -288,6 +306,7 @@ def test_greedy_decoding_equals_the_step_by_step_reference(overfit):
   assert len(set(lengths)) > 5 and greedy.shape[1] == lengths.max() + 1
 
 
+@pytest.mark.slow
 def test_beam_size_one_is_greedy(overfit):
   model, layer, _, _ = overfit
   batch = next(iter(layer.dataset(64)))
@@ -305,6 +324,7 @@ def decode_words(model, layer, decode):
   return error_counts(hypotheses, references)
 
 
+@pytest.mark.slow
 def test_a_tiny_transformer_learns_thirty_words(overfit):
   model, layer, losses, seconds = overfit
   assert losses[-1] < 0.05 * losses[0]
@@ -316,6 +336,7 @@ def test_a_tiny_transformer_learns_thirty_words(overfit):
   assert (beam.wer, beam.per) == (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_decoding_in_a_saved_model(overfit, tmp_path):
   model, layer, _, _ = overfit
   module = tf.Module()
