@@ -335,7 +335,7 @@ def benchmark(trainer, steps):
   trainer.begin()
   result = trainer.benchmark(steps)
   if distributed.is_chief():
-    print(f'benchmark: {result["images_per_sec"]:.1f} images/sec, '
+    print(f'benchmark: {result["images_per_sec"]:.1f} {trainer.task.example_unit}/sec, '
           f'{result["ms_per_step"]:.1f} ms/step over {steps} steps '
           f'(global batch {trainer.batch_size * trainer.num_workers}, '
           f'{trainer.num_workers} worker(s))', flush=True)
