@@ -110,6 +110,8 @@ class LoopParts:
     evaluate: ``f() -> metrics`` over the eval split.
     final_evaluate: ``f() -> (metrics, step, split)`` of the best checkpoint on
       the final split, or None when the run has none.
+    final_task: the task that decoded the final split and describes its line,
+      when it is not ``task`` (a wider beam on the test split); None: ``task``.
   """
   config: dict
   overrides: Sequence[str]
@@ -125,6 +127,7 @@ class LoopParts:
   precise_bn: Callable[..., ContextManager]
   evaluate: Callable[[], dict]
   final_evaluate: Callable[[], Optional[tuple]]
+  final_task: Any = None
 
 
 def train(parts, evaluate_every=None, stop=None):
@@ -472,7 +475,7 @@ class TrainLoop:
     metrics, step, split = final
     writer = summaries.LazyWriter(os.path.join(self.parts.logdir, f'{summaries.EVAL_DIR}_{split}'),
                                   distributed.is_chief())
-    evaluation.report(step, metrics, writer, self.task,
+    evaluation.report(step, metrics, writer, self.parts.final_task or self.task,
                       label=f'{split} split, best checkpoint by {self.task.BEST_METRIC},')
     writer.close()
     self.eval_metrics = metrics

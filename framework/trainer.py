@@ -97,8 +97,12 @@ class Trainer:
     self.eval_data = self._data_layer(eval_config, 'eval') if eval_config is not None else None
     # The split of the evaluation after training, when it differs (a test split after a dev one).
     self.final_eval_config = self.task.final_eval_config(eval_config) if config else None
-    self.final_eval_data = (self._data_layer(self.final_eval_config, 'eval')
-                            if self.final_eval_config is not None else None)
+    self.final_eval_data = None
+    self.final_task = self.task
+    if self.final_eval_config is not None:
+      self.final_eval_data = self._data_layer(self.final_eval_config, 'eval')
+      # Its own decoding, when the view asks for one (a wider beam on the test split).
+      self.final_task = tasks.make_task(cfg, self.final_eval_config)
     self.model = self.task.build_model(self.train_data or self.eval_data)
 
     self.batch_size = cfg['batch_size_per_gpu']
@@ -336,7 +340,7 @@ class Trainer:
         logdir=self.logdir, start_step=self.global_step, step=self.make_train_step(),
         open_batches=self.train_iterator, check_data=self.check_data,
         checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
-        evaluate=self.evaluate, final_evaluate=self.final_evaluate)
+        evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final_task)
 
   def check_data(self):
     """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""
@@ -447,8 +451,8 @@ class Trainer:
     if path is not None:
       tf.train.Checkpoint(model=self.model).restore(path).expect_partial()
       step = int(path.rsplit('-', 1)[1])
-    metrics = self.task.evaluate(self.model, self.final_eval_data,
-                                 self.final_eval_config['batch_size_per_gpu'])
+    metrics = self.final_task.evaluate(self.model, self.final_eval_data,
+                                       self.final_eval_config['batch_size_per_gpu'])
     return metrics, step, self.final_eval_config['data_layer_params']['eval_split']
 
   # --- benchmark ---------------------------------------------------------------------------

@@ -63,6 +63,9 @@ TRANSFORMER_PARAMS = {
     'norm': Param(str, 'pre', choices=('pre', 'post'),
                   doc='layer normalization before each sub-layer (pre) or after its residual sum'),
     'beam_size': Param(int, 1, check=positive, doc='decoding: 1 is greedy, more is beam search'),
+    'final_beam_size': Param(int, None, check=positive,
+                             doc='decoding of the evaluation after training (on final_eval_split): '
+                                 'its beam; default beam_size (the dev evaluations keep beam_size)'),
     'length_penalty': Param(float, 0.6, check=non_negative,
                             doc="beam search: alpha of GNMT's ((5 + length) / 6) ** alpha"),
     'decode_length_margin': Param(int, 16, check=positive,

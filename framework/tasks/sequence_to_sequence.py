@@ -69,6 +69,13 @@ class SequenceToSequenceTask(base.Task):
     self._eval_step = None  # compiled by the first evaluate()
     self._decode = None  # compiled by the first decode
 
+  def final_eval_config(self, eval_config):
+    """The base view on the final split, decoded with ``model_params.final_beam_size`` when set."""
+    final = super().final_eval_config(eval_config)
+    if final is not None and final.get('model_params', {}).get('final_beam_size'):
+      final['model_params']['beam_size'] = final['model_params']['final_beam_size']
+    return final
+
   @property
   def example_unit(self):
     return 'tokens' if self.config['data_layer_params'].get('batch_unit') == 'tokens' else 'words'
@@ -143,8 +150,9 @@ class SequenceToSequenceTask(base.Task):
             'token_accuracy': correct / tokens, 'examples': counts.words}
 
   def describe_eval(self, metrics):
+    beam = f', beam {self.beam_size}' if self.beam_size > 1 else ''
     return (f'loss {metrics["loss"]:.4f}, wer {metrics["wer"]:.4f}, per {metrics["per"]:.4f}, '
-            f'token_accuracy {metrics["token_accuracy"]:.4f} ({metrics["examples"]} words)')
+            f'token_accuracy {metrics["token_accuracy"]:.4f} ({metrics["examples"]} words{beam})')
 
   def describe_final(self, metrics):
     return (f'wer: {metrics["wer"]:.4f} (per {metrics["per"]:.4f}, loss {metrics["loss"]:.4f}, '

@@ -148,6 +148,25 @@ def test_the_final_split_is_evaluated_only_when_it_differs(tmp_path):
   assert task.final_eval_config({'data_layer_params': {'augment': False}}) is None
 
 
+def test_the_final_split_is_decoded_with_its_own_beam_and_says_so(tmp_path):
+  config = sequence_config(tmp_path / 'x', final_beam_size=4)
+  view = dict(config, data_layer_params={'eval_split': 'dev', 'final_eval_split': 'test'})
+  task = SequenceToSequenceTask(config, view)
+  final_view = task.final_eval_config(view)
+  assert final_view['model_params']['beam_size'] == 4
+  assert view['model_params']['beam_size'] == 1  # the dev evaluations stay greedy
+  assert task.beam_size == 1 and SequenceToSequenceTask(config, final_view).beam_size == 4
+  metrics = {'loss': 0.25, 'wer': 0.3, 'per': 0.08, 'token_accuracy': 0.9, 'examples': 7}
+  assert task.describe_eval(metrics) == (
+      'loss 0.2500, wer 0.3000, per 0.0800, token_accuracy 0.9000 (7 words)')
+  assert SequenceToSequenceTask(config, final_view).describe_eval(metrics) == (
+      'loss 0.2500, wer 0.3000, per 0.0800, token_accuracy 0.9000 (7 words, beam 4)')
+  # Without final_beam_size the final split decodes as the dev split does.
+  plain = sequence_config(tmp_path / 'x')
+  plain_view = dict(plain, data_layer_params=view['data_layer_params'])
+  assert task.final_eval_config(plain_view)['model_params']['beam_size'] == 1
+
+
 # --- the best checkpoint by a metric that falls --------------------------------------------
 
 def test_the_best_checkpoint_by_wer_keeps_the_lowest(tmp_path):
