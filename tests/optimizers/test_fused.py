@@ -7,6 +7,10 @@ the default on a CPU) and with them turned off, which leaves the XLA path
 from the reference paths in the last bits of a float32 sum or product;
 every comparison here uses rtol = 1e-6, and for values that pass through
 zero an atol of 1e-6 times the largest value of the array.
+
+The reference paths (``fused=False``, Keras' SGD, ``larc_reference``) never
+take a native kernel, so the numbers of each are computed once and shared by
+the two runs of a test (:func:`reference`).
 """
 
 
@@ -33,6 +37,8 @@ ATOL = 1e-8
 SHAPES = {'dense/kernel': (6, 5), 'dense/bias': (5,), 'conv/kernel': (3, 3, 2, 4),
           'batch_normalization/gamma': (4,), 'zero/kernel': (3, 2)}
 STEPS = 4
+# The numbers of the reference paths, by what they ran (see reference()).
+_REFERENCES = {}
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +55,17 @@ def fused_path(request, monkeypatch):
   if request.param == 'native':
     assert native.load() is not None, native.error()
   return request.param
+
+
+def reference(key, compute):
+  """``compute()``, once per ``key`` in this session: a reference path's numbers.
+
+  Only for paths that never take a native kernel, whose numbers the native
+  switch of ``fused_path`` cannot change.
+  """
+  if key not in _REFERENCES:
+    _REFERENCES[key] = compute()
+  return _REFERENCES[key]
 
 
 def make_variables(seed=0):
@@ -116,12 +133,16 @@ def test_lars_fused_matches_reference(nesterov, skip_list):
   kwargs = dict(momentum=0.9, weight_decay=0.01, eeta=0.02, epsilon=1e-5,
                 use_nesterov=nesterov, skip_list=skip_list)
   fused_opt = LARSOptimizer(0.5, **kwargs)
-  reference_opt = LARSOptimizer(0.5, fused=False, **kwargs)
   fused_vars = run(fused_opt)
-  reference_vars = run(reference_opt)
-  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
-  assert_same(slot_values(fused_opt, fused_vars, 'momentum'),
-              slot_values(reference_opt, reference_vars, 'momentum'))
+
+  def reference_run():
+    reference_opt = LARSOptimizer(0.5, fused=False, **kwargs)
+    variables = run(reference_opt)
+    return [v.numpy() for v in variables], slot_values(reference_opt, variables, 'momentum')
+
+  weights, momentums = reference(('lars', nesterov, str(skip_list)), reference_run)
+  assert_same([v.numpy() for v in fused_vars], weights)
+  assert_same(slot_values(fused_opt, fused_vars, 'momentum'), momentums)
 
 
 def test_lars_fused_eager_matches_reference():
@@ -175,20 +196,26 @@ def test_lamb_fused_matches_reference(exclusions):
                 exclude_from_weight_decay=exclusions,
                 exclude_from_layer_adaptation=['gamma'] if exclusions else None)
   fused_opt = LAMB(0.01, **kwargs)
-  reference_opt = LAMB(0.01, fused=False, **kwargs)
   fused_vars = run(fused_opt)
-  reference_vars = run(reference_opt)
-  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+
+  def reference_run():
+    reference_opt = LAMB(0.01, fused=False, **kwargs)
+    variables = run(reference_opt)
+    return [v.numpy() for v in variables], {
+        name: slot_values(reference_opt, variables, name) for name in ('m', 'v')}
+
+  weights, slots = reference(('lamb', str(exclusions)), reference_run)
+  assert_same([v.numpy() for v in fused_vars], weights)
   for name in ('m', 'v'):
-    assert_same(slot_values(fused_opt, fused_vars, name),
-                slot_values(reference_opt, reference_vars, name))
+    assert_same(slot_values(fused_opt, fused_vars, name), slots[name])
 
 
 @pytest.mark.parametrize('nesterov', [False, True])
 def test_momentum_xla_update_matches_keras_sgd(nesterov):
   fused_vars = run(MomentumOptimizer(0.1, momentum=0.9, use_nesterov=nesterov))
-  reference_vars = run(keras.optimizers.SGD(0.1, momentum=0.9, nesterov=nesterov))
-  assert_same([v.numpy() for v in fused_vars], [v.numpy() for v in reference_vars])
+  weights = reference(('sgd', nesterov), lambda: [
+      v.numpy() for v in run(keras.optimizers.SGD(0.1, momentum=0.9, nesterov=nesterov))])
+  assert_same([v.numpy() for v in fused_vars], weights)
 
 
 @pytest.mark.parametrize('mode', ['clip', 'scale'])
@@ -224,20 +251,22 @@ def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
   """``larc_and_apply`` (one kernel with native kernels on) against LARC then Keras' SGD."""
   params = validation.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'min_update': 0.05,
                                      'skip_list': ['bias']})
-  results = []
-  for optimizer, larc in ((MomentumOptimizer(0.5, momentum=0.9, use_nesterov=nesterov),
-                           stages.larc),
-                          (keras.optimizers.SGD(0.5, momentum=0.9, nesterov=nesterov),
-                           stages.larc_reference)):
+
+  def steps(optimizer, larc):
     variables = make_variables()
     optimizer.build(variables)
     step = tf.function(larc_step(optimizer, larc, variables, params))
     for i in range(STEPS):
       factors = step(make_gradients(i))
-    results.append(([v.numpy() for v in variables],
-                    momentum_values(optimizer, variables),
-                    {i: f.numpy() for i, f in factors.items()}))
-  (got_w, got_m, got_f), (want_w, want_m, want_f) = results
+    return ([v.numpy() for v in variables], momentum_values(optimizer, variables),
+            {i: f.numpy() for i, f in factors.items()})
+
+  got_w, got_m, got_f = steps(MomentumOptimizer(0.5, momentum=0.9, use_nesterov=nesterov),
+                              stages.larc)
+  want_w, want_m, want_f = reference(
+      ('larc then sgd', mode, nesterov),
+      lambda: steps(keras.optimizers.SGD(0.5, momentum=0.9, nesterov=nesterov),
+                    stages.larc_reference))
   assert_same(got_w, want_w)
   assert_same(got_m, want_m)
   assert sorted(got_f) == sorted(want_f) == [0, 2, 3, 4]
@@ -312,10 +341,11 @@ def test_model_fit_fused_matches_reference():
   kwargs = dict(momentum=0.9, weight_decay=1e-3, eeta=0.01,
                 skip_list=['batch_normalization', 'bias'], use_nesterov=True)
   assert_same(fit_weights(LARSOptimizer(0.1, **kwargs)),
-              fit_weights(LARSOptimizer(0.1, fused=False, **kwargs)))
+              reference('fit lars', lambda: fit_weights(LARSOptimizer(0.1, fused=False,
+                                                                       **kwargs))))
   assert_same(fit_weights(LAMB(0.01, weight_decay=0.01, exclude_from_weight_decay=['bias'])),
-              fit_weights(LAMB(0.01, weight_decay=0.01, exclude_from_weight_decay=['bias'],
-                               fused=False)))
+              reference('fit lamb', lambda: fit_weights(LAMB(
+                  0.01, weight_decay=0.01, exclude_from_weight_decay=['bias'], fused=False))))
 
 
 def test_fused_flag_round_trips_through_config():

@@ -371,6 +371,7 @@ def doc_block(page, marker):
   return text[start:text.index('```', start)]
 
 
+@pytest.mark.slow  # a child process that trains 80 micro-batches
 def test_the_custom_loop_of_the_docs_runs_from_outside_the_checkout(tmp_path):
   """docs/optimizers.md's loop, as a user runs it: a file of their own elsewhere, PYTHONPATH set."""
   assert not str(tmp_path).startswith(ROOT + os.sep)
