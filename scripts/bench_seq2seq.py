@@ -33,7 +33,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,8 +48,7 @@ from data import sequences  # noqa: E402
 from framework import config as config_lib  # noqa: E402
 from models import MODELS  # noqa: E402
 from models.transformer import sequence_cross_entropy  # noqa: E402
-from optimizers import openseq2seq as opt_lib  # noqa: E402
-from scripts.bench_train import Turnstile, TurnCallback, TurnTrainer, in_turns  # noqa: E402
+from scripts.bench_train import TurnCallback, TurnTrainer, in_strict_turns  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'cmudict_transformer_lamb.py')
 
@@ -126,10 +124,7 @@ def interleaved_loops(path, overrides, cfg, steps):
   Returns:
     (framework seconds per step, model.fit seconds per step), numpy arrays.
   """
-  turnstile = Turnstile('train', 'fit')
-  errors = []
-
-  def train_loop():
+  def train_loop(turnstile):
     with tempfile.TemporaryDirectory() as logdir:
       train_cfg = load_config(path, list(overrides) + [
           'num_epochs=null', f'max_steps={steps}', f'logdir={logdir}',
@@ -138,7 +133,7 @@ def interleaved_loops(path, overrides, cfg, steps):
       trainer.begin()
       trainer.train()
 
-  def fit_loop():
+  def fit_loop(turnstile):
     # Keras' dtype policy is global: the Trainer set the same one for its model.
     keras.mixed_precision.set_dtype_policy(precision.policy_name(cfg['dtype']))
     keras.utils.set_random_seed(cfg['random_seed'])
@@ -158,16 +153,7 @@ def interleaved_loops(path, overrides, cfg, steps):
     model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0,
               callbacks=[TurnCallback(turnstile)])
 
-  threads = [threading.Thread(target=in_turns, args=(turnstile, 'train', train_loop, errors)),
-             threading.Thread(target=in_turns, args=(turnstile, 'fit', fit_loop, errors))]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  opt_lib.clear_pipelines()
-  if errors:
-    raise errors[0]
-  return np.array(turnstile.turns['train']), np.array(turnstile.turns['fit'])
+  return in_strict_turns(train_loop, fit_loop)
 
 
 def main():

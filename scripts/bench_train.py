@@ -259,23 +259,47 @@ def in_turns(turnstile, name, loop, errors):
     turnstile.finish(name)
 
 
+def in_strict_turns(train_loop, fit_loop):
+  """Runs ``train_loop(turnstile)`` and ``fit_loop(turnstile)`` in two threads taking strict turns.
+
+  Each loop hands the turn over after every step (``TurnTrainer``,
+  ``TurnCallback``); the first turns hold the set-up and tracing.
+
+  Returns:
+    (train loop seconds per turn, fit loop seconds per turn), numpy arrays.
+  """
+  turnstile = Turnstile('train', 'fit')
+  errors = []
+  threads = [
+      threading.Thread(target=in_turns, args=(turnstile, 'train',
+                                              lambda: train_loop(turnstile), errors)),
+      threading.Thread(target=in_turns, args=(turnstile, 'fit',
+                                              lambda: fit_loop(turnstile), errors))]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  opt_lib.clear_pipelines()
+  if errors:
+    raise errors[0]
+  return np.array(turnstile.turns['train']), np.array(turnstile.turns['fit'])
+
+
 def interleaved_loops(steps):
   """Runs Trainer.train and model.fit for ``steps`` steps each, in strict turns.
 
   Returns:
     (train mode seconds per iteration, model.fit seconds per iteration), numpy arrays.
   """
-  turnstile = Turnstile('train', 'fit')
-  errors = []
 
-  def train_loop():
+  def train_loop(turnstile):
     with tempfile.TemporaryDirectory() as logdir:
       cfg = load_config(['num_epochs=null', f'max_steps={steps}', f'logdir={logdir}'])
       trainer = TurnTrainer(turnstile, cfg, None, logdir)
       trainer.begin()
       trainer.train()
 
-  def fit_loop():
+  def fit_loop(turnstile):
     cfg = load_config()
     data = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train')
     model = build_model(cfg)
@@ -287,16 +311,7 @@ def interleaved_loops(steps):
     model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0,
               callbacks=[TurnCallback(turnstile)])
 
-  threads = [threading.Thread(target=in_turns, args=(turnstile, 'train', train_loop, errors)),
-             threading.Thread(target=in_turns, args=(turnstile, 'fit', fit_loop, errors))]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  opt_lib.clear_pipelines()
-  if errors:
-    raise errors[0]
-  return np.array(turnstile.turns['train']), np.array(turnstile.turns['fit'])
+  return in_strict_turns(train_loop, fit_loop)
 
 
 def main():
