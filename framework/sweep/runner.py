@@ -373,8 +373,7 @@ class Sweep:
         continue
       self.done += 1
       self.skipped += 1
-      accuracy = (result.get('metrics') or {}).get('accuracy')
-      log(f'skipped {point.name}: finished before (accuracy {format_metric(accuracy)})')
+      log(f'skipped {point.name}: finished before ({own_metric_text(result)})')
       if result.get('overrides') != self.overrides(point):
         log(f'warning: {point.name} finished with other --set values ({result.get("overrides")}); '
              f'delete {self.logdir(point)} to run it again with the current ones')
@@ -491,7 +490,7 @@ class Sweep:
     if process.returncode == 0 or (completed(text) and (interrupted or process.returncode < 0)):
       result = self.record(point, 'finished')
       metrics = result['metrics']
-      log(f'finished {point.name}: accuracy {format_metric(metrics["accuracy"])}, '
+      log(f'finished {point.name}: {own_metric_text(result)}, '
            f'{metrics["steps"]} steps, {result["wall_s"]:.1f} s'
            + (f' over {result["attempts"]} attempts' if result['attempts'] > 1 else ''))
     elif interrupted:
@@ -550,8 +549,8 @@ class Sweep:
       shutil.copyfile(os.path.join(logdir, RESULT_FILE),
                       os.path.join(self.args.archive, f'{point.name}.json'))
     if how == 'recorded':
-      log(f'recorded {point.name}: it had finished (accuracy '
-          f'{format_metric(metrics["accuracy"])}) before its result was written')
+      log(f'recorded {point.name}: it had finished ({own_metric_text(result)}) before its '
+          'result was written')
     return result
 
 
@@ -589,6 +588,12 @@ def machine():
   if 'cpu family' in fields and 'model' in fields:
     name += f' (family {fields["cpu family"]}, model {fields["model"]})'
   return f'{name}, {os.cpu_count()} CPUs'
+
+
+def own_metric_text(result):
+  """``accuracy 0.9123`` or ``wer 0.3120``: a result's own metric (its curve's), for the sweep's lines."""
+  name = result.get('curve_metric') or 'accuracy'
+  return f'{name} {format_metric((result.get("metrics") or {}).get(name))}'
 
 
 def format_metric(value, digits=4):

@@ -285,8 +285,12 @@ def plot(runs, key, arms, path, title):
   return True
 
 
-def plot_steps(runs, key, arms, path, title, target):
-  """Updates to the target against the key, log-log, with the line of perfect scaling."""
+def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None):
+  """Updates to the target against the key, log-log, with the line of perfect scaling.
+
+  ``ylabel`` and ``xlabel`` name the axes (default: updates to the target
+  test accuracy, and the key).
+  """
   grouped = study.groups(runs, key)
   values = [v for v in study.ordered_values(runs, key) if study.number(v)]
   series = {}
@@ -309,8 +313,8 @@ def plot_steps(runs, key, arms, path, title, target):
             label='perfect scaling (updates ∝ 1/batch)')
   axes.set_yscale('log')
   report.style_x_axis(axes, 'log', xs, [str(v) for v in values])
-  axes.set_xlabel(key)
-  axes.set_ylabel(f'updates to {target * 100:g} % test accuracy')
+  axes.set_xlabel(xlabel or key)
+  axes.set_ylabel(ylabel or f'updates to {target * 100:g} % test accuracy')
   if title:
     axes.set_title(title)
   axes.grid(True, which='both', alpha=0.3)

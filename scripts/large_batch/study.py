@@ -11,9 +11,18 @@ accuracy come from the curve of evaluations that ``result.json`` keeps (the
 first evaluation with top-1 ``>= target``), or, for a result without one, from
 the ``eval at step N: ... top-1 A`` lines of ``run.log`` and the same
 evaluation's TensorBoard event, counted from the run's first event.
+
+The metric is the image study's top-1 accuracy (higher is better) unless a
+caller names another :class:`Metric`: a sequence study's word error rate
+(:data:`WER`, lower is better) picks its settings and reaches its target from
+above. A directory may also be an archive of results, ``<point>.json`` (a
+copy of the point's result.json) and ``<point>.error`` (the error of a failed
+point), read as its run directories would be.
 """
 
+import collections
 import glob
+import json
 import os
 import statistics
 
@@ -28,6 +37,24 @@ DEFAULT_TARGET = 0.90
 # Not a config key: batch_size_per_gpu x iter_size (one worker), so that 16K
 # run as two micro-batches of 8K is told apart from 8K.
 GLOBAL_BATCH = 'global_batch'
+# Where an archive keeps the error of a failed point: <point>.error beside <point>.json.
+ARCHIVED_ERROR = '.error'
+
+
+class Metric(collections.namedtuple('Metric', ['name', 'higher_is_better'])):
+  """The metric a study is judged by: its name in result.json's metrics, and its direction."""
+
+  def reached(self, value, target):
+    """Whether ``value`` is at the ``target`` or past it, in the metric's direction."""
+    return value >= target if self.higher_is_better else value <= target
+
+  def order(self, value):
+    """A sort key under which the best value is the largest."""
+    return value if self.higher_is_better else -value
+
+
+ACCURACY = Metric('accuracy', True)
+WER = Metric('wer', False)
 
 
 def number(text):
@@ -38,27 +65,57 @@ def number(text):
     return None
 
 
-def to_target(logdir, target, result=None):
-  """(updates, seconds) to the first evaluation with accuracy >= target; None where not reached.
+def to_target(logdir, target, result=None, metric=ACCURACY):
+  """(updates, seconds) to the first evaluation that reaches the target; None where not reached.
 
   The curve is the one ``result`` (the run's result.json) holds, or, for a
   result written without one, read from the run directory.
   """
   curve = (result or {}).get('curve')
   if curve is None:
-    curve = timed_curve(logdir)
-  reached = [(step, seconds) for step, accuracy, seconds in curve if accuracy >= target]
+    curve = timed_curve(logdir, metric.name)
+  reached = [(step, seconds) for step, value, seconds in curve if metric.reached(value, target)]
   return reached[0] if reached else (None, None)
 
 
-def read_runs(label, directory, key, target=DEFAULT_TARGET):
-  """One dict per run directory of a sweep (finished or failed), sorted by key value and seed."""
-  runs = []
+def _points(directory):
+  """``(logdir, result or None, error or None)`` of each point of a sweep or archive directory.
+
+  A run directory answers from its files; an archived point ``<point>.json``
+  or ``<point>.error`` as the directory ``<point>`` would (a run directory of
+  the same point wins).
+  """
+  found = {}
   for logdir in sorted(glob.glob(os.path.join(directory, '*', ''))):
     logdir = logdir.rstrip(os.sep)
-    result = read_result(logdir)
+    found[logdir] = (read_result(logdir), read_error(logdir))
+  for path in sorted(glob.glob(os.path.join(directory, '*.json'))
+                     + glob.glob(os.path.join(directory, '*' + ARCHIVED_ERROR))):
+    logdir, extension = os.path.splitext(path)
+    if logdir in found and found[logdir] != (None, None):
+      continue
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    if extension == '.json':
+      try:
+        found[logdir] = (json.loads(text), None)
+      except ValueError:
+        continue
+    elif found.get(logdir, (None, None))[0] is None:
+      found[logdir] = (None, text.strip())
+  return sorted(found.items())
+
+
+def read_runs(label, directory, key, target=DEFAULT_TARGET, metric=ACCURACY):
+  """One dict per point of a sweep or archive directory (finished or failed), by key value and seed.
+
+  A finished run has the ``metric``'s value under its name, every other metric
+  of its result under its own (``per`` for a sequence model), and the updates
+  and seconds to the first evaluation that reached ``target``.
+  """
+  runs = []
+  for logdir, (result, error) in _points(directory):
     if result is None:
-      error = read_error(logdir)
       if error is None:
         continue  # running or never started
       runs.append({'arm': label, 'status': 'failed', 'error': error, 'logdir': logdir,
@@ -74,14 +131,16 @@ def read_runs(label, directory, key, target=DEFAULT_TARGET):
         fixed[name] = parse_value(text)
       values.setdefault(name, parse_value(text))
     metrics = result.get('metrics') or {}
-    steps_to, seconds_to = to_target(logdir, target, result)
-    runs.append({'arm': label, 'status': 'ok', 'error': '', 'logdir': logdir,
-                 key: _key_value(values, key), 'seed': result.get('seed'),
-                 'lr': values.get(LR_KEY), 'fixed': fixed, 'setting': (),
-                 'accuracy': metrics.get('accuracy'), 'top5': metrics.get('top5'),
-                 'loss': metrics.get('loss'), 'steps': metrics.get('steps'),
-                 'steps_to_target': steps_to, 'seconds_to_target': seconds_to,
-                 'wall_s': result.get('wall_s'), 'machine': result.get('machine')})
+    steps_to, seconds_to = to_target(logdir, target, result, metric)
+    run = {'arm': label, 'status': 'ok', 'error': '', 'logdir': logdir,
+           key: _key_value(values, key), 'seed': result.get('seed'),
+           'lr': values.get(LR_KEY), 'fixed': fixed, 'setting': (),
+           'accuracy': metrics.get('accuracy'), 'top5': metrics.get('top5'),
+           'loss': metrics.get('loss'), 'steps': metrics.get('steps'),
+           'steps_to_target': steps_to, 'seconds_to_target': seconds_to,
+           'wall_s': result.get('wall_s'), 'machine': result.get('machine')}
+    run.update({name: value for name, value in metrics.items() if name not in run})
+    runs.append(run)
   runs.sort(key=lambda r: (number(r[key]) or 0.0, r['seed'] if r['seed'] is not None else -1))
   return runs
 
@@ -185,20 +244,27 @@ def tuned(members):
   return [setting for setting in by_setting(members) if setting[1] is not None]
 
 
-def accuracy_mean(runs):
-  """The mean test accuracy of the finished runs, or None."""
-  values = [r['accuracy'] for r in runs if r['status'] == 'ok' and r['accuracy'] is not None]
+def metric_mean(runs, metric=ACCURACY):
+  """The mean of the metric over the finished runs, or None."""
+  values = [r[metric.name] for r in runs
+            if r['status'] == 'ok' and r.get(metric.name) is not None]
   return statistics.fmean(values) if values else None
 
 
-def chosen(members):
-  """The runs of the setting with the best mean accuracy (more seeds break ties).
+def accuracy_mean(runs):
+  """The mean test accuracy of the finished runs, or None."""
+  return metric_mean(runs, ACCURACY)
+
+
+def chosen(members, metric=ACCURACY):
+  """The runs of the setting with the best mean of the metric (more seeds break ties).
 
   Failed runs with no learning rate in their name go with the chosen setting.
   """
   grid = by_setting(members)
-  scored = [(mean, len(runs), index) for index, (setting, runs) in enumerate(grid.items())
-            if (mean := accuracy_mean(runs)) is not None]
+  scored = [(metric.order(mean), len(runs), index)
+            for index, (setting, runs) in enumerate(grid.items())
+            if (mean := metric_mean(runs, metric)) is not None]
   if not scored:
     return members
   best = list(grid)[max(scored, key=lambda t: (t[0], t[1], -t[2]))[2]]
@@ -211,27 +277,27 @@ def ordered_values(runs, key):
   return sorted({run[key] for run in runs}, key=lambda v: number(v) or 0.0)
 
 
-def best_at_smallest(runs, key, arms, baseline=None):
-  """The best mean accuracy over the arms at the key value ``baseline``, or None.
+def best_at_smallest(runs, key, arms, baseline=None, metric=ACCURACY):
+  """The best mean of the metric over the arms at the key value ``baseline``, or None.
 
   ``baseline`` defaults to the smallest key value of the runs; a study that
   names it (batch 256) gets None, so no gaps, until a run there has finished.
   """
-  best = best_arm(runs, key, arms, baseline)
+  best = best_arm(runs, key, arms, baseline, metric)
   return None if best is None else best[1]
 
 
-def best_arm(runs, key, arms, baseline=None):
-  """``(arm, mean accuracy, chosen runs)`` of the best of ``arms`` at ``baseline``, or None.
+def best_arm(runs, key, arms, baseline=None, metric=ACCURACY):
+  """``(arm, mean of the metric, chosen runs)`` of the best of ``arms`` at ``baseline``, or None.
 
   ``baseline`` defaults to the smallest key value of the runs.
   """
   baseline = baseline_value(runs, key, baseline)
   best = None
   for arm in arms:
-    members = chosen(at_value(runs, arm, key, baseline))
-    mean = accuracy_mean(members)
-    if mean is not None and (best is None or mean > best[1]):
+    members = chosen(at_value(runs, arm, key, baseline), metric)
+    mean = metric_mean(members, metric)
+    if mean is not None and (best is None or metric.order(mean) > metric.order(best[1])):
       best = (arm, mean, members)
   return best
 
@@ -252,9 +318,9 @@ def at_value(runs, arm, key, value):
   return [r for r in runs if r['arm'] == arm and same(r[key])]
 
 
-def finished(members):
-  """How many of the runs finished with an accuracy."""
-  return sum(1 for r in members if r['status'] == 'ok' and r['accuracy'] is not None)
+def finished(members, metric=ACCURACY):
+  """How many of the runs finished with a value of the metric."""
+  return sum(1 for r in members if r['status'] == 'ok' and r.get(metric.name) is not None)
 
 
 def steps_to_target(members):
@@ -272,8 +338,9 @@ def steps_to_target(members):
   return best
 
 
-def best_lr(runs, key, value):
-  """The learning rate with the best mean accuracy at the key's ``value``, or None."""
+def best_lr(runs, key, value, metric=ACCURACY):
+  """The learning rate with the best mean of the metric at the key's ``value``, or None."""
   members = [r for r in runs if str(r[key]) == value]
-  best = [r['lr'] for r in chosen(members) if r['status'] == 'ok' and r.get('lr') is not None]
+  best = [r['lr'] for r in chosen(members, metric)
+          if r['status'] == 'ok' and r.get('lr') is not None]
   return best[0] if best else None

@@ -107,19 +107,21 @@ def _provisional(seeds, wanted):
   return f' (provisional: {seeds} of {wanted} seeds)' if seeds < wanted else ''
 
 
-def claim(runs, key, arm, value, points, reference):
+def claim(runs, key, arm, value, points, reference, metric=study.ACCURACY):
   """Whether ``arm`` at the key's ``value`` is within ``points`` (percentage points) of ``reference``.
 
   ``reference`` is :func:`study.best_arm`'s answer at the baseline (or None). Returns
   a dict: ``mean`` and ``seeds`` of the arm's chosen setting at ``value``
   (None and 0 where nothing finished), ``setting`` (its text, `` (lr 11.31,
-  eeta=0.004)``, or ''), ``gap`` in points (negative: below the reference;
-  None without both means) and ``met`` (None without a gap).
+  eeta=0.004)``, or ''), ``gap`` in points (negative: worse than the reference,
+  lower accuracy or higher WER, as ``metric`` goes; None without both means)
+  and ``met`` (None without a gap).
   """
-  members = study.chosen(study.at_value(runs, arm, key, value))
-  mean = study.accuracy_mean(members)
-  gap = None if mean is None or reference is None else (mean - reference[1]) * 100.0
-  return {'mean': mean, 'seeds': study.finished(members), 'setting': _setting(members),
+  members = study.chosen(study.at_value(runs, arm, key, value), metric)
+  mean = study.metric_mean(members, metric)
+  gap = (None if mean is None or reference is None
+         else (metric.order(mean) - metric.order(reference[1])) * 100.0)
+  return {'mean': mean, 'seeds': study.finished(members, metric), 'setting': _setting(members),
           'gap': gap, 'met': None if gap is None else gap >= -points}
 
 
@@ -127,15 +129,16 @@ def claim(runs, key, arm, value, points, reference):
 BUDGET_KEY = 'num_epochs'
 
 
-def budget_gain(runs, key, full_arm, half_arm, baseline):
+def budget_gain(runs, key, full_arm, half_arm, baseline, metric=study.ACCURACY):
   """``(gain, full seeds, half seeds, setting text)`` of ``half_arm`` against ``full_arm`` at baseline.
 
   Like for like: the full arm's chosen setting against the half arm's runs of
   that same setting (the same learning rate and overrides but the epochs,
-  ``BUDGET_KEY``). ``gain`` in points from half to full, None if either side has
-  no result; ``setting text`` is the chosen setting, ``lr 2, eeta=0.004``.
+  ``BUDGET_KEY``). ``gain`` in points from half to full (positive: the full
+  budget is better, in ``metric``'s direction), None if either side has no
+  result; ``setting text`` is the chosen setting, ``lr 2, eeta=0.004``.
   """
-  full = study.chosen(study.at_value(runs, full_arm, key, baseline))
+  full = study.chosen(study.at_value(runs, full_arm, key, baseline), metric)
   chosen = [r for r in full if r['status'] == 'ok']
   if not chosen:
     return None, 0, 0, ''
@@ -145,6 +148,7 @@ def budget_gain(runs, key, full_arm, half_arm, baseline):
         repr(run['fixed'].get(n)) == repr(chosen[0]['fixed'].get(n)) for n in names)
   half = [r for r in study.at_value(runs, half_arm, key, baseline)
           if r['status'] == 'ok' and same_setting(r)]
-  full_mean, half_mean = study.accuracy_mean(full), study.accuracy_mean(half)
-  gain = None if full_mean is None or half_mean is None else (full_mean - half_mean) * 100.0
-  return gain, study.finished(full), study.finished(half), _setting_text(full)
+  full_mean, half_mean = study.metric_mean(full, metric), study.metric_mean(half, metric)
+  gain = (None if full_mean is None or half_mean is None
+          else (metric.order(full_mean) - metric.order(half_mean)) * 100.0)
+  return gain, study.finished(full, metric), study.finished(half, metric), _setting_text(full)

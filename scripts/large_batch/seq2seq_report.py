@@ -1,0 +1,367 @@
+"""The page of the sequence-to-sequence large-batch study, written from its archived runs alone.
+
+  .venv/bin/python scripts/large_batch/seq2seq_report.py \\
+      [--archive docs/results/large_batch_seq2seq] [--page docs/large_batch_seq2seq.md]
+
+Reads every archived run (``ARCHIVE/<sweep>/<point>.json``, a failed one's
+``<point>.error``) of scripts/large_batch/seq2seq_study.py and puts between the
+page's ``<!-- seq2seq_study: begin -->`` and ``<!-- seq2seq_study: end -->``
+lines: the table (per batch and arm, the chosen rate's final test WER, mean ±
+std over seeds, its PER, the gap to the best batch-256 result, tokens per
+batch, updates and wall time to the target dev WER), the tuning grids, the
+targets, the steps-to-result figure (``docs/images/large_batch_seq2seq_steps.png``:
+updates to first reach the target dev WER against the batch, log-log, with
+the line of perfect scaling) and the recipe, each number from the runs; a
+point not yet run says so. Nothing on the page is typed in by hand.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import report as study_report  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import seq2seq_study as plan  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
+
+BEGIN = '<!-- seq2seq_study: begin -->'
+END = '<!-- seq2seq_study: end -->'
+KEY = study.GLOBAL_BATCH
+# The dev WER whose first reaching counts the updates of the steps-to-result figure.
+TARGET_WER = 0.45
+# LAMB at 32x within this many WER points of the best batch-256 result (the study's target).
+CLAIM_POINTS = 1.0
+# The budget is large enough when the best batch-256 arm gains less than this from half to all.
+BUDGET_POINTS = 0.3
+SEEDS_WANTED = 2
+FIGURE = os.path.join('docs', 'images', 'large_batch_seq2seq_steps.png')
+
+
+def read(archive, target=TARGET_WER):
+  """Every archived run, labelled by its sweep (``lamb``, ``lamb_half``, ...)."""
+  return plan.Results(archive, target).runs
+
+
+def label(sweep):
+  """The page's name of a sweep: ``LAMB``, ``LAMB, half the epochs``, ``LAMB, warm-up 5 %``."""
+  for arm in plan.ARMS:
+    if sweep == arm.name:
+      return arm.label
+    if sweep == arm.name + '_half':
+      return f'{arm.label}, half the epochs'
+    if sweep.startswith(arm.name + '_warmup'):
+      fraction = study.number(sweep[len(arm.name + '_warmup'):])
+      return f'{arm.label}, warm-up {fraction * 100:g} %' if fraction is not None else sweep
+  return sweep
+
+
+def percent(values, digits=2):
+  """``mean ± std`` of fractions, in %; 'n/a' for none."""
+  return report.mean_std_text([v * 100.0 for v in values if v is not None], digits)
+
+
+def members_at(runs, sweep, batch):
+  """The chosen runs (the rate of best mean test WER) of ``sweep`` at ``batch``."""
+  return study.chosen(study.at_value(runs, sweep, KEY, batch), study.WER)
+
+
+def reference(runs):
+  """``(sweep, mean WER, runs)`` of the best arm at batch 256, each at its chosen rate, or None."""
+  return study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.SMALL, study.WER)
+
+
+def batch_text(batch):
+  micro, iter_size = plan.micro_batches(batch)
+  return f'{batch}' + (f' ({micro} × {iter_size})' if iter_size > 1 else '')
+
+
+def table(runs, target):
+  """The main table: a row per batch and arm, every point of the plan (not yet run ones too)."""
+  best = reference(runs)
+  timing = study.timing_machine(runs)
+  cells = []
+  for batch in plan.BATCHES + plan.BEYOND:
+    for arm in plan.ARMS:
+      members = members_at(runs, arm.name, batch)
+      ok = [r for r in members if r['status'] == 'ok']
+      head = [batch_text(batch), f'{batch * plan.TOKENS_PER_WORD / 1000:.1f} K', arm.label]
+      if not members:
+        cells.append(head + ['not yet run'] + [''] * 9)
+        continue
+      if not ok:
+        cells.append(head + [f'{r["lr"]:g}' if r.get('lr') else 'n/a' for r in members[:1]]
+                     + [f'0/{len(members)}', 'failed'] + [''] * 7)
+        continue
+      mean = study.metric_mean(members, study.WER)
+      gap = '' if best is None else f'{(mean - best[1]) * 100:+.2f}'
+      timed = [r for r in ok if timing is None or r.get('machine') == timing] or ok
+      per_update = [r['wall_s'] / r['steps'] for r in timed if r.get('steps')]
+      cells.append(head + [
+          f'{ok[0]["lr"]:g}', f'{len(ok)}/{len(members)}', percent([r['wer'] for r in ok]),
+          percent([r.get('per') for r in ok]), gap, str(ok[0].get('steps')),
+          _reached(ok, 'steps_to_target'), _reached(timed, 'seconds_to_target'),
+          report.mean_std_text([r['wall_s'] for r in timed], 0),
+          report.mean_std_text(per_update, 2)])
+  columns = ['batch (words)', 'tokens per batch', 'arm', 'learning rate', 'seeds',
+             'test WER (%)', 'test PER (%)', 'gap (WER points)', 'updates',
+             f'updates to {target * 100:g} % dev WER', f'wall to {target * 100:g} % (s)',
+             'wall per run (s)', 'wall per update (s)']
+  lines = report.table_lines(columns, cells)
+  if best is not None:
+    lines += ['', f'The gap is to the best batch-256 result, {label(best[0])} at '
+                  f'{best[1] * 100:.2f} % test WER (positive: worse). Tokens per batch: words × '
+                  f'{plan.TOKENS_PER_WORD} (the mean letters + phones with <s> and </s> of a '
+                  'train pronunciation), before padding.']
+  if timing is not None:
+    lines += ['', f'Wall times are seconds on {timing} (shared with other jobs), evaluations '
+                  'included.']
+  return lines
+
+
+def _reached(runs, field):
+  values = [r[field] for r in runs if r.get(field) is not None]
+  if not values:
+    return 'not reached'
+  text = report.mean_std_text(values, 0)
+  return text if len(values) == len(runs) else f'{text} ({len(values)}/{len(runs)})'
+
+
+def grids(runs):
+  """The tuning grids: per batch and arm, each rate's seed-0 test WER, the chosen rate in bold."""
+  cells = []
+  for batch in plan.BATCHES + plan.BEYOND:
+    for arm in plan.ARMS:
+      members = study.at_value(runs, arm.name, KEY, batch)
+      if not members:
+        continue
+      chosen = {r['logdir'] for r in members_at(runs, arm.name, batch)}
+      texts = []
+      for (_, lr), lr_runs in sorted(study.by_setting(members).items(),
+                                     key=lambda item: item[0][1] or 0.0):
+        wer = [r.get('wer') for r in lr_runs if r['status'] == 'ok' and r.get('wer') is not None]
+        text = f'{lr:g}: ' + (percent(wer) if wer else 'failed')
+        texts.append(f'**{text}**' if chosen & {r['logdir'] for r in lr_runs} else text)
+      cells.append([str(batch), arm.label, '; '.join(texts)])
+  if not cells:
+    return []
+  return ['', 'Tuning grids (rate: test WER in %, mean over seeds; the table\'s rate in bold):', '',
+          *report.table_lines(['batch', 'arm', 'rates tried'], cells)]
+
+
+def target_lines(runs):
+  """Whether each arm at 32x is within ``CLAIM_POINTS`` of the best batch-256 result, and the budget."""
+  best = reference(runs)
+  lines = ['', 'Targets, from the runs above:', '']
+  if best is None:
+    lines.append('- the best result at batch 256: not yet run')
+  else:
+    lines.append(f'- the best result at batch 256: {label(best[0])}, {best[1] * 100:.2f} % test '
+                 f'WER over {study.finished(best[2], study.WER)} seed(s)')
+  for arm in plan.ARMS:
+    result = targets.claim(runs, KEY, arm.name, plan.LARGE, CLAIM_POINTS, best, study.WER)
+    line = f'- {arm.label} at {plan.LARGE} within {CLAIM_POINTS:g} WER point of it: '
+    if result['mean'] is None:
+      line += 'not yet run'
+    elif result['gap'] is None:
+      line += f'{result["mean"] * 100:.2f} %, no batch-256 result yet'
+    else:
+      line += (f'{result["mean"] * 100:.2f} % over {result["seeds"]} seed(s){result["setting"]}, '
+               f'{-result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
+      if result['seeds'] < SEEDS_WANTED:
+        line += f' (provisional: {result["seeds"]} of {SEEDS_WANTED} seeds)'
+    lines.append(line)
+  lines.append(budget_line(runs, best))
+  failed = [r for r in runs if r['status'] != 'ok']
+  if failed:
+    lines += ['', 'Failed runs:', '']
+    lines += [f'- {label(r["arm"])}, `{os.path.basename(r["logdir"])}`: {r["error"]}'
+              for r in failed]
+  return lines
+
+
+def budget_line(runs, best):
+  """How much the best batch-256 arm gains from half the epochs to all of them."""
+  if best is None:
+    return '- budget: not yet run'
+  gain, full, half, setting = targets.budget_gain(runs, KEY, best[0], best[0] + '_half', plan.SMALL,
+                                                  study.WER)
+  if gain is None:
+    return f'- budget: {label(best[0])} at 256 with half the epochs: not yet run'
+  verdict = 'large enough' if gain < BUDGET_POINTS else 'too small'
+  return (f'- budget: {label(best[0])} at 256 ({setting}) gains {gain:.2f} WER points from half '
+          f'the epochs ({half} seed(s)) to all of them ({full} seed(s)); under {BUDGET_POINTS:g} '
+          f'is enough: the budget is **{verdict}**')
+
+
+def figure(runs, target, path):
+  """The steps-to-result figure; whether any run reached the target."""
+  return study_report.plot_steps(
+      runs, KEY, [a.name for a in plan.ARMS], path,
+      f'CMUdict, Transformer d128 2+2, {plan.EPOCHS:g} epochs', target,
+      ylabel=f'updates to {target * 100:g} % dev WER', xlabel='batch (words)')
+
+
+def slope(points):
+  """The least-squares slope of log(y) against log(x); None for fewer than two distinct x."""
+  points = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+  if len({x for x, _ in points}) < 2:
+    return None
+  mx = sum(x for x, _ in points) / len(points)
+  my = sum(y for _, y in points) / len(points)
+  return (sum((x - mx) * (y - my) for x, y in points)
+          / sum((x - mx) ** 2 for x, _ in points))
+
+
+def recipe(runs, target):
+  """The recipe's lines, each number from the runs (``not yet run`` where they say nothing yet)."""
+  lines = ['### What the runs say: a recipe for scaling the batch', '']
+  # The learning rate: how the tuned rate grows with the batch, where the grid holds it inside.
+  rule = []
+  for arm in plan.ARMS:
+    inside = []
+    for batch in plan.BATCHES + plan.BEYOND:
+      tried = sorted({r['lr'] for r in study.at_value(runs, arm.name, KEY, batch)
+                      if r.get('lr') is not None})
+      members = [r for r in members_at(runs, arm.name, batch) if r['status'] == 'ok']
+      if members and len(tried) >= 3 and tried[0] < members[0]['lr'] < tried[-1]:
+        inside.append((batch, members[0]['lr']))
+    exponent = slope(inside)
+    rates = ', '.join(f'{lr:g} at {batch}' for batch, lr in inside) or 'not yet run'
+    rule.append(f'{arm.label}: {rates}'
+                + (f' (lr ∝ B^{exponent:.2f})' if exponent is not None else ''))
+  lines.append('- **Learning rate.** The tuned rate, where its grid holds it inside: '
+               + '; '.join(rule) + '. A slope of 0.5 is the square-root rule the grids are '
+               'centred on, 1 the linear rule.')
+  lines.append('- **Warm-up.** ' + warmup_text(runs))
+  lines.append('- **What to tune first** (at batch 8192, in WER points): ' + worth_text(runs))
+  lines.append('- **Where scaling stops** (updates to '
+               f'{target * 100:g} % dev WER × batch, relative to batch 256; 1 is perfect '
+               'scaling): ' + efficiency_text(runs))
+  lines.append('- **Cost per update** (wall seconds per update, evaluations included, Muon '
+               'against AdamW at the same batch): ' + cost_text(runs))
+  return lines
+
+
+def warmup_text(runs):
+  """Test WER at 8192 of the best arm there at its rate, with each warm-up tried."""
+  best = study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.LARGE, study.WER)
+  if best is None:
+    return 'not yet run.'
+  parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): {best[1] * 100:.2f} %']
+  for fraction in plan.WARMUPS:
+    sweep = f'{best[0]}_warmup{fraction:g}'
+    members = study.at_value(runs, sweep, KEY, plan.LARGE)
+    mean = study.metric_mean(members, study.WER)
+    parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
+                                              else f'{mean * 100:.2f} %'))
+  return f'{label(best[0])} at 8192, test WER by warm-up: ' + '; '.join(parts) + '.'
+
+
+def worth_text(runs):
+  """What each choice was worth at 8192: the rate (tuned against the grid's centre) and the optimizer."""
+  parts = []
+  for arm in plan.ARMS:
+    members = study.at_value(runs, arm.name, KEY, plan.LARGE)
+    middle = plan.centre(arm, plan.LARGE)
+    at_centre = study.metric_mean([r for r in members if study.rate_key(r.get('lr'))
+                                   == study.rate_key(middle)], study.WER)
+    tuned = study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)
+    if at_centre is None or tuned is None:
+      parts.append(f'tuning {arm.label}\'s rate: not yet run')
+    else:
+      parts.append(f'tuning {arm.label}\'s rate (against the square-root rule\'s {middle:g}): '
+                   f'{(at_centre - tuned) * 100:.2f}')
+  means = {arm.label: study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)
+           for arm in plan.ARMS}
+  known = {name: mean for name, mean in means.items() if mean is not None}
+  if len(known) == len(means):
+    parts.append(f'the optimizer (worst tuned arm against the best): '
+                 f'{(max(known.values()) - min(known.values())) * 100:.2f}')
+  else:
+    parts.append('the optimizer: not yet run')
+  return '; '.join(parts) + '.'
+
+
+def efficiency_text(runs):
+  """Per arm, S(256)·256 / (S(B)·B) at each batch where both reached the target."""
+  parts = []
+  for arm in plan.ARMS:
+    steps = {}
+    for batch in plan.BATCHES + plan.BEYOND:
+      value = study.steps_to_target(study.at_value(runs, arm.name, KEY, batch))
+      if value is not None:
+        steps[batch] = value
+    if plan.SMALL not in steps or len(steps) < 2:
+      parts.append(f'{arm.label}: not yet run')
+      continue
+    base = steps[plan.SMALL] * plan.SMALL
+    parts.append(f'{arm.label}: ' + ', '.join(f'{base / (s * b):.2f} at {b}'
+                                              for b, s in sorted(steps.items()) if b != plan.SMALL))
+  return '; '.join(parts) + '.'
+
+
+def cost_text(runs):
+  """Muon's wall seconds per update over AdamW's, at each batch both ran on one machine."""
+  timing = study.timing_machine(runs)
+  ratios = []
+  for batch in plan.BATCHES + plan.BEYOND:
+    per = {}
+    for name in ('muon', 'adamw'):
+      values = [r['wall_s'] / r['steps'] for r in study.at_value(runs, name, KEY, batch)
+                if r['status'] == 'ok' and r.get('steps') and r.get('machine') == timing]
+      if values:
+        per[name] = sum(values) / len(values)
+    if len(per) == 2:
+      ratios.append(f'{per["muon"] / per["adamw"]:.2f} at {batch}')
+  return (', '.join(ratios) or 'not yet run') + '.'
+
+
+def page_block(runs, target, figure_path=None):
+  """The generated block of the page (markdown)."""
+  lines = ['', '### Results', ''] + table(runs, target) + grids(runs) + target_lines(runs)
+  if figure_path:
+    lines += ['', f'![updates to {target * 100:g} % dev WER against the batch, log-log]'
+                  f'({figure_path})']
+  lines += [''] + recipe(runs, target) + ['']
+  return '\n'.join(lines)
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--archive', default=plan.DEFAULT_ARCHIVE,
+                      help='the archived runs (default %(default)s)')
+  parser.add_argument('--page', default=os.path.join(ROOT, plan.PAGE),
+                      help=f'the page to write into, between {BEGIN} and {END}')
+  parser.add_argument('--figure', default=os.path.join(ROOT, FIGURE), help='the figure to write')
+  parser.add_argument('--target-wer', type=float, default=TARGET_WER,
+                      help='dev WER (a fraction) for the updates and wall time to result')
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  if not os.path.isdir(args.archive):
+    print(f'error: --archive {args.archive}: not a directory', file=sys.stderr)
+    return 2
+  runs = read(args.archive, args.target_wer)
+  os.makedirs(os.path.dirname(os.path.abspath(args.figure)), exist_ok=True)
+  drawn = figure(runs, args.target_wer, args.figure)
+  link = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.page))) if drawn else None
+  block = page_block(runs, args.target_wer, link)
+  try:
+    study_report.write_into_doc(args.page, block, markers=(BEGIN, END))
+  except (OSError, ValueError) as exc:
+    print(f'error: --page: {exc}', file=sys.stderr)
+    return 2
+  print(block)
+  print(f'wrote {args.page}' + (f' and {args.figure}' if drawn else ' (no run reached the target '
+                                                                   'WER: no figure)'))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

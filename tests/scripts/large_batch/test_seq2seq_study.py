@@ -1,0 +1,199 @@
+"""Tests of scripts/large_batch/seq2seq_study.py: which runs the study makes, in which order, with what."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from framework.sweep.grid import make_points
+from scripts.large_batch import seq2seq_study as s2s
+from scripts.large_batch import study
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ARMS = ('lamb', 'adamw', 'muon')
+
+
+def point_name(batch, lr, seed):
+  """The directory name scripts/sweep.py gives the study's point."""
+  micro, iter_size = s2s.micro_batches(batch)
+  grid = {'batch_size_per_gpu': [(str(micro), micro)], 'iter_size': [(str(iter_size), iter_size)],
+          'lr_policy_params.learning_rate': [(f'{lr:g}', lr)]}
+  return make_points(grid, [], [seed])[0].name
+
+
+def write_archive(archive, sweep, batch, results, sets=(), steps=100, curve=None):
+  """Archived points of ``sweep`` at ``batch``: ``{(lr, seed): test WER, or an error's text}``."""
+  micro, iter_size = s2s.micro_batches(batch)
+  os.makedirs(archive / sweep, exist_ok=True)
+  for (lr, seed), wer in results.items():
+    name = point_name(batch, lr, seed)
+    if isinstance(wer, str):
+      (archive / sweep / f'{name}.error').write_text(wer + '\n')
+      continue
+    (archive / sweep / f'{name}.json').write_text(json.dumps({
+        'point': {'batch_size_per_gpu': micro, 'iter_size': iter_size,
+                  'lr_policy_params.learning_rate': lr},
+        'derived': {'eval_steps': steps // 8}, 'seed': seed,
+        'overrides': list(sets) + [f'batch_size_per_gpu={micro}', f'iter_size={iter_size}',
+                                   f'lr_policy_params.learning_rate={lr:g}', f'random_seed={seed}'],
+        'metrics': {'wer': wer, 'per': wer / 4, 'steps': steps, 'accuracy': None},
+        'wall_s': 2.0 * steps, 'machine': 'test CPU',
+        'curve': curve if curve is not None else [[steps, wer, 1.9 * steps]]}))
+
+
+def runs_of(steps, sweep=None, batch=None):
+  return [(r.sweep, r.batch, r.lr, r.seed) for r in steps if isinstance(r, s2s.Run)
+          and (sweep is None or r.sweep == sweep) and (batch is None or r.batch == batch)]
+
+
+def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
+  # Centre 1: rates 0.5, 1, 2. Nothing finished: the grid as it starts, not settled.
+  assert s2s.grid(1.0, lambda lr: None) == ([0.5, 1.0, 2.0], False)
+  # The best inside: settled.
+  assert s2s.grid(1.0, {0.5: 0.4, 1.0: 0.3, 2.0: 0.35}.get) == ([0.5, 1.0, 2.0], True)
+  # The best at the top edge: one rate more, twice it; not settled until it has run.
+  assert s2s.grid(1.0, {0.5: 0.4, 1.0: 0.35, 2.0: 0.3}.get) == ([0.5, 1.0, 2.0, 4.0], False)
+  assert s2s.grid(1.0, {0.5: 0.4, 1.0: 0.35, 2.0: 0.3, 4.0: 0.5}.get) == (
+      [0.5, 1.0, 2.0, 4.0], True)
+  # At the bottom edge it grows down; a failed run (inf) is the worst.
+  scores = {0.5: 0.3, 1.0: 0.35, 2.0: math.inf}
+  assert s2s.grid(1.0, scores.get) == ([0.25, 0.5, 1.0, 2.0], False)
+  # All failed: downward, the rates rounded to 4 significant digits, at most GROWTHS times.
+  assert s2s.grid(0.003, lambda lr: math.inf) == (
+      [0.0001875, 0.000375, 0.00075, 0.0015, 0.003, 0.006], True)
+  # A best that keeps winning at the top stops after GROWTHS steps, settled.
+  rates, settled = s2s.grid(1.0, lambda lr: 1.0 / lr)
+  assert settled and rates == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
+  steps = s2s.plan(s2s.Results(str(tmp_path / 'none')))
+  for arm in s2s.ARMS:
+    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(
+        s2s.BATCHES + s2s.BEYOND), arm
+    assert max(s2s.BATCHES) >= 32 * min(s2s.BATCHES)
+    for batch in s2s.BATCHES + s2s.BEYOND:
+      middle = s2s.rate(arm.rate * math.sqrt(batch / 256))
+      assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
+          s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
+  # Nothing decides a second seed, the budget check or the warm-up yet: they wait.
+  assert {r.seed for r in steps if isinstance(r, s2s.Run)} == {0}
+  pending = [p for p in steps if isinstance(p, s2s.Pending)]
+  assert {(p.sweep, p.batch) for p in pending if 'seed 1' in p.what} == {
+      (a, b) for a in ARMS for b in s2s.KEY_BATCHES}
+  assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_half', '*_warmup'}
+  # The key batches come first, then the budget check, the batches between, past 32x, the warm-up.
+  order = [r.batch for r in steps if isinstance(r, s2s.Run)]
+  assert order == sorted(order, key=lambda b: (b not in s2s.KEY_BATCHES, b in s2s.BEYOND))
+
+
+def settle(archive, batch, best_arm='adamw', best_wer=0.30):
+  """Every arm's grid at ``batch`` finished, its centre the best; ``best_arm`` the best arm."""
+  for arm in s2s.ARMS:
+    middle = s2s.centre(arm, batch)
+    low = best_wer if arm.name == best_arm else best_wer + 0.02
+    write_archive(archive, arm.name, batch, {(s2s.rate(middle / 2), 0): low + 0.03,
+                                             (middle, 0): low, (s2s.rate(middle * 2), 0): low + 0.01})
+
+
+def test_seeds_pair_up_at_the_key_batches_at_the_best_rate(tmp_path):
+  archive = tmp_path / 'archive'
+  settle(archive, 256)
+  settle(archive, 8192, best_arm='lamb')
+  steps = s2s.plan(s2s.Results(str(archive)))
+  seeds = [(sweep, b, lr) for sweep, b, lr, seed in runs_of(steps) if seed == 1 and sweep in ARMS]
+  # Each arm's best rate (the centre here) once more with seed 1, at 256 and 8192 only.
+  assert sorted(seeds) == sorted((a.name, b, s2s.centre(a, b)) for a in s2s.ARMS
+                                 for b in s2s.KEY_BATCHES)
+  # The budget check: the best arm at 256 (AdamW) at its rate, half the epochs, both seeds.
+  half = [r for r in steps if isinstance(r, s2s.Run) and r.sweep == 'adamw_half']
+  assert [(r.batch, r.lr, r.seed, r.sets) for r in half] == [
+      (256, s2s.centre(s2s.ARMS[1], 256), seed, (f'num_epochs={s2s.EPOCHS / 2:g}',))
+      for seed in (0, 1)]
+  # The warm-up: the best arm at 8192 (LAMB here) at its best rate, planned last, after
+  # the second seeds that may change which arm is best.
+  warmups = [r for r in steps if isinstance(r, s2s.Run) and '_warmup' in r.sweep]
+  assert [(r.sweep, r.sets) for r in warmups] == [
+      (f'lamb_warmup{w:g}', (f'lr_policy_params.warmup_fraction={w:g}',)) for w in s2s.WARMUPS]
+
+
+def test_finished_points_are_skipped_and_only_they(tmp_path):
+  archive = tmp_path / 'archive'
+  lamb = s2s.ARMS[0]
+  middle = s2s.centre(lamb, 256)
+  write_archive(archive, 'lamb', 256, {(middle, 0): 0.3, (s2s.rate(middle / 2), 0): 'error: nan'})
+  results = s2s.Results(str(archive))
+  steps = s2s.plan(results)
+  group = s2s.next_group(steps, results)
+  # The finished and the failed point are done; the third rate of the grid is next.
+  assert [(r.sweep, r.batch, r.lr, r.seed) for r in group] == [('lamb', 256, s2s.rate(middle * 2), 0)]
+  assert results.score('lamb', 256, s2s.rate(middle / 2)) == math.inf
+  # The dry run says which is which, with each run's config and cadence.
+  out = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'large_batch',
+                                                     'seq2seq_study.py'), '--dry-run',
+                        '--archive', str(archive)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, check=True).stdout.splitlines()
+  first = [line for line in out if ' B=256 ' in line and line.startswith(('done', 'failed',
+                                                                          'to run'))][:3]
+  assert [line.split()[0] for line in first] == ['failed', 'done', 'to']
+  assert 'configs/large_batch_seq2seq/lamb.py batch_size_per_gpu=256 iter_size=1' in first[1]
+  assert f'eval_steps={s2s.eval_steps(256)} updates={s2s.updates(256)}' in first[1]
+  assert first[1].endswith('-> test WER 30.00 %') and first[0].endswith('-> error: nan')
+  assert out[-1].startswith('2 run(s) archived, ')
+
+
+def test_the_sweep_command_of_a_group(tmp_path):
+  runs = [s2s.Run('adamw_half', 'adamw', 8192, lr, 0, ('num_epochs=5',)) for lr in (0.002, 0.004)]
+  command = s2s.sweep_command(runs, 'OUT', 'ARCHIVE', python='py')
+  text = ' '.join(command)
+  micro, iter_size = s2s.micro_batches(8192)
+  assert micro * iter_size == 8192 and micro <= s2s.MAX_MICRO_BATCH
+  assert command[:2] == ['py', os.path.join(ROOT, 'scripts', 'sweep.py')]
+  assert f'--config {os.path.join(ROOT, "configs", "large_batch_seq2seq", "adamw.py")}' in text
+  assert (f'--grid batch_size_per_gpu={micro} --grid iter_size={iter_size} '
+          '--grid lr_policy_params.learning_rate=0.002,0.004 --seeds 0') in text
+  # Half the epochs: half the updates, evaluated as often per run.
+  cadence = s2s.eval_steps(8192, 5)
+  assert cadence == max(1, s2s.updates(8192, 5) // s2s.EVALS_PER_RUN)
+  assert f'--derive eval_steps={cadence} --derive save_checkpoint_steps={cadence}' in text
+  assert '--out OUT/adamw_half' in text and '--archive ARCHIVE/adamw_half' in text
+  assert text.endswith('--set num_epochs=5')
+
+
+def test_updates_and_cadence_follow_the_trainers_count():
+  # 121,393 pronunciations: 474 batches of 256 an epoch; 29 of 4096, 14.5 updates of 8192.
+  assert s2s.updates(256) == 474 * s2s.EPOCHS
+  micro, iter_size = s2s.micro_batches(8192)
+  assert s2s.updates(8192) == math.ceil(s2s.EPOCHS * (121393 // micro) / iter_size)
+  for batch in s2s.BATCHES + s2s.BEYOND:
+    evals = s2s.updates(batch) // s2s.eval_steps(batch)
+    assert s2s.EVALS_PER_RUN <= evals <= s2s.EVALS_PER_RUN + 1, batch
+  with pytest.raises(ValueError, match='multiple'):
+    s2s.micro_batches(s2s.MAX_MICRO_BATCH * 2 + 1)
+
+
+@pytest.mark.slow
+def test_the_recipes_data_facts_are_the_data_layers():
+  from data import cmudict  # pylint: disable=import-outside-toplevel
+  table = cmudict.pronunciations_by_word(cmudict.parse_dictionary(cmudict.default_dict_path()))
+  train = [(w, p) for w in cmudict.split_words(table)['train'] for p in table[w]]
+  assert len(train) == s2s.TRAIN_PRONUNCIATIONS
+  # Letters, and phones with <s> and </s>, per pronunciation.
+  tokens = sum(len(w) + len(p) + 2 for w, p in train) / len(train)
+  assert round(tokens, 2) == s2s.TOKENS_PER_WORD
+
+
+def test_the_key_point_config_is_the_studys_point():
+  from framework import config as cfg  # pylint: disable=import-outside-toplevel
+  path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb_8k.py')
+  config = cfg.load_configs(path, 'train', [], construct=False)['train']
+  micro, iter_size = s2s.micro_batches(s2s.LARGE)
+  assert (config['batch_size_per_gpu'], config['iter_size']) == (micro, iter_size)
+  assert config['eval_steps'] == s2s.eval_steps(s2s.LARGE)
+  assert config['optimizer'] == 'LAMB' and config['num_epochs'] == s2s.EPOCHS
+  assert config['lr_policy_params']['learning_rate'] in [
+      r.lr for r in s2s.plan(s2s.Results('/nonexistent')) if isinstance(r, s2s.Run)
+      and r.sweep == 'lamb' and r.batch == s2s.LARGE]
