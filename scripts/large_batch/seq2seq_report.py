@@ -320,9 +320,25 @@ def cost_text(runs):
   return (', '.join(ratios) or 'not yet run') + '.'
 
 
-def page_block(runs, target, figure_path=None):
+def progress(archive):
+  """How far the study is: runs archived, planned now, decided later, and the hours they took."""
+  results = plan.Results(archive)
+  steps = plan.plan(results)
+  left = sum(1 for s in steps if isinstance(s, plan.Run) and results.get(s) is None)
+  later = sum(1 for s in steps if isinstance(s, plan.Pending))
+  hours = sum(r.get('wall_s') or 0.0 for r in results.runs) / 3600.0
+  return (f'Progress: {len(results.runs)} run(s) archived ({hours:.1f} hours of this machine), '
+          f'{left} more planned, and {later} step(s) whose runs the results decide (a grid '
+          'that grows, a second seed, the budget and warm-up checks); '
+          '`--dry-run` lists them.')
+
+
+def page_block(runs, target, figure_path=None, archive=None):
   """The generated block of the page (markdown)."""
-  lines = ['', '### Results', ''] + table(runs, target) + grids(runs) + target_lines(runs)
+  lines = ['', '### Results', '']
+  if archive is not None:
+    lines += [progress(archive), '']
+  lines += table(runs, target) + grids(runs) + target_lines(runs)
   if figure_path:
     lines += ['', f'![updates to {target * 100:g} % dev WER against the batch, log-log]'
                   f'({figure_path})']
@@ -351,7 +367,7 @@ def main(argv=None):
   os.makedirs(os.path.dirname(os.path.abspath(args.figure)), exist_ok=True)
   drawn = figure(runs, args.target_wer, args.figure)
   link = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.page))) if drawn else None
-  block = page_block(runs, args.target_wer, link)
+  block = page_block(runs, args.target_wer, link, args.archive)
   try:
     study_report.write_into_doc(args.page, block, markers=(BEGIN, END))
   except (OSError, ValueError) as exc:

@@ -362,6 +362,7 @@ def parse_args(argv):
 
 def report(archive):
   """Writes the page from the archive (scripts/large_batch/seq2seq_report.py); its exit status."""
+  os.makedirs(archive, exist_ok=True)  # a study that has archived nothing yet has an empty page
   command = [sys.executable, os.path.join(ROOT, 'scripts', 'large_batch', 'seq2seq_report.py'),
              '--archive', archive, '--page', os.path.join(ROOT, PAGE)]
   return subprocess.run(command, cwd=ROOT, check=False).returncode

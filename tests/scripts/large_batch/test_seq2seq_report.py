@@ -118,6 +118,10 @@ def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, 
   assert text.startswith('# Title\n\n' + page.BEGIN) and text.endswith(page.END + '\n\nafter\n')
   assert '\nold\n' not in text and '| 256 | 4.1 K | AdamW | 0.001 | 2/2 |' in text
   assert '![updates to 45 % dev WER against the batch, log-log](images/steps.png)' in text
+  # 21 archived runs (one failed), their wall times (2 s an update) in hours.
+  hours = sum(2.0 * n for n in [s2s.updates(256)] * 9 + [s2s.updates(256) // 2] * 2
+              + [s2s.updates(8192)] * 6 + [s2s.updates(1024)] * 3) / 3600
+  assert f'Progress: 21 run(s) archived ({hours:.1f} hours of this machine), ' in text
   assert figure.stat().st_size > 1000
   # Idempotent: a second pass writes the same page.
   assert page.main(['--archive', str(archive), '--page', str(doc), '--figure', str(figure)]) == 0
