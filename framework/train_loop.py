@@ -130,6 +130,15 @@ class LoopParts:
   final_task: Any = None
 
 
+def _due(step, last, every):
+  """Whether ``step`` has reached a multiple of ``every`` that ``last`` had not (None, 0: never).
+
+  Counted from step 0, not from the start of this process, so a resumed run
+  saves and evaluates at the steps a run straight through does.
+  """
+  return bool(every) and step // every > last // every
+
+
 def train(parts, evaluate_every=None, stop=None):
   """Trains the run of ``parts`` until its ``max_steps``; ``Trainer.train`` documents the contract.
 
@@ -432,11 +441,10 @@ class TrainLoop:
       self.last_summary = step
       self._write_summaries(step)
     self.rate.roll()
-    if cfg['save_checkpoint_steps'] and step - self.last_saved >= cfg['save_checkpoint_steps']:
+    if _due(step, self.last_saved, cfg['save_checkpoint_steps']):
       self.outputs.save(step)
       self.last_saved = step
-    if (self.evaluate_every and step - self.last_eval >= self.evaluate_every
-        and step < self.sizes.max_steps):
+    if _due(step, self.last_eval, self.evaluate_every) and step < self.sizes.max_steps:
       try:
         with self.parts.precise_bn(step, keep=False, when=cfg['precise_bn'] and
                                    cfg['precise_bn']['before_each_eval'], stop=self.stop):

@@ -241,6 +241,17 @@ def test_the_loop_reads_the_global_step_from_what_the_step_returns(tmp_path):
   assert not [call for call in run.calls if call[0] == 'evaluate']
 
 
+def test_a_run_resumed_off_the_cadence_saves_and_evaluates_where_a_straight_run_does(tmp_path):
+  # Stopped at step 3 (a signal), resumed there: the evaluations every 2 steps fall
+  # on 4 and 6 and the saves every 4 steps on 4, as in a run from step 0, not on 5 and 7.
+  run = FakeRun(tmp_path, max_steps=8, start_step=3, accuracies=(0.5, 0.7, 0.6))
+  train_loop.train(run.parts, evaluate_every=2)
+  steps, saved = steps_and_checkpoints(run, tmp_path)
+  assert steps == [4, 5, 6, 7, 8]
+  assert saved == [4, 8]
+  assert [call[1] for call in run.calls if call[0] == 'precise_bn'] == [4, 6, 8]
+
+
 def test_a_stop_saves_the_step_it_came_after(tmp_path):
   run = FakeRun(tmp_path, max_steps=6, accuracies=(0.5,))
   stop = StopAfter(run, 3)
