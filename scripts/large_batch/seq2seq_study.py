@@ -211,29 +211,35 @@ def plan(results):
   """Every run of the study in order, given the archived ``results``: a list of Run and Pending.
 
   The order is that of importance, so that a study cut short has answered
-  the main questions: the key batches first, then the budget check, the
-  batches between, the batch past 32x, the warm-up.
+  the main questions: the grids at the key batches first, then their second
+  seeds, the budget check, the batches between, the batch past 32x, the
+  warm-up.
   """
   steps = []
   settled = {}
 
-  def tuned(arm, batch, seeds=(0,)):
+  def tuned(arm, batch):
     rates, done = grid(centre(arm, batch), lambda lr: results.score(arm.name, batch, lr))
     steps.extend(Run(arm.name, arm.name, batch, lr, 0, ()) for lr in rates)
-    settled[(arm.name, batch)] = done
+    settled[(arm.name, batch)] = rates if done else None
     if not done:
       steps.append(Pending(arm.name, batch, f'the grid grows past an edge while its best rate is '
                                             f'there (at most {GROWTHS} times)'))
-    if 1 in seeds:
-      if done:
-        scores = [results.score(arm.name, batch, lr) for lr in rates]
-        steps.append(Run(arm.name, arm.name, batch, rates[scores.index(min(scores))], 1, ()))
-      else:
-        steps.append(Pending(arm.name, batch, 'seed 1 at the best rate of the grid'))
+
+  def second_seed(arm, batch):
+    rates = settled[(arm.name, batch)]
+    if rates is None:
+      steps.append(Pending(arm.name, batch, 'seed 1 at the best rate of the grid'))
+      return
+    scores = [results.score(arm.name, batch, lr) for lr in rates]
+    steps.append(Run(arm.name, arm.name, batch, rates[scores.index(min(scores))], 1, ()))
 
   for batch in KEY_BATCHES:
     for arm in ARMS:
-      tuned(arm, batch, seeds=(0, 1))
+      tuned(arm, batch)
+  for batch in KEY_BATCHES:
+    for arm in ARMS:
+      second_seed(arm, batch)
   steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
                     [((f'num_epochs={EPOCHS / 2:g}',), (0, 1))])
   for batch in [b for b in BATCHES if b not in KEY_BATCHES] + list(BEYOND):
@@ -251,7 +257,7 @@ def _at_best(results, settled, batch, suffix, what, variants):
   (``lamb_half``), or ``<arm><suffix><value>`` where it changes one value of the
   lr policy (``lamb_warmup0.05``).
   """
-  if not all(settled.get((arm.name, batch)) for arm in ARMS):
+  if not all(settled.get((arm.name, batch)) is not None for arm in ARMS):
     return [Pending(f'*{suffix}', batch, f'the best arm at its best rate, {what}, once every '
                                          'grid at this batch is settled')]
   best = results.best([arm.name for arm in ARMS], batch)

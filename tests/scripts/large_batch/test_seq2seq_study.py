@@ -197,3 +197,89 @@ def test_the_key_point_config_is_the_studys_point():
   assert config['lr_policy_params']['learning_rate'] in [
       r.lr for r in s2s.plan(s2s.Results('/nonexistent')) if isinstance(r, s2s.Run)
       and r.sweep == 'lamb' and r.batch == s2s.LARGE]
+
+
+class FakeSweep:
+  """Stands in for a scripts/sweep.py process: archives a result for each rate of its command.
+
+  The test WER of a run is lowest at its arm's grid centre, so every grid
+  settles at once; ``fail`` names rates whose runs fail instead.
+  """
+
+  calls = []
+  fail = ()
+
+  def __init__(self, command, cwd=None):
+    del cwd
+    arguments = dict(zip(command[2::2], command[3::2]))
+    grids = dict(g.split('=', 1) for g in command[command.index('--grid') + 1::2]
+                 if '=' in g and not g.startswith(('eval_steps', 'save_checkpoint_steps')))
+    micro, iter_size = int(grids['batch_size_per_gpu']), int(grids['iter_size'])
+    sweep = os.path.basename(arguments['--out'])
+    arm = os.path.basename(arguments['--config'])[:-3]
+    centre = s2s.centre(next(a for a in s2s.ARMS if a.name == arm), micro * iter_size)
+    rates = [float(r) for r in grids['lr_policy_params.learning_rate'].split(',')]
+    FakeSweep.calls.append((sweep, micro * iter_size, int(arguments['--seeds']), rates))
+    archive = type(arguments['--archive'])(os.path.dirname(arguments['--archive']))
+    import pathlib  # pylint: disable=import-outside-toplevel
+    write_archive(pathlib.Path(archive), sweep, micro * iter_size, {
+        (lr, int(arguments['--seeds'])): ('error: the loss is NaN' if lr in FakeSweep.fail
+                                          else 0.3 + abs(math.log2(lr / centre)) / 100)
+        for lr in rates})
+    self.returncode = 1 if any(lr in FakeSweep.fail for lr in rates) else 0
+
+  def wait(self):
+    return self.returncode
+
+  def poll(self):
+    return self.returncode
+
+
+def test_the_driver_runs_the_plan_to_its_end_and_resumes(tmp_path, monkeypatch):
+  monkeypatch.setattr(s2s.subprocess, 'Popen', FakeSweep)
+  FakeSweep.calls = []
+  archive = tmp_path / 'archive'
+  argv = ['--out', str(tmp_path / 'out'), '--archive', str(archive), '--no-report']
+  # Two sweeps, then stopped; the next invocation goes on from the archive.
+  assert s2s.main(argv + ['--max-runs', '2']) == 0
+  assert FakeSweep.calls == [('lamb', 256, 0, [0.0015, 0.003, 0.006]),
+                             ('adamw', 256, 0, [0.0005, 0.001, 0.002])]
+  assert s2s.main(argv) == 0
+  sweeps = [call[:3] for call in FakeSweep.calls]
+  assert len(sweeps) == len(set(sweeps))  # nothing ran twice
+  results = s2s.Results(str(archive))
+  steps = s2s.plan(results)
+  # Every run of the plan archived, nothing left to decide.
+  assert not [s for s in steps if isinstance(s, s2s.Pending)]
+  assert not s2s.next_group(steps, results)
+  assert len(results.runs) == len([s for s in steps if isinstance(s, s2s.Run)])
+  # Seeds pair up: a second seed at each key batch, at the rate of the first seed's best.
+  for arm in s2s.ARMS:
+    for batch in s2s.KEY_BATCHES:
+      assert (arm.name, batch, 1, [s2s.centre(arm, batch)]) in FakeSweep.calls
+  # The budget and warm-up checks ran on the best arm (LAMB: its centre wins by the order of the arms).
+  assert [c for c in FakeSweep.calls if c[0].endswith('_half')] == [
+      ('lamb_half', 256, 0, [0.003]), ('lamb_half', 256, 1, [0.003])]
+  assert {c[0] for c in FakeSweep.calls if '_warmup' in c[0]} == {
+      f'lamb_warmup{w:g}' for w in s2s.WARMUPS}
+
+
+def test_a_failed_run_is_archived_and_not_run_again(tmp_path, monkeypatch):
+  monkeypatch.setattr(s2s.subprocess, 'Popen', FakeSweep)
+  FakeSweep.calls = []
+  FakeSweep.fail = (0.006,)
+  try:
+    out = tmp_path / 'out'
+    # The fake writes its error into the archive itself; a real sweep's error.txt is copied.
+    os.makedirs(out / 'lamb' / point_name(256, 0.0015, 0))
+    (out / 'lamb' / point_name(256, 0.0015, 0) / 'error.txt').write_text('error: boom\n')
+    assert s2s.main(['--out', str(out), '--archive', str(tmp_path / 'a'), '--no-report',
+                     '--max-runs', '3']) == 0
+  finally:
+    FakeSweep.fail = ()
+  assert (tmp_path / 'a' / 'lamb' / (point_name(256, 0.0015, 0) + '.error')).read_text() == \
+      'error: boom\n'
+  results = s2s.Results(str(tmp_path / 'a'))
+  assert results.score('lamb', 256, 0.006) == math.inf
+  assert [c[:3] for c in FakeSweep.calls] == [('lamb', 256, 0), ('adamw', 256, 0),
+                                              ('muon', 256, 0)]
