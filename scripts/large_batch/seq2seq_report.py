@@ -31,8 +31,10 @@ from scripts.large_batch import targets  # noqa: E402  pylint: disable=wrong-imp
 BEGIN = '<!-- seq2seq_study: begin -->'
 END = '<!-- seq2seq_study: end -->'
 KEY = study.GLOBAL_BATCH
-# The dev WER whose first reaching counts the updates of the steps-to-result figure.
-TARGET_WER = 0.45
+# The dev WER whose first reaching counts the updates of the steps-to-result
+# figure, fixed before the study ran: the main job's larger model is at 62 %
+# after 2 of its 10 epochs (configs/cmudict_transformer_lamb.py).
+TARGET_WER = 0.6
 # LAMB at 32x within this many WER points of the best batch-256 result (the study's target).
 CLAIM_POINTS = 1.0
 # The budget is large enough when the best batch-256 arm gains less than this from half to all.
