@@ -285,17 +285,20 @@ def plot(runs, key, arms, path, title):
   return True
 
 
-def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None):
+def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
+               field='steps_to_target', perfect=True, labels=None):
   """Updates to the target against the key, log-log, with the line of perfect scaling.
 
   ``ylabel`` and ``xlabel`` name the axes (default: updates to the target
-  test accuracy, and the key).
+  test accuracy, and the key); ``labels`` the arms in the legend (default:
+  their own names). ``field='seconds_to_target'`` with ``perfect=False``
+  draws the wall time to the target instead, without the line.
   """
   grouped = study.groups(runs, key)
   values = [v for v in study.ordered_values(runs, key) if study.number(v)]
   series = {}
   for arm in arms:
-    points = [(study.number(v), study.steps_to_target(grouped[(arm, v)])) for v in values
+    points = [(study.number(v), study.steps_to_target(grouped[(arm, v)], field)) for v in values
               if (arm, v) in grouped]
     points = [(x, y) for x, y in points if y is not None]
     if points:
@@ -305,12 +308,14 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None):
   plt = report.pyplot()
   figure, axes = plt.subplots(figsize=(7, 4.5))
   for arm, points in series.items():
-    axes.plot([x for x, _ in points], [y for _, y in points], marker='o', label=arm)
-  x0 = min(x for points in series.values() for x, _ in points)
-  y0 = min(y for points in series.values() for x, y in points if x == x0)
+    axes.plot([x for x, _ in points], [y for _, y in points], marker='o',
+              label=(labels or {}).get(arm, arm))
   xs = [study.number(v) for v in values]
-  axes.plot(xs, [y0 * x0 / x for x in xs], linestyle='--', color='grey',
-            label='perfect scaling (updates ∝ 1/batch)')
+  if perfect:
+    x0 = min(x for points in series.values() for x, _ in points)
+    y0 = min(y for points in series.values() for x, y in points if x == x0)
+    axes.plot(xs, [y0 * x0 / x for x in xs], linestyle='--', color='grey',
+              label='perfect scaling (updates ∝ 1/batch)')
   axes.set_yscale('log')
   report.style_x_axis(axes, 'log', xs, [str(v) for v in values])
   axes.set_xlabel(xlabel or key)

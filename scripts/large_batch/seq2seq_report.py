@@ -11,7 +11,8 @@ std over seeds, its PER, the gap to the best batch-256 result, tokens per
 batch, updates and wall time to the target dev WER), the tuning grids, the
 targets, the steps-to-result figure (``docs/images/large_batch_seq2seq_steps.png``:
 updates to first reach the target dev WER against the batch, log-log, with
-the line of perfect scaling) and the recipe, each number from the runs; a
+the line of perfect scaling; ``..._wall.png`` beside it, the wall time to
+that WER) and the recipe, each number from the runs; a
 point not yet run says so. Nothing on the page is typed in by hand.
 """
 
@@ -199,12 +200,27 @@ def budget_line(runs, best):
           f'is enough: the budget is **{verdict}**')
 
 
-def figure(runs, target, path):
-  """The steps-to-result figure; whether any run reached the target."""
-  return study_report.plot_steps(
-      runs, KEY, [a.name for a in plan.ARMS], path,
-      f'CMUdict, Transformer d128 2+2, {plan.EPOCHS:g} epochs', target,
-      ylabel=f'updates to {target * 100:g} % dev WER', xlabel='batch (words)')
+def figures(runs, target, path):
+  """The steps-to-result figure at ``path`` and the wall-time one beside it (``*_wall.png``).
+
+  Returns:
+    the paths drawn (none when no run reached the target).
+  """
+  wall = path[:-len('.png')] + '_wall.png' if path.endswith('.png') else path + '_wall.png'
+  title = f'CMUdict, Transformer d128 2+2, {plan.EPOCHS:g} epochs'
+  arms = [a.name for a in plan.ARMS]
+  labels = {a.name: a.label for a in plan.ARMS}
+  drawn = []
+  if study_report.plot_steps(runs, KEY, arms, path, title, target,
+                             ylabel=f'updates to {target * 100:g} % dev WER',
+                             xlabel='batch (words)', labels=labels):
+    drawn.append(path)
+  if study_report.plot_steps(runs, KEY, arms, wall, title, target,
+                             ylabel=f'wall seconds to {target * 100:g} % dev WER (one CPU)',
+                             xlabel='batch (words)', field='seconds_to_target', perfect=False,
+                             labels=labels):
+    drawn.append(wall)
+  return drawn
 
 
 def slope(points):
@@ -335,15 +351,20 @@ def progress(archive):
           '`--dry-run` lists them.')
 
 
-def page_block(runs, target, figure_path=None, archive=None):
+def page_block(runs, target, figure_paths=(), archive=None):
   """The generated block of the page (markdown)."""
   lines = ['', '### Results', '']
   if archive is not None:
     lines += [progress(archive), '']
   lines += table(runs, target) + grids(runs) + target_lines(runs)
-  if figure_path:
-    lines += ['', f'![updates to {target * 100:g} % dev WER against the batch, log-log]'
-                  f'({figure_path})']
+  alts = [f'updates to {target * 100:g} % dev WER against the batch, log-log',
+          f'wall seconds to {target * 100:g} % dev WER against the batch, log-log']
+  for alt, path in zip(alts, figure_paths):
+    lines += ['', f'![{alt}]({path})']
+  if figure_paths:
+    lines += ['', 'The wall time is that of one CPU doing every update in turn: a batch that '
+                  'needs fewer epochs to the target saves time here, one that only needs fewer '
+                  'updates saves it on as many workers as the batch has micro-batches.']
   lines += [''] + recipe(runs, target) + ['']
   return '\n'.join(lines)
 
@@ -367,17 +388,17 @@ def main(argv=None):
     return 2
   runs = read(args.archive, args.target_wer)
   os.makedirs(os.path.dirname(os.path.abspath(args.figure)), exist_ok=True)
-  drawn = figure(runs, args.target_wer, args.figure)
-  link = os.path.relpath(args.figure, os.path.dirname(os.path.abspath(args.page))) if drawn else None
-  block = page_block(runs, args.target_wer, link, args.archive)
+  drawn = figures(runs, args.target_wer, args.figure)
+  links = [os.path.relpath(path, os.path.dirname(os.path.abspath(args.page))) for path in drawn]
+  block = page_block(runs, args.target_wer, links, args.archive)
   try:
     study_report.write_into_doc(args.page, block, markers=(BEGIN, END))
   except (OSError, ValueError) as exc:
     print(f'error: --page: {exc}', file=sys.stderr)
     return 2
   print(block)
-  print(f'wrote {args.page}' + (f' and {args.figure}' if drawn else ' (no run reached the target '
-                                                                   'WER: no figure)'))
+  print(f'wrote {args.page}' + (f' and {", ".join(drawn)}' if drawn
+                                 else ' (no run reached the target WER: no figure)'))
   return 0
 
 

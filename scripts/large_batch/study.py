@@ -323,15 +323,16 @@ def finished(members, metric=ACCURACY):
   return sum(1 for r in members if r['status'] == 'ok' and r.get(metric.name) is not None)
 
 
-def steps_to_target(members):
+def steps_to_target(members, field='steps_to_target'):
   """Fewest mean updates to the target over an arm's settings at one key value, or None.
 
   A setting counts only when every finished seed reached the target.
+  ``field='seconds_to_target'`` gives the least mean wall time to it instead.
   """
   best = None
   for lr_runs in by_setting(members).values():
     ok = [r for r in lr_runs if r['status'] == 'ok']
-    steps = [r['steps_to_target'] for r in ok if r.get('steps_to_target') is not None]
+    steps = [r[field] for r in ok if r.get(field) is not None]
     if ok and len(steps) == len(ok):
       mean = statistics.fmean(steps)
       best = mean if best is None else min(best, mean)

@@ -125,7 +125,8 @@ def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, 
   hours = sum(2.0 * n for n in [s2s.updates(256)] * 9 + [s2s.updates(256) // 2] * 2
               + [s2s.updates(8192)] * 6 + [s2s.updates(1024)] * 3) / 3600
   assert f'Progress: 21 run(s) archived ({hours:.1f} hours of this machine), ' in text
-  assert figure.stat().st_size > 1000
+  assert '![wall seconds to 45 % dev WER against the batch, log-log](images/steps_wall.png)' in text
+  assert figure.stat().st_size > 1000 and (tmp_path / 'images' / 'steps_wall.png').stat().st_size > 1000
   # Idempotent: a second pass writes the same page.
   assert page.main(['--archive', str(archive), '--page', str(doc), '--figure', str(figure),
                     '--target-wer', '0.45']) == 0
