@@ -353,7 +353,7 @@ def progress(archive):
 
 def page_block(runs, target, figure_paths=(), archive=None):
   """The generated block of the page (markdown)."""
-  lines = ['', '### Results', '']
+  lines = ['']
   if archive is not None:
     lines += [progress(archive), '']
   lines += table(runs, target) + grids(runs) + target_lines(runs)
