@@ -59,7 +59,7 @@ _OPTIMIZERS = (
     # Keras 3's Muon (Jordan et al. 2024; Liu et al. 2025): momentum
     # orthogonalized by Newton-Schulz iterations for 2-D variables whose path names
     # no embedding nor any of exclude_layers, AdamW for every other variable.
-    ('Muon', 'keras.optimizers:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
+    ('Muon', 'optimizers.muon:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
                                        'epsilon', 'exclude_layers', 'exclude_embeddings',
                                        'muon_a', 'muon_b', 'muon_c', 'adam_lr_ratio', 'momentum',
                                        'ns_steps', 'nesterov', 'rms_rate')),

@@ -25,7 +25,8 @@ from optimizers.catalog import make_optimizer
 
 def test_both_are_registered_by_name_in_any_case():
   assert OPTIMIZER_CLS_NAMES['lion'] is keras.optimizers.Lion
-  assert OPTIMIZER_CLS_NAMES['Muon'] is keras.optimizers.Muon
+  # Keras' Muon, taking plain tf.Variables too (optimizers.muon).
+  assert issubclass(OPTIMIZER_CLS_NAMES['Muon'], keras.optimizers.Muon)
   # Muon decays weights by its own algorithm (two arguments); Lion only when given Keras' decay.
   assert OPTIMIZER_CLS_NAMES.facts('Muon')['OWN_WEIGHT_DECAY'] == 0.004
   assert OPTIMIZER_CLS_NAMES.facts('Muon')['OWN_DECAY_ARGUMENTS'] == ('weight_decay',
@@ -91,11 +92,13 @@ def adam_first_step(w0, g, lr, eps, wd):
   return w0 * (1 - lr * wd) - lr * g / (np.abs(g) + eps)
 
 
-def test_muon_falls_back_to_adamw_for_vectors_and_embeddings():
+@pytest.mark.parametrize('variable', [keras.Variable, tf.Variable])
+def test_muon_falls_back_to_adamw_for_vectors_and_embeddings(variable):
+  # Keras variables and the plain ones of an OpenSeq2Seq-style model (no Keras path) alike.
   b0 = np.array([0.5, -1.0, 2.0], np.float32)
-  bias = keras.Variable(b0, name='bias')
-  table = keras.Variable(np.ones((3, 2), np.float32), name='embeddings')
-  kernel = keras.Variable(np.ones((3, 2), np.float32), name='kernel')
+  bias = variable(b0, name='bias')
+  table = variable(np.ones((3, 2), np.float32), name='embeddings')
+  kernel = variable(np.ones((3, 2), np.float32), name='kernel')
   opt = make_optimizer('Muon', {'weight_decay': 0.0, 'adam_weight_decay': 0.5, 'epsilon': 1e-7},
                        0.1)
   grads = [np.array([0.2, -0.4, 1.0], np.float32), np.full((3, 2), 0.3, np.float32),
