@@ -286,16 +286,17 @@ def plot(runs, key, arms, path, title):
 
 
 def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
-               field='steps_to_target', perfect=True, labels=None):
+               field='steps_to_target', perfect=True, labels=None, values=None):
   """Updates to the target against the key, log-log, with the line of perfect scaling.
 
   ``ylabel`` and ``xlabel`` name the axes (default: updates to the target
   test accuracy, and the key); ``labels`` the arms in the legend (default:
   their own names). ``field='seconds_to_target'`` with ``perfect=False``
-  draws the wall time to the target instead, without the line.
+  draws the wall time to the target instead, without the line. ``values``:
+  the key values of the x axis, and of the line (default: the runs').
   """
   grouped = study.groups(runs, key)
-  values = [v for v in study.ordered_values(runs, key) if study.number(v)]
+  values = [v for v in (values or study.ordered_values(runs, key)) if study.number(v)]
   series = {}
   for arm in arms:
     points = [(study.number(v), study.steps_to_target(grouped[(arm, v)], field)) for v in values

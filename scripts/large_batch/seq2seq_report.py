@@ -210,15 +210,16 @@ def figures(runs, target, path):
   title = f'CMUdict, Transformer d128 2+2, {plan.EPOCHS:g} epochs'
   arms = [a.name for a in plan.ARMS]
   labels = {a.name: a.label for a in plan.ARMS}
+  batches = list(plan.BATCHES + plan.BEYOND)  # the whole axis from the start, and its line
   drawn = []
   if study_report.plot_steps(runs, KEY, arms, path, title, target,
                              ylabel=f'updates to {target * 100:g} % dev WER',
-                             xlabel='batch (words)', labels=labels):
+                             xlabel='batch (words)', labels=labels, values=batches):
     drawn.append(path)
   if study_report.plot_steps(runs, KEY, arms, wall, title, target,
                              ylabel=f'wall seconds to {target * 100:g} % dev WER (one CPU)',
                              xlabel='batch (words)', field='seconds_to_target', perfect=False,
-                             labels=labels):
+                             labels=labels, values=batches):
     drawn.append(wall)
   return drawn
 
