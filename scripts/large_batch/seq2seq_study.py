@@ -42,6 +42,7 @@ writes the page from the archive.
 
 import argparse
 import collections
+import fcntl
 import math
 import os
 import shutil
@@ -62,6 +63,8 @@ DEFAULT_OUT = os.path.join('runs', STUDY)
 DEFAULT_ARCHIVE = os.path.join('docs', 'results', STUDY)
 CONFIGS = os.path.join('configs', STUDY)
 PAGE = os.path.join('docs', f'{STUDY}.md')
+# Held by the study running on an OUT directory, so that a second one refuses to start.
+LOCK_FILE = '.study.lock'
 # The shared recipe's budget and warm-up, as its config gives them (read as run.py reads it).
 _RECIPE = config_file.load_config_file(os.path.join(ROOT, CONFIGS, 'common.py'))['base_params']
 EPOCHS = _RECIPE['num_epochs']
@@ -312,6 +315,8 @@ def next_group(steps, results):
 def archive_failures(out, archive):
   """Each failed point of OUT (error.txt, no result) into ARCHIVE as ``<point>.error``."""
   for sweep in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+    if not os.path.isdir(os.path.join(out, sweep)):
+      continue  # the lock file
     for point in sorted(os.listdir(os.path.join(out, sweep))):
       logdir = os.path.join(out, sweep, point)
       if not os.path.isdir(logdir) or runner.read_result(logdir) is not None:
@@ -387,6 +392,15 @@ def main(argv=None):
     return 0
   if args.report_only:
     return report(args.archive)
+  os.makedirs(args.out, exist_ok=True)
+  # Two studies on one OUT would run the same points at once: the second is refused.
+  lock = open(os.path.join(args.out, LOCK_FILE), 'w', encoding='utf-8')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    print(f'error: --out {args.out}: another seq2seq_study.py is running on it (it holds '
+          f'{LOCK_FILE}); let it finish or stop it (SIGTERM) first', file=sys.stderr)
+    return 2
   stopped = []
   child = []
 

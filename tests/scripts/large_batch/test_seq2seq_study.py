@@ -283,3 +283,14 @@ def test_a_failed_run_is_archived_and_not_run_again(tmp_path, monkeypatch):
   assert results.score('lamb', 256, 0.006) == math.inf
   assert [c[:3] for c in FakeSweep.calls] == [('lamb', 256, 0), ('adamw', 256, 0),
                                               ('muon', 256, 0)]
+
+
+def test_a_second_study_on_the_same_output_is_refused(tmp_path, capsys):
+  import fcntl  # pylint: disable=import-outside-toplevel
+  out = tmp_path / 'out'
+  os.makedirs(out)
+  with open(out / s2s.LOCK_FILE, 'w', encoding='utf-8') as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study holds it
+    assert s2s.main(['--out', str(out), '--archive', str(tmp_path / 'a'), '--no-report']) == 2
+  assert capsys.readouterr().err.startswith(f'error: --out {out}: another seq2seq_study.py is '
+                                            'running on it')
