@@ -15,8 +15,9 @@ on the same length-bucketed batches of the cmudict data layer, in one run:
   ``keras.optimizers.Lamb`` (the same rate, betas, epsilon and weight decay,
   layer normalization and biases excluded from the decay), the same loss
   function (``models.transformer.sequence_cross_entropy`` over the real
-  tokens) and ``jit_compile`` as Keras chooses it (``'auto'``), on the same
-  ``tf.data`` pipeline mapped to ``((source, decoder inputs), labels)``.
+  tokens) and ``jit_compile`` as Keras chooses it (``'auto'``, which
+  resolves to no XLA for this model), on the same ``tf.data`` pipeline
+  mapped to ``((source, decoder inputs), labels)``.
 
 The two loops run in two threads that take strict turns, one step each
 (``scripts/bench_train.py``'s turnstile), so the machine's slow spells fall
