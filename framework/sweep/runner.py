@@ -61,6 +61,7 @@ COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
 # The sweep's own lines around each attempt in run.log.
 ATTEMPT_RE = re.compile(r'^\[sweep\] attempt (\d+) started at (\S+) ')
 ENDED_RE = re.compile(r'^\[sweep\] attempt (\d+) ended after (\S+) s with exit status (-?\d+)')
+RESUMED_RE = re.compile(r'; resuming from ckpt-(\d+)$')
 # How long checking every point's config may take (one process, TensorFlow loaded once).
 CHECK_SECONDS = 1800
 # How long the runs under way may take to save and stop after a signal to the sweep.
@@ -151,14 +152,18 @@ def attempts(log_text):
 
   Returns:
     list of ``{'start': unix time, 'seconds': float or None, 'status': int or
-    None}``, oldest first; ``seconds`` and ``status`` are None for an attempt
-    whose end the sweep did not see (it was killed, or the attempt is running).
+    None, 'resumed_from': step or None}``, oldest first; ``seconds`` and
+    ``status`` are None for an attempt whose end the sweep did not see (it was
+    killed, or the attempt is running); ``resumed_from`` is the checkpoint's
+    step an attempt started from.
   """
   found = []
   for line in log_text.splitlines():
     started, ended = ATTEMPT_RE.match(line), ENDED_RE.match(line)
     if started:
-      found.append({'start': float(started.group(2)), 'seconds': None, 'status': None})
+      resumed = RESUMED_RE.search(line)
+      found.append({'start': float(started.group(2)), 'seconds': None, 'status': None,
+                    'resumed_from': int(resumed.group(1)) if resumed else None})
     elif ended and found:
       found[-1].update(seconds=float(ended.group(2)), status=int(ended.group(3)))
   return found
@@ -224,6 +229,61 @@ def eval_times(logdir, metric='accuracy'):
   return times, first
 
 
+def _event_files(logdir):
+  """``[(creation unix time, path)]`` of the TensorBoard event files of a run and of its evaluations."""
+  found = []
+  for path in glob.glob(os.path.join(glob.escape(logdir), '**', 'events.out.tfevents.*'),
+                        recursive=True):
+    try:
+      found.append((float(os.path.basename(path).split('.')[3]), path))
+    except (IndexError, ValueError):
+      continue
+  return found
+
+
+def _last_event_time(files, since, before, max_step):
+  """The wall time of the last event at or before ``max_step`` in the files created in ``[since, before)``."""
+  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
+  last = None
+  for created, path in files:
+    if not since <= created < before:
+      continue
+    try:
+      for event in event_file_loader.EventFileLoader(path).Load():
+        if (max_step is None or event.step <= max_step) and event.wall_time < before:
+          last = event.wall_time if last is None else max(last, event.wall_time)
+    except (OSError, ValueError):
+      continue
+  return last
+
+
+def attempt_spans(logdir, tried):
+  """``[(start, end)]``: the unix times in which each attempt of ``tried`` did work a straight run does.
+
+  An attempt the sweep saw end ends then. One it did not see end (killed
+  with the session it ran in) but that a later attempt resumed ends at the
+  last TensorBoard event it wrote at or before the step the next attempt
+  resumed from, since the next attempt does again what came after that
+  checkpoint (at the next attempt's start when no event says). The last
+  attempt, running or killed, has no end.
+  """
+  files = None
+  spans = []
+  for i, attempt in enumerate(tried):
+    end = float('inf')
+    if attempt['seconds'] is not None:
+      end = attempt['start'] + attempt['seconds']
+    elif i + 1 < len(tried):
+      following = tried[i + 1]
+      if files is None:
+        files = _event_files(logdir)
+      last = _last_event_time(files, attempt['start'], following['start'],
+                              following.get('resumed_from'))
+      end = following['start'] if last is None else last
+    spans.append((attempt['start'], end))
+  return spans
+
+
 def running_seconds(spans, start, end):
   """The seconds of ``[start, end]`` that fall inside the attempts' ``spans`` (``[(from, to)]``)."""
   return sum(max(0.0, min(to, end) - max(since, start)) for since, to in spans)
@@ -244,11 +304,7 @@ def timed_curve(logdir, metric='accuracy'):
     times, first = eval_times(logdir, metric)
   except (ValueError, OSError):
     times, first = {}, None
-  spans = []
-  for attempt in attempts(read_log(logdir)):
-    seconds = attempt['seconds']
-    spans.append((attempt['start'], attempt['start'] + seconds if seconds is not None
-                  else float('inf')))
+  spans = attempt_spans(logdir, attempts(read_log(logdir)))
   curve = []
   for step, value in eval_curve(logdir, metric):
     seconds = None
@@ -530,15 +586,16 @@ class Sweep:
     logdir = self.logdir(point)
     text = read_log(logdir)
     tried = attempts(text)
-    seconds = [a['seconds'] for a in tried]
-    if tried and seconds[-1] is None:
+    # An attempt killed with its session counts up to the checkpoint the next one resumed from.
+    spans = attempt_spans(logdir, tried)
+    if tried and tried[-1]['seconds'] is None:
       # The sweep did not see this attempt end: it ran until run.log was last written.
-      seconds[-1] = os.path.getmtime(os.path.join(logdir, LOG_FILE)) - tried[-1]['start']
+      spans[-1] = (spans[-1][0], os.path.getmtime(os.path.join(logdir, LOG_FILE)))
     metrics = parse_metrics(text)
     result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
               'seed': point.seed, 'overrides': self.overrides(point),
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
-              'wall_s': round(sum(s for s in seconds if s is not None), 2),
+              'wall_s': round(sum(end - start for start, end in spans), 2),
               'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
               'curve': timed_curve(logdir, curve_metric(text)),
               'curve_metric': curve_metric(text), 'machine': machine()}

@@ -487,8 +487,9 @@ def test_attempts_and_their_seconds_are_read_from_run_log():
          '[sweep] attempt 1 ended after 30.00 s with exit status 130\n'
          '[sweep] attempt 2 started at 5000.00 (...); resuming from ckpt-7\n$ run.py ...\n'
          'TensorBoard: tensorboard --logdir /x\n')
-  assert runner.attempts(log) == [{'start': 1000.0, 'seconds': 30.0, 'status': 130},
-                                  {'start': 5000.0, 'seconds': None, 'status': None}]
+  assert runner.attempts(log) == [
+      {'start': 1000.0, 'seconds': 30.0, 'status': 130, 'resumed_from': None},
+      {'start': 5000.0, 'seconds': None, 'status': None, 'resumed_from': 7}]
   # The sweep did not see attempt 2 end; run.py's last line says it ended well, also when
   # a signal came as the process ended.
   assert runner.finished_in_log(log)
@@ -503,6 +504,33 @@ def test_attempts_and_their_seconds_are_read_from_run_log():
   # only: 20 s of attempt 1 and 20 s of attempt 2, not the 4,000 s between them.
   spans = [(1000.0, 1030.0), (5000.0, float('inf'))]
   assert runner.running_seconds(spans, 1010.0, 5020.0) == pytest.approx(40.0)
+
+
+def test_an_attempt_killed_with_its_session_counts_up_to_the_checkpoint_resumed_from(tmp_path):
+  """A killed attempt's time after its last checkpoint is redone by the next one, and counted once."""
+  from tests.scripts.large_batch.test_report import write_events  # pylint: disable=import-outside-toplevel
+  logdir = tmp_path / 'point'
+  # Attempt 1 starts at 1000, evaluates at steps 7 (21 s) and 9 (30 s), and is killed
+  # unseen (no closing line) after its checkpoint at step 7; attempt 2 starts at 5000
+  # from ckpt-7, evaluates step 9 again 20 s in and step 14 40 s in, and ends at 60 s.
+  write_events(str(logdir), 1000.0)
+  write_events(str(logdir / 'eval'), 1000.0, [(7, 0.5, 21.0), (9, 0.6, 30.0)])
+  write_events(str(logdir), 5000.0)
+  write_events(str(logdir / 'eval'), 5000.0, [(9, 0.62, 20.0), (14, 0.7, 40.0)])
+  (logdir / 'run.log').write_text(
+      '[sweep] attempt 1 started at 1000.00 (...)\n'
+      'eval at step 7: loss 0.3000, top-1 0.5000, top-5 0.9900 (10 examples)\n'
+      'eval at step 9: loss 0.3000, top-1 0.6000, top-5 0.9900 (10 examples)\n'
+      '[sweep] attempt 2 started at 5000.00 (...); resuming from ckpt-7\n'
+      'eval at step 9: loss 0.3000, top-1 0.6200, top-5 0.9900 (10 examples)\n'
+      'eval at step 14: loss 0.3000, top-1 0.7000, top-5 0.9900 (10 examples)\n'
+      '[sweep] attempt 2 ended after 60.00 s with exit status 0\n')
+  tried = runner.attempts(runner.read_log(str(logdir)))
+  assert [a['resumed_from'] for a in tried] == [None, 7]
+  # Attempt 1 ends at its last event at or before step 7: the evaluation 21 s in.
+  assert runner.attempt_spans(str(logdir), tried) == [(1000.0, 1021.0), (5000.0, 5060.0)]
+  # Step 9 counts with attempt 2's evaluation: 21 s + 20 s; step 14: 21 s + 40 s.
+  assert runner.timed_curve(str(logdir)) == [[7, 0.5, 21.0], [9, 0.62, 41.0], [14, 0.7, 61.0]]
 
 
 def read_log_until(path, prefix, timeout):
