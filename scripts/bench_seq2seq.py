@@ -27,6 +27,18 @@ the summary is the median over blocks. Goal: >= 1.0x. The padding waste of
 the train split's batches (the share of ``<pad>`` positions, bucketing by
 length) is printed, and for scale that of the same batches drawn without
 bucketing.
+
+With ``--against OTHER_CONFIG`` the second loop is the framework's own
+``Trainer.train`` on that config instead of ``model.fit`` (the same ``--set``
+overrides on both), which measures what one config's update costs against
+another's on the same model and batches, for example Muon against AdamW in
+the sequence study:
+
+  .venv/bin/python scripts/bench_seq2seq.py --config configs/large_batch_seq2seq/muon.py
+      --against configs/large_batch_seq2seq/adamw.py [--set batch_size_per_gpu=1024 --set iter_size=8]
+
+There is no goal then: the ratio is the first config's words/sec over the
+second's (below 1: the first costs more per word).
 """
 
 import argparse
@@ -44,6 +56,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from core import precision  # noqa: E402
+from core.params import ConfigError  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
 from data import sequences  # noqa: E402
 from framework import config as config_lib  # noqa: E402
@@ -60,13 +73,18 @@ def parse_args():
   parser.add_argument('--steps', type=int, default=60, help='steps of each train loop')
   parser.add_argument('--skip', type=int, default=8, help='steps of each loop not timed')
   parser.add_argument('--block', type=int, default=8, help='steps per ratio')
+  parser.add_argument('--against', metavar='OTHER_CONFIG',
+                      help="time Trainer.train on this config instead of model.fit")
   parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                       help='a config override, as run.py takes it')
   return parser.parse_args()
 
 
 def load_config(path, overrides):
-  configs = config_lib.load_configs(path, 'train', list(overrides))
+  try:
+    configs = config_lib.load_configs(path, 'train', list(overrides))
+  except ConfigError as e:
+    raise SystemExit(f'error: {e}') from None
   configs, _ = config_lib.scale_learning_rates(configs, 1)
   return configs['train']
 
@@ -113,26 +131,36 @@ def _pad(rows):
   return out
 
 
-def interleaved_loops(path, overrides, cfg, steps):
-  """Runs Trainer.train and model.fit for ``steps`` steps each, in strict turns.
+def trainer_loop(path, overrides, steps, side):
+  """``Trainer.train`` on ``path`` for ``steps`` steps as ``side`` of a turnstile, in a temporary logdir."""
+  def loop(turnstile):
+    with tempfile.TemporaryDirectory() as logdir:
+      train_cfg = load_config(path, list(overrides) + [
+          'num_epochs=null', f'max_steps={steps}', f'logdir={logdir}',
+          'save_checkpoint_steps=null'])
+      trainer = TurnTrainer(turnstile, train_cfg, None, logdir, side=side)
+      trainer.begin()
+      trainer.train()
+
+  return loop
+
+
+def interleaved_loops(path, overrides, cfg, steps, against=None):
+  """Runs Trainer.train and model.fit (or Trainer.train on ``against``) for ``steps`` steps each, in strict turns.
 
   Args:
     path: the config file.
     overrides: its ``--set`` overrides.
     cfg: the config they give (train view).
     steps: the steps of each loop.
+    against: another config file to train in model.fit's place, or None.
 
   Returns:
-    (framework seconds per step, model.fit seconds per step), numpy arrays.
+    (framework seconds per step, second loop's seconds per step), numpy arrays.
   """
-  def train_loop(turnstile):
-    with tempfile.TemporaryDirectory() as logdir:
-      train_cfg = load_config(path, list(overrides) + [
-          'num_epochs=null', f'max_steps={steps}', f'logdir={logdir}',
-          'save_checkpoint_steps=null'])
-      trainer = TurnTrainer(turnstile, train_cfg, None, logdir)
-      trainer.begin()
-      trainer.train()
+  train_loop = trainer_loop(path, overrides, steps, 'train')
+  if against:
+    return in_strict_turns(train_loop, trainer_loop(against, overrides, steps, 'fit'))
 
   def fit_loop(turnstile):
     # Keras' dtype policy is global: the Trainer set the same one for its model.
@@ -160,6 +188,10 @@ def interleaved_loops(path, overrides, cfg, steps):
 def main():
   args = parse_args()
   cfg = load_config(args.config, args.set)
+  other = load_config(args.against, args.set) if args.against else None
+  if other and other['model_params'] != cfg['model_params']:
+    raise SystemExit(f'error: --against {args.against}: its model_params differ from '
+                     f'{args.config}\'s; the comparison needs the same model')
   batch_size = cfg['batch_size_per_gpu']
   layer = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train')
   p = cfg['model_params']
@@ -174,7 +206,10 @@ def main():
         f'{bucketed:.1%} bucketed by length ({shuffled:.1%} for the same examples in random '
         'batches)')
 
-  train_turns, fit_turns = interleaved_loops(args.config, args.set, cfg, args.steps)
+  if other:
+    print(f'against {os.path.relpath(args.against, ROOT)}: {other["optimizer"]} at '
+          f'{other["lr_policy_params"]["learning_rate"]:.4g}')
+  train_turns, fit_turns = interleaved_loops(args.config, args.set, cfg, args.steps, args.against)
   count = min(len(train_turns), len(fit_turns)) - args.skip
   blocks = [slice(args.skip + i, args.skip + i + args.block)
             for i in range(0, count - args.block + 1, args.block)]
@@ -188,10 +223,17 @@ def main():
   print(f'{"train loop, strict turns":44s} {unit:>10s} {"ms/step":>8s}  ({len(blocks)} blocks of '
         f'{args.block} steps after {args.skip}; ratio per block {ratios.min():.3f}-'
         f'{ratios.max():.3f})')
-  for name, turns in (('framework train mode (Trainer.train)', train_turns),
-                      ('model.fit, keras.optimizers.Lamb', fit_turns)):
+  if args.against:
+    names = (f'Trainer.train, {cfg["optimizer"]}', f'Trainer.train, {other["optimizer"]}')
+  else:
+    names = ('framework train mode (Trainer.train)', 'model.fit, keras.optimizers.Lamb')
+  for name, turns in zip(names, (train_turns, fit_turns)):
     print(f'{name:44s} {batch_size / turns[timed].mean():10.1f} '
           f'{turns[timed].mean() * 1e3:8.1f}')
+  if args.against:
+    print(f'{cfg["optimizer"]} against {other["optimizer"]}: {ratio:.3f}x the {unit} (median of '
+          f'{len(blocks)} blocks; below 1: {cfg["optimizer"]} costs more per step)')
+    return
   print(f'{"PASS" if ratio >= 1.0 else "FAIL"} framework vs model.fit: {ratio:.3f}x the '
         f'{unit} (median of {len(blocks)} blocks; goal >= 1.0x)')
 

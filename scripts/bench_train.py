@@ -220,18 +220,23 @@ class Turnstile:
 
 
 class TurnTrainer(trainer_lib.Trainer):
-  """The framework's Trainer, handing the turn over after every train step."""
+  """The framework's Trainer, handing the turn over after every train step.
 
-  def __init__(self, turnstile, *args):
+  ``side`` is its name at the turnstile: ``'train'``, or ``'fit'`` when a
+  second Trainer stands where ``model.fit`` does.
+  """
+
+  def __init__(self, turnstile, *args, side='train'):
     super().__init__(*args)
     self.turnstile = turnstile
+    self.side = side
 
   def make_train_step(self):
     run = super().make_train_step()
 
     def step(iterator):
       result = run(iterator)
-      self.turnstile.turn_done('train')
+      self.turnstile.turn_done(self.side)
       return result
 
     return step
