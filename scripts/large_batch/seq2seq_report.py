@@ -72,6 +72,12 @@ def members_at(runs, sweep, batch):
   return study.chosen(study.at_value(runs, sweep, KEY, batch), study.WER)
 
 
+def tuned_rate(runs, sweep, batch):
+  """The rate ``sweep`` chose at ``batch`` (its best mean test WER), or None before a run there."""
+  members = members_at(runs, sweep, batch)
+  return members[0]['lr'] if members else None
+
+
 def reference(runs):
   """``(sweep, mean WER, runs)`` of the best arm at batch 256, each at its chosen rate, or None."""
   return study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.SMALL, study.WER)
@@ -285,15 +291,15 @@ def worth_text(runs):
   parts = []
   for arm in plan.ARMS:
     members = study.at_value(runs, arm.name, KEY, plan.LARGE)
-    middle = plan.centre(arm, plan.LARGE)
+    middle = plan.centre(arm, plan.LARGE, lambda name: tuned_rate(runs, name, plan.SMALL))
     at_centre = study.metric_mean([r for r in members if study.rate_key(r.get('lr'))
                                    == study.rate_key(middle)], study.WER)
     tuned = study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)
-    if at_centre is None or tuned is None:
+    if middle is None or at_centre is None or tuned is None:
       parts.append(f'tuning {arm.label}\'s rate: not yet run')
     else:
-      parts.append(f'tuning {arm.label}\'s rate (against the square-root rule\'s {middle:g}): '
-                   f'{(at_centre - tuned) * 100:.2f}')
+      parts.append(f'tuning {arm.label}\'s rate (against its rate at 256 by the square-root '
+                   f'rule, {middle:g}): {(at_centre - tuned) * 100:.2f}')
   means = {arm.label: study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)
            for arm in plan.ARMS}
   known = {name: mean for name, mean in means.items() if mean is not None}

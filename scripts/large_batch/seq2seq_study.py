@@ -10,10 +10,12 @@ same epochs at every global batch of B = 256, 1024, 4096 and 8192 words (32 x
 16384. Three arms, each with its learning rate tuned at every batch on a
 grid of the same shape:
 
-- ``lamb``: LAMB, the grid's centre 0.003·sqrt(B/256);
-- ``adamw``: AdamW, 0.001·sqrt(B/256);
-- ``muon``: Keras' Muon, 0.001·sqrt(B/256) (its updates are scaled to Adam's RMS).
+- ``lamb``: LAMB, the grid's centre at 256 words 0.003;
+- ``adamw``: AdamW, 0.001;
+- ``muon``: Keras' Muon, AdamW's tuned rate at 256 (its updates are scaled to
+  Adam's RMS so that it takes Adam's rate);
 
+and at a larger batch B, the arm's own tuned rate at 256 × sqrt(B/256).
 A grid is its centre × {1/2, 1, 2} with seed 0; while the best of its rates
 (lowest dev-selected test WER; a failed run counts as the worst) is at an
 edge, the rate past that edge (× 2 or / 2) is added, at most ``GROWTHS``
@@ -85,8 +87,11 @@ TRAIN_PRONUNCIATIONS = 121393
 TOKENS_PER_WORD = 15.91
 
 Arm = collections.namedtuple('Arm', ['name', 'label', 'rate'])
-Arm.__doc__ = """An arm: its config's name, its label on the page, and its grid's centre at batch 256."""
-ARMS = (Arm('lamb', 'LAMB', 0.003), Arm('adamw', 'AdamW', 0.001), Arm('muon', 'Muon', 0.001))
+Arm.__doc__ = """An arm: its config's name, its label on the page, and its grid's centre at batch 256.
+
+The centre is a rate, or the name of the arm whose tuned rate at 256 it is.
+"""
+ARMS = (Arm('lamb', 'LAMB', 0.003), Arm('adamw', 'AdamW', 0.001), Arm('muon', 'Muon', 'adamw'))
 SMALL = 256
 LARGE = 8192  # 32 x SMALL: the target batch
 BATCHES = (256, 1024, 4096, 8192)
@@ -108,9 +113,24 @@ def rate(value):
   return float(f'{value:.4g}')
 
 
-def centre(arm, batch):
-  """The centre of ``arm``'s grid at ``batch``: its rate at 256 × sqrt(batch / 256)."""
-  return rate(arm.rate * math.sqrt(batch / SMALL))
+def centre(arm, batch, tuned_at_small):
+  """The centre of ``arm``'s grid at ``batch``, or None while the results do not decide it.
+
+  Args:
+    arm: an :data:`ARMS` member.
+    batch: the global batch in words.
+    tuned_at_small: ``tuned_at_small(name)``: the best rate of that arm's
+      settled grid at 256, or None while it is not settled.
+
+  Returns:
+    At 256 the arm's starting rate (another arm's tuned rate there when it
+    names one); above, the arm's tuned rate at 256 × sqrt(batch / 256), the
+    square-root rule.
+  """
+  if batch == SMALL:
+    return tuned_at_small(arm.rate) if isinstance(arm.rate, str) else arm.rate
+  base = tuned_at_small(arm.name)
+  return None if base is None else rate(base * math.sqrt(batch / SMALL))
 
 
 def micro_batches(batch):
@@ -221,8 +241,22 @@ def plan(results):
   steps = []
   settled = {}
 
+  def best_rate(name, batch):
+    rates = settled.get((name, batch))
+    if rates is None:
+      return None
+    scores = [results.score(name, batch, lr) for lr in rates]
+    return rates[scores.index(min(scores))]
+
   def tuned(arm, batch):
-    rates, done = grid(centre(arm, batch), lambda lr: results.score(arm.name, batch, lr))
+    middle = centre(arm, batch, lambda name: best_rate(name, SMALL))
+    if middle is None:
+      settled[(arm.name, batch)] = None
+      after = arm.rate if batch == SMALL else arm.name
+      steps.append(Pending(arm.name, batch, f'a grid centred once the grid of {after} at '
+                                            f'{SMALL} is settled'))
+      return
+    rates, done = grid(middle, lambda lr: results.score(arm.name, batch, lr))
     steps.extend(Run(arm.name, arm.name, batch, lr, 0, ()) for lr in rates)
     settled[(arm.name, batch)] = rates if done else None
     if not done:
@@ -230,12 +264,11 @@ def plan(results):
                                             f'there (at most {GROWTHS} times)'))
 
   def second_seed(arm, batch):
-    rates = settled[(arm.name, batch)]
-    if rates is None:
+    best = best_rate(arm.name, batch)
+    if best is None:
       steps.append(Pending(arm.name, batch, 'seed 1 at the best rate of the grid'))
       return
-    scores = [results.score(arm.name, batch, lr) for lr in rates]
-    steps.append(Run(arm.name, arm.name, batch, rates[scores.index(min(scores))], 1, ()))
+    steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
 
   for batch in KEY_BATCHES:
     for arm in ARMS:

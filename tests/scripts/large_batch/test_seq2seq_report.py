@@ -100,8 +100,10 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   assert (f'AdamW: 0.001 at 256, 0.002 at 1024, 0.005657 at 8192 (lr ∝ B^{expected:.2f})'
           in text)
   assert 'LAMB: 0.003 at 256;' in text and 'Muon: 0.001 at 256. A slope' in text
-  # At 8192 LAMB's tuned rate beats the square-root rule's 0.01697 by 1.8 points.
-  assert "tuning LAMB's rate (against the square-root rule's 0.01697): 1.80" in text
+  # At 8192 LAMB's tuned rate beats its tuned rate at 256 (0.003) by the square-root rule,
+  # 0.01697, by 1.8 points.
+  assert ("tuning LAMB's rate (against its rate at 256 by the square-root rule, 0.01697): 1.80"
+          in text)
   assert 'the optimizer: not yet run' in text  # Muon has no 8192 result
   assert 'LAMB at 8192, test WER by warm-up: 10 % (the recipe): 31.20 %; 5 %: not yet run' in text
   # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).

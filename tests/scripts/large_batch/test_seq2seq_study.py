@@ -44,6 +44,14 @@ def write_archive(archive, sweep, batch, results, sets=(), steps=100, curve=None
         'curve': curve if curve is not None else [[steps, wer, 1.9 * steps]]}))
 
 
+def centres(batch):
+  """Each arm's grid centre at ``batch`` once every grid at 256 is won by its centre (:func:`settle`)."""
+  at_small = {}
+  for arm in s2s.ARMS:  # an arm that starts at another's tuned rate names an earlier arm
+    at_small[arm.name] = at_small[arm.rate] if isinstance(arm.rate, str) else arm.rate
+  return {arm.name: s2s.centre(arm, batch, at_small.get) for arm in s2s.ARMS}
+
+
 def runs_of(steps, sweep=None, batch=None):
   return [(r.sweep, r.batch, r.lr, r.seed) for r in steps if isinstance(r, s2s.Run)
           and (sweep is None or r.sweep == sweep) and (batch is None or r.batch == batch)]
@@ -69,22 +77,47 @@ def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
   assert settled and rates == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
 
 
-def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
+def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
+  # Nothing run: LAMB and AdamW start at 256 from their own rates; Muon waits for AdamW's
+  # tuned rate, and every grid above 256 for its arm's tuned rate at 256.
   steps = s2s.plan(s2s.Results(str(tmp_path / 'none')))
+  assert {(sweep, b) for sweep, b, _, _ in runs_of(steps)} == {('lamb', 256), ('adamw', 256)}
+  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 256)} == {0.0005, 0.001, 0.002}
+  waiting = {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+             and 'centred once' in p.what}
+  assert waiting == {(a, b) for a in ARMS for b in s2s.BATCHES + s2s.BEYOND} - {
+      ('lamb', 256), ('adamw', 256)}
+  # AdamW's grid at 256 settled at 0.004 (the top edge grew once): Muon starts there, and
+  # AdamW's grid at 8192 is centred on 0.004·sqrt(32) = 0.02263.
+  archive = tmp_path / 'archive'
+  write_archive(archive, 'adamw', 256, {(0.0005, 0): 0.40, (0.001, 0): 0.36, (0.002, 0): 0.34,
+                                        (0.004, 0): 0.33, (0.008, 0): 0.35})
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert {lr for _, _, lr, _ in runs_of(steps, 'muon', 256)} == {0.002, 0.004, 0.008}
+  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 8192)} == {0.01132, 0.02263, 0.04526}
+  assert not runs_of(steps, 'muon', 8192) and not runs_of(steps, 'lamb', 8192)
+
+
+def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
+  archive = tmp_path / 'archive'
+  settle(archive, 256)
+  steps = s2s.plan(s2s.Results(str(archive)))
   for arm in s2s.ARMS:
     assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(
         s2s.BATCHES + s2s.BEYOND), arm
     assert max(s2s.BATCHES) >= 32 * min(s2s.BATCHES)
+    tuned = centres(256)[arm.name]  # each grid at 256 is won by its centre
     for batch in s2s.BATCHES + s2s.BEYOND:
-      middle = s2s.rate(arm.rate * math.sqrt(batch / 256))
+      middle = s2s.rate(tuned * math.sqrt(batch / 256))
+      assert middle == centres(batch)[arm.name]
       assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
           s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
-  # Nothing decides a second seed, the budget check or the warm-up yet: they wait.
-  assert {r.seed for r in steps if isinstance(r, s2s.Run)} == {0}
+  # Nothing decides a second seed at 8192, the budget check or the warm-up yet: they wait.
+  assert {r.seed for r in steps if isinstance(r, s2s.Run) and r.batch != 256} == {0}
   pending = [p for p in steps if isinstance(p, s2s.Pending)]
   assert {(p.sweep, p.batch) for p in pending if 'seed 1' in p.what} == {
-      (a, b) for a in ARMS for b in s2s.KEY_BATCHES}
-  assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_half', '*_warmup'}
+      (a, s2s.LARGE) for a in ARMS}
+  assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_warmup'}
   # The key batches come first, then the budget check, the batches between, past 32x, the warm-up.
   order = [r.batch for r in steps if isinstance(r, s2s.Run)]
   assert order == sorted(order, key=lambda b: (b not in s2s.KEY_BATCHES, b in s2s.BEYOND))
@@ -93,7 +126,7 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
 def settle(archive, batch, best_arm='adamw', best_wer=0.30):
   """Every arm's grid at ``batch`` finished, its centre the best; ``best_arm`` the best arm."""
   for arm in s2s.ARMS:
-    middle = s2s.centre(arm, batch)
+    middle = centres(batch)[arm.name]
     low = best_wer if arm.name == best_arm else best_wer + 0.02
     write_archive(archive, arm.name, batch, {(s2s.rate(middle / 2), 0): low + 0.03,
                                              (middle, 0): low, (s2s.rate(middle * 2), 0): low + 0.01})
@@ -106,12 +139,12 @@ def test_seeds_pair_up_at_the_key_batches_at_the_best_rate(tmp_path):
   steps = s2s.plan(s2s.Results(str(archive)))
   seeds = [(sweep, b, lr) for sweep, b, lr, seed in runs_of(steps) if seed == 1 and sweep in ARMS]
   # Each arm's best rate (the centre here) once more with seed 1, at 256 and 8192 only.
-  assert sorted(seeds) == sorted((a.name, b, s2s.centre(a, b)) for a in s2s.ARMS
+  assert sorted(seeds) == sorted((a.name, b, centres(b)[a.name]) for a in s2s.ARMS
                                  for b in s2s.KEY_BATCHES)
   # The budget check: the best arm at 256 (AdamW) at its rate, half the epochs, both seeds.
   half = [r for r in steps if isinstance(r, s2s.Run) and r.sweep == 'adamw_half']
   assert [(r.batch, r.lr, r.seed, r.sets) for r in half] == [
-      (256, s2s.centre(s2s.ARMS[1], 256), seed, (f'num_epochs={s2s.EPOCHS / 2:g}',))
+      (256, centres(256)['adamw'], seed, (f'num_epochs={s2s.EPOCHS / 2:g}',))
       for seed in (0, 1)]
   # The warm-up: the best arm at 8192 (LAMB here) at its best rate, planned last, after
   # the second seeds that may change which arm is best.
@@ -123,7 +156,7 @@ def test_seeds_pair_up_at_the_key_batches_at_the_best_rate(tmp_path):
 def test_finished_points_are_skipped_and_only_they(tmp_path):
   archive = tmp_path / 'archive'
   lamb = s2s.ARMS[0]
-  middle = s2s.centre(lamb, 256)
+  middle = centres(256)[lamb.name]
   write_archive(archive, 'lamb', 256, {(middle, 0): 0.3, (s2s.rate(middle / 2), 0): 'error: nan'})
   results = s2s.Results(str(archive))
   steps = s2s.plan(results)
@@ -194,8 +227,10 @@ def test_the_key_point_config_is_the_studys_point():
   assert (config['batch_size_per_gpu'], config['iter_size']) == (micro, iter_size)
   assert config['eval_steps'] == s2s.eval_steps(s2s.LARGE)
   assert config['optimizer'] == 'LAMB' and config['num_epochs'] == s2s.EPOCHS
+  # One of the rates of LAMB's grid at 8192, as the archived runs at 256 centre it.
+  archived = s2s.Results(os.path.join(ROOT, 'docs', 'results', 'large_batch_seq2seq'))
   assert config['lr_policy_params']['learning_rate'] in [
-      r.lr for r in s2s.plan(s2s.Results('/nonexistent')) if isinstance(r, s2s.Run)
+      r.lr for r in s2s.plan(archived) if isinstance(r, s2s.Run)
       and r.sweep == 'lamb' and r.batch == s2s.LARGE]
 
 
@@ -217,7 +252,7 @@ class FakeSweep:
     micro, iter_size = int(grids['batch_size_per_gpu']), int(grids['iter_size'])
     sweep = os.path.basename(arguments['--out'])
     arm = os.path.basename(arguments['--config'])[:-3]
-    centre = s2s.centre(next(a for a in s2s.ARMS if a.name == arm), micro * iter_size)
+    centre = centres(micro * iter_size)[arm]
     rates = [float(r) for r in grids['lr_policy_params.learning_rate'].split(',')]
     FakeSweep.calls.append((sweep, micro * iter_size, int(arguments['--seeds']), rates))
     archive = type(arguments['--archive'])(os.path.dirname(arguments['--archive']))
@@ -256,7 +291,7 @@ def test_the_driver_runs_the_plan_to_its_end_and_resumes(tmp_path, monkeypatch):
   # Seeds pair up: a second seed at each key batch, at the rate of the first seed's best.
   for arm in s2s.ARMS:
     for batch in s2s.KEY_BATCHES:
-      assert (arm.name, batch, 1, [s2s.centre(arm, batch)]) in FakeSweep.calls
+      assert (arm.name, batch, 1, [centres(batch)[arm.name]]) in FakeSweep.calls
   # The budget and warm-up checks ran on the best arm (LAMB: its centre wins by the order of the arms).
   assert [c for c in FakeSweep.calls if c[0].endswith('_half')] == [
       ('lamb_half', 256, 0, [0.003]), ('lamb_half', 256, 1, [0.003])]
