@@ -542,8 +542,8 @@ class Sweep:
     log_file.write(f'[sweep] attempt {number} ended after {wall:.2f} s with exit status '
                    f'{process.returncode}\n')
     log_file.close()
-    self.done += 1
     if process.returncode == 0 or (completed(text) and (interrupted or process.returncode < 0)):
+      self.done += 1
       result = self.record(point, 'finished')
       metrics = result['metrics']
       log(f'finished {point.name}: {own_metric_text(result)}, '
@@ -572,6 +572,7 @@ class Sweep:
       with open(os.path.join(logdir, ERROR_FILE), 'w', encoding='utf-8') as f:
         f.write(error + '\n')
       self.errors[point.name] = error
+      self.done += 1
       self.failed += 1
       log(f'FAILED {point.name} ({status}): {error}  [log: {log_path}]')
     self.progress()

@@ -576,6 +576,8 @@ def test_an_interrupted_point_resumes_and_a_finished_one_is_never_run_again(tmp_
   assert stopped and stopped.group(1) == stopped.group(2), output
   step = int(stopped.group(1))
   assert 3 <= step < 40
+  # An interrupted point is not done: it is left for next time.
+  assert '0/1 done (0 skipped, 0 failed), 0 running, 1 left' in output
   assert tf_global_step(logdir / f'ckpt-{step}') == step
   assert not (logdir / 'result.json').exists() and not (logdir / 'error.txt').exists()
 
