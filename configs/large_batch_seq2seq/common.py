@@ -17,7 +17,9 @@ learning rate, the evaluation cadence and the seed of each run.
   every batch size, so the number of updates falls as the batch grows.
 - **Schedule:** linear warm-up from 0 over the first ``warmup_fraction`` of
   the updates (the same share of training at every batch), then linear decay
-  to 0 at the last update.
+  over as many updates as the run has, from the end of the warm-up
+  (``poly_decay`` starts its decay there), so the rate ends at a tenth of its
+  peak at the last update: the same shape at every batch.
 - **Evaluation:** the whole dev split (6,289 words, greedy decoding) 8
   times per run, at the same fractions of training at every batch size
   (``eval_steps``, set per run by the study); the checkpoint of the best dev
@@ -50,7 +52,7 @@ base_params = {
         'learning_rate': 1e-3,  # each arm sets its own
         'power': 1.0,
         'warmup_fraction': warmup_fraction,
-        'decay_fraction': 1.0,  # decays over the whole run, however long
+        'decay_fraction': 1.0,  # a decay as long as the run, from the warm-up's end
         'min_lr': 0.0,
     },
     'dtype': 'mixed_bfloat16',

@@ -208,6 +208,27 @@ def test_updates_and_cadence_follow_the_trainers_count():
     s2s.micro_batches(s2s.MAX_MICRO_BATCH * 2 + 1)
 
 
+def test_the_schedule_warms_up_for_a_tenth_and_ends_at_a_tenth_of_the_peak():
+  """docs/large_batch_seq2seq.md's schedule: the decay, as long as the run, starts where the warm-up ends."""
+  from framework import config as cfg  # pylint: disable=import-outside-toplevel
+  from framework import schedule  # pylint: disable=import-outside-toplevel
+  for batch in (256, 8192):
+    micro, iter_size = s2s.micro_batches(batch)
+    path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb.py')
+    config = cfg.load_configs(path, 'train', [f'batch_size_per_gpu={micro}',
+                                              f'iter_size={iter_size}'], construct=False)['train']
+    per_epoch = schedule.updates_per_epoch(s2s.TRAIN_PRONUNCIATIONS // micro, iter_size)
+    lr = schedule.learning_rate_fn(config, per_epoch)
+    total, peak = s2s.updates(batch), config['lr_policy_params']['learning_rate']
+    warmup = round(0.1 * total)  # 474 updates at 256, 15 at 8192
+    # Linear from 0 to the peak over the warm-up, then (1 - (s - W)/T) of it.
+    assert float(lr(warmup // 2)) == pytest.approx(peak * (warmup // 2) / warmup, rel=1e-5)
+    assert float(lr(warmup)) == pytest.approx(peak, rel=1e-5)
+    last = total - 1
+    assert float(lr(last)) == pytest.approx(peak * (1 - (last - warmup) / total), rel=1e-4)
+    assert 0.09 * peak < float(lr(last)) < 0.11 * peak, batch
+
+
 @pytest.mark.slow
 def test_the_recipes_data_facts_are_the_data_layers():
   from data import cmudict  # pylint: disable=import-outside-toplevel
