@@ -49,10 +49,12 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   the update takes its own path:
 
   REFERENCE when the optimizer has no fused paths or asked for none
-  (``fused=False``), or a gradient is sparse, or a ``tf.distribute`` strategy
-  routes each variable's update; else NATIVE when the optimizer has a kernel
-  and it applies (float32, dense, CPU, not inside an XLA cluster, built and
-  loaded, not turned off by ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
+  (``fused=False``), or a gradient is sparse and the optimizer's update does
+  not read it as the dense one it sums to (``SPARSE_AS_DENSE``: LAMB does), or
+  a ``tf.distribute`` strategy routes each variable's update; else NATIVE
+  when the optimizer has a kernel and it applies (float32, dense, CPU, not
+  inside an XLA cluster, built and loaded, not turned off by
+  ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
 
   Args:
     optimizer: the Keras optimizer.
@@ -70,6 +72,10 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
       and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
       and native.applies([tf1_compat.unwrap(v) for v in variables], [], grads)):
     return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
+  if getattr(optimizer, 'SPARSE_AS_DENSE', False):
+    # The fused paths are given a sparse gradient densified (keras_adapter);
+    # its values stand in for it here, where only types and dtypes are checked.
+    grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
   if not (getattr(optimizer, 'fused', False) and fused.fusable(grads)):
     return _chosen(optimizer, 'update', REFERENCE)
   if hasattr(optimizer, 'native_update') and native.applies(

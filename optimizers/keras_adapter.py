@@ -8,7 +8,9 @@ at once, or Keras' own per-variable path (the reference), on the path
 ``dispatch.update_path`` chose for the update. ``optimize_loss`` chooses it
 once, with LARC, and passes it in (``apply_on``); a plain ``apply``
 (``model.fit``, a user's loop) asks ``dispatch`` itself, once. Optimizers that
-fold weight decay into their update (LARS, LAMB) set ``FOLDS_WEIGHT_DECAY``.
+fold weight decay into their update (LARS, LAMB) set ``FOLDS_WEIGHT_DECAY``;
+those whose update reads a sparse gradient as the dense one it sums to (LAMB)
+set ``SPARSE_AS_DENSE``, and their fused paths are given it densified.
 
 ``apply_with_larc`` is ``apply`` for the LARC-and-update kernel: what Keras'
 ``apply`` does around the update, for the path ``NATIVE_WITH_LARC``.
@@ -36,6 +38,9 @@ class FusedUpdate:
   fused = True
   # Weight decay is part of the subclass's update, not Keras' decoupled step.
   FOLDS_WEIGHT_DECAY = False
+  # The update reads a sparse gradient (tf.IndexedSlices) as the dense tensor it
+  # sums to, as the subclass's update_step does: the fused paths then take it too.
+  SPARSE_AS_DENSE = False
   # The path ``apply_on`` was given for the update under way; None: ask dispatch.
   _given_path = None
 
@@ -70,7 +75,10 @@ class FusedUpdate:
     indices = [self._get_variable_index(v) for v in trainable_variables]
     variables = [tf1_compat.unwrap(v) for v in trainable_variables]
     update = self.native_update if path == dispatch.NATIVE else self.xla_update
-    update(list(grads), variables, indices, learning_rate)
+    # Sparse gradients come this far only when SPARSE_AS_DENSE: the dense
+    # tensor they sum to is what update_step would read.
+    update([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads],
+           variables, indices, learning_rate)
     return None
 
   def apply_with_larc(self, grads, trainable_variables, larc_params):

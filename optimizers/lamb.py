@@ -139,6 +139,10 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerM
 
   # Weight decay is part of the LAMB direction u, before the trust ratio.
   FOLDS_WEIGHT_DECAY = True
+  # update_step reads a sparse gradient as the dense one it sums to (an embedding's
+  # rows that no token of the batch used get g = 0, and their moments decay), so
+  # the fused paths compute the same with it densified.
+  SPARSE_AS_DENSE = True
 
   def build(self, var_list):
     if self.built:

@@ -78,14 +78,16 @@ def gradient_statistics(grads, with_norm):
   """The finite check, the largest |g| and, if ``with_norm``, the global norm of the gradients.
 
   One native kernel pass (``native.gradient_stats``) when the gradients are
-  dense float32 on the CPU; otherwise the tensor ops of
+  float32 on the CPU; otherwise the tensor ops of
   ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
-  same flag and maximum and the same norm up to float32 summation order.
+  same flag and maximum and the same norm up to float32 summation order. A
+  sparse gradient counts with its values on both (as ``fused.squared_norms``
+  takes them), so an embedding's gradient keeps the kernel.
 
   Returns:
     (has_nan, amax, norm): as ``gradient_stats``; norm is None unless ``with_norm``.
   """
-  present = [g for g in grads if g is not None]
+  present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
   if present and native.applies([], [], present):
     has_nan, amax, norm = native.gradient_stats(present)
     return has_nan, amax, (norm if with_norm else None)

@@ -71,3 +71,45 @@ def test_weight_decay_none_is_no_decay():
     opt.apply_gradients([(tf.constant(g), var)])
   want = numpy_lamb([1.0, -2.0, 0.5], GRADS, 0.01, 0.9, 0.99, 1e-6, 0.0, True, True)
   np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-7)
+
+
+def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monkeypatch):
+  """An embedding's gradient (tf.IndexedSlices, an index twice) updates as its dense sum.
+
+  Rows no index names get g = 0 (their moments decay, and weight decay and the
+  trust ratio still move them). The fused paths take it densified instead of
+  falling back to the per-variable reference path.
+  """
+  from optimizers import dispatch, native  # pylint: disable=import-outside-toplevel
+  w0 = np.array([[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], np.float32)
+  dense_w0 = np.array([0.3, -0.7], np.float32)
+  values = [np.array([[0.1, -0.2], [0.3, 0.1], [-0.05, 0.2]], np.float32) * (k + 1)
+            for k in range(3)]
+  indices = np.array([2, 0, 2], np.int32)
+  dense_grads = [np.array([0.2, -0.1], np.float32) * (k + 1) for k in range(3)]
+  summed = []
+  for v in values:
+    g = np.zeros_like(w0)
+    np.add.at(g, indices, v)
+    summed.append(g)
+  kwargs = dict(beta_1=0.9, beta_2=0.99, epsilon=1e-6, weight_decay=0.1)
+  want = numpy_lamb(w0, summed, 0.01, 0.9, 0.99, 1e-6, 0.1, True, True)
+  want_dense = numpy_lamb(dense_w0, dense_grads, 0.01, 0.9, 0.99, 1e-6, 0.1, True, True)
+  for switch, fused, path in (('1', True, dispatch.NATIVE), ('0', True, dispatch.XLA),
+                              ('1', False, dispatch.REFERENCE)):
+    monkeypatch.setenv(native.ENV_SWITCH, switch)
+    table = keras.Variable(w0, name='embeddings')
+    kernel = keras.Variable(dense_w0, name='kernel')
+    opt = LAMB(0.01, fused=fused, **kwargs)
+    opt.build([table, kernel])
+
+    def grads(k):
+      return [tf.IndexedSlices(tf.constant(values[k]), tf.constant(indices), tf.constant([3, 2])),
+              tf.constant(dense_grads[k])]
+
+    assert dispatch.update_path(opt, grads(0), [table, kernel]) == path
+    step = tf.function(lambda k: opt.apply(grads(k), [table, kernel]))
+    for k in range(3):
+      step(k)
+    np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(kernel.numpy(), want_dense, rtol=1e-5, atol=1e-7)

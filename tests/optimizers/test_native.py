@@ -296,6 +296,28 @@ def test_gradient_stats_kernel_edge_values():
   assert zeros == (False, 0.0, 0.0)
 
 
+def test_gradient_stats_of_a_sparse_gradient_take_its_values_on_the_kernel():
+  """An embedding's gradient (an index twice) counts with its values, as on the tensor ops."""
+  rng = np.random.default_rng(4)
+  dense = rng.normal(size=(7, 5)).astype(np.float32)
+  values = rng.normal(scale=3.0, size=(4, 5)).astype(np.float32)
+  sparse = tf.IndexedSlices(tf.constant(values), tf.constant([1, 6, 1, 0]), tf.constant([9, 5]))
+  grads = [tf.constant(dense), sparse]
+  flat = np.concatenate([dense.ravel(), values.ravel()]).astype(np.float64)
+  has_nan, amax, norm = (float(x) for x in stages.gradient_statistics(grads, True))
+  reference = [float(x) for x in stages.gradient_statistics_reference(grads, True)]
+  assert has_nan == reference[0] == 0.0
+  assert amax == reference[1] == float(np.max(np.abs(flat)))
+  np.testing.assert_allclose(norm, np.sqrt(np.sum(flat ** 2)), rtol=1e-7)
+  np.testing.assert_allclose(norm, reference[2], rtol=1e-6)
+  types = op_types(lambda: stages.gradient_statistics(grads, True))
+  assert 'LargebatchGradientStats' in types and 'IsFinite' not in types
+  values[2, 3] = np.nan
+  bad = tf.IndexedSlices(tf.constant(values), tf.constant([1, 6, 1, 0]), tf.constant([9, 5]))
+  has_nan, amax, _ = stages.gradient_statistics([tf.constant(dense), bad], False)
+  assert bool(has_nan) and float(amax) == np.inf
+
+
 def test_optimize_loss_takes_its_gradient_statistics_from_the_kernel():
   variables, grads = variables_and_grads()
 
