@@ -19,12 +19,13 @@ and at a larger batch B, the arm's own tuned rate at 256 × sqrt(B/256).
 A grid is its centre × {1/2, 1, 2} with seed 0; while the best of its rates
 (lowest dev-selected test WER; a failed run counts as the worst) is at an
 edge, the rate past that edge (× 2 or / 2) is added, at most ``GROWTHS``
-times, so the best rate ends inside the grid. At the key batches, 256 and
-8192, the best rate of each arm then runs with seed 1. Then the budget check
-(the best arm at 256 at its best rate with half the epochs, seeds 0 and 1),
-the grids at 1024 and 4096, those at 16384, and last what the warm-up is
-worth at 8192 (the best arm there at its best rate with half and twice the
-warm-up, seed 0).
+times, so the best rate ends inside the grid. The grids at 256 run first,
+then the budget check (the best arm at 256 at its best rate with half the
+epochs, seeds 0 and 1), the grids at 8192, at 1024 and 4096 (where the
+steps-to-result figure finds the batch at which scaling stops), the second
+seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
+1), the grids at 16384, and last what the warm-up is worth at 8192 (the best
+arm there at its best rate with a shorter and a longer warm-up, seed 0).
 
 Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
 (the sweep is the arm's name, ``<arm>_half`` for the budget check,
@@ -234,9 +235,9 @@ def plan(results):
   """Every run of the study in order, given the archived ``results``: a list of Run and Pending.
 
   The order is that of importance, so that a study cut short has answered
-  the main questions: the grids at the key batches first, then their second
-  seeds, the budget check, the batches between, the batch past 32x, the
-  warm-up.
+  the main questions: the grids at 256, the budget check, the grids at 8192,
+  the batches between (where scaling stops), the second seeds at 256 and
+  8192, the batch past 32x, the warm-up.
   """
   steps = []
   settled = {}
@@ -270,15 +271,17 @@ def plan(results):
       return
     steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
 
-  for batch in KEY_BATCHES:
+  for arm in ARMS:
+    tuned(arm, SMALL)
+  steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
+                    [((f'num_epochs={EPOCHS / 2:g}',), (0, 1))])
+  for batch in [LARGE] + [b for b in BATCHES if b not in KEY_BATCHES]:
     for arm in ARMS:
       tuned(arm, batch)
   for batch in KEY_BATCHES:
     for arm in ARMS:
       second_seed(arm, batch)
-  steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
-                    [((f'num_epochs={EPOCHS / 2:g}',), (0, 1))])
-  for batch in [b for b in BATCHES if b not in KEY_BATCHES] + list(BEYOND):
+  for batch in BEYOND:
     for arm in ARMS:
       tuned(arm, batch)
   steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-up tried',
