@@ -148,3 +148,16 @@ def test_the_metric_direction_of_the_shared_study_helpers():
   assert study.chosen(runs, study.WER)[0]['lr'] == 0.2
   assert study.chosen(runs)[0]['lr'] == 0.2  # accuracy 0.75 is the best too
   assert math.isclose(study.metric_mean(runs, study.WER), 0.3)
+
+
+def test_the_rate_tuned_at_256_is_the_one_the_plan_centres_on(tmp_path):
+  # Seed 0: 0.003 wins (30 %) over 0.006 (31 %); seed 1 at 0.003 (34 %) puts its mean at 32 %.
+  write_archive(tmp_path, 'lamb', 256, {(0.0015, 0): 0.40, (0.003, 0): 0.30, (0.006, 0): 0.31,
+                                        (0.003, 1): 0.34})
+  runs = page.read(str(tmp_path), TARGET)
+  assert page.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
+  # The grids above 256 were centred on the seed-0 best, and the report measures against it.
+  assert page.tuned_rate(runs, 'lamb', 256) == 0.003
+  centre = s2s.centre(s2s.ARMS[0], 8192, lambda name: page.tuned_rate(runs, name, 256))
+  assert centre in [r.lr for r in s2s.plan(s2s.Results(str(tmp_path)))
+                    if isinstance(r, s2s.Run) and r.sweep == 'lamb' and r.batch == 8192]
