@@ -289,7 +289,7 @@ def running_seconds(spans, start, end):
   return sum(max(0.0, min(to, end) - max(since, start)) for since, to in spans)
 
 
-def timed_curve(logdir, metric='accuracy'):
+def timed_curve(logdir, metric='accuracy', spans=None):
   """``[[step, metric, seconds or None]]`` of the run's evaluations, as result.json keeps them.
 
   ``metric`` is the run's own (:func:`curve_metric`): top-1 ``accuracy`` for
@@ -298,13 +298,15 @@ def timed_curve(logdir, metric='accuracy'):
   The seconds count from the run's first TensorBoard event (the start of
   training) to the evaluation's, within the attempts only: the time between
   a stopped attempt and the one that resumed it is not counted. None where
-  the events do not say.
+  the events do not say. ``spans``: the attempts' :func:`attempt_spans`
+  when the caller has them (read from the run's log and events otherwise).
   """
   try:
     times, first = eval_times(logdir, metric)
   except (ValueError, OSError):
     times, first = {}, None
-  spans = attempt_spans(logdir, attempts(read_log(logdir)))
+  if spans is None:
+    spans = attempt_spans(logdir, attempts(read_log(logdir)))
   curve = []
   for step, value in eval_curve(logdir, metric):
     seconds = None
@@ -598,7 +600,7 @@ class Sweep:
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
               'wall_s': round(sum(end - start for start, end in spans), 2),
               'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-              'curve': timed_curve(logdir, curve_metric(text)),
+              'curve': timed_curve(logdir, curve_metric(text), spans),
               'curve_metric': curve_metric(text), 'machine': machine()}
     with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=2)
