@@ -44,6 +44,10 @@ SEEDS_WANTED = 2
 FIGURE = os.path.join('docs', 'images', 'large_batch_seq2seq_steps.png')
 
 
+# Past 32x each arm runs once, at its tuned rate at 8192 by the square-root rule.
+UNTUNED = {batch: ' (one rate, not tuned)' for batch in plan.BEYOND}
+
+
 def read(archive, target=TARGET_WER):
   """Every archived run, labelled by its sweep (``lamb``, ``lamb_half``, ...)."""
   return plan.Results(archive, target).runs
@@ -116,7 +120,7 @@ def table(runs, target):
       timed = [r for r in ok if timing is None or r.get('machine') == timing] or ok
       per_update = [r['wall_s'] / r['steps'] for r in timed if r.get('steps')]
       cells.append(head + [
-          f'{ok[0]["lr"]:g}', f'{len(ok)}/{len(members)}', percent([r['wer'] for r in ok]),
+          f'{ok[0]["lr"]:g}' + UNTUNED.get(batch, ''), f'{len(ok)}/{len(members)}', percent([r['wer'] for r in ok]),
           percent([r.get('per') for r in ok]), gap, str(ok[0].get('steps')),
           _reached(ok, 'steps_to_target'), _reached(timed, 'seconds_to_target'),
           report.mean_std_text([r['wall_s'] for r in timed], 0),
@@ -160,7 +164,7 @@ def grids(runs):
         wer = [r.get('wer') for r in lr_runs if r['status'] == 'ok' and r.get('wer') is not None]
         text = f'{lr:g}: ' + (percent(wer) if wer else 'failed')
         texts.append(f'**{text}**' if chosen & {r['logdir'] for r in lr_runs} else text)
-      cells.append([str(batch), arm.label, '; '.join(texts)])
+      cells.append([str(batch), arm.label, '; '.join(texts) + UNTUNED.get(batch, '')])
   if not cells:
     return []
   return ['', 'Tuning grids (rate: test WER in %, mean over seeds; the table\'s rate in bold):', '',

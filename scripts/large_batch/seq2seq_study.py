@@ -7,8 +7,8 @@
 A small Transformer on CMUdict (configs/large_batch_seq2seq/common.py), the
 same epochs at every global batch of B = 256, 1024, 4096 and 8192 words (32 x
 256; from ``MAX_MICRO_BATCH`` on as micro-batches with ``iter_size``), then
-16384. Three arms, each with its learning rate tuned at every batch on a
-grid of the same shape:
+16384. Three arms, each with its learning rate tuned at every batch up to
+8192 on a grid of the same shape:
 
 - ``lamb``: LAMB, the grid's centre at 256 words 0.003;
 - ``adamw``: AdamW, 0.001;
@@ -24,8 +24,10 @@ then the budget check (the best arm at 256 at its best rate with half the
 epochs, seeds 0 and 1), the grids at 8192, at 1024 and 4096 (where the
 steps-to-result figure finds the batch at which scaling stops), the second
 seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
-1), the grids at 16384, and last what the warm-up is worth at 8192 (the best
-arm there at its best rate with a shorter and a longer warm-up, seed 0).
+1), one run of each arm at 16384 (past 32x: the arm's tuned rate at 8192 by
+the square-root rule, seed 0, not tuned), and last what the warm-up is worth
+at 8192 (the best arm there at its best rate with a shorter and a longer
+warm-up, seed 0).
 
 Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
 (the sweep is the arm's name, ``<arm>_half`` for the budget check,
@@ -96,6 +98,9 @@ ARMS = (Arm('lamb', 'LAMB', 0.003), Arm('adamw', 'AdamW', 0.001), Arm('muon', 'M
 SMALL = 256
 LARGE = 8192  # 32 x SMALL: the target batch
 BATCHES = (256, 1024, 4096, 8192)
+# Past 32x: one run of each arm, at its tuned rate at LARGE by the square-root
+# rule. Ten epochs there are 74 updates; a grid of them (1.3-2.5 h of this
+# machine) was cut once every run at 8192 had scored above 96 % test WER.
 BEYOND = (16384,)
 KEY_BATCHES = (SMALL, LARGE)
 # Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
@@ -237,7 +242,7 @@ def plan(results):
   The order is that of importance, so that a study cut short has answered
   the main questions: the grids at 256, the budget check, the grids at 8192,
   the batches between (where scaling stops), the second seeds at 256 and
-  8192, the batch past 32x, the warm-up.
+  8192, one run of each arm past 32x, the warm-up.
   """
   steps = []
   settled = {}
@@ -271,6 +276,14 @@ def plan(results):
       return
     steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
 
+  def probe(arm, batch):
+    best = best_rate(arm.name, LARGE)
+    if best is None:
+      steps.append(Pending(arm.name, batch, f'one run at the best rate of the grid at {LARGE} '
+                                            f'× sqrt({batch}/{LARGE})'))
+      return
+    steps.append(Run(arm.name, arm.name, batch, rate(best * math.sqrt(batch / LARGE)), 0, ()))
+
   for arm in ARMS:
     tuned(arm, SMALL)
   steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
@@ -283,7 +296,7 @@ def plan(results):
       second_seed(arm, batch)
   for batch in BEYOND:
     for arm in ARMS:
-      tuned(arm, batch)
+      probe(arm, batch)
   steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-up tried',
                     [((f'lr_policy_params.warmup_fraction={w:g}',), (0,)) for w in WARMUPS])
   return steps

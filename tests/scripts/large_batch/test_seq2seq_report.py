@@ -74,6 +74,18 @@ def test_the_table_has_every_point_and_the_chosen_rates_numbers(archive):
   assert any('best batch-256 result, AdamW at 30.50 %' in line for line in lines)
 
 
+def test_the_one_run_past_32x_is_marked_not_tuned(archive):
+  # LAMB at 16384: its rate at 8192 (0.03394) × sqrt(2) = 0.048, once.
+  write_archive(archive, 'lamb', 16384, {(0.048, 0): 0.99}, steps=s2s.updates(16384))
+  runs = page.read(str(archive), TARGET)
+  row = next(line for line in page.table(runs, TARGET) if line.startswith('| 16384')
+             and '| LAMB |' in line)
+  assert '| 0.048 (one rate, not tuned) | 1/1 | 99.00 |' in row
+  assert '| 16384 | LAMB | **0.048: 99.00** (one rate, not tuned) |' in page.grids(runs)
+  # Only a grid that holds its rate inside enters the rate rule: 16384 does not.
+  assert 'at 16384' not in '\n'.join(page.recipe(runs, TARGET))
+
+
 def test_targets_budget_and_failures(archive):
   lines = page.target_lines(page.read(str(archive), TARGET))
   text = '\n'.join(lines)

@@ -85,8 +85,11 @@ def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
   assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 256)} == {0.0005, 0.001, 0.002}
   waiting = {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
              and 'centred once' in p.what}
-  assert waiting == {(a, b) for a in ARMS for b in s2s.BATCHES + s2s.BEYOND} - {
+  assert waiting == {(a, b) for a in ARMS for b in s2s.BATCHES} - {
       ('lamb', 256), ('adamw', 256)}
+  # Past 32x, each arm's one run waits for its grid at 8192.
+  assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+          and 'grid at 8192' in p.what} == {(a, b) for a in ARMS for b in s2s.BEYOND}
   # AdamW's grid at 256 settled at 0.004 (the top edge grew once): Muon starts there, and
   # AdamW's grid at 8192 is centred on 0.004·sqrt(32) = 0.02263.
   archive = tmp_path / 'archive'
@@ -103,11 +106,10 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
   settle(archive, 256)
   steps = s2s.plan(s2s.Results(str(archive)))
   for arm in s2s.ARMS:
-    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(
-        s2s.BATCHES + s2s.BEYOND), arm
+    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(s2s.BATCHES), arm
     assert max(s2s.BATCHES) >= 32 * min(s2s.BATCHES)
     tuned = centres(256)[arm.name]  # each grid at 256 is won by its centre
-    for batch in s2s.BATCHES + s2s.BEYOND:
+    for batch in s2s.BATCHES:
       middle = s2s.rate(tuned * math.sqrt(batch / 256))
       assert middle == centres(batch)[arm.name]
       assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
@@ -126,7 +128,30 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
     if phase and phase not in phases[-1:]:
       phases.append(phase)
   assert phases == [(256, 0, False), (256, 0, True), (256, 1, True), (8192, 0, False),
-                    (1024, 0, False), (4096, 0, False), (256, 1, False), (16384, 0, False)]
+                    (1024, 0, False), (4096, 0, False), (256, 1, False)]
+
+
+def test_past_32x_each_arm_runs_once_at_its_tuned_rate_by_the_rule(tmp_path):
+  archive = tmp_path / 'archive'
+  settle(archive, 256)
+  # LAMB's grid at 8192 grown down once and settled at 0.008485 (a quarter of its
+  # centre 0.006·sqrt(32) = 0.03394); AdamW's settled at its centre; Muon's not run.
+  write_archive(archive, 'lamb', 8192, {(0.004242, 0): 0.9989, (0.008485, 0): 0.9644,
+                                        (0.01697, 0): 0.9992, (0.03394, 0): 0.9995,
+                                        (0.06788, 0): 1.0})
+  adamw = centres(8192)['adamw']
+  write_archive(archive, 'adamw', 8192, {(s2s.rate(adamw / 2), 0): 0.99, (adamw, 0): 0.98,
+                                         (s2s.rate(adamw * 2), 0): 0.995})
+  steps = s2s.plan(s2s.Results(str(archive)))
+  # 0.008485·sqrt(2) = 0.012; AdamW's centre 0.001·sqrt(32) = 0.005657, ·sqrt(2) = 0.008:
+  # one run each, seed 0.
+  assert adamw == 0.005657
+  assert runs_of(steps, batch=16384) == [('lamb', 16384, 0.012, 0), ('adamw', 16384, 0.008, 0)]
+  assert [(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+          and p.batch == 16384] == [('muon', 16384)]
+  # After the second seeds at 8192, before the warm-up.
+  order = [(r.batch, r.seed) for r in steps if isinstance(r, s2s.Run)]
+  assert order.index((16384, 0)) > max(i for i, o in enumerate(order) if o == (256, 1))
 
 
 def settle(archive, batch, best_arm='adamw', best_wer=0.30):
