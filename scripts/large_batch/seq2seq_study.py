@@ -19,7 +19,8 @@ and at a larger batch B, the arm's own tuned rate at 256 × sqrt(B/256).
 A grid is its centre × {1/2, 1, 2} with seed 0; while the best of its rates
 (lowest dev-selected test WER; a failed run counts as the worst) is at an
 edge, the rate past that edge (× 2 or / 2) is added, at most ``GROWTHS``
-times, so the best rate ends inside the grid. The grids at 256 run first,
+times, so the best rate ends inside the grid; a grid none of whose rates
+learned anything (``NOTHING_LEARNED``) grows down. The grids at 256 run first,
 then the budget check (the best arm at 256 at its best rate with half the
 epochs, seeds 0 and 1), the grids at 8192, at 1024 and 4096 (where the
 steps-to-result figure finds the batch at which scaling stops), the second
@@ -105,6 +106,10 @@ BEYOND = (16384,)
 KEY_BATCHES = (SMALL, LARGE)
 # Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
 GROWTHS = 3
+# A run whose test WER is at least this got fewer than 1 % of the words right:
+# it learned nothing, and how such runs rank among themselves is noise. A grid
+# none of whose rates learned anything grows down, as one whose runs all failed.
+NOTHING_LEARNED = 0.99
 # The warm-ups tried at 8192 besides the recipe's (WARMUP_FRACTION).
 WARMUPS = (0.05, 0.2)
 
@@ -176,14 +181,16 @@ def grid(middle, score):
   Returns:
     ``(rates, settled)``: the rates in increasing order; ``settled`` when
     every one has a result and the best is inside (or the grid has grown
-    ``GROWTHS`` times). While a rate has no result, the grid does not grow.
+    ``GROWTHS`` times); when none learned anything, not before it has grown
+    down. While a rate has no result, the grid does not grow.
   """
   rates = [rate(middle / 2), middle, rate(middle * 2)]
   for grown in range(GROWTHS + 1):
     scores = [score(lr) for lr in rates]
     if any(s is None for s in scores):
       return rates, False
-    best = scores.index(min(scores))  # the lowest rate of a tie: all failed grows down
+    # Where nothing was learned (or every run failed) the lowest rate is the edge to pass.
+    best = 0 if min(scores) >= NOTHING_LEARNED else scores.index(min(scores))
     if grown == GROWTHS or 0 < best < len(rates) - 1:
       return rates, True
     if best == 0:

@@ -72,6 +72,18 @@ def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
   # All failed: downward, the rates rounded to 4 significant digits, at most GROWTHS times.
   assert s2s.grid(0.003, lambda lr: math.inf) == (
       [0.0001875, 0.000375, 0.00075, 0.0015, 0.003, 0.006], True)
+  # Nothing learned anywhere (every WER at or above 99 %): the ranking is noise, and the
+  # grid grows down as if all had failed: AdamW's first grid at 8192 words.
+  scores = {0.02262: 1.0, 0.04525: 0.9998, 0.0905: 1.0}
+  assert s2s.grid(0.04525, scores.get) == ([0.01131, 0.02262, 0.04525, 0.0905], False)
+  scores[0.01131] = 0.9990
+  assert s2s.grid(0.04525, scores.get) == ([0.005655, 0.01131, 0.02262, 0.04525, 0.0905], False)
+  # One rate that learned something, inside: settled there (LAMB's grid at 8192).
+  scores[0.005655] = 0.9989
+  scores[0.01131] = 0.9644
+  assert s2s.grid(0.04525, scores.get) == ([0.005655, 0.01131, 0.02262, 0.04525, 0.0905], True)
+  # Learned something only at the lowest edge: it grows down from there as usual.
+  assert s2s.grid(1.0, {0.5: 0.98, 1.0: 0.999, 2.0: 1.0}.get) == ([0.25, 0.5, 1.0, 2.0], False)
   # A best that keeps winning at the top stops after GROWTHS steps, settled.
   rates, settled = s2s.grid(1.0, lambda lr: 1.0 / lr)
   assert settled and rates == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
