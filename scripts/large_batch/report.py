@@ -285,8 +285,40 @@ def plot(runs, key, arms, path, title):
   return True
 
 
+# An arm's marker and its size, by its place among the arms: where two arms
+# have the same point, the smaller marker shows inside the larger.
+MARKERS = (('o', 9), ('s', 6.5), ('D', 4.5), ('v', 3.5))
+# What a run's budget bounds, for each figure's field: a run that never reached
+# the target would have needed more updates (more seconds) than it ran.
+RUN_LENGTH = {'steps_to_target': 'steps', 'seconds_to_target': 'wall_s'}
+
+
+def ticker():
+  """matplotlib.ticker, imported with pyplot (only where a figure is drawn)."""
+  import matplotlib.ticker  # pylint: disable=import-outside-toplevel
+  return matplotlib.ticker
+
+
+def unreached(grouped, arms, values, field='steps_to_target'):
+  """Where an arm ran but never reached the target: ``{arm: [(x, lower bound)]}``.
+
+  At such a key value, every finished run stopped short of the target, so the
+  fewest updates (seconds) to it over the arm's settings exceed the shortest
+  of those runs' updates (wall seconds): that is the bound.
+  """
+  length = RUN_LENGTH[field]
+  bounds = {}
+  for arm in arms:
+    for value in values:
+      members = grouped.get((arm, value), [])
+      ok = [r[length] for r in members if r['status'] == 'ok' and r.get(length)]
+      if ok and study.steps_to_target(members, field) is None:
+        bounds.setdefault(arm, []).append((study.number(value), min(ok)))
+  return bounds
+
+
 def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
-               field='steps_to_target', perfect=True, labels=None, values=None):
+               field='steps_to_target', perfect=True, labels=None, values=None, bounds=False):
   """Updates to the target against the key, log-log, with the line of perfect scaling.
 
   ``ylabel`` and ``xlabel`` name the axes (default: updates to the target
@@ -294,6 +326,8 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
   their own names). ``field='seconds_to_target'`` with ``perfect=False``
   draws the wall time to the target instead, without the line. ``values``:
   the key values of the x axis, and of the line (default: the runs').
+  ``bounds``: where an arm ran without reaching the target, a hollow
+  triangle in its colour at the length of its runs (:func:`unreached`).
   """
   grouped = study.groups(runs, key)
   values = [v for v in (values or study.ordered_values(runs, key)) if study.number(v)]
@@ -307,10 +341,24 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
   if not series:
     return False
   plt = report.pyplot()
+  colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
   figure, axes = plt.subplots(figsize=(7, 4.5))
-  for arm, points in series.items():
-    axes.plot([x for x, _ in points], [y for _, y in points], marker='o',
-              label=(labels or {}).get(arm, arm))
+  for i, arm in enumerate(arms):
+    marker, size = MARKERS[i % len(MARKERS)]
+    if arm in series:
+      points = series[arm]
+      axes.plot([x for x, _ in points], [y for _, y in points], marker=marker, markersize=size,
+                color=colours[i % len(colours)], label=(labels or {}).get(arm, arm))
+  if bounds:
+    unit = 'update' if field == 'steps_to_target' else 'second'
+    legend = f'not reached: more than the run\'s last {unit}'
+    for i, arm in enumerate(arms):
+      points = unreached(grouped, [arm], values, field).get(arm, [])
+      if points:
+        axes.plot([x for x, _ in points], [y for _, y in points], linestyle='none', marker='^',
+                  markersize=11 - 2 * (i % len(MARKERS)), markerfacecolor='none',
+                  color=colours[i % len(colours)], label=legend)
+        legend = None  # one legend entry for every arm's triangles
   xs = [study.number(v) for v in values]
   if perfect:
     x0 = min(x for points in series.values() for x, _ in points)
@@ -318,7 +366,11 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
     axes.plot(xs, [y0 * x0 / x for x in xs], linestyle='--', color='grey',
               label='perfect scaling (updates ∝ 1/batch)')
   axes.set_yscale('log')
-  report.style_x_axis(axes, 'log', xs, [str(v) for v in values])
+  report.style_x_axis(axes, 'log', xs, [str(v) for v in values])  # (minor ticks off, both axes)
+  # The y axis's 2..9 ticks back, labelled within two decades: a short axis reads without a ruler.
+  axes.yaxis.set_minor_locator(ticker().LogLocator(subs='auto'))
+  axes.yaxis.set_minor_formatter(ticker().LogFormatterSciNotation(
+      labelOnlyBase=False, minor_thresholds=(2, 1)))
   axes.set_xlabel(xlabel or key)
   axes.set_ylabel(ylabel or f'updates to {target * 100:g} % test accuracy')
   if title:

@@ -230,12 +230,12 @@ def figures(runs, target, path):
   drawn = []
   if study_report.plot_steps(runs, KEY, arms, path, title, target,
                              ylabel=f'updates to {target * 100:g} % dev WER',
-                             xlabel='batch (words)', labels=labels, values=batches):
+                             xlabel='batch (words)', labels=labels, values=batches, bounds=True):
     drawn.append(path)
   if study_report.plot_steps(runs, KEY, arms, wall, title, target,
                              ylabel=f'wall seconds to {target * 100:g} % dev WER (one CPU)',
                              xlabel='batch (words)', field='seconds_to_target', perfect=False,
-                             labels=labels, values=batches):
+                             labels=labels, values=batches, bounds=True):
     drawn.append(wall)
   return drawn
 

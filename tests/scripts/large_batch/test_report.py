@@ -512,3 +512,28 @@ def test_the_budget_compares_the_full_arms_chosen_setting_at_both_budgets(tmp_pa
       '- budget: LARS at batch_size_per_gpu 256 against half (lr 2, eeta=0.004): +0.40 points '
       'from half the epochs (2 seeds) to all of them (2 seeds); the best arm gains no less '
       'than 0.3: the budget is **too small**')
+
+
+def test_an_arm_that_never_reached_the_target_is_bounded_by_its_shortest_run(tmp_path):
+  def run(arm, batch, lr, steps, wall, reached=None, status='ok'):
+    return {'arm': arm, 'batch': batch, 'lr': lr, 'status': status, 'steps': steps,
+            'wall_s': wall, 'steps_to_target': reached and reached[0],
+            'seconds_to_target': reached and reached[1]}
+  runs = [
+      # At 256 A reaches the target (not bounded); B has a grid of which no rate reached it.
+      run('A', '256', 0.1, 400, 80.0, reached=(200, 40.0)), run('A', '256', 0.2, 400, 90.0),
+      run('B', '256', 0.1, 400, 85.0), run('B', '256', 0.2, 400, 70.0),
+      # At 1024: A's one finished run stopped short of it (a failed one has no length).
+      run('A', '1024', 0.4, 100, 60.0), run('A', '1024', 0.8, None, None, status='failed'),
+      # B only failed there: nothing is known, no bound.
+      run('B', '1024', 0.4, None, None, status='failed')]
+  grouped = study_lib.groups(runs, 'batch')
+  values = ['256', '1024']
+  assert study_report.unreached(grouped, ['A', 'B'], values) == {
+      'A': [(1024.0, 100)], 'B': [(256.0, 400)]}
+  assert study_report.unreached(grouped, ['A', 'B'], values, 'seconds_to_target') == {
+      'A': [(1024.0, 60.0)], 'B': [(256.0, 70.0)]}
+  # The figure draws them beside the arm that reached it.
+  path = str(tmp_path / 'steps.png')
+  assert study_report.plot_steps(runs, 'batch', ['A', 'B'], path, 't', 0.5, bounds=True)
+  check_png(path)
