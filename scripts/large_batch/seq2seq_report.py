@@ -269,8 +269,8 @@ def recipe(runs, target):
     rule.append(f'{arm.label}: {rates}'
                 + (f' (lr ∝ B^{exponent:.2f})' if exponent is not None else ''))
   lines.append('- **Learning rate.** The tuned rate, where its grid holds it inside: '
-               + '; '.join(rule) + '. A slope of 0.5 is the square-root rule the grids are '
-               'centred on, 1 the linear rule.')
+               + '; '.join(rule) + '. A slope of 0.5 is the square-root rule the grids at 8192 '
+               'are centred on, 1 the linear rule.')
   lines.append('- **Warm-up.** ' + warmup_text(runs))
   lines.append('- **What to tune first** (at batch 8192, in WER points): ' + worth_text(runs))
   lines.append('- **Where scaling stops** (updates to '
@@ -301,7 +301,7 @@ def worth_text(runs):
   parts = []
   for arm in plan.ARMS:
     members = study.at_value(runs, arm.name, KEY, plan.LARGE)
-    middle = plan.centre(arm, plan.LARGE, lambda name: tuned_rate(runs, name, plan.SMALL))
+    middle = plan.centre(arm, plan.LARGE, lambda name, batch: tuned_rate(runs, name, batch))
     at_centre = study.metric_mean([r for r in members if study.rate_key(r.get('lr'))
                                    == study.rate_key(middle)], study.WER)
     tuned = study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)

@@ -15,7 +15,11 @@ same epochs at every global batch of B = 256, 1024, 4096 and 8192 words (32 x
 - ``muon``: Keras' Muon, AdamW's tuned rate at 256 (its updates are scaled to
   Adam's RMS so that it takes Adam's rate);
 
-and at a larger batch B, the arm's own tuned rate at 256 × sqrt(B/256).
+and at 8192 the arm's own tuned rate at 256 × sqrt(8192/256), the
+square-root rule; at 1024 and 4096, which run after 8192, the rate on the
+line through the arm's tuned rates at 256 and 8192, log-log (the grids at 8192
+found LAMB's and AdamW's best rates at a quarter of the rule or less: between
+the two ends the rule is no guide).
 A grid is its centre × {1/2, 1, 2} with seed 0; while the best of its rates
 (lowest dev-selected test WER; a failed run counts as the worst) is at an
 edge, the rate past that edge (× 2 or / 2) is added, at most ``GROWTHS``
@@ -105,7 +109,9 @@ BATCHES = (256, 1024, 4096, 8192)
 BEYOND = (16384,)
 KEY_BATCHES = (SMALL, LARGE)
 # Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
-GROWTHS = 3
+# (3 until AdamW's grid at 8192 had taken three steps down, two of them
+# through rates that learned nothing, and its best was still the lowest.)
+GROWTHS = 4
 # A run whose test WER is at least this got fewer than 1 % of the words right:
 # it learned nothing, and how such runs rank among themselves is noise. A grid
 # none of whose rates learned anything grows down, as one whose runs all failed.
@@ -124,24 +130,32 @@ def rate(value):
   return float(f'{value:.4g}')
 
 
-def centre(arm, batch, tuned_at_small):
+def centre(arm, batch, tuned):
   """The centre of ``arm``'s grid at ``batch``, or None while the results do not decide it.
 
   Args:
     arm: an :data:`ARMS` member.
     batch: the global batch in words.
-    tuned_at_small: ``tuned_at_small(name)``: the best rate of that arm's
-      settled grid at 256, or None while it is not settled.
+    tuned: ``tuned(name, batch)``: the best rate of that arm's settled grid
+      at that batch, or None while it is not settled.
 
   Returns:
     At 256 the arm's starting rate (another arm's tuned rate there when it
-    names one); above, the arm's tuned rate at 256 × sqrt(batch / 256), the
-    square-root rule.
+    names one); at 8192 (and any batch not between the two), the arm's tuned
+    rate at 256 × sqrt(batch / 256), the square-root rule; between them, the
+    rate on the line through its tuned rates at 256 and 8192, log-log.
   """
   if batch == SMALL:
-    return tuned_at_small(arm.rate) if isinstance(arm.rate, str) else arm.rate
-  base = tuned_at_small(arm.name)
-  return None if base is None else rate(base * math.sqrt(batch / SMALL))
+    return tuned(arm.rate, SMALL) if isinstance(arm.rate, str) else arm.rate
+  low = tuned(arm.name, SMALL)
+  if low is None:
+    return None
+  if not SMALL < batch < LARGE:
+    return rate(low * math.sqrt(batch / SMALL))
+  high = tuned(arm.name, LARGE)
+  if high is None:
+    return None
+  return rate(low * (high / low) ** (math.log(batch / SMALL) / math.log(LARGE / SMALL)))
 
 
 def micro_batches(batch):
@@ -262,12 +276,13 @@ def plan(results):
     return rates[scores.index(min(scores))]
 
   def tuned(arm, batch):
-    middle = centre(arm, batch, lambda name: best_rate(name, SMALL))
+    middle = centre(arm, batch, best_rate)
     if middle is None:
       settled[(arm.name, batch)] = None
       after = arm.rate if batch == SMALL else arm.name
-      steps.append(Pending(arm.name, batch, f'a grid centred once the grid of {after} at '
-                                            f'{SMALL} is settled'))
+      at = f'{SMALL} and {LARGE} are' if SMALL < batch < LARGE else f'{SMALL} is'
+      steps.append(Pending(arm.name, batch, f'a grid centred once the grids of {after} at '
+                                            f'{at} settled'))
       return
     rates, done = grid(middle, lambda lr: results.score(arm.name, batch, lr))
     steps.extend(Run(arm.name, arm.name, batch, lr, 0, ()) for lr in rates)

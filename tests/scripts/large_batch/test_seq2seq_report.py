@@ -170,6 +170,6 @@ def test_the_rate_tuned_at_256_is_the_one_the_plan_centres_on(tmp_path):
   assert page.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
   # The grids above 256 were centred on the seed-0 best, and the report measures against it.
   assert page.tuned_rate(runs, 'lamb', 256) == 0.003
-  centre = s2s.centre(s2s.ARMS[0], 8192, lambda name: page.tuned_rate(runs, name, 256))
+  centre = s2s.centre(s2s.ARMS[0], 8192, lambda name, batch: page.tuned_rate(runs, name, batch))
   assert centre in [r.lr for r in s2s.plan(s2s.Results(str(tmp_path)))
                     if isinstance(r, s2s.Run) and r.sweep == 'lamb' and r.batch == 8192]

@@ -45,11 +45,12 @@ def write_archive(archive, sweep, batch, results, sets=(), steps=100, curve=None
 
 
 def centres(batch):
-  """Each arm's grid centre at ``batch`` once every grid at 256 is won by its centre (:func:`settle`)."""
-  at_small = {}
-  for arm in s2s.ARMS:  # an arm that starts at another's tuned rate names an earlier arm
-    at_small[arm.name] = at_small[arm.rate] if isinstance(arm.rate, str) else arm.rate
-  return {arm.name: s2s.centre(arm, batch, at_small.get) for arm in s2s.ARMS}
+  """Each arm's grid centre at ``batch`` once every grid at 256 and 8192 is won by its centre (:func:`settle`)."""
+  won = {}
+  for at in (256, 8192, batch):  # those between are centred on the two
+    for arm in s2s.ARMS:  # an arm that starts at another's tuned rate names an earlier arm
+      won[(arm.name, at)] = s2s.centre(arm, at, lambda name, b: won.get((name, b)))
+  return {arm.name: won[(arm.name, batch)] for arm in s2s.ARMS}
 
 
 def runs_of(steps, sweep=None, batch=None):
@@ -70,8 +71,9 @@ def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
   scores = {0.5: 0.3, 1.0: 0.35, 2.0: math.inf}
   assert s2s.grid(1.0, scores.get) == ([0.25, 0.5, 1.0, 2.0], False)
   # All failed: downward, the rates rounded to 4 significant digits, at most GROWTHS times.
+  assert s2s.GROWTHS == 4
   assert s2s.grid(0.003, lambda lr: math.inf) == (
-      [0.0001875, 0.000375, 0.00075, 0.0015, 0.003, 0.006], True)
+      [0.00009375, 0.0001875, 0.000375, 0.00075, 0.0015, 0.003, 0.006], True)
   # Nothing learned anywhere (every WER at or above 99 %): the ranking is noise, and the
   # grid grows down as if all had failed: AdamW's first grid at 8192 words.
   scores = {0.02262: 1.0, 0.04525: 0.9998, 0.0905: 1.0}
@@ -86,7 +88,12 @@ def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
   assert s2s.grid(1.0, {0.5: 0.98, 1.0: 0.999, 2.0: 1.0}.get) == ([0.25, 0.5, 1.0, 2.0], False)
   # A best that keeps winning at the top stops after GROWTHS steps, settled.
   rates, settled = s2s.grid(1.0, lambda lr: 1.0 / lr)
-  assert settled and rates == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+  assert settled and rates == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+  # AdamW's grid at 8192 after three growths, two of them through rates that learned
+  # nothing, its best still at the lowest rate: a fourth step down.
+  scores = {0.002828: 0.9246, 0.005655: 0.9468, 0.01131: 1.0, 0.02262: 1.0, 0.04525: 0.9998,
+            0.0905: 1.0}
+  assert s2s.grid(0.04525, scores.get) == ([0.001414] + sorted(scores), False)
 
 
 def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
@@ -117,30 +124,66 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
   archive = tmp_path / 'archive'
   settle(archive, 256)
   steps = s2s.plan(s2s.Results(str(archive)))
+  assert max(s2s.BATCHES) >= 32 * min(s2s.BATCHES)
   for arm in s2s.ARMS:
-    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(s2s.BATCHES), arm
-    assert max(s2s.BATCHES) >= 32 * min(s2s.BATCHES)
-    tuned = centres(256)[arm.name]  # each grid at 256 is won by its centre
-    for batch in s2s.BATCHES:
-      middle = s2s.rate(tuned * math.sqrt(batch / 256))
-      assert middle == centres(batch)[arm.name]
-      assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
-          s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
+    # The grids at 256 settled: 8192's runs, centred by the square-root rule; the batches
+    # between wait for it.
+    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == [256, 8192], arm
+    middle = s2s.rate(centres(256)[arm.name] * math.sqrt(8192 / 256))
+    assert middle == centres(8192)[arm.name]
+    assert {lr for _, _, lr, _ in runs_of(steps, arm.name, 8192)} == {
+        s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, arm
+  assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+          and 'at 256 and 8192 are settled' in p.what} == {(a, b) for a in ARMS
+                                                            for b in (1024, 4096)}
   # Nothing decides a second seed at 8192, the budget check or the warm-up yet: they wait.
   assert {r.seed for r in steps if isinstance(r, s2s.Run) and r.batch != 256} == {0}
   pending = [p for p in steps if isinstance(p, s2s.Pending)]
   assert {(p.sweep, p.batch) for p in pending if 'seed 1' in p.what} == {
       (a, s2s.LARGE) for a in ARMS}
   assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_warmup'}
+  # The grids at 8192 settled too (each won by the rule): every batch has its grid.
+  settle(archive, 8192)
+  steps = s2s.plan(s2s.Results(str(archive)))
+  for arm in s2s.ARMS:
+    assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(
+        s2s.BATCHES + s2s.BEYOND), arm
+    for batch in (1024, 4096):
+      # On the rule's line when both ends are on it.
+      middle = s2s.rate(centres(256)[arm.name] * math.sqrt(batch / 256))
+      assert middle == centres(batch)[arm.name], (arm, batch)
+      assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
+          s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
   # The grids at 256, the budget check (half the epochs, seeds 0 and 1), the grids at 8192,
-  # the batches between, the second seeds, past 32x.
+  # the batches between, the second seeds, past 32x, the warm-up.
   phases = []
   for r in steps:
-    phase = isinstance(r, s2s.Run) and (r.batch, r.seed, r.sweep.endswith('_half'))
+    phase = isinstance(r, s2s.Run) and (r.batch, r.seed, r.sweep[len(r.arm):])
     if phase and phase not in phases[-1:]:
       phases.append(phase)
-  assert phases == [(256, 0, False), (256, 0, True), (256, 1, True), (8192, 0, False),
-                    (1024, 0, False), (4096, 0, False), (256, 1, False)]
+  assert phases == [(256, 0, ''), (256, 0, '_half'), (256, 1, '_half'), (8192, 0, ''),
+                    (1024, 0, ''), (4096, 0, ''), (256, 1, ''), (8192, 1, ''), (16384, 0, ''),
+                    (8192, 0, '_warmup0.05'), (8192, 0, '_warmup0.2')]
+
+
+def test_the_batches_between_are_centred_on_the_line_through_the_tuned_ends(tmp_path):
+  archive = tmp_path / 'archive'
+  # AdamW tuned at 0.008 at 256 (its grid from 0.001 grown up three times) and at 0.002828
+  # at 8192 (far below the rule's 0.04525), as the study's runs have it.
+  write_archive(archive, 'adamw', 256, {(0.0005, 0): 0.44, (0.001, 0): 0.40, (0.002, 0): 0.36,
+                                        (0.004, 0): 0.355, (0.008, 0): 0.35, (0.016, 0): 0.95})
+  write_archive(archive, 'adamw', 8192, {(0.001414, 0): 0.93, (0.002828, 0): 0.92,
+                                         (0.005655, 0): 0.95})
+  # AdamW's first grid at 8192 would have been 0.02262/0.04525/0.0905: its runs hold it.
+  write_archive(archive, 'adamw', 8192, {(0.02262, 0): 1.0, (0.04525, 0): 0.9998,
+                                         (0.0905, 0): 1.0, (0.01131, 0): 1.0})
+  steps = s2s.plan(s2s.Results(str(archive)))
+  # 0.008·(0.002828/0.008)^(log 4/log 32) = 0.008·0.3535^0.4 = 0.005278 at 1024,
+  # and ^0.8: 0.003482 at 4096.
+  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 1024)} == {0.002639, 0.005278, 0.01056}
+  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 4096)} == {0.001741, 0.003482, 0.006964}
+  # LAMB's grids wait for its ends.
+  assert not runs_of(steps, 'lamb', 1024) and not runs_of(steps, 'lamb', 4096)
 
 
 def test_past_32x_each_arm_runs_once_at_its_tuned_rate_by_the_rule(tmp_path):
