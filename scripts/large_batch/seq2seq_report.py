@@ -273,9 +273,10 @@ def recipe(runs, target):
                'are centred on, 1 the linear rule.')
   lines.append('- **Warm-up.** ' + warmup_text(runs))
   lines.append('- **What to tune first** (at batch 8192, in WER points): ' + worth_text(runs))
-  lines.append('- **Where scaling stops** (updates to '
-               f'{target * 100:g} % dev WER × batch, relative to batch 256; 1 is perfect '
-               'scaling): ' + efficiency_text(runs))
+  lines.append('- **Where scaling stops** (the words batch 256 needs to reach '
+               f'{target * 100:g} % dev WER over the words batch B needs, updates × batch: 1 is '
+               'perfect scaling, 0.5 means twice the words): '
+               + efficiency_text(runs))
   lines.append('- **Cost per update** (wall seconds per update, evaluations included, Muon '
                'against AdamW at the same batch): ' + cost_text(runs))
   return lines
