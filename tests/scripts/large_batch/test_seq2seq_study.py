@@ -58,6 +58,11 @@ def runs_of(steps, sweep=None, batch=None):
           and (sweep is None or r.sweep == sweep) and (batch is None or r.batch == batch)]
 
 
+def rates_of(steps, sweep, batch):
+  """The rates ``steps`` runs ``sweep`` at ``batch`` with."""
+  return {lr for _, _, lr, _ in runs_of(steps, sweep, batch)}
+
+
 def test_the_grid_grows_past_the_edge_its_best_rate_is_on():
   # Centre 1: rates 0.5, 1, 2. Nothing finished: the grid as it starts, not settled.
   assert s2s.grid(1.0, lambda lr: None) == ([0.5, 1.0, 2.0], False)
@@ -101,7 +106,7 @@ def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
   # tuned rate, and every grid above 256 for its arm's tuned rate at 256.
   steps = s2s.plan(s2s.Results(str(tmp_path / 'none')))
   assert {(sweep, b) for sweep, b, _, _ in runs_of(steps)} == {('lamb', 256), ('adamw', 256)}
-  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 256)} == {0.0005, 0.001, 0.002}
+  assert rates_of(steps, 'adamw', 256) == {0.0005, 0.001, 0.002}
   waiting = {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
              and 'centred once' in p.what}
   assert waiting == {(a, b) for a in ARMS for b in s2s.BATCHES} - {
@@ -115,8 +120,8 @@ def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
   write_archive(archive, 'adamw', 256, {(0.0005, 0): 0.40, (0.001, 0): 0.36, (0.002, 0): 0.34,
                                         (0.004, 0): 0.33, (0.008, 0): 0.35})
   steps = s2s.plan(s2s.Results(str(archive)))
-  assert {lr for _, _, lr, _ in runs_of(steps, 'muon', 256)} == {0.002, 0.004, 0.008}
-  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 8192)} == {0.01132, 0.02263, 0.04526}
+  assert rates_of(steps, 'muon', 256) == {0.002, 0.004, 0.008}
+  assert rates_of(steps, 'adamw', 8192) == {0.01132, 0.02263, 0.04526}
   assert not runs_of(steps, 'muon', 8192) and not runs_of(steps, 'lamb', 8192)
 
 
@@ -131,7 +136,7 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
     assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == [256, 8192], arm
     middle = s2s.rate(centres(256)[arm.name] * math.sqrt(8192 / 256))
     assert middle == centres(8192)[arm.name]
-    assert {lr for _, _, lr, _ in runs_of(steps, arm.name, 8192)} == {
+    assert rates_of(steps, arm.name, 8192) == {
         s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, arm
   assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
           and 'at 256 and 8192 are settled' in p.what} == {(a, b) for a in ARMS
@@ -152,7 +157,7 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
       # On the rule's line when both ends are on it.
       middle = s2s.rate(centres(256)[arm.name] * math.sqrt(batch / 256))
       assert middle == centres(batch)[arm.name], (arm, batch)
-      assert {lr for _, _, lr, _ in runs_of(steps, arm.name, batch)} == {
+      assert rates_of(steps, arm.name, batch) == {
           s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
   # The grids at 256, the budget check (half the epochs, seeds 0 and 1), the grids at 8192,
   # the batches between, the second seeds, past 32x, the warm-up.
@@ -180,8 +185,8 @@ def test_the_batches_between_are_centred_on_the_line_through_the_tuned_ends(tmp_
   steps = s2s.plan(s2s.Results(str(archive)))
   # 0.008·(0.002828/0.008)^(log 4/log 32) = 0.008·0.3535^0.4 = 0.005278 at 1024,
   # and ^0.8: 0.003482 at 4096.
-  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 1024)} == {0.002639, 0.005278, 0.01056}
-  assert {lr for _, _, lr, _ in runs_of(steps, 'adamw', 4096)} == {0.001741, 0.003482, 0.006964}
+  assert rates_of(steps, 'adamw', 1024) == {0.002639, 0.005278, 0.01056}
+  assert rates_of(steps, 'adamw', 4096) == {0.001741, 0.003482, 0.006964}
   # LAMB's grids wait for its ends.
   assert not runs_of(steps, 'lamb', 1024) and not runs_of(steps, 'lamb', 4096)
 
