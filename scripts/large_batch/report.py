@@ -352,8 +352,9 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
   if bounds:
     unit = 'update' if field == 'steps_to_target' else 'second'
     legend = f'not reached: more than the run\'s last {unit}'
+    bounded = unreached(grouped, arms, values, field)
     for i, arm in enumerate(arms):
-      points = unreached(grouped, [arm], values, field).get(arm, [])
+      points = bounded.get(arm)
       if points:
         axes.plot([x for x, _ in points], [y for _, y in points], linestyle='none', marker='^',
                   markersize=11 - 2 * (i % len(MARKERS)), markerfacecolor='none',

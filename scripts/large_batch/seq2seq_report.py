@@ -120,7 +120,8 @@ def table(runs, target):
       timed = [r for r in ok if timing is None or r.get('machine') == timing] or ok
       per_update = [r['wall_s'] / r['steps'] for r in timed if r.get('steps')]
       cells.append(head + [
-          f'{ok[0]["lr"]:g}' + UNTUNED.get(batch, ''), f'{len(ok)}/{len(members)}', percent([r['wer'] for r in ok]),
+          f'{ok[0]["lr"]:g}' + UNTUNED.get(batch, ''), f'{len(ok)}/{len(members)}',
+          percent([r['wer'] for r in ok]),
           percent([r.get('per') for r in ok]), gap, str(ok[0].get('steps')),
           _reached(ok, 'steps_to_target'), _reached(timed, 'seconds_to_target'),
           report.mean_std_text([r['wall_s'] for r in timed], 0),

@@ -105,7 +105,8 @@ LARGE = 8192  # 32 x SMALL: the target batch
 BATCHES = (256, 1024, 4096, 8192)
 # Past 32x: one run of each arm, at its tuned rate at LARGE by the square-root
 # rule. Ten epochs there are 74 updates; a grid of them (1.3-2.5 h of this
-# machine) was cut once every run at 8192 had scored above 96 % test WER.
+# machine) was cut when LAMB's and AdamW's runs at 8192 had all scored 96 %
+# test WER or worse (before Muon's grid there ran).
 BEYOND = (16384,)
 KEY_BATCHES = (SMALL, LARGE)
 # Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
@@ -141,16 +142,20 @@ def centre(arm, batch, tuned):
 
   Returns:
     At 256 the arm's starting rate (another arm's tuned rate there when it
-    names one); at 8192 (and any batch not between the two), the arm's tuned
-    rate at 256 × sqrt(batch / 256), the square-root rule; between them, the
-    rate on the line through its tuned rates at 256 and 8192, log-log.
+    names one); at 8192 the arm's tuned rate at 256 × sqrt(8192 / 256), the
+    square-root rule; between them, the rate on the line through its tuned
+    rates at 256 and 8192, log-log; past 8192, its tuned rate at 8192 by the
+    square-root rule again (the one run of :data:`BEYOND`).
   """
   if batch == SMALL:
     return tuned(arm.rate, SMALL) if isinstance(arm.rate, str) else arm.rate
+  if batch > LARGE:
+    high = tuned(arm.name, LARGE)
+    return None if high is None else rate(high * math.sqrt(batch / LARGE))
   low = tuned(arm.name, SMALL)
   if low is None:
     return None
-  if not SMALL < batch < LARGE:
+  if batch == LARGE:
     return rate(low * math.sqrt(batch / SMALL))
   high = tuned(arm.name, LARGE)
   if high is None:
@@ -299,12 +304,12 @@ def plan(results):
     steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
 
   def probe(arm, batch):
-    best = best_rate(arm.name, LARGE)
-    if best is None:
+    middle = centre(arm, batch, best_rate)
+    if middle is None:
       steps.append(Pending(arm.name, batch, f'one run at the best rate of the grid at {LARGE} '
                                             f'× sqrt({batch}/{LARGE})'))
       return
-    steps.append(Run(arm.name, arm.name, batch, rate(best * math.sqrt(batch / LARGE)), 0, ()))
+    steps.append(Run(arm.name, arm.name, batch, middle, 0, ()))
 
   for arm in ARMS:
     tuned(arm, SMALL)
