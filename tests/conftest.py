@@ -14,9 +14,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW_TIMEOUT = 900
 
 
+# The two files whose tests read the session's two-worker runs (horovod_cases,
+# tf_config_cases): under pytest-xdist they go to one worker, so each runs once.
+TWO_WORKER_FILES = ('test_horovod.py', 'test_multi_worker.py')
+
+
 def pytest_collection_modifyitems(items):
-  """Gives tests marked slow or multiprocess SLOW_TIMEOUT, unless they set a timeout of their own."""
+  """Gives tests marked slow or multiprocess SLOW_TIMEOUT, unless they set a timeout of their own.
+
+  Under pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs the suite) each file
+  is one group, so a module's fixtures are built once, on one worker; TWO_WORKER_FILES are
+  one group between them.
+  """
   for item in items:
+    name = os.path.basename(str(item.fspath))
+    group = 'two_worker_cases' if name in TWO_WORKER_FILES else item.nodeid.split('::')[0]
+    item.add_marker(pytest.mark.xdist_group(group))
     marked = item.get_closest_marker('slow') or item.get_closest_marker('multiprocess')
     if marked and item.get_closest_marker('timeout') is None:
       item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

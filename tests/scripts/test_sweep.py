@@ -1,4 +1,4 @@
-"""Tests of scripts/sweep.py and framework.sweep: grids, derived values, tables, a real sweep."""
+"""Tests of scripts/sweep.py and framework.sweep: grids, derived values, tables, real sweeps (marked slow)."""
 
 import csv
 import importlib.util
@@ -15,9 +15,6 @@ import pytest
 import yaml
 
 from tests.processes import Child
-
-# Its tests of real sweeps run scripts/sweep.py and run.py end to end, several at once.
-pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, 'scripts', 'sweep.py')
@@ -348,6 +345,7 @@ BIG_L2 = ['--set', 'data_layer_params.num_examples=2048', '--set', 'regularizer=
 L2_SCALE = '1e-30 + batch_size_per_gpu // 1024 * 1e38'
 
 
+@pytest.mark.slow
 def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   out = tmp_path / 'sweep'
   grid_file = tmp_path / 'grid.yaml'
@@ -437,6 +435,7 @@ def _ignore_sigint():
   signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
 def test_a_finished_point_is_archived_at_once_and_outlives_a_sweep_cut_off(tmp_path, signum):
   """--archive copies each result.json when its point finishes, not when the sweep ends."""
