@@ -16,7 +16,7 @@ gets few words right at any rate, where LAMB at 256 words reaches 35.25 %.
 At the same point the study's other arms, each at the best rate of its own
 grid, reach: AdamW (0.002828) 92.46 %, Muon (0.02263) 51.05 %, against
 Muon's 31.12 % at 256, the best small-batch result. At 4096 words (16x) LAMB
-reaches 64.32 % (0.007917) and AdamW 62.85 % (0.003482). All seed 0; the
+reaches 64.32 % (0.007917) and AdamW 61.00 % (0.006964). All seed 0; the
 study's table (docs/large_batch_seq2seq.md, generated from the archived runs)
 gives the mean and spread once the second seeds are in.
 """
