@@ -67,8 +67,15 @@ def label(sweep):
 
 
 def percent(values, digits=2):
-  """``mean ± std`` of fractions, in %; 'n/a' for none."""
-  return report.mean_std_text([v * 100.0 for v in values if v is not None], digits)
+  """``mean ± std`` of fractions, in %; 'n/a' for none.
+
+  The mean is taken of the fractions, then scaled, as the page's other lines scale
+  theirs, so a mean reads the same in the table and in the targets.
+  """
+  mean, std = report.mean_std([v for v in values if v is not None])
+  if mean is None:
+    return 'n/a'
+  return f'{mean * 100:.{digits}f}' + (f' ± {std * 100:.{digits}f}' if std is not None else '')
 
 
 def members_at(runs, sweep, batch):

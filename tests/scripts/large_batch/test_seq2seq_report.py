@@ -173,3 +173,12 @@ def test_the_rate_tuned_at_256_is_the_one_the_plan_centres_on(tmp_path):
   centre = s2s.centre(s2s.ARMS[0], 8192, lambda name, batch: page.tuned_rate(runs, name, batch))
   assert centre in [r.lr for r in s2s.plan(s2s.Results(str(tmp_path)))
                     if isinstance(r, s2s.Run) and r.sweep == 'lamb' and r.batch == 8192]
+
+
+def test_a_mean_reads_the_same_in_the_table_and_in_the_targets():
+  # 31.12 % and 31.37 %: their mean, 31.245 %, lies on a rounding edge. The table and
+  # the target lines both take the mean of the fractions (0.31245), then scale it.
+  wers = [0.3112, 0.3137]
+  assert page.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
+  assert page.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
+  assert page.percent([0.5]) == '50.00' and page.percent([None]) == 'n/a'
