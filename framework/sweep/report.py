@@ -78,12 +78,17 @@ def mean_std(values):
   return statistics.fmean(values), std
 
 
-def mean_std_text(values, digits=4):
-  """``mean ± std`` (``mean`` alone for one value, 'n/a' for none)."""
+def mean_std_text(values, digits=4, scale=1.0):
+  """``mean ± std`` (``mean`` alone for one value, 'n/a' for none), each times ``scale``.
+
+  The mean is taken of the values as they are, then scaled, so it reads the same as
+  that mean scaled anywhere else (fractions shown in %).
+  """
   mean, std = mean_std(values)
   if mean is None:
     return 'n/a'
-  return f'{mean:.{digits}f}' + (f' ± {std:.{digits}f}' if std is not None else '')
+  return (f'{mean * scale:.{digits}f}'
+          + (f' ± {std * scale:.{digits}f}' if std is not None else ''))
 
 
 def group_rows(points, rows):

@@ -69,13 +69,10 @@ def label(sweep):
 def percent(values, digits=2):
   """``mean ± std`` of fractions, in %; 'n/a' for none.
 
-  The mean is taken of the fractions, then scaled, as the page's other lines scale
-  theirs, so a mean reads the same in the table and in the targets.
+  The mean is of the fractions, as the page's other lines take theirs, so a mean
+  reads the same in the table and in the targets.
   """
-  mean, std = report.mean_std([v for v in values if v is not None])
-  if mean is None:
-    return 'n/a'
-  return f'{mean * 100:.{digits}f}' + (f' ± {std * 100:.{digits}f}' if std is not None else '')
+  return report.mean_std_text(values, digits, scale=100.0)
 
 
 def members_at(runs, sweep, batch):
