@@ -44,7 +44,7 @@ SEEDS_WANTED = 2
 FIGURE = os.path.join('docs', 'images', 'large_batch_seq2seq_steps.png')
 
 
-# Past 32x each arm runs once, at its tuned rate at 8192 by the square-root rule.
+# Past 32x each arm runs once, at its chosen rate at 8192 (both seeds) by the square-root rule.
 UNTUNED = {batch: ' (one rate, not tuned)' for batch in plan.BEYOND}
 
 

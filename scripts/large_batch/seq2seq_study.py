@@ -29,8 +29,10 @@ then the budget check (the best arm at 256 at its best rate with half the
 epochs, seeds 0 and 1), the grids at 8192, at 1024 and 4096 (where the
 steps-to-result figure finds the batch at which scaling stops), the second
 seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
-1), one run of each arm at 16384 (past 32x: the arm's tuned rate at 8192 by
-the square-root rule, seed 0, not tuned), and last what the warm-up is worth
+1, and any rate whose one seed then beats that two-seed mean, so that the rate
+chosen by its mean over seeds has both), one run of each arm at 16384 (past
+32x: the arm's chosen rate at 8192, both seeds in, by the square-root rule,
+seed 0, not tuned), and last what the warm-up is worth
 at 8192 (the best arm there at its best rate with a shorter and a longer
 warm-up, seed 0).
 
@@ -145,7 +147,8 @@ def centre(arm, batch, tuned):
     names one); at 8192 the arm's tuned rate at 256 × sqrt(8192 / 256), the
     square-root rule; between them, the rate on the line through its tuned
     rates at 256 and 8192, log-log; past 8192, its tuned rate at 8192 by the
-    square-root rule again (the one run of :data:`BEYOND`).
+    square-root rule again (the one run of :data:`BEYOND`, which passes the
+    rate chosen over both seeds as ``tuned``).
   """
   if batch == SMALL:
     return tuned(arm.rate, SMALL) if isinstance(arm.rate, str) else arm.rate
@@ -250,6 +253,14 @@ class Results:
     value = found.get('wer') if found['status'] == 'ok' else None
     return math.inf if value is None else value
 
+  def chosen(self, sweep, batch):
+    """``(lr, seeds)`` of the setting of ``sweep`` at ``batch`` the page chooses (best mean over seeds), or None."""
+    members = study.chosen([r for r in self.runs if r['arm'] == sweep
+                            and r[study.GLOBAL_BATCH] == batch], study.WER)
+    if study.metric_mean(members, study.WER) is None:
+      return None
+    return members[0]['lr'], len({r['seed'] for r in members})
+
   def best(self, sweeps, batch):
     """``(sweep, lr, mean WER)`` of the best chosen setting of ``sweeps`` at ``batch``, or None."""
     best = None
@@ -301,12 +312,25 @@ def plan(results):
     if best is None:
       steps.append(Pending(arm.name, batch, 'seed 1 at the best rate of the grid'))
       return
-    steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
+    # The page chooses by the mean over seeds: when another rate's one seed
+    # beats the two-seed mean of the grid's best, that rate gets seed 1 too,
+    # until the chosen setting has both seeds (each rate at most once).
+    seeded = set()
+    while best is not None and study.rate_key(best) not in seeded:
+      steps.append(Run(arm.name, arm.name, batch, best, 1, ()))
+      seeded.add(study.rate_key(best))
+      choice = results.chosen(arm.name, batch)
+      best = None if choice is None else choice[0]
+
+  def seeded_rate(name, batch):
+    """The rate the page chooses for ``name`` at ``batch`` once it has both seeds, else None."""
+    choice = results.chosen(name, batch)
+    return choice[0] if choice is not None and choice[1] >= 2 else None
 
   def probe(arm, batch):
-    middle = centre(arm, batch, best_rate)
+    middle = centre(arm, batch, seeded_rate)
     if middle is None:
-      steps.append(Pending(arm.name, batch, f'one run at the best rate of the grid at {LARGE} '
+      steps.append(Pending(arm.name, batch, f'one run at the chosen rate at {LARGE} (2 seeds) '
                                             f'× sqrt({batch}/{LARGE})'))
       return
     steps.append(Run(arm.name, arm.name, batch, middle, 0, ()))

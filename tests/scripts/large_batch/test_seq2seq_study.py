@@ -113,7 +113,7 @@ def test_a_grid_above_256_is_centred_on_the_arms_tuned_rate_there(tmp_path):
       ('lamb', 256), ('adamw', 256)}
   # Past 32x, each arm's one run waits for its grid at 8192.
   assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
-          and 'grid at 8192' in p.what} == {(a, b) for a in ARMS for b in s2s.BEYOND}
+          and 'rate at 8192 (2 seeds)' in p.what} == {(a, b) for a in ARMS for b in s2s.BEYOND}
   # AdamW's grid at 256 settled at 0.004 (the top edge grew once): Muon starts there, and
   # AdamW's grid at 8192 is centred on 0.004·sqrt(32) = 0.02263.
   archive = tmp_path / 'archive'
@@ -147,8 +147,15 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
   assert {(p.sweep, p.batch) for p in pending if 'seed 1' in p.what} == {
       (a, s2s.LARGE) for a in ARMS}
   assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_warmup'}
-  # The grids at 8192 settled too (each won by the rule): every batch has its grid.
+  # The grids at 8192 settled too (each won by the rule): every batch has its grid;
+  # past 32x waits for the second seeds at 8192, then runs too.
   settle(archive, 8192)
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert runs_of(steps, batch=16384) == []
+  assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+          and p.batch in s2s.BEYOND} == {(a, b) for a in ARMS for b in s2s.BEYOND}
+  for arm in s2s.ARMS:
+    write_archive(archive, arm.name, 8192, {(centres(8192)[arm.name], 1): 0.30})
   steps = s2s.plan(s2s.Results(str(archive)))
   for arm in s2s.ARMS:
     assert sorted({b for _, b, _, _ in runs_of(steps, arm.name)}) == sorted(
@@ -202,6 +209,11 @@ def test_past_32x_each_arm_runs_once_at_its_tuned_rate_by_the_rule(tmp_path):
   adamw = centres(8192)['adamw']
   write_archive(archive, 'adamw', 8192, {(s2s.rate(adamw / 2), 0): 0.99, (adamw, 0): 0.98,
                                          (s2s.rate(adamw * 2), 0): 0.995})
+  # Past 32x waits for the second seeds at 8192: the rate it scales is the chosen one.
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert runs_of(steps, batch=16384) == []
+  write_archive(archive, 'lamb', 8192, {(0.008485, 1): 0.9700})
+  write_archive(archive, 'adamw', 8192, {(adamw, 1): 0.9810})
   steps = s2s.plan(s2s.Results(str(archive)))
   # 0.008485·sqrt(2) = 0.012; AdamW's centre 0.001·sqrt(32) = 0.005657, ·sqrt(2) = 0.008:
   # one run each, seed 0.
@@ -242,6 +254,33 @@ def test_seeds_pair_up_at_the_key_batches_at_the_best_rate(tmp_path):
   warmups = [r for r in steps if isinstance(r, s2s.Run) and '_warmup' in r.sweep]
   assert [(r.sweep, r.sets) for r in warmups] == [
       (f'lamb_warmup{w:g}', (f'lr_policy_params.warmup_fraction={w:g}',)) for w in s2s.WARMUPS]
+
+
+def test_a_rate_whose_one_seed_beats_the_two_seed_mean_gets_its_second_seed(tmp_path):
+  archive = tmp_path / 'archive'
+  settle(archive, 256)
+  settle(archive, 8192)
+  adamw = centres(8192)['adamw']
+  high = s2s.rate(adamw * 2)
+  # AdamW's grid at 8192: 0.30 at its centre, 0.32 at twice it (settle's table).
+  # Seed 1 at the centre scores 0.36: mean 0.33 > 0.32, so the page would choose
+  # twice the centre on one seed; that rate gets seed 1 next.
+  write_archive(archive, 'adamw', 8192, {(adamw, 1): 0.36})
+  assert s2s.Results(str(archive)).chosen('adamw', 8192) == (high, 1)
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert [(lr, seed) for _, _, lr, seed in runs_of(steps, 'adamw', 8192)
+          if seed == 1] == [(adamw, 1), (high, 1)]
+  assert [p.sweep for p in steps if isinstance(p, s2s.Pending) and p.batch == 16384] == [
+      'lamb', 'adamw', 'muon']
+  # Its seed 1 at 0.31: mean 0.315 < 0.33, chosen with both seeds; past 32x runs
+  # at its rate × sqrt(2), and nothing else at 8192 gets a seed.
+  write_archive(archive, 'adamw', 8192, {(high, 1): 0.31})
+  results = s2s.Results(str(archive))
+  assert results.chosen('adamw', 8192) == (high, 2)
+  steps = s2s.plan(results)
+  assert [(lr, seed) for _, _, lr, seed in runs_of(steps, 'adamw', 8192)
+          if seed == 1] == [(adamw, 1), (high, 1)]
+  assert rates_of(steps, 'adamw', 16384) == {s2s.rate(high * math.sqrt(2))}
 
 
 def test_finished_points_are_skipped_and_only_they(tmp_path):
