@@ -282,6 +282,13 @@ def recipe(runs, target):
                f'{target * 100:g} % dev WER over the words batch B needs, updates × batch: 1 is '
                'perfect scaling, 0.5 means twice the words): '
                + efficiency_text(runs))
+  lines.append('- **Critical batch** (McCandlish et al. 2018: the batch at which a run needs '
+               'twice the fewest updates and twice the fewest words; B_crit of S(B) = '
+               'S_min·(1 + B_crit/B) fitted, by least squares of S on 1/B, to the updates to '
+               f'{target * 100:g} % dev WER of the batches that reached it): '
+               + critical_text(runs) + ' The updates are counted at the evaluations, every '
+               'eighth of a run, and a batch that never reached the target is left out, so '
+               'this is coarse.')
   lines.append('- **Cost per update** (wall seconds per update, evaluations included, Muon '
                'against AdamW at the same batch): ' + cost_text(runs))
   return lines
@@ -292,14 +299,18 @@ def warmup_text(runs):
   best = study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.LARGE, study.WER)
   if best is None:
     return 'not yet run.'
-  parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): {best[1] * 100:.2f} %']
+  # The warm-ups run with seed 0: against seed 0 of the recipe's run, not its mean.
+  seed0 = [r for r in members_at(runs, best[0], plan.LARGE) if r['seed'] == 0]
+  recipe_wer = study.metric_mean(seed0, study.WER)
+  parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): '
+           + ('not yet run' if recipe_wer is None else f'{recipe_wer * 100:.2f} %')]
   for fraction in plan.WARMUPS:
     sweep = f'{best[0]}_warmup{fraction:g}'
     members = study.at_value(runs, sweep, KEY, plan.LARGE)
     mean = study.metric_mean(members, study.WER)
     parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
                                               else f'{mean * 100:.2f} %'))
-  return f'{label(best[0])} at 8192, test WER by warm-up: ' + '; '.join(parts) + '.'
+  return f'{label(best[0])} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
 
 
 def worth_text(runs):
@@ -327,21 +338,69 @@ def worth_text(runs):
   return '; '.join(parts) + '.'
 
 
+def steps_by_batch(runs, arm):
+  """``{batch: S(B)}``: the fewest updates to the target of ``arm`` at each batch that reached it."""
+  steps = {}
+  for batch in plan.BATCHES + plan.BEYOND:
+    value = study.steps_to_target(study.at_value(runs, arm.name, KEY, batch))
+    if value is not None:
+      steps[batch] = value
+  return steps
+
+
 def efficiency_text(runs):
   """Per arm, S(256)·256 / (S(B)·B) at each batch where both reached the target."""
   parts = []
   for arm in plan.ARMS:
-    steps = {}
-    for batch in plan.BATCHES + plan.BEYOND:
-      value = study.steps_to_target(study.at_value(runs, arm.name, KEY, batch))
-      if value is not None:
-        steps[batch] = value
+    steps = steps_by_batch(runs, arm)
     if plan.SMALL not in steps or len(steps) < 2:
       parts.append(f'{arm.label}: not yet run')
       continue
     base = steps[plan.SMALL] * plan.SMALL
     parts.append(f'{arm.label}: ' + ', '.join(f'{base / (s * b):.2f} at {b}'
                                               for b, s in sorted(steps.items()) if b != plan.SMALL))
+  return '; '.join(parts) + '.'
+
+
+def critical_fit(steps):
+  """``(S_min, B_crit)`` of S(B) = S_min·(1 + B_crit / B) fitted to ``{batch: S(B)}``, or None.
+
+  McCandlish et al. 2018: the updates to a result fall from S_min·B_crit/B
+  (small batches, the words fixed) to S_min (large ones, the updates fixed);
+  at B = B_crit a run needs twice the fewest updates and twice the fewest
+  words. S is linear in 1/B, so the fit is least squares of S on 1/B (exact
+  through two batches). None for fewer than two batches, or a fit whose
+  S_min or B_crit is not positive (the updates do not level off as the model
+  says).
+  """
+  if len(steps) < 2:
+    return None
+  xs = [1.0 / batch for batch in steps]
+  ys = list(steps.values())
+  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+  slope_ = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+  s_min = my - slope_ * mx
+  if s_min <= 0 or slope_ <= 0:
+    return None
+  return s_min, slope_ / s_min
+
+
+def critical_text(runs):
+  """Per arm, the fitted critical batch, its tokens and S_min, from the batches that reached the target."""
+  parts = []
+  for arm in plan.ARMS:
+    steps = steps_by_batch(runs, arm)
+    if len(steps) < 2:
+      parts.append(f'{arm.label}: not yet run')
+      continue
+    fit = critical_fit(steps)
+    batches = ', '.join(str(b) for b in steps)
+    if fit is None:
+      parts.append(f'{arm.label}: no fit (from {batches})')
+      continue
+    s_min, b_crit = fit
+    parts.append(f'{arm.label}: {b_crit:.0f} words ({b_crit * plan.TOKENS_PER_WORD / 1000:.1f} K '
+                 f'tokens), S_min {s_min:.0f} updates (from {batches})')
   return '; '.join(parts) + '.'
 
 

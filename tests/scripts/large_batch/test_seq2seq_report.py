@@ -3,6 +3,7 @@
 import math
 import os
 
+import numpy as np
 import pytest
 
 from scripts.large_batch import seq2seq_report as page
@@ -117,10 +118,22 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   assert ("tuning LAMB's rate (against its rate at 256 by the square-root rule, 0.01697): 1.80"
           in text)
   assert 'the optimizer: not yet run' in text  # Muon has no 8192 result
-  assert 'LAMB at 8192, test WER by warm-up: 10 % (the recipe): 31.20 %; 5 %: not yet run' in text
+  assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
+          '5 %: not yet run') in text
   # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).
   s256, s1k = s2s.updates(256) * 3 // 5, s2s.updates(1024) * 2 // 4
   assert f'AdamW: {s256 * 256 / (s1k * 1024):.2f} at 1024' in text
+  # LAMB: 3/5 of 4740 at 256, 4/5 of 148 at 8192: (2844·256) / (118·8192) = 0.75.
+  assert 'LAMB: 0.75 at 8192' in text
+  # The critical batch, S(B) = S_min (1 + B_crit/B) through LAMB's two batches: S_min =
+  # (S1·B1 - S2·B2) / (B1 - B2), B_crit = (S1 - S_min)·B1 / S_min. AdamW's updates fall
+  # faster than 1/B from 256 to 1024 (S_min would be negative): no fit. Muon: one batch.
+  s8k = s2s.updates(8192) * 4 // 5
+  s_min = (s256 * 256 - s8k * 8192) / (256 - 8192)
+  b_crit = (s256 - s_min) * 256 / s_min
+  assert 23000 < b_crit < 25000
+  assert (f'LAMB: {b_crit:.0f} words ({b_crit * 15.91 / 1000:.1f} K tokens), S_min {s_min:.0f} '
+          'updates (from 256, 8192); AdamW: no fit (from 256, 1024); Muon: not yet run.') in text
   # Muon's wall per update over AdamW's where both ran (the fake runs take 2 s an update).
   assert text.endswith('Muon against AdamW at the same batch): 1.00 at 256.')
 
@@ -182,3 +195,44 @@ def test_a_mean_reads_the_same_in_the_table_and_in_the_targets():
   assert page.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
   assert page.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
   assert page.percent([0.5]) == '50.00' and page.percent([None]) == 'n/a'
+
+
+def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch_fit_nothing(
+    archive):
+  # LAMB at 8192 gets a second seed at its rate: the table's mean is (31.2 + 29.0) / 2 = 30.1 %,
+  # but the warm-ups ran with seed 0 alone, so the recipe's 10 % reads seed 0's 31.20 %.
+  s8k = s2s.updates(8192)
+  write_archive(archive, 'lamb', 8192, {(0.03394, 1): 0.29}, steps=s8k)
+  write_archive(archive, 'lamb_warmup0.05', 8192, {(0.03394, 0): 0.35}, steps=s8k,
+                sets=('lr_policy_params.warmup_fraction=0.05',))
+  # Muon at 256 reaches 45 % at its first fifth (948 updates), at 1024 only at its last
+  # (1180): 948·256 / (1180·1024) = 0.20.
+  s256, s1k = s2s.updates(256), s2s.updates(1024)
+  write_archive(archive, 'muon', 256, {(0.001, 0): 0.32}, steps=s256,
+                curve=curve(s256, [0.44, 0.40, 0.36, 0.34, 0.32]))
+  write_archive(archive, 'muon', 1024, {(0.001, 0): 0.40, (0.002, 0): 0.38, (0.004, 0): 0.39},
+                steps=s1k, curve=curve(s1k, [0.7, 0.6, 0.5, 0.38]))
+  runs = page.read(str(archive), TARGET)
+  assert page.study.metric_mean(page.members_at(runs, 'lamb', 8192), page.study.WER) == (
+      pytest.approx(0.301))
+  text = '\n'.join(page.recipe(runs, TARGET))
+  assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
+          '5 %: 35.00 %; 20 %: not yet run.') in text
+  assert f'Muon: {948 * 256 / (1180 * 1024):.2f} at 1024' in text
+  assert 'Muon: 0.20 at 1024' in text
+  # Its updates grow with the batch: no fit.
+  assert 'Muon: no fit (from 256, 1024).' in text
+
+
+def test_the_critical_batch_fit_recovers_the_model_and_is_least_squares_on_one_over_b():
+  # Exact points of S = 100·(1 + 1000/B) give back S_min 100 and B_crit 1000.
+  exact = {b: 100 * (1 + 1000 / b) for b in (256, 1024, 4096, 8192)}
+  s_min, b_crit = page.critical_fit(exact)
+  assert s_min == pytest.approx(100) and b_crit == pytest.approx(1000)
+  # Noisy points: the line of numpy's least squares of S on 1/B.
+  noisy = {256: 592, 1024: 294, 4096: 108, 8192: 90}
+  slope_, intercept = np.polyfit([1 / b for b in noisy], list(noisy.values()), 1)
+  assert page.critical_fit(noisy) == pytest.approx((intercept, slope_ / intercept))
+  # One batch, or updates that do not level off: nothing.
+  assert page.critical_fit({256: 592}) is None
+  assert page.critical_fit({256: 500, 1024: 600}) is None
