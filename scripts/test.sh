@@ -37,7 +37,7 @@ if ! [[ "$workers" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 status=0
-"$VENV/bin/python" -m pytest -q --durations=15 -n "$workers" --dist loadgroup "${args[@]}" || status=$?
+"$VENV/bin/python" -m pytest -q --durations=15 -n "$workers" --dist loadfile "${args[@]}" || status=$?
 if [[ "$status" == 5 ]]; then
   echo "[test] ERROR: pytest ran no tests (none collected, or all deselected by -m or -k)" >&2
 fi

@@ -1,5 +1,6 @@
 """What tests share: the time limit of the slow and multi-process tests, and the two-worker cases."""
 
+import collections
 import contextlib
 import os
 import subprocess
@@ -19,20 +20,68 @@ SLOW_TIMEOUT = 900
 TWO_WORKER_FILES = ('test_horovod.py', 'test_multi_worker.py')
 
 
-def pytest_collection_modifyitems(items):
+# What a file is expected to cost, in slow tests: a test marked slow or
+# multiprocess starts whole trainings in children (seconds to a minute here),
+# another takes a fraction of a second; the two-worker cases are two more.
+FAST_TEST_COST = 0.02
+TWO_WORKER_CASES_COST = 2.0
+
+
+def group_of(nodeid):
+  """The group of a test under pytest-xdist: its file, or one group for TWO_WORKER_FILES."""
+  path = nodeid.split('::')[0]
+  return 'two_worker_cases' if os.path.basename(path) in TWO_WORKER_FILES else path
+
+
+def pytest_configure(config):
+  """Under pytest-xdist, the files go out in the order the tests are sorted in (below).
+
+  pytest-xdist's own order is by the number of tests in a file, which sends
+  the files of many quick tests first and the few long trainings last, where
+  one worker then runs them while the other waits.
+  """
+  if config.pluginmanager.hasplugin('xdist'):
+    config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """``--dist loadfile`` (scripts/test.sh): each file on one worker, TWO_WORKER_FILES on one between them.
+
+  So a module's fixtures are built once, and the session's two-worker runs
+  (horovod_cases, tf_config_cases) run once.
+  """
+  if config.getvalue('dist') != 'loadfile':
+    return None
+  from xdist.scheduler import LoadScopeScheduling  # pylint: disable=import-outside-toplevel
+
+  class FileGroups(LoadScopeScheduling):
+
+    def _split_scope(self, nodeid):
+      return group_of(nodeid)
+
+  return FileGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
   """Gives tests marked slow or multiprocess SLOW_TIMEOUT, unless they set a timeout of their own.
 
-  Under pytest-xdist (``-n 2 --dist loadgroup``, as scripts/test.sh runs the suite) each file
-  is one group, so a module's fixtures are built once, on one worker; TWO_WORKER_FILES are
-  one group between them.
+  On a pytest-xdist worker the files (groups, :func:`group_of`) are sorted by their
+  expected cost, the largest first, each in its own order, so that the workers
+  finish close together.
   """
+  cost = collections.Counter()
   for item in items:
-    name = os.path.basename(str(item.fspath))
-    group = 'two_worker_cases' if name in TWO_WORKER_FILES else item.nodeid.split('::')[0]
-    item.add_marker(pytest.mark.xdist_group(group))
     marked = item.get_closest_marker('slow') or item.get_closest_marker('multiprocess')
     if marked and item.get_closest_marker('timeout') is None:
       item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+    cost[group_of(item.nodeid)] += 1.0 if marked else FAST_TEST_COST
+  cost['two_worker_cases'] += TWO_WORKER_CASES_COST
+  if hasattr(config, 'workerinput'):
+    first = {}
+    for index, item in enumerate(items):
+      first.setdefault(group_of(item.nodeid), index)
+    items.sort(key=lambda item: (-cost[group_of(item.nodeid)], first[group_of(item.nodeid)]))
 
 
 def _run_cases(engine, out_dir):
