@@ -273,9 +273,14 @@ def recipe(runs, target):
     rates = ', '.join(f'{lr:g} at {batch}' for batch, lr in inside) or 'not yet run'
     rule.append(f'{arm.label}: {rates}'
                 + (f' (lr ∝ B^{exponent:.2f})' if exponent is not None else ''))
+  lines.append('- **Optimizer** (the best tuned arm at each batch, and its lead in WER points '
+               'over the next): ' + optimizer_text(runs))
   lines.append('- **Learning rate.** The tuned rate, where its grid holds it inside: '
                + '; '.join(rule) + '. A slope of 0.5 is the square-root rule the grids at 8192 '
                'are centred on, 1 the linear rule.')
+  lines.append('- **The square-root rule as a start** (the tuned rate over the arm\'s tuned '
+               'rate at 256 × sqrt(B/256); 1 is the rule, 0.5 and 2 the neighbouring rates of '
+               'a grid): ' + rule_text(runs))
   lines.append('- **Warm-up.** ' + warmup_text(runs))
   lines.append('- **What to tune first** (at batch 8192, in WER points): ' + worth_text(runs))
   lines.append('- **Where scaling stops** (the words batch 256 needs to reach '
@@ -292,6 +297,39 @@ def recipe(runs, target):
   lines.append('- **Cost per update** (wall seconds per update, evaluations included, Muon '
                'against AdamW at the same batch): ' + cost_text(runs))
   return lines
+
+
+def optimizer_text(runs):
+  """Per batch (tuned batches only), the best arm by mean test WER and its lead over the second."""
+  parts = []
+  for batch in plan.BATCHES:
+    means = sorted((mean, arm.label) for arm in plan.ARMS
+                   if (mean := study.metric_mean(members_at(runs, arm.name, batch),
+                                                 study.WER)) is not None)
+    if len(means) < len(plan.ARMS):
+      parts.append(f'{batch}: not yet run')
+      continue
+    (best, name), (second, other) = means[:2]
+    parts.append(f'{batch}: {name}, {(second - best) * 100:.2f} ahead of {other}')
+  return '; '.join(parts) + '.'
+
+
+def rule_text(runs):
+  """Per arm, its tuned rate at each larger batch over its tuned rate at 256 by the square-root rule."""
+  parts = []
+  for arm in plan.ARMS:
+    small = members_at(runs, arm.name, plan.SMALL)
+    if not small or small[0].get('lr') is None:
+      parts.append(f'{arm.label}: not yet run')
+      continue
+    ratios = []
+    for batch in plan.BATCHES[1:]:
+      members = members_at(runs, arm.name, batch)
+      if members and members[0].get('lr') is not None:
+        rule = small[0]['lr'] * math.sqrt(batch / plan.SMALL)
+        ratios.append(f'{members[0]["lr"] / rule:.2f} at {batch}')
+    parts.append(f'{arm.label}: ' + (', '.join(ratios) or 'not yet run'))
+  return '; '.join(parts) + '.'
 
 
 def warmup_text(runs):

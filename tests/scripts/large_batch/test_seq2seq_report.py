@@ -118,6 +118,12 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   assert ("tuning LAMB's rate (against its rate at 256 by the square-root rule, 0.01697): 1.80"
           in text)
   assert 'the optimizer: not yet run' in text  # Muon has no 8192 result
+  # The best arm at 256: AdamW (30.5 %, mean of 30 and 31) ahead of LAMB (31 %) by 0.5.
+  assert 'over the next): 256: AdamW, 0.50 ahead of LAMB; 1024: not yet run;' in text
+  # Tuned rate over the rule: LAMB 0.03394 / (0.003·sqrt(32) = 0.01697) = 2.00; AdamW on
+  # the rule at 1024 (0.002 = 0.001·2) and at 8192 (0.005657).
+  assert ('a grid): LAMB: 2.00 at 8192; AdamW: 1.00 at 1024, 1.00 at 8192; Muon: not yet run.'
+          in text)
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
           '5 %: not yet run') in text
   # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).
