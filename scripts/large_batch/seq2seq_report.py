@@ -44,8 +44,15 @@ SEEDS_WANTED = 2
 FIGURE = os.path.join('docs', 'images', 'large_batch_seq2seq_steps.png')
 
 
-# Past 32x each arm runs once, at its chosen rate at 8192 (both seeds) by the square-root rule.
-UNTUNED = {batch: ' (one rate, not tuned)' for batch in plan.BEYOND}
+# Past 32x each arm runs once, at its chosen rate at 8192 (both seeds) by the
+# square-root rule; only the best arm at 8192 gets a grid there.
+UNTUNED = ' (one rate, not tuned)'
+
+
+def untuned(runs, sweep, batch):
+  """UNTUNED past 32x where ``sweep`` ran one rate at ``batch``, else ''."""
+  rates = {study.rate_key(r.get('lr')) for r in study.at_value(runs, sweep, KEY, batch)}
+  return UNTUNED if batch in plan.BEYOND and len(rates) == 1 else ''
 
 
 def read(archive, target=TARGET_WER):
@@ -124,7 +131,7 @@ def table(runs, target):
       timed = [r for r in ok if timing is None or r.get('machine') == timing] or ok
       per_update = [r['wall_s'] / r['steps'] for r in timed if r.get('steps')]
       cells.append(head + [
-          f'{ok[0]["lr"]:g}' + UNTUNED.get(batch, ''), f'{len(ok)}/{len(members)}',
+          f'{ok[0]["lr"]:g}' + untuned(runs, arm.name, batch), f'{len(ok)}/{len(members)}',
           percent([r['wer'] for r in ok]),
           percent([r.get('per') for r in ok]), gap, str(ok[0].get('steps')),
           _reached(ok, 'steps_to_target'), _reached(timed, 'seconds_to_target'),
@@ -169,7 +176,7 @@ def grids(runs):
         wer = [r.get('wer') for r in lr_runs if r['status'] == 'ok' and r.get('wer') is not None]
         text = f'{lr:g}: ' + (percent(wer) if wer else 'failed')
         texts.append(f'**{text}**' if chosen & {r['logdir'] for r in lr_runs} else text)
-      cells.append([str(batch), arm.label, '; '.join(texts) + UNTUNED.get(batch, '')])
+      cells.append([str(batch), arm.label, '; '.join(texts) + untuned(runs, arm.name, batch)])
   if not cells:
     return []
   return ['', 'Tuning grids (rate: test WER in %, mean over seeds; the table\'s rate in bold):', '',

@@ -32,9 +32,10 @@ seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
 1, and any rate whose one seed then beats that two-seed mean, so that the rate
 chosen by its mean over seeds has both), one run of each arm at 16384 (past
 32x: the arm's chosen rate at 8192, both seeds in, by the square-root rule,
-seed 0, not tuned), and last what the warm-up is worth
-at 8192 (the best arm there at its best rate with a shorter and a longer
-warm-up, seed 0).
+seed 0, not tuned), what the warm-up is worth at 8192 (the best arm there at
+its best rate with a shorter and a longer warm-up, seed 0), and last a grid
+at 16384 for the best arm at 8192, around its one run there and grown as
+every grid is (the other arms' runs there stay one rate each).
 
 Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
 (the sweep is the arm's name, ``<arm>_half`` for the budget check,
@@ -279,7 +280,8 @@ def plan(results):
   The order is that of importance, so that a study cut short has answered
   the main questions: the grids at 256, the budget check, the grids at 8192,
   the batches between (where scaling stops), the second seeds at 256 and
-  8192, one run of each arm past 32x, the warm-up.
+  8192, one run of each arm past 32x, the warm-up, a grid past 32x for the
+  best arm at 8192.
   """
   steps = []
   settled = {}
@@ -350,6 +352,22 @@ def plan(results):
       probe(arm, batch)
   steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-up tried',
                     [((f'lr_policy_params.warmup_fraction={w:g}',), (0,)) for w in WARMUPS])
+
+  # Past 32x the best arm at 8192 (both seeds in) gets a grid around its one run.
+  chosen = {arm.name: seeded_rate(arm.name, LARGE) for arm in ARMS}
+  best = results.best([arm.name for arm in ARMS], LARGE) if all(chosen.values()) else None
+  for batch in BEYOND:
+    if best is None:
+      steps.append(Pending('*', batch, f'a grid for the best arm at {LARGE}, around its one run'))
+      continue
+    arm = next(a for a in ARMS if a.name == best[0])
+    middle = centre(arm, batch, seeded_rate)
+    rates, done = grid(middle, lambda lr, name=arm.name, at=batch: results.score(name, at, lr))
+    steps.extend(Run(arm.name, arm.name, batch, lr, 0, ()) for lr in rates
+                 if study.rate_key(lr) != study.rate_key(middle))
+    if not done:
+      steps.append(Pending(arm.name, batch, f'the grid grows past an edge while its best rate is '
+                                            f'there (at most {GROWTHS} times)'))
   return steps
 
 

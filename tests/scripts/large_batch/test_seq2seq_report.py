@@ -85,6 +85,14 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
   assert '| 16384 | LAMB | **0.048: 99.00** (one rate, not tuned) |' in page.grids(runs)
   # Only a grid that holds its rate inside enters the rate rule: 16384 does not.
   assert 'at 16384' not in '\n'.join(page.recipe(runs, TARGET))
+  # With a grid there (the best arm at 8192 gets one), the mark goes.
+  write_archive(archive, 'lamb', 16384, {(0.024, 0): 0.995, (0.096, 0): 0.999},
+                steps=s2s.updates(16384))
+  runs = page.read(str(archive), TARGET)
+  row = next(line for line in page.table(runs, TARGET) if line.startswith('| 16384')
+             and '| LAMB |' in line)
+  assert '| 0.048 | 1/1 | 99.00 |' in row
+  assert '| 16384 | LAMB | 0.024: 99.50; **0.048: 99.00**; 0.096: 99.90 |' in page.grids(runs)
 
 
 def test_targets_budget_and_failures(archive):

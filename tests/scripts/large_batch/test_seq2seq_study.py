@@ -146,14 +146,14 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
   pending = [p for p in steps if isinstance(p, s2s.Pending)]
   assert {(p.sweep, p.batch) for p in pending if 'seed 1' in p.what} == {
       (a, s2s.LARGE) for a in ARMS}
-  assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_warmup'}
+  assert {p.sweep for p in pending if p.sweep.startswith('*')} == {'*_warmup', '*'}
   # The grids at 8192 settled too (each won by the rule): every batch has its grid;
   # past 32x waits for the second seeds at 8192, then runs too.
   settle(archive, 8192)
   steps = s2s.plan(s2s.Results(str(archive)))
   assert runs_of(steps, batch=16384) == []
   assert {(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
-          and p.batch in s2s.BEYOND} == {(a, b) for a in ARMS for b in s2s.BEYOND}
+          and p.batch in s2s.BEYOND} == {(a, b) for a in ARMS + ('*',) for b in s2s.BEYOND}
   for arm in s2s.ARMS:
     write_archive(archive, arm.name, 8192, {(centres(8192)[arm.name], 1): 0.30})
   steps = s2s.plan(s2s.Results(str(archive)))
@@ -167,7 +167,7 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
       assert rates_of(steps, arm.name, batch) == {
           s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
   # The grids at 256, the budget check (half the epochs, seeds 0 and 1), the grids at 8192,
-  # the batches between, the second seeds, past 32x, the warm-up.
+  # the batches between, the second seeds, past 32x, the warm-up, the grid past 32x.
   phases = []
   for r in steps:
     phase = isinstance(r, s2s.Run) and (r.batch, r.seed, r.sweep[len(r.arm):])
@@ -175,7 +175,7 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
       phases.append(phase)
   assert phases == [(256, 0, ''), (256, 0, '_half'), (256, 1, '_half'), (8192, 0, ''),
                     (1024, 0, ''), (4096, 0, ''), (256, 1, ''), (8192, 1, ''), (16384, 0, ''),
-                    (8192, 0, '_warmup0.05'), (8192, 0, '_warmup0.2')]
+                    (8192, 0, '_warmup0.05'), (8192, 0, '_warmup0.2'), (16384, 0, '')]
 
 
 def test_the_batches_between_are_centred_on_the_line_through_the_tuned_ends(tmp_path):
@@ -220,7 +220,7 @@ def test_past_32x_each_arm_runs_once_at_its_tuned_rate_by_the_rule(tmp_path):
   assert adamw == 0.005657
   assert runs_of(steps, batch=16384) == [('lamb', 16384, 0.012, 0), ('adamw', 16384, 0.008, 0)]
   assert [(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
-          and p.batch == 16384] == [('muon', 16384)]
+          and p.batch == 16384] == [('muon', 16384), ('*', 16384)]
   # After the second seeds at 8192, before the warm-up.
   order = [(r.batch, r.seed) for r in steps if isinstance(r, s2s.Run)]
   assert order.index((16384, 0)) > max(i for i, o in enumerate(order) if o == (256, 1))
@@ -271,7 +271,7 @@ def test_a_rate_whose_one_seed_beats_the_two_seed_mean_gets_its_second_seed(tmp_
   assert [(lr, seed) for _, _, lr, seed in runs_of(steps, 'adamw', 8192)
           if seed == 1] == [(adamw, 1), (high, 1)]
   assert [p.sweep for p in steps if isinstance(p, s2s.Pending) and p.batch == 16384] == [
-      'lamb', 'adamw', 'muon']
+      'lamb', 'adamw', 'muon', '*']
   # Its seed 1 at 0.31: mean 0.315 < 0.33, chosen with both seeds; past 32x runs
   # at its rate × sqrt(2), and nothing else at 8192 gets a seed.
   write_archive(archive, 'adamw', 8192, {(high, 1): 0.31})
@@ -281,6 +281,35 @@ def test_a_rate_whose_one_seed_beats_the_two_seed_mean_gets_its_second_seed(tmp_
   assert [(lr, seed) for _, _, lr, seed in runs_of(steps, 'adamw', 8192)
           if seed == 1] == [(adamw, 1), (high, 1)]
   assert rates_of(steps, 'adamw', 16384) == {s2s.rate(high * math.sqrt(2))}
+
+
+def test_past_32x_the_best_arm_at_8192_gets_a_grid_around_its_one_run_there(tmp_path):
+  archive = tmp_path / 'archive'
+  settle(archive, 256)
+  settle(archive, 8192, best_arm='muon')
+  # Before the second seeds at 8192 nothing says which arm is best there: the grid waits.
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert [(p.sweep, p.batch) for p in steps if isinstance(p, s2s.Pending)
+          and p.sweep == '*'] == [('*', 16384)]
+  for arm in s2s.ARMS:
+    write_archive(archive, arm.name, 8192, {(centres(8192)[arm.name], 1):
+                                            0.30 if arm.name == 'muon' else 0.32})
+  middle = s2s.rate(centres(8192)['muon'] * math.sqrt(2))
+  steps = s2s.plan(s2s.Results(str(archive)))
+  # Muon, the best at 8192: its one run at 16384, then (after the warm-up) the grid's two
+  # other rates; LAMB and AdamW one run each.
+  assert rates_of(steps, 'muon', 16384) == {s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}
+  assert [r.lr for r in steps if isinstance(r, s2s.Run) and r.batch == 16384
+          and r.sweep == 'muon'] == [middle, s2s.rate(middle / 2), s2s.rate(middle * 2)]
+  order = [(r.sweep, r.batch, r.lr) for r in steps if isinstance(r, s2s.Run)]
+  last_warmup = max(i for i, (sweep, _, _) in enumerate(order) if '_warmup' in sweep)
+  assert order.index(('muon', 16384, s2s.rate(middle / 2))) > last_warmup
+  assert len(rates_of(steps, 'lamb', 16384)) == len(rates_of(steps, 'adamw', 16384)) == 1
+  # Its best at the top edge: the grid grows up once, as every grid does.
+  write_archive(archive, 'muon', 16384, {(s2s.rate(middle / 2), 0): 0.60, (middle, 0): 0.55,
+                                         (s2s.rate(middle * 2), 0): 0.50})
+  steps = s2s.plan(s2s.Results(str(archive)))
+  assert s2s.rate(middle * 4) in rates_of(steps, 'muon', 16384)
 
 
 def test_finished_points_are_skipped_and_only_they(tmp_path):
