@@ -414,6 +414,22 @@ def test_the_key_point_config_is_the_studys_point():
       and r.sweep == 'lamb' and r.batch == s2s.LARGE]
 
 
+def test_the_key_point_configs_docstring_quotes_the_archived_results():
+  from scripts.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
+  path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb_8k.py')
+  source = open(path, encoding='utf-8').read()
+  text = ' '.join(source.split('"""')[1].split())
+  runs = page.read(os.path.join(ROOT, 'docs', 'results', 'large_batch_seq2seq'))
+  # Each arm at 8192, at its chosen rate, mean ± std over its two seeds, as the page gives it.
+  for arm in s2s.ARMS:
+    members = page.members_at(runs, arm.name, s2s.LARGE)
+    assert len(members) == 2, arm.name
+    assert page.percent([r['wer'] for r in members]) + ' %' in text, arm.name
+  # The config trains at LAMB's chosen rate.
+  rate = page.members_at(runs, 'lamb', s2s.LARGE)[0]['lr']
+  assert f"['learning_rate'] = {rate:g}" in source
+
+
 class FakeSweep:
   """Stands in for a scripts/sweep.py process: archives a result for each rate of its command.
 
