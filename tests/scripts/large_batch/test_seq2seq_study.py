@@ -525,3 +525,16 @@ def test_a_second_study_on_the_same_output_is_refused(tmp_path, capsys):
     assert s2s.main(['--out', str(out), '--archive', str(tmp_path / 'a'), '--no-report']) == 2
   assert capsys.readouterr().err.startswith(f'error: --out {out}: another seq2seq_study.py is '
                                             'running on it')
+
+
+def test_the_readme_quotes_the_archived_results_at_32x():
+  from scripts.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
+  text = ' '.join(open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read().split())
+  runs = page.read(os.path.join(ROOT, 'docs', 'results', 'large_batch_seq2seq'))
+  best = page.reference(runs)
+  assert best is not None
+  quoted = text[text.index("The Transformer's batch grown"):]
+  for arm in s2s.ARMS:
+    mean = page.study.metric_mean(page.members_at(runs, arm.name, s2s.LARGE), page.study.WER)
+    assert f'{mean * 100:.2f} %' in quoted, arm.name
+  assert f'{best[1] * 100:.2f} % for the best at 256 ({page.label(best[0])})' in quoted
