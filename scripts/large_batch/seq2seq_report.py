@@ -355,7 +355,14 @@ def warmup_text(runs):
     mean = study.metric_mean(members, study.WER)
     parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
                                               else f'{mean * 100:.2f} %'))
-  return f'{label(best[0])} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
+  text = f'{label(best[0])} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
+  # How far apart two seeds of the same setting are: the scale a warm-up's change is read on.
+  seeds = [r['wer'] for r in members_at(runs, best[0], plan.LARGE)
+           if r['status'] == 'ok' and r.get('wer') is not None]
+  if len(seeds) >= 2:
+    text += (f' The recipe\'s own {len(seeds)} seeds differ by '
+             f'{(max(seeds) - min(seeds)) * 100:.2f} points.')
+  return text
 
 
 def worth_text(runs):

@@ -231,7 +231,8 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
       pytest.approx(0.301))
   text = '\n'.join(page.recipe(runs, TARGET))
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
-          '5 %: 35.00 %; 20 %: not yet run.') in text
+          '5 %: 35.00 %; 20 %: not yet run. The recipe\'s own 2 seeds differ by 2.20 points.'
+          in text)
   assert f'Muon: {948 * 256 / (1180 * 1024):.2f} at 1024' in text
   assert 'Muon: 0.20 at 1024' in text
   # Its updates grow with the batch: no fit.
