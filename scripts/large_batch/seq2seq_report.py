@@ -302,7 +302,9 @@ def recipe(runs, target):
                'eighth of a run, and a batch that never reached the target is left out, so '
                'this is coarse.')
   lines.append('- **Cost per update** (wall seconds per update, evaluations included, Muon '
-               'against AdamW at the same batch): ' + cost_text(runs))
+               'against AdamW at the same batch): ' + cost_text(runs) + ' These are whole runs '
+               'on a shared machine, whose load varies from run to run; the strict turns below '
+               'measure it better.')
   return lines
 
 

@@ -149,7 +149,7 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   assert (f'LAMB: {b_crit:.0f} words ({b_crit * 15.91 / 1000:.1f} K tokens), S_min {s_min:.0f} '
           'updates (from 256, 8192); AdamW: no fit (from 256, 1024); Muon: not yet run.') in text
   # Muon's wall per update over AdamW's where both ran (the fake runs take 2 s an update).
-  assert text.endswith('Muon against AdamW at the same batch): 1.00 at 256.')
+  assert 'Muon against AdamW at the same batch): 1.00 at 256. These are whole runs' in text
 
 
 def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, capsys):
