@@ -332,9 +332,10 @@ def rule_text(runs):
       parts.append(f'{arm.label}: not yet run')
       continue
     ratios = []
-    for batch in plan.BATCHES[1:]:
+    for batch in plan.BATCHES[1:] + plan.BEYOND:
       members = members_at(runs, arm.name, batch)
-      if members and members[0].get('lr') is not None:
+      # Past 32x only a grid's best rate says where the rate belongs, not one run's.
+      if members and members[0].get('lr') is not None and not untuned(runs, arm.name, batch):
         rule = small[0]['lr'] * math.sqrt(batch / plan.SMALL)
         ratios.append(f'{members[0]["lr"] / rule:.2f} at {batch}')
     parts.append(f'{arm.label}: ' + (', '.join(ratios) or 'not yet run'))

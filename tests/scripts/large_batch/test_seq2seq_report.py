@@ -93,6 +93,8 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
              and '| LAMB |' in line)
   assert '| 0.048 | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | 0.024: 99.50; **0.048: 99.00**; 0.096: 99.90 |' in page.grids(runs)
+  # ... and its best rate enters the rule's line: 0.048 / (0.003·sqrt(64) = 0.024) = 2.00.
+  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(page.recipe(runs, TARGET))
 
 
 def test_targets_budget_and_failures(archive):
