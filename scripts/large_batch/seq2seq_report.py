@@ -347,8 +347,9 @@ def warmup_text(runs):
   best = study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.LARGE, study.WER)
   if best is None:
     return 'not yet run.'
+  recipe_runs = best[2]  # the chosen runs of the best arm at 8192
   # The warm-ups run with seed 0: against seed 0 of the recipe's run, not its mean.
-  seed0 = [r for r in members_at(runs, best[0], plan.LARGE) if r['seed'] == 0]
+  seed0 = [r for r in recipe_runs if r['seed'] == 0]
   recipe_wer = study.metric_mean(seed0, study.WER)
   parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): '
            + ('not yet run' if recipe_wer is None else f'{recipe_wer * 100:.2f} %')]
@@ -360,8 +361,7 @@ def warmup_text(runs):
                                               else f'{mean * 100:.2f} %'))
   text = f'{label(best[0])} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
   # How far apart two seeds of the same setting are: the scale a warm-up's change is read on.
-  seeds = [r['wer'] for r in members_at(runs, best[0], plan.LARGE)
-           if r['status'] == 'ok' and r.get('wer') is not None]
+  seeds = [r['wer'] for r in recipe_runs if r['status'] == 'ok' and r.get('wer') is not None]
   if len(seeds) >= 2:
     text += (f' The recipe\'s own {len(seeds)} seeds differ by '
              f'{(max(seeds) - min(seeds)) * 100:.2f} points.')

@@ -254,10 +254,14 @@ class Results:
     value = found.get('wer') if found['status'] == 'ok' else None
     return math.inf if value is None else value
 
+  def _chosen_runs(self, sweep, batch):
+    """The runs of the setting of ``sweep`` at ``batch`` with the best mean WER over its seeds."""
+    return study.chosen([r for r in self.runs if r['arm'] == sweep
+                         and r[study.GLOBAL_BATCH] == batch], study.WER)
+
   def chosen(self, sweep, batch):
     """``(lr, seeds)`` of the setting of ``sweep`` at ``batch`` the page chooses (best mean over seeds), or None."""
-    members = study.chosen([r for r in self.runs if r['arm'] == sweep
-                            and r[study.GLOBAL_BATCH] == batch], study.WER)
+    members = self._chosen_runs(sweep, batch)
     if study.metric_mean(members, study.WER) is None:
       return None
     return members[0]['lr'], len({r['seed'] for r in members})
@@ -266,8 +270,7 @@ class Results:
     """``(sweep, lr, mean WER)`` of the best chosen setting of ``sweeps`` at ``batch``, or None."""
     best = None
     for sweep in sweeps:
-      members = study.chosen([r for r in self.runs if r['arm'] == sweep
-                              and r[study.GLOBAL_BATCH] == batch], study.WER)
+      members = self._chosen_runs(sweep, batch)
       mean = study.metric_mean(members, study.WER)
       if mean is not None and (best is None or mean < best[2]):
         best = (sweep, members[0]['lr'], mean)
@@ -354,8 +357,8 @@ def plan(results):
                     [((f'lr_policy_params.warmup_fraction={w:g}',), (0,)) for w in WARMUPS])
 
   # Past 32x the best arm at 8192 (both seeds in) gets a grid around its one run.
-  chosen = {arm.name: seeded_rate(arm.name, LARGE) for arm in ARMS}
-  best = results.best([arm.name for arm in ARMS], LARGE) if all(chosen.values()) else None
+  seeded = all(seeded_rate(arm.name, LARGE) for arm in ARMS)
+  best = results.best([arm.name for arm in ARMS], LARGE) if seeded else None
   for batch in BEYOND:
     if best is None:
       steps.append(Pending('*', batch, f'a grid for the best arm at {LARGE}, around its one run'))
