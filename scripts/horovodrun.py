@@ -7,7 +7,9 @@ forked children that mute Python's stdout and stderr but not file descriptor
 2, where TensorFlow writes its start-up lines, so every launch began with
 them. This imports TensorFlow first with those lines held back
 (``framework/tf_import.py``); the children then find it loaded and print
-nothing. Arguments, output and exit status are horovodrun's own.
+nothing. Arguments and output are horovodrun's own. A stop signal (SIGTERM,
+SIGINT) gives every worker up to a minute to save and exit, and a job so
+stopped exits 128 + the signal (framework/horovod_launcher.py says why).
 scripts/setup.sh makes the environment's ``horovodrun`` run this file.
 """
 
@@ -15,18 +17,24 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# pylint: disable=wrong-import-position
+from framework import horovod_launcher
+
+# Horovod starts each worker's middleman with multiprocessing's 'spawn', which
+# imports this file again in the middleman before it runs: this line is what
+# gives the middleman the stop of framework/horovod_launcher.py.
+horovod_launcher.patch_middleman()
 
 
 def main():
-  sys.path.insert(0, ROOT)
   from framework import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
-  from horovod.runner.launch import run_commandline  # pylint: disable=import-outside-toplevel
   sys.argv[0] = 'horovodrun'
-  return run_commandline()
+  return horovod_launcher.run()
 
 
-# The guard is needed: Horovod's launcher starts helper processes with 'spawn',
-# which import this file again.
+# The guard is needed: the middlemen import this file again and must not launch.
 if __name__ == '__main__':
   sys.exit(main())
