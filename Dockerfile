@@ -79,4 +79,11 @@ RUN if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST}" ]; then unset HOROVOD_BUILD_CUDA_CC_
 
 COPY . /workspace
 
+# The environment's horovodrun runs scripts/horovodrun.py, as scripts/setup.sh
+# makes it on CPU machines: Horovod's launcher with a stop that gives the
+# workers time to save and exits 128 + the signal (framework/horovod_launcher.py).
+RUN printf '#!/bin/sh\nexec /opt/venv/bin/python /workspace/scripts/horovodrun.py "$@"\n' \
+      > /opt/venv/bin/horovodrun \
+ && chmod +x /opt/venv/bin/horovodrun
+
 ENTRYPOINT ["python", "run.py"]
