@@ -22,8 +22,9 @@ gets a stop signal, each middleman, as published,
 :func:`stop_worker`: SIGTERM to the worker, up to :data:`STOP_GRACE_SECONDS`
 to save and exit, SIGKILL for whatever is left, and no wait on the shell, so
 the middleman's main thread reads the worker's own status. :func:`run`
-records the signal horovodrun got: a second one reaches every worker at once
-(run.py then exits without saving, as it does on a second signal), and a job
+records the signal horovodrun got: a second one reaches every worker on this
+machine at once (run.py then exits without saving, as it does on a second
+signal; a worker on another host stays Horovod's, ended through ssh), and a job
 that a signal stopped exits 128 + the signal number (143, 130) with one line,
 as run.py and ``run.py --num_workers`` do. ``scripts/horovodrun.py`` applies
 both; ``scripts/setup.sh`` makes it the environment's ``horovodrun``.
@@ -131,7 +132,7 @@ class _Signals:
 
 
 def _signal_workers(signum):
-  """Sends ``signum`` to every worker this launcher started (they carry HOROVOD_RANK)."""
+  """Sends ``signum`` to the workers started here (on this machine: they carry HOROVOD_RANK)."""
   for proc in psutil.Process().children(recursive=True):
     try:
       if 'HOROVOD_RANK' in proc.environ():
@@ -183,7 +184,8 @@ def run():
   signals = _Signals()
   statuses = {}
   gloo_run.register_shutdown_event = signals.register
-  gloo_run._exec_command_fn = _recording(statuses, gloo_run._exec_command_fn)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  gloo_run._exec_command_fn = _recording(statuses, gloo_run._exec_command_fn)
   try:
     run_commandline()
   except RuntimeError:
