@@ -343,27 +343,33 @@ def rule_text(runs):
 
 
 def warmup_text(runs):
-  """Test WER at 8192 of the best arm there at its rate, with each warm-up tried."""
+  """Test WER at 8192 of each arm at its chosen rate with each warm-up tried, the best arm first."""
   best = study.best_arm(runs, KEY, [a.name for a in plan.ARMS], plan.LARGE, study.WER)
   if best is None:
     return 'not yet run.'
-  recipe_runs = best[2]  # the chosen runs of the best arm at 8192
+  names = [best[0]] + [a.name for a in plan.ARMS if a.name != best[0]]
+  return ' '.join(text for name in names if (text := arm_warmup_text(runs, name)))
+
+
+def arm_warmup_text(runs, name):
+  """One arm's warm-ups at 8192 against seed 0 of its chosen runs; '' before a run there."""
+  recipe_runs = members_at(runs, name, plan.LARGE)
+  if not recipe_runs:
+    return ''
   # The warm-ups run with seed 0: against seed 0 of the recipe's run, not its mean.
-  seed0 = [r for r in recipe_runs if r['seed'] == 0]
-  recipe_wer = study.metric_mean(seed0, study.WER)
+  recipe_wer = study.metric_mean([r for r in recipe_runs if r['seed'] == 0], study.WER)
   parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): '
            + ('not yet run' if recipe_wer is None else f'{recipe_wer * 100:.2f} %')]
   for fraction in plan.WARMUPS:
-    sweep = f'{best[0]}_warmup{fraction:g}'
-    members = study.at_value(runs, sweep, KEY, plan.LARGE)
-    mean = study.metric_mean(members, study.WER)
+    mean = study.metric_mean(study.at_value(runs, f'{name}_warmup{fraction:g}', KEY, plan.LARGE),
+                             study.WER)
     parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
                                               else f'{mean * 100:.2f} %'))
-  text = f'{label(best[0])} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
+  text = f'{label(name)} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
   # How far apart two seeds of the same setting are: the scale a warm-up's change is read on.
   seeds = [r['wer'] for r in recipe_runs if r['status'] == 'ok' and r.get('wer') is not None]
   if len(seeds) >= 2:
-    text += (f' The recipe\'s own {len(seeds)} seeds differ by '
+    text += (f' Its {len(seeds)} seeds at the recipe\'s warm-up differ by '
              f'{(max(seeds) - min(seeds)) * 100:.2f} points.')
   return text
 

@@ -33,9 +33,10 @@ seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
 chosen by its mean over seeds has both), one run of each arm at 16384 (past
 32x: the arm's chosen rate at 8192, both seeds in, by the square-root rule,
 seed 0, not tuned), what the warm-up is worth at 8192 (the best arm there at
-its best rate with a shorter and a longer warm-up, seed 0), and last a grid
-at 16384 for the best arm at 8192, around its one run there and grown as
-every grid is (the other arms' runs there stay one rate each).
+its best rate with a shorter and a longer warm-up, seed 0), a grid at 16384
+for the best arm at 8192, around its one run there and grown as every grid
+is (the other arms' runs there stay one rate each), and last the same two
+warm-ups for the other arms at 8192, at their chosen rates.
 
 Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
 (the sweep is the arm's name, ``<arm>_half`` for the budget check,
@@ -284,7 +285,7 @@ def plan(results):
   the main questions: the grids at 256, the budget check, the grids at 8192,
   the batches between (where scaling stops), the second seeds at 256 and
   8192, one run of each arm past 32x, the warm-up, a grid past 32x for the
-  best arm at 8192.
+  best arm at 8192, the warm-up of the other arms at 8192.
   """
   steps = []
   settled = {}
@@ -371,6 +372,16 @@ def plan(results):
     if not done:
       steps.append(Pending(arm.name, batch, f'the grid grows past an edge while its best rate is '
                                             f'there (at most {GROWTHS} times)'))
+
+  # Last, the warm-ups for the other arms at 8192 too, at their chosen rates (both seeds
+  # in): whether a warm-up is what LAMB, the arm the target names, and AdamW lack there.
+  for arm in ARMS:
+    if best is None:
+      steps.append(Pending(f'{arm.name}_warmup', LARGE, 'the warm-ups tried, at the chosen '
+                                                        'rate, once the best arm there is known'))
+    elif arm.name != best[0]:
+      steps += [Run(f'{arm.name}_warmup{w:g}', arm.name, LARGE, seeded_rate(arm.name, LARGE), 0,
+                    (f'lr_policy_params.warmup_fraction={w:g}',)) for w in WARMUPS]
   return steps
 
 

@@ -233,8 +233,11 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
       pytest.approx(0.301))
   text = '\n'.join(page.recipe(runs, TARGET))
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
-          '5 %: 35.00 %; 20 %: not yet run. The recipe\'s own 2 seeds differ by 2.20 points.'
-          in text)
+          '5 %: 35.00 %; 20 %: not yet run. Its 2 seeds at the recipe\'s warm-up differ by 2.20 '
+          'points. AdamW at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 33.00 %; '
+          '5 %: not yet run; 20 %: not yet run.') in text
+  # Muon has no run at 8192: no sentence.
+  assert 'Muon at 8192' not in text
   assert f'Muon: {948 * 256 / (1180 * 1024):.2f} at 1024' in text
   assert 'Muon: 0.20 at 1024' in text
   # Its updates grow with the batch: no fit.

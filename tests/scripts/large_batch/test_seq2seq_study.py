@@ -167,7 +167,8 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
       assert rates_of(steps, arm.name, batch) == {
           s2s.rate(middle / 2), middle, s2s.rate(middle * 2)}, (arm, batch)
   # The grids at 256, the budget check (half the epochs, seeds 0 and 1), the grids at 8192,
-  # the batches between, the second seeds, past 32x, the warm-up, the grid past 32x.
+  # the batches between, the second seeds, past 32x, the warm-up, the grid past 32x, the
+  # warm-ups of the other two arms.
   phases = []
   for r in steps:
     phase = isinstance(r, s2s.Run) and (r.batch, r.seed, r.sweep[len(r.arm):])
@@ -175,7 +176,8 @@ def test_every_arm_runs_at_every_batch_on_a_grid_around_its_rule(tmp_path):
       phases.append(phase)
   assert phases == [(256, 0, ''), (256, 0, '_half'), (256, 1, '_half'), (8192, 0, ''),
                     (1024, 0, ''), (4096, 0, ''), (256, 1, ''), (8192, 1, ''), (16384, 0, ''),
-                    (8192, 0, '_warmup0.05'), (8192, 0, '_warmup0.2'), (16384, 0, '')]
+                    (8192, 0, '_warmup0.05'), (8192, 0, '_warmup0.2'), (16384, 0, ''),
+                    *[(8192, 0, f'_warmup{w:g}') for _ in range(2) for w in s2s.WARMUPS]]
 
 
 def test_the_batches_between_are_centred_on_the_line_through_the_tuned_ends(tmp_path):
@@ -302,8 +304,13 @@ def test_past_32x_the_best_arm_at_8192_gets_a_grid_around_its_one_run_there(tmp_
   assert [r.lr for r in steps if isinstance(r, s2s.Run) and r.batch == 16384
           and r.sweep == 'muon'] == [middle, s2s.rate(middle / 2), s2s.rate(middle * 2)]
   order = [(r.sweep, r.batch, r.lr) for r in steps if isinstance(r, s2s.Run)]
-  last_warmup = max(i for i, (sweep, _, _) in enumerate(order) if '_warmup' in sweep)
-  assert order.index(('muon', 16384, s2s.rate(middle / 2))) > last_warmup
+  warmups = [i for i, (sweep, _, _) in enumerate(order) if '_warmup' in sweep]
+  grid = order.index(('muon', 16384, s2s.rate(middle / 2)))
+  assert [order[i][0] for i in warmups if i < grid] == [f'muon_warmup{w:g}' for w in s2s.WARMUPS]
+  # Then the warm-ups of LAMB and AdamW, at their chosen rates at 8192.
+  assert [order[i] for i in warmups if i > grid] == [
+      (f'{arm}_warmup{w:g}', 8192, centres(8192)[arm]) for arm in ('lamb', 'adamw')
+      for w in s2s.WARMUPS]
   assert len(rates_of(steps, 'lamb', 16384)) == len(rates_of(steps, 'adamw', 16384)) == 1
   # Its best at the top edge: the grid grows up once, as every grid does.
   write_archive(archive, 'muon', 16384, {(s2s.rate(middle / 2), 0): 0.60, (middle, 0): 0.55,
@@ -488,11 +495,14 @@ def test_the_driver_runs_the_plan_to_its_end_and_resumes(tmp_path, monkeypatch):
   for arm in s2s.ARMS:
     for batch in s2s.KEY_BATCHES:
       assert (arm.name, batch, 1, [centres(batch)[arm.name]]) in FakeSweep.calls
-  # The budget and warm-up checks ran on the best arm (LAMB: its centre wins by the order of the arms).
+  # The budget and warm-up checks ran on the best arm (LAMB: its centre wins by the order of the
+  # arms), and last the warm-ups on the other two, each arm at its rate at 8192.
   assert [c for c in FakeSweep.calls if c[0].endswith('_half')] == [
       ('lamb_half', 256, 0, [0.003]), ('lamb_half', 256, 1, [0.003])]
-  assert {c[0] for c in FakeSweep.calls if '_warmup' in c[0]} == {
-      f'lamb_warmup{w:g}' for w in s2s.WARMUPS}
+  assert [c for c in FakeSweep.calls if '_warmup' in c[0]] == [
+      (f'{arm}_warmup{w:g}', 8192, 0, [centres(8192)[arm]]) for arm in ARMS for w in s2s.WARMUPS]
+  assert [c[0] for c in FakeSweep.calls[-4:]] == [
+      f'{arm}_warmup{w:g}' for arm in ('adamw', 'muon') for w in s2s.WARMUPS]
 
 
 def test_a_failed_run_is_archived_and_not_run_again(tmp_path, monkeypatch):
