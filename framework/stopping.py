@@ -3,7 +3,12 @@
 The first signal asks the trainer to stop after the current step: it saves a
 checkpoint, writes its summaries and exits with ``128 + signal number`` (143
 for SIGTERM, 130 for SIGINT, as a shell reports a process the signal ended).
-A second signal exits at once, without saving. Under Horovod the workers agree
+A second signal exits at once, without saving; but the same signal again
+within :data:`REPEAT_SECONDS` of the first is that first stop delivered twice
+and changes nothing: a scheduler (Slurm's time limit, ``scancel``) or a
+terminal's Ctrl-C signals every process of a job, and the launcher (horovodrun,
+``run.py --num_workers``, ``scripts/sweep.py``) forwards what it got, so each
+worker gets the stop twice within milliseconds. Under Horovod the workers agree
 on the step to stop at (:meth:`StopRequest.agreed`), so a signal to any one
 worker stops all of them at the same step and rank 0 saves once.
 
@@ -13,10 +18,14 @@ which run.py turns into the exit status and the resume command.
 
 import os
 import signal
+import time
 
 from core.signals import STOP_SIGNALS as SIGNALS
 from core.signals import exit_status
 from framework import distributed
+
+# A repeat of the first signal this soon after it is the same stop, delivered twice.
+REPEAT_SECONDS = 2.0
 
 
 class RunStopped(Exception):
@@ -46,6 +55,7 @@ class StopRequest:
 
   def __init__(self):
     self.signum = None
+    self._first = None  # time.monotonic() of the first signal
     self._previous = {}
 
   def install(self):
@@ -66,11 +76,15 @@ class StopRequest:
   def _handle(self, signum, frame):
     del frame
     name = signal.Signals(signum).name
+    now = time.monotonic()
+    if self.signum == signum and now - self._first < REPEAT_SECONDS:
+      return  # the first stop again, from the launcher or the scheduler
     if self.signum is not None:
       # os.write and os._exit: safe whatever the main thread was doing.
       os.write(2, f'error: second {name}: exiting at once, without saving\n'.encode())
       os._exit(exit_status(signum))  # pylint: disable=protected-access
     self.signum = signum
+    self._first = now
     if distributed.is_chief():
       os.write(2, f'{name} received: stopping after the current step and saving a checkpoint '
                   f'(send it again to exit at once)\n'.encode())

@@ -202,7 +202,11 @@ def _rank_of(pid):
 
 
 def _stop_job(logdir, target, after_step):
-  """Starts a two-worker run, sends SIGTERM to ``target`` ('rank1' or 'horovodrun') after a step."""
+  """Starts a two-worker run, sends SIGTERM to ``target`` after a step.
+
+  ``target``: 'rank1', 'horovodrun', or 'all' (horovodrun and both workers, as Slurm's
+  scancel or time limit signals every process of a job step).
+  """
   cmd = [HOROVODRUN, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, '-u',
          os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train', '--logdir',
          str(logdir), *SHORT, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=1000',
@@ -219,9 +223,12 @@ def _stop_job(logdir, target, after_step):
                                               timeout=60).stdout.split()]
     workers = [p for p in workers if p != proc.pid and _rank_of(p) >= 0]
     assert len(workers) == 2, (workers, ''.join(lines))
-    if target == 'horovodrun':
+    if target in ('horovodrun', 'all'):
       proc.send_signal(signal.SIGTERM)
-    else:
+    if target == 'all':
+      for pid in workers:
+        os.kill(pid, signal.SIGTERM)
+    elif target == 'rank1':
       os.kill([p for p in workers if _rank_of(p) == 1][0], signal.SIGTERM)
     rest, _ = proc.communicate(timeout=180)
   return proc.returncode, ''.join(lines) + rest
@@ -259,3 +266,16 @@ def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worke
   reader = tf.train.load_checkpoint(str(logdir / f'ckpt-{second}'))
   assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) == second
 
+
+def test_a_signal_to_every_process_of_the_job_is_one_stop_and_rank_0_saves(tmp_path):
+  # Each worker gets SIGTERM twice, from the scheduler and from horovodrun: the same stop
+  # (framework/stopping.py), not a second signal that exits without saving.
+  logdir = tmp_path / 'hvd'
+  status, out = _stop_job(logdir, 'all', 3)
+  assert status == 143, out
+  assert 'second SIGTERM' not in out, out
+  stopped = [l for l in out.splitlines() if 'stopped by SIGTERM at step ' in l]
+  assert len(stopped) == 1, out
+  step = int(stopped[0].split(' at step ')[1].split()[0])
+  assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
+      [f'ckpt-{step}.index']
