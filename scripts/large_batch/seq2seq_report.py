@@ -360,8 +360,10 @@ def arm_warmup_text(runs, name):
   recipe_wer = study.metric_mean([r for r in recipe_runs if r['seed'] == 0], study.WER)
   parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): '
            + ('not yet run' if recipe_wer is None else f'{recipe_wer * 100:.2f} %')]
-  for fraction in plan.WARMUPS:
-    mean = study.metric_mean(study.at_value(runs, f'{name}_warmup{fraction:g}', KEY, plan.LARGE),
+  prefix = f'{name}_warmup'
+  tried = {study.number(r['arm'][len(prefix):]) for r in runs if r['arm'].startswith(prefix)}
+  for fraction in sorted(tried.union(plan.WARMUPS) - {None}):
+    mean = study.metric_mean(study.at_value(runs, f'{prefix}{fraction:g}', KEY, plan.LARGE),
                              study.WER)
     parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
                                               else f'{mean * 100:.2f} %'))

@@ -33,7 +33,9 @@ seeds (at the key batches, 256 and 8192, the best rate of each arm with seed
 chosen by its mean over seeds has both), one run of each arm at 16384 (past
 32x: the arm's chosen rate at 8192, both seeds in, by the square-root rule,
 seed 0, not tuned), what the warm-up is worth at 8192 (the best arm there at
-its best rate with a shorter and a longer warm-up, seed 0), a grid at 16384
+its best rate with a shorter and a longer warm-up, seed 0, and one past the
+best while it is the shortest or longest and clear of seed noise:
+``warmup_fractions``), a grid at 16384
 for the best arm at 8192, around its one run there and grown as every grid
 is (the other arms' runs there stay one rate each), and last the same two
 warm-ups for the other arms at 8192, at their chosen rates.
@@ -121,8 +123,12 @@ GROWTHS = 4
 # it learned nothing, and how such runs rank among themselves is noise. A grid
 # none of whose rates learned anything grows down, as one whose runs all failed.
 NOTHING_LEARNED = 0.99
-# The warm-ups tried at 8192 besides the recipe's (WARMUP_FRACTION).
+# The warm-ups tried at 8192 besides the recipe's (WARMUP_FRACTION). While the
+# best of them is the shortest or the longest tried and beats the recipe's by more
+# than the recipe's two seeds differ, the one past it (/2 or x2) is tried too,
+# within WARMUP_LIMITS.
 WARMUPS = (0.05, 0.2)
+WARMUP_LIMITS = (0.025, 0.4)
 
 Run = collections.namedtuple('Run', ['sweep', 'arm', 'batch', 'lr', 'seed', 'sets'])
 Run.__doc__ = """One run: its sweep directory, arm, global batch (words), rate, seed and extra ``--set``s."""
@@ -343,8 +349,10 @@ def plan(results):
 
   for arm in ARMS:
     tuned(arm, SMALL)
+  half = (f'num_epochs={EPOCHS / 2:g}',)
   steps += _at_best(results, settled, SMALL, '_half', 'half the epochs, seeds 0 and 1',
-                    [((f'num_epochs={EPOCHS / 2:g}',), (0, 1))])
+                    lambda name, lr: [Run(f'{name}_half', name, SMALL, lr, seed, half)
+                                      for seed in (0, 1)])
   for batch in [LARGE] + [b for b in BATCHES if b not in KEY_BATCHES]:
     for arm in ARMS:
       tuned(arm, batch)
@@ -354,8 +362,8 @@ def plan(results):
   for batch in BEYOND:
     for arm in ARMS:
       probe(arm, batch)
-  steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-up tried',
-                    [((f'lr_policy_params.warmup_fraction={w:g}',), (0,)) for w in WARMUPS])
+  steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-ups tried',
+                    lambda name, lr: warmups(results, name, lr))
 
   # Past 32x the best arm at 8192 (both seeds in) gets a grid around its one run.
   seeded = all(seeded_rate(arm.name, LARGE) for arm in ARMS)
@@ -380,17 +388,56 @@ def plan(results):
       steps.append(Pending(f'{arm.name}_warmup', LARGE, 'the warm-ups tried, at the chosen '
                                                         'rate, once the best arm there is known'))
     elif arm.name != best[0]:
-      steps += [Run(f'{arm.name}_warmup{w:g}', arm.name, LARGE, seeded_rate(arm.name, LARGE), 0,
-                    (f'lr_policy_params.warmup_fraction={w:g}',)) for w in WARMUPS]
+      steps += warmups(results, arm.name, seeded_rate(arm.name, LARGE))
   return steps
 
 
-def _at_best(results, settled, batch, suffix, what, variants):
-  """Runs of the best arm at ``batch`` (all grids there settled), at its best rate, changed by ``variants``.
+def warmup_fractions(results, name, lr):
+  """The warm-ups to try for ``name`` at 8192 at rate ``lr`` (seed 0), and whether they are settled.
 
-  ``variants``: ``(sets, seeds)``; each runs in the sweep ``<arm><suffix>``
-  (``lamb_half``), or ``<arm><suffix><value>`` where it changes one value of the
-  lr policy (``lamb_warmup0.05``).
+  WARMUPS, and while the best (by seed 0's test WER, the recipe's
+  WARMUP_FRACTION included) is the shortest or the longest and beats the
+  recipe's by more than the recipe's seeds differ, the one past it, within
+  WARMUP_LIMITS. Not settled while a run has no result.
+  """
+  def score(fraction):
+    return results.score(name if fraction == WARMUP_FRACTION else f'{name}_warmup{fraction:g}',
+                         LARGE, lr)
+
+  seeds = [r['wer'] for r in results.runs if r['arm'] == name and r[study.GLOBAL_BATCH] == LARGE
+           and study.rate_key(r['lr']) == study.rate_key(lr) and r.get('wer') is not None]
+  spread = max(seeds) - min(seeds) if seeds else 0.0
+  tried = sorted({WARMUP_FRACTION, *WARMUPS})
+  while True:
+    scores = [score(fraction) for fraction in tried]
+    if any(s is None for s in scores):
+      return tried, False
+    best = scores.index(min(scores))
+    recipe = scores[tried.index(WARMUP_FRACTION)]
+    if 0 < best < len(tried) - 1 or recipe - scores[best] <= spread:
+      return tried, True
+    past = tried[0] / 2 if best == 0 else tried[-1] * 2
+    if not WARMUP_LIMITS[0] <= past <= WARMUP_LIMITS[1]:
+      return tried, True
+    tried = sorted(tried + [past])
+
+
+def warmups(results, name, lr):
+  """The runs of ``name``'s warm-ups at 8192 at rate ``lr`` (seed 0): warmup_fractions'."""
+  fractions, settled = warmup_fractions(results, name, lr)
+  steps = [Run(f'{name}_warmup{f:g}', name, LARGE, lr, 0,
+               (f'lr_policy_params.warmup_fraction={f:g}',))
+           for f in fractions if f != WARMUP_FRACTION]
+  if not settled:
+    steps.append(Pending(f'{name}_warmup', LARGE, 'a warm-up past the shortest or the longest '
+                                                  'while it is the best'))
+  return steps
+
+
+def _at_best(results, settled, batch, suffix, what, runs):
+  """``runs(arm, rate)`` for the best arm at ``batch`` at its best rate, once every grid there is settled.
+
+  Before that, one Pending (its sweep ``*<suffix>``, ``*_half``, and ``what``).
   """
   if not all(settled.get((arm.name, batch)) is not None for arm in ARMS):
     return [Pending(f'*{suffix}', batch, f'the best arm at its best rate, {what}, once every '
@@ -398,12 +445,7 @@ def _at_best(results, settled, batch, suffix, what, variants):
   best = results.best([arm.name for arm in ARMS], batch)
   if best is None:  # every run failed: nothing to compare with
     return []
-  sweep, lr, _ = best
-  steps = []
-  for sets, seeds in variants:
-    name = sweep + suffix + ('' if suffix == '_half' else sets[0].rsplit('=', 1)[1])
-    steps += [Run(name, sweep, batch, lr, seed, sets) for seed in seeds]
-  return steps
+  return runs(best[0], best[1])
 
 
 # ---------------------------------------------------------------------------

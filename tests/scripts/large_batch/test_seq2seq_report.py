@@ -221,6 +221,9 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   write_archive(archive, 'lamb', 8192, {(0.03394, 1): 0.29}, steps=s8k)
   write_archive(archive, 'lamb_warmup0.05', 8192, {(0.03394, 0): 0.35}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.05',))
+  # A warm-up the plan added past the longest (seq2seq_study.warmup_fractions) is read too.
+  write_archive(archive, 'lamb_warmup0.4', 8192, {(0.03394, 0): 0.30}, steps=s8k,
+                sets=('lr_policy_params.warmup_fraction=0.4',))
   # Muon at 256 reaches 45 % at its first fifth (948 updates), at 1024 only at its last
   # (1180): 948·256 / (1180·1024) = 0.20.
   s256, s1k = s2s.updates(256), s2s.updates(1024)
@@ -233,8 +236,8 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
       pytest.approx(0.301))
   text = '\n'.join(page.recipe(runs, TARGET))
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
-          '5 %: 35.00 %; 20 %: not yet run. Its 2 seeds at the recipe\'s warm-up differ by 2.20 '
-          'points. AdamW at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 33.00 %; '
+          '5 %: 35.00 %; 20 %: not yet run; 40 %: 30.00 %. Its 2 seeds at the recipe\'s warm-up '
+          'differ by 2.20 points. AdamW at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 33.00 %; '
           '5 %: not yet run; 20 %: not yet run.') in text
   # Muon has no run at 8192: no sentence.
   assert 'Muon at 8192' not in text
