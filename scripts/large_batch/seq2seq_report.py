@@ -351,22 +351,29 @@ def warmup_text(runs):
   return ' '.join(text for name in names if (text := arm_warmup_text(runs, name)))
 
 
+def warmup_wers(runs, name):
+  """``{fraction: seed 0's test WER or None}`` of ``name`` at 8192 at its chosen rate, the recipe's first.
+
+  The warm-ups run with seed 0: the recipe's is its seed 0, not its mean.
+  """
+  recipe = [r for r in members_at(runs, name, plan.LARGE) if r['seed'] == 0]
+  wers = {plan.WARMUP_FRACTION: study.metric_mean(recipe, study.WER)}
+  prefix = f'{name}_warmup'
+  tried = {study.number(r['arm'][len(prefix):]) for r in runs if r['arm'].startswith(prefix)}
+  for fraction in sorted(tried.union(plan.WARMUPS) - {None}):
+    wers[fraction] = study.metric_mean(
+        study.at_value(runs, f'{prefix}{fraction:g}', KEY, plan.LARGE), study.WER)
+  return wers
+
+
 def arm_warmup_text(runs, name):
   """One arm's warm-ups at 8192 against seed 0 of its chosen runs; '' before a run there."""
   recipe_runs = members_at(runs, name, plan.LARGE)
   if not recipe_runs:
     return ''
-  # The warm-ups run with seed 0: against seed 0 of the recipe's run, not its mean.
-  recipe_wer = study.metric_mean([r for r in recipe_runs if r['seed'] == 0], study.WER)
-  parts = [f'{plan.WARMUP_FRACTION * 100:g} % (the recipe): '
-           + ('not yet run' if recipe_wer is None else f'{recipe_wer * 100:.2f} %')]
-  prefix = f'{name}_warmup'
-  tried = {study.number(r['arm'][len(prefix):]) for r in runs if r['arm'].startswith(prefix)}
-  for fraction in sorted(tried.union(plan.WARMUPS) - {None}):
-    mean = study.metric_mean(study.at_value(runs, f'{prefix}{fraction:g}', KEY, plan.LARGE),
-                             study.WER)
-    parts.append(f'{fraction * 100:g} %: ' + ('not yet run' if mean is None
-                                              else f'{mean * 100:.2f} %'))
+  parts = [f'{fraction * 100:g} %' + (' (the recipe)' if fraction == plan.WARMUP_FRACTION else '')
+           + ': ' + ('not yet run' if wer is None else f'{wer * 100:.2f} %')
+           for fraction, wer in warmup_wers(runs, name).items()]
   text = f'{label(name)} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
   # How far apart two seeds of the same setting are: the scale a warm-up's change is read on.
   seeds = [r['wer'] for r in recipe_runs if r['status'] == 'ok' and r.get('wer') is not None]
@@ -377,7 +384,7 @@ def arm_warmup_text(runs, name):
 
 
 def worth_text(runs):
-  """What each choice was worth at 8192: the rate (tuned against the grid's centre) and the optimizer."""
+  """What each choice was worth at 8192: the rate (tuned against the rule), the warm-up, the optimizer."""
   parts = []
   for arm in plan.ARMS:
     members = study.at_value(runs, arm.name, KEY, plan.LARGE)
@@ -390,6 +397,16 @@ def worth_text(runs):
     else:
       parts.append(f'tuning {arm.label}\'s rate (against its rate at 256 by the square-root '
                    f'rule, {middle:g}): {(at_centre - tuned) * 100:.2f}')
+  for arm in plan.ARMS:
+    wers = warmup_wers(runs, arm.name)
+    recipe = wers[plan.WARMUP_FRACTION]
+    if recipe is None or any(wer is None for wer in wers.values()):
+      parts.append(f'the warm-up of {arm.label}: not yet run')
+      continue
+    best = min(wers, key=wers.get)
+    parts.append(f'the warm-up of {arm.label} (its best tried, {best * 100:g} %, against the '
+                 f'recipe\'s {plan.WARMUP_FRACTION * 100:g} %, seed 0): '
+                 f'{(recipe - wers[best]) * 100:.2f}')
   means = {arm.label: study.metric_mean(members_at(runs, arm.name, plan.LARGE), study.WER)
            for arm in plan.ARMS}
   known = {name: mean for name, mean in means.items() if mean is not None}
