@@ -380,6 +380,11 @@ def arm_warmup_text(runs, name):
   if len(seeds) >= 2:
     text += (f' Its {len(seeds)} seeds at the recipe\'s warm-up differ by '
              f'{(max(seeds) - min(seeds)) * 100:.2f} points.')
+  wers = {f: w for f, w in warmup_wers(runs, name).items() if w is not None}
+  best = min(wers, key=wers.get) if wers else None
+  if best in plan.WARMUP_LIMITS:
+    text += (f' Its best is the {"longest" if best == max(plan.WARMUP_LIMITS) else "shortest"} '
+             f'warm-up the study tries ({best * 100:g} %): past it may be better still.')
   return text
 
 
