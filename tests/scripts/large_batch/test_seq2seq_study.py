@@ -435,6 +435,14 @@ def test_the_key_point_configs_docstring_quotes_the_archived_results():
   # The config trains at LAMB's chosen rate.
   rate = page.members_at(runs, 'lamb', s2s.LARGE)[0]['lr']
   assert f"['learning_rate'] = {rate:g}" in source
+  # LAMB's warm-ups at that rate (seed 0), and what the best was worth over the config's.
+  wers = page.warmup_wers(runs, 'lamb')
+  quoted = text[text.index('test WER by warm-up fraction'):]
+  for fraction, wer in sorted(wers.items()):
+    assert f'{fraction * 100:g} %' in quoted and f'{wer * 100:.2f} %' in quoted, fraction
+  best = min(wers, key=wers.get)
+  assert f'warmup_fraction={best:g})' in quoted
+  assert f'worth {(wers[s2s.WARMUP_FRACTION] - wers[best]) * 100:.2f} points' in quoted
 
 
 class FakeSweep:
@@ -548,6 +556,9 @@ def test_the_readme_quotes_the_archived_results_at_32x():
     mean = page.study.metric_mean(page.members_at(runs, arm.name, s2s.LARGE), page.study.WER)
     assert f'{mean * 100:.2f} %' in quoted, arm.name
   assert f'{best[1] * 100:.2f} % for the best at 256 ({page.label(best[0])})' in quoted
+  wers = page.warmup_wers(runs, 'lamb')
+  chosen = min(wers, key=wers.get)
+  assert f'a {chosen * 100:g} % warm-up brings LAMB to {wers[chosen] * 100:.2f} %' in quoted
 
 
 def test_a_warm_up_at_an_edge_that_beats_the_recipe_past_seed_noise_gets_the_one_past_it(
