@@ -204,6 +204,11 @@ def target_lines(runs):
                f'{-result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
       if result['seeds'] < SEEDS_WANTED:
         line += f' (provisional: {result["seeds"]} of {SEEDS_WANTED} seeds)'
+      wers = {f: w for f, w in warmup_wers(runs, arm.name).items() if w is not None}
+      warm = min(wers, key=wers.get) if wers else None
+      if warm is not None and warm != plan.WARMUP_FRACTION and best is not None:
+        line += (f'; with its best warm-up ({warm * 100:g} %, seed 0) {wers[warm] * 100:.2f} %, '
+                 f'{(wers[warm] - best[1]) * 100:+.2f} points')
     lines.append(line)
   lines.append(budget_line(runs, best))
   failed = [r for r in runs if r['status'] != 'ok']

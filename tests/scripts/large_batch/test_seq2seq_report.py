@@ -249,6 +249,12 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   text = '\n'.join(page.recipe(page.read(str(archive), TARGET), TARGET))
   assert ("the warm-up of LAMB (its best tried, 40 %, against the recipe's 10 %, seed 0): 1.20;"
           in text)
+  # The target line gives the arm's best warm-up too, against the best at 256 (AdamW, 30.50 %):
+  # 30.00 - 30.50 = -0.50. AdamW has no warm-up run: its line has none.
+  targets = '\n'.join(page.target_lines(page.read(str(archive), TARGET)))
+  assert ('(lr 0.03394), -0.40 points: **met**; with its best warm-up (40 %, seed 0) 30.00 %, '
+          '-0.50 points\n') in targets
+  assert '+2.50 points: **missed** (provisional: 1 of 2 seeds)\n' in targets
   # 40 % is the longest the plan tries (seq2seq_study.WARMUP_LIMITS): the page says so.
   assert s2s.WARMUP_LIMITS[1] == 0.4
   assert ("20 %: 33.00 %; 40 %: 30.00 %. Its 2 seeds at the recipe's warm-up differ by 2.20 "
