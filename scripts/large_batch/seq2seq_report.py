@@ -67,8 +67,8 @@ def label(sweep):
       return arm.label
     if sweep == arm.name + '_half':
       return f'{arm.label}, half the epochs'
-    if sweep.startswith(arm.name + '_warmup'):
-      fraction = study.number(sweep[len(arm.name + '_warmup'):])
+    if sweep.startswith(arm.name + plan.WARMUP_SUFFIX):
+      fraction = study.number(sweep[len(arm.name + plan.WARMUP_SUFFIX):])
       return f'{arm.label}, warm-up {fraction * 100:g} %' if fraction is not None else sweep
   return sweep
 
@@ -204,8 +204,8 @@ def target_lines(runs):
                f'{-result["gap"]:+.2f} points: **{"met" if result["met"] else "missed"}**')
       if result['seeds'] < SEEDS_WANTED:
         line += f' (provisional: {result["seeds"]} of {SEEDS_WANTED} seeds)'
-      wers = {f: w for f, w in warmup_wers(runs, arm.name).items() if w is not None}
-      warm = min(wers, key=wers.get) if wers else None
+      wers = warmup_wers(runs, arm.name)
+      warm = best_warmup(wers)
       if warm is not None and warm != plan.WARMUP_FRACTION and best is not None:
         line += (f'; with its best warm-up ({warm * 100:g} %, seed 0) {wers[warm] * 100:.2f} %, '
                  f'{(wers[warm] - best[1]) * 100:+.2f} points')
@@ -363,12 +363,18 @@ def warmup_wers(runs, name):
   """
   recipe = [r for r in members_at(runs, name, plan.LARGE) if r['seed'] == 0]
   wers = {plan.WARMUP_FRACTION: study.metric_mean(recipe, study.WER)}
-  prefix = f'{name}_warmup'
+  prefix = name + plan.WARMUP_SUFFIX
   tried = {study.number(r['arm'][len(prefix):]) for r in runs if r['arm'].startswith(prefix)}
   for fraction in sorted(tried.union(plan.WARMUPS) - {None}):
     wers[fraction] = study.metric_mean(
-        study.at_value(runs, f'{prefix}{fraction:g}', KEY, plan.LARGE), study.WER)
+        study.at_value(runs, plan.warmup_sweep(name, fraction), KEY, plan.LARGE), study.WER)
   return wers
+
+
+def best_warmup(wers):
+  """The fraction of the lowest WER among ``warmup_wers``' finished ones, or None."""
+  done = {fraction: wer for fraction, wer in wers.items() if wer is not None}
+  return min(done, key=done.get) if done else None
 
 
 def arm_warmup_text(runs, name):
@@ -376,17 +382,17 @@ def arm_warmup_text(runs, name):
   recipe_runs = members_at(runs, name, plan.LARGE)
   if not recipe_runs:
     return ''
+  wers = warmup_wers(runs, name)
   parts = [f'{fraction * 100:g} %' + (' (the recipe)' if fraction == plan.WARMUP_FRACTION else '')
            + ': ' + ('not yet run' if wer is None else f'{wer * 100:.2f} %')
-           for fraction, wer in warmup_wers(runs, name).items()]
+           for fraction, wer in wers.items()]
   text = f'{label(name)} at 8192, seed 0, test WER by warm-up: ' + '; '.join(parts) + '.'
   # How far apart two seeds of the same setting are: the scale a warm-up's change is read on.
   seeds = [r['wer'] for r in recipe_runs if r['status'] == 'ok' and r.get('wer') is not None]
   if len(seeds) >= 2:
     text += (f' Its {len(seeds)} seeds at the recipe\'s warm-up differ by '
              f'{(max(seeds) - min(seeds)) * 100:.2f} points.')
-  wers = {f: w for f, w in warmup_wers(runs, name).items() if w is not None}
-  best = min(wers, key=wers.get) if wers else None
+  best = best_warmup(wers)
   if best in plan.WARMUP_LIMITS:
     text += (f' Its best is the {"longest" if best == max(plan.WARMUP_LIMITS) else "shortest"} '
              f'warm-up the study tries ({best * 100:g} %): past it may be better still.')
@@ -413,7 +419,7 @@ def worth_text(runs):
     if recipe is None or any(wer is None for wer in wers.values()):
       parts.append(f'the warm-up of {arm.label}: not yet run')
       continue
-    best = min(wers, key=wers.get)
+    best = best_warmup(wers)
     parts.append(f'the warm-up of {arm.label} (its best tried, {best * 100:g} %, against the '
                  f'recipe\'s {plan.WARMUP_FRACTION * 100:g} %, seed 0): '
                  f'{(recipe - wers[best]) * 100:.2f}')

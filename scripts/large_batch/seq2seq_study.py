@@ -129,6 +129,7 @@ NOTHING_LEARNED = 0.99
 # within WARMUP_LIMITS.
 WARMUPS = (0.05, 0.2)
 WARMUP_LIMITS = (0.025, 0.4)
+WARMUP_SUFFIX = '_warmup'  # of a warm-up's sweep: warmup_sweep
 
 Run = collections.namedtuple('Run', ['sweep', 'arm', 'batch', 'lr', 'seed', 'sets'])
 Run.__doc__ = """One run: its sweep directory, arm, global batch (words), rate, seed and extra ``--set``s."""
@@ -362,7 +363,7 @@ def plan(results):
   for batch in BEYOND:
     for arm in ARMS:
       probe(arm, batch)
-  steps += _at_best(results, settled, LARGE, '_warmup', 'the warm-ups tried',
+  steps += _at_best(results, settled, LARGE, WARMUP_SUFFIX, 'the warm-ups tried',
                     lambda name, lr: warmups(results, name, lr))
 
   # Past 32x the best arm at 8192 (both seeds in) gets a grid around its one run.
@@ -385,8 +386,9 @@ def plan(results):
   # in): whether a warm-up is what LAMB, the arm the target names, and AdamW lack there.
   for arm in ARMS:
     if best is None:
-      steps.append(Pending(f'{arm.name}_warmup', LARGE, 'the warm-ups tried, at the chosen '
-                                                        'rate, once the best arm there is known'))
+      steps.append(Pending(arm.name + WARMUP_SUFFIX, LARGE, 'the warm-ups tried, at the '
+                                                          'chosen rate, once the best arm there '
+                                                          'is known'))
     elif arm.name != best[0]:
       steps += warmups(results, arm.name, seeded_rate(arm.name, LARGE))
   return steps
@@ -401,11 +403,11 @@ def warmup_fractions(results, name, lr):
   WARMUP_LIMITS. Not settled while a run has no result.
   """
   def score(fraction):
-    return results.score(name if fraction == WARMUP_FRACTION else f'{name}_warmup{fraction:g}',
+    return results.score(name if fraction == WARMUP_FRACTION else warmup_sweep(name, fraction),
                          LARGE, lr)
 
-  seeds = [r['wer'] for r in results.runs if r['arm'] == name and r[study.GLOBAL_BATCH] == LARGE
-           and study.rate_key(r['lr']) == study.rate_key(lr) and r.get('wer') is not None]
+  seeds = [w for w in (results.score(name, LARGE, lr, seed) for seed in (0, 1))
+           if w not in (None, math.inf)]
   spread = max(seeds) - min(seeds) if seeds else 0.0
   tried = sorted({WARMUP_FRACTION, *WARMUPS})
   while True:
@@ -422,22 +424,27 @@ def warmup_fractions(results, name, lr):
     tried = sorted(tried + [past])
 
 
+def warmup_sweep(name, fraction):
+  """The sweep of ``name``'s runs with the warm-up ``fraction``: ``lamb_warmup0.05``."""
+  return f'{name}{WARMUP_SUFFIX}{fraction:g}'
+
+
 def warmups(results, name, lr):
   """The runs of ``name``'s warm-ups at 8192 at rate ``lr`` (seed 0): warmup_fractions'."""
   fractions, settled = warmup_fractions(results, name, lr)
-  steps = [Run(f'{name}_warmup{f:g}', name, LARGE, lr, 0,
+  steps = [Run(warmup_sweep(name, f), name, LARGE, lr, 0,
                (f'lr_policy_params.warmup_fraction={f:g}',))
            for f in fractions if f != WARMUP_FRACTION]
   if not settled:
-    steps.append(Pending(f'{name}_warmup', LARGE, 'a warm-up past the shortest or the longest '
-                                                  'while it is the best'))
+    steps.append(Pending(name + WARMUP_SUFFIX, LARGE, 'a warm-up past the shortest or the '
+                                                      'longest while it is the best'))
   return steps
 
 
 def _at_best(results, settled, batch, suffix, what, runs):
   """``runs(arm, rate)`` for the best arm at ``batch`` at its best rate, once every grid there is settled.
 
-  Before that, one Pending (its sweep ``*<suffix>``, ``*_half``, and ``what``).
+  Before that, one Pending of the sweep ``*<suffix>`` (``*_half``) saying ``what`` waits.
   """
   if not all(settled.get((arm.name, batch)) is not None for arm in ARMS):
     return [Pending(f'*{suffix}', batch, f'the best arm at its best rate, {what}, once every '
