@@ -234,14 +234,19 @@ def _stop_job(logdir, target, after_step):
   return proc.returncode, ''.join(lines) + rest
 
 
+def _stopped_at(out, phrase):
+  """The step of the one line of ``out`` that has ``phrase`` ('stopped by ... at step ')."""
+  stopped = [l for l in out.splitlines() if phrase in l]
+  assert len(stopped) == 1, out
+  return int(stopped[0].split(' at step ')[1].split()[0])
+
+
 def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worker(tmp_path):
   logdir = tmp_path / 'hvd'
   status, out = _stop_job(logdir, 'rank1', 3)
   assert status != 0, out
   # Rank 0 received no signal: the workers agreed on the step through an allreduce.
-  stopped = [l for l in out.splitlines() if 'stopped by a signal to another worker at step ' in l]
-  assert len(stopped) == 1, out
-  step = int(stopped[0].split(' at step ')[1].split()[0])
+  step = _stopped_at(out, 'stopped by a signal to another worker at step ')
   assert step >= 3
   # horovodrun reports a non-zero worker with a traceback of its own; none comes from the workers.
   assert f'{ROOT}/run.py", line' not in out and os.path.join(ROOT, 'framework') not in out, out
@@ -258,9 +263,7 @@ def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worke
   assert status == 143, out
   assert 'horovodrun: stopped by SIGTERM; every worker has ended (exit status 143)' in out
   assert f'starting at step {step}' in out
-  stopped = [l for l in out.splitlines() if 'stopped by SIGTERM at step ' in l]
-  assert len(stopped) == 1, out
-  second = int(stopped[0].split(' at step ')[1].split()[0])
+  second = _stopped_at(out, 'stopped by SIGTERM at step ')
   assert second > step and (logdir / f'ckpt-{second}.index').exists()
   assert f'{ROOT}/run.py", line' not in out and os.path.join(ROOT, 'framework') not in out, out
   reader = tf.train.load_checkpoint(str(logdir / f'ckpt-{second}'))
@@ -274,8 +277,6 @@ def test_a_signal_to_every_process_of_the_job_is_one_stop_and_rank_0_saves(tmp_p
   status, out = _stop_job(logdir, 'all', 3)
   assert status == 143, out
   assert 'second SIGTERM' not in out, out
-  stopped = [l for l in out.splitlines() if 'stopped by SIGTERM at step ' in l]
-  assert len(stopped) == 1, out
-  step = int(stopped[0].split(' at step ')[1].split()[0])
+  step = _stopped_at(out, 'stopped by SIGTERM at step ')
   assert sorted(os.path.basename(p) for p in glob.glob(str(logdir / 'ckpt-*.index'))) == \
       [f'ckpt-{step}.index']
