@@ -15,3 +15,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def exit_status(signum):
   """The documented exit status of a process stopped by ``signum``."""
   return 128 + int(signum)
+
+
+# The exit status of a process that a stop signal stopped cleanly, and the signal's name:
+# {143: 'SIGTERM', 130: 'SIGINT'}.
+STOP_STATUSES = {exit_status(s): signal.Signals(s).name for s in STOP_SIGNALS}

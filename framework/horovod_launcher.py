@@ -38,6 +38,7 @@ import time
 import psutil
 
 from core.signals import STOP_SIGNALS
+from core.signals import STOP_STATUSES
 from core.signals import exit_status
 
 # How long a worker has to finish its step, save and exit after horovodrun forwards a stop signal.
@@ -163,15 +164,14 @@ def job_status(signals, statuses):
   ``signals``: the stop signals horovodrun got; ``statuses``: rank -> (status, end time).
   """
   failed = sorted((ended, rank, status) for rank, (status, ended) in statuses.items() if status)
-  stops = {exit_status(s): signal.Signals(s).name for s in STOP_SIGNALS}
   if signals:
     name, status = signal.Signals(signals[0]).name, exit_status(signals[0])
     return status, f'horovodrun: stopped by {name}; every worker has ended (exit status {status})'
-  if all(status in stops for _, _, status in failed):
+  if all(status in STOP_STATUSES for _, _, status in failed):
     status = failed[0][2]
-    return status, (f'horovodrun: worker {failed[0][1]} was stopped by {stops[status]}; every '
-                    f'worker has ended (exit status {status})')
-  _, rank, status = next(f for f in failed if f[2] not in stops)
+    return status, (f'horovodrun: worker {failed[0][1]} was stopped by '
+                    f'{STOP_STATUSES[status]}; every worker has ended (exit status {status})')
+  _, rank, status = next(f for f in failed if f[2] not in STOP_STATUSES)
   return status, (f'horovodrun: worker {rank} of {len(statuses)} exited with status {status}; '
                   'the others were ended')
 

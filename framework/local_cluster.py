@@ -26,6 +26,7 @@ import sys
 import time
 
 from core.signals import STOP_SIGNALS
+from core.signals import STOP_STATUSES
 from core.signals import exit_status
 
 # How long the others get to stop by themselves after one worker failed, before SIGKILL.
@@ -137,12 +138,11 @@ class LocalCluster:
     it, the workers agreed on the step and the chief saved): the others are
     stopping too and are waited for, not interrupted while the chief saves.
     """
-    stop_statuses = {exit_status(s) for s in STOP_SIGNALS}
     while True:
       statuses = [p.poll() for p in self.processes]
       done = [s for s in statuses if s is not None]
       failed = [(i, s) for i, s in enumerate(statuses)
-                if s not in (None, 0) and s not in stop_statuses]
+                if s not in (None, 0) and s not in STOP_STATUSES]
       if failed:
         index, status = failed[0]
         print(f'error: worker {index} of {len(self.processes)} '
@@ -150,7 +150,7 @@ class LocalCluster:
         self._end_others()
         return status if status > 0 else 1
       if len(done) == len(statuses):
-        stopped = [s for s in done if s in stop_statuses]
+        stopped = [s for s in done if s in STOP_STATUSES]
         if stopped:
           return stopped[0]
         return exit_status(self.forwarded) if self.forwarded is not None and any(done) else 0

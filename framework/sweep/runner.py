@@ -554,7 +554,7 @@ class Sweep:
     elif interrupted:
       stopped = [m for m in map(STOPPED_RE.match, text.splitlines()) if m]
       kept = newest_checkpoint(logdir)
-      if stopped and process.returncode in stop_statuses():
+      if stopped and process.returncode in signals.STOP_STATUSES:
         log(f'interrupted {point.name} at step {stopped[-1].group(1)}: saved '
             f'{stopped[-1].group(2)}; it resumes from there next time')
       elif kept:
@@ -612,11 +612,6 @@ class Sweep:
       log(f'recorded {point.name}: it had finished ({own_metric_text(result)}) before its '
           'result was written')
     return result
-
-
-def stop_statuses():
-  """The exit statuses of a run.py that a signal stopped after saving (130, 143)."""
-  return {signals.exit_status(s) for s in signals.STOP_SIGNALS}
 
 
 def newest_checkpoint(logdir):
