@@ -11,11 +11,18 @@ of the name. Names, ``in``, listing and the unknown-name message never import
 anything, so a config's names are checked before TensorFlow is loaded; facts
 given with a lazy entry (its parameter schema, whether it wraps an optimizer)
 are read without loading it either.
+
+A name that holds a ``':'`` and is not registered is an import path,
+``"package.module:name"``: a user's own model, data layer, optimizer or lr
+policy, imported on its first lookup (:func:`import_path_error` says in one
+line why one cannot be). Its facts are the object's own attributes.
 """
 
 import collections.abc
 import difflib
 import importlib
+import os
+import sys
 
 
 class UnknownNameError(ValueError):
@@ -40,6 +47,58 @@ def load_attribute(target):
   for part in attribute.split('.'):
     value = getattr(value, part)
   return value
+
+
+def is_import_path(name):
+  """Whether ``name`` is spelled as ``"module:attribute"`` (a string with one ':' between two parts)."""
+  if not isinstance(name, str):
+    return False
+  module_name, colon, attribute = name.partition(':')
+  return bool(colon and module_name.strip() and attribute.strip() and ':' not in attribute)
+
+
+def _shadowing_package(module_name):
+  """The package of this checkout that a user's module of the same top-level name loses to, or None.
+
+  Only when a module of that name is on the path too (the user's ``models.py``).
+  """
+  top = module_name.split('.', 1)[0]
+  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if not os.path.isdir(os.path.join(here, top)):
+    return None
+  for entry in sys.path:
+    entry = os.path.abspath(entry or os.curdir)
+    if entry != here and (os.path.isfile(os.path.join(entry, top + '.py'))
+                          or os.path.isdir(os.path.join(entry, top))):
+      return top
+  return None
+
+
+def import_path_error(target):
+  """Why ``"module:attribute"`` cannot be imported, in one line; None when it can.
+
+  The import itself runs here: a module that imports is kept in
+  ``sys.modules`` as usual.
+  """
+  module_name, _, attribute = target.partition(':')
+  try:
+    module = importlib.import_module(module_name)
+  except Exception as exc:  # pylint: disable=broad-except
+    # Any error of the user's module at import (a SyntaxError, an ImportError inside it).
+    detail = ' '.join(str(exc).split())
+    return (f'cannot import module {module_name!r} ({type(exc).__name__}: {detail}); put its '
+            "directory on the path: the config file's own directory is, and so are the "
+            'directories of the import_paths key')
+  value = module
+  for part in attribute.split('.'):
+    if not hasattr(value, part):
+      where = getattr(module, '__file__', None) or module_name
+      clash = _shadowing_package(module_name)
+      hint = (f"; {clash!r} is also a package of the framework, which comes first on the path: "
+              'rename your module' if clash is not None and value is module else '')
+      return f'module {module_name!r} ({where}) has no attribute {attribute!r}{hint}'
+    value = getattr(value, part)
+  return None
 
 
 class _Lazy:
@@ -113,14 +172,28 @@ class Registry(collections.abc.Mapping):
   def facts(self, name):
     """The facts given with ``name``'s registration (``{}`` for none); loads nothing.
 
+    An import path has none: what it declares is read from the object.
+
     Raises:
       UnknownNameError: for a name that is not registered.
     """
+    if self._is_own_import_path(name):
+      return {}
     return dict(self._facts[self._name(name)])
 
   def is_loaded(self, name):
-    """Whether ``name``'s object has been imported (always True for an eager registration)."""
+    """Whether ``name``'s object has been imported (always True for an eager registration).
+
+    An import path is imported by this question (so that its facts can be read).
+    """
+    if self._is_own_import_path(name):
+      self[name]  # pylint: disable=pointless-statement
+      return True
     return not isinstance(self._items[self._name(name)], _Lazy)
+
+  def _is_own_import_path(self, name):
+    """Whether ``name`` is an import path rather than a registered name."""
+    return is_import_path(name) and self._key(name) not in self._keys
 
   def _name(self, name):
     """The registered spelling of ``name``; raises UnknownNameError."""
@@ -136,6 +209,11 @@ class Registry(collections.abc.Mapping):
     return self[name]
 
   def __getitem__(self, name):
+    if self._is_own_import_path(name):
+      problem = import_path_error(name)
+      if problem is not None:
+        raise UnknownNameError(f'{self.kind} {name!r}: {problem}')
+      return load_attribute(name)
     name = self._name(name)
     item = self._items[name]
     if isinstance(item, _Lazy):
@@ -144,6 +222,8 @@ class Registry(collections.abc.Mapping):
     return item
 
   def unknown_message(self, name):
+    if self._is_own_import_path(name):
+      return f'{self.kind} {name!r}: {import_path_error(name) or "cannot be imported"}'
     known = ', '.join(sorted(self._items))
     guess = closest(name, self._items)
     hint = f' (did you mean {guess!r}?)' if guess is not None else ''
@@ -156,6 +236,9 @@ class Registry(collections.abc.Mapping):
     return name_or_obj
 
   def __contains__(self, name):
+    """Whether ``name`` is registered, or is an import path that imports (which this imports)."""
+    if self._is_own_import_path(name):
+      return import_path_error(name) is None
     return isinstance(name, str) and self._key(name) in self._keys
 
   def __iter__(self):

@@ -31,6 +31,8 @@ and no function modifies the dict it is given.
 import copy
 import inspect
 import math
+import os
+import sys
 
 from core.params import ConfigError
 from core.params import Param
@@ -38,10 +40,13 @@ from core.params import REQUIRED
 from core.params import check_params
 from core.params import positive
 from core.params import reject_unknown_keys
+from core.registry import is_import_path
 from framework import argument_checks
 from framework import schedule
 from framework import tasks
 from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
+from framework.config_file import IMPORT_PATHS_KEY
+from framework.config_file import absolute_import_paths
 from framework.config_file import MODES  # noqa: F401  (re-exported)
 from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
 from framework.config_file import YAML_EXTENSIONS  # noqa: F401
@@ -115,6 +120,10 @@ def load_configs(path, mode, overrides=(), registries=None, construct=True, note
   """
   registries = default_registries() if registries is None else registries
   views = resolve_modes(load_config_file(path), mode, overrides)
+  for cfg in views.values():
+    # Given on the command line: relative to the working directory (the file's are absolute).
+    if cfg is not None and cfg.get(IMPORT_PATHS_KEY):
+      cfg[IMPORT_PATHS_KEY] = absolute_import_paths(cfg[IMPORT_PATHS_KEY], os.getcwd())
   given = bool(durations_given(overrides))
   return {view: (validate(cfg, registries, view, construct, given, notes)
                  if cfg is not None else None)
@@ -469,10 +478,18 @@ def _registry(key, registries):
 
 
 def _check_name(config, key, registries):
-  """Refuses a name ``config[key]`` that its registry does not hold; imports nothing."""
+  """Refuses a name ``config[key]`` that its registry does not hold.
+
+  A registered name imports nothing; an import path (``"package.module:name"``,
+  the user's own code) is imported here, TensorFlow first and quietly, since
+  such a module almost always imports it.
+  """
   value = config[key]
   if isinstance(value, str):
     registry = _registry(key, registries)
+    if is_import_path(value) and 'tensorflow' not in sys.modules:
+      from framework import tf_import  # pylint: disable=import-outside-toplevel
+      tf_import.import_tensorflow()
     if value not in registry:
       raise ConfigError(f'{key}: {registry.unknown_message(value)}')
 

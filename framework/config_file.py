@@ -9,15 +9,19 @@ public names.
 """
 
 import copy
+import importlib.util
 import os
 import re
 import runpy
+import sys
+import sysconfig
 import traceback
 
 import yaml
 
 from core.params import ConfigError
 from core.registry import closest
+from core.registry import is_import_path
 from framework.schema import dtype_name
 
 # run.py's modes. Eval, export and infer read the checkpoints of an existing run
@@ -138,6 +142,9 @@ def load_config_file(path):
                       f'allowed: {", ".join(CONFIG_EXTENSIONS)}')
   if not os.path.isfile(path):
     raise ConfigError(f'{path}: config file not found')
+  # A config names the user's own code as "module:name" (or, in Python, imports it):
+  # the modules beside the config file are importable.
+  add_import_path(os.path.dirname(os.path.abspath(path)))
   if extension == '.py':
     namespace = _run_python_config(path)
   else:
@@ -152,7 +159,101 @@ def load_config_file(path):
     if not isinstance(value, dict):
       raise ConfigError(f'{path}: {key} must be a dict, got {type(value).__name__}')
     raw[key] = value
+  for key in TOP_LEVEL_KEYS:
+    if 'import_paths' in raw[key]:
+      raw[key] = dict(raw[key], import_paths=absolute_import_paths(
+          raw[key]['import_paths'], os.path.dirname(os.path.abspath(path)), f'{key}.import_paths'))
   return raw
+
+
+# ---------------------------------------------------------------------------
+# The user's own code: import paths
+
+IMPORT_PATHS_KEY = 'import_paths'
+
+
+def add_import_path(directory):
+  """Puts ``directory`` on ``sys.path`` (after the framework's own packages), once."""
+  directory = os.path.abspath(directory)
+  if directory not in [os.path.abspath(p) for p in sys.path if p]:
+    sys.path.append(directory)
+
+
+def absolute_import_paths(paths, base, key=IMPORT_PATHS_KEY):
+  """``import_paths`` made absolute (relative ones from ``base``, the config file's directory) and put on ``sys.path``.
+
+  Values that are not a list of strings are returned as they are, for the
+  schema's check to name.
+  """
+  if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+    return paths
+  result = []
+  for index, entry in enumerate(paths):
+    directory = os.path.normpath(os.path.join(base, os.path.expanduser(entry)))
+    if not os.path.isdir(directory):
+      raise ConfigError(f'{key}.{index}: {entry!r} is not a directory ({directory}); import_paths '
+                        'lists directories to import your own modules from')
+    add_import_path(directory)
+    if directory not in result:
+      result.append(directory)
+  return result
+
+
+def code_roots(config):
+  """The directories a config's own code is imported from, outside the framework and the installed packages.
+
+  Every ``"module:name"`` string of the config (its model, data layer,
+  optimizer, lr policy, or a function among the params) is located without
+  being run; the directory its top-level package sits in is a root. A run
+  directory's ``config.yaml`` records them in ``import_paths``, so that it
+  re-runs the run from anywhere.
+  """
+  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  installed = {os.path.abspath(p) for p in sysconfig.get_paths().values()}
+  roots = []
+  for value in _strings(config):
+    if not is_import_path(value):
+      continue
+    module_name = value.partition(':')[0]
+    top = module_name.split('.', 1)[0]
+    try:
+      spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+      continue
+    if spec is None:
+      continue
+    # A package's directory, or a module's file: either sits in the root.
+    locations = list(spec.submodule_search_locations or []) or [spec.origin]
+    for location in locations:
+      if not location or not os.path.isabs(location):
+        continue  # built-in and frozen modules
+      root = os.path.dirname(os.path.abspath(location))
+      if (root == here or any(root == p or root.startswith(p + os.sep) for p in installed)
+          or root.startswith(os.path.abspath(sys.base_prefix) + os.sep)):
+        continue
+      if root not in roots:
+        roots.append(root)
+  return roots
+
+
+def with_code_roots(config):
+  """``config`` with :func:`code_roots` added to its ``import_paths`` (a new dict when any is added)."""
+  paths = list(config.get(IMPORT_PATHS_KEY) or [])
+  missing = [root for root in code_roots(config) if root not in paths]
+  if not missing:
+    return config
+  return dict(config, **{IMPORT_PATHS_KEY: paths + missing})
+
+
+def _strings(value):
+  if isinstance(value, dict):
+    for item in value.values():
+      yield from _strings(item)
+  elif isinstance(value, (list, tuple)):
+    for item in value:
+      yield from _strings(item)
+  elif isinstance(value, str):
+    yield value
 
 
 def _run_python_config(path):
@@ -181,13 +282,15 @@ def _run_python_config(path):
 
 
 def _module_name(path):
-  """The name objects defined in a Python config get as ``__module__``.
+  """The name objects defined in a Python config get as ``__module__``: one that imports again.
 
-  ``configs/x.py`` run from the checkout gives ``configs.x``, so a function the
-  config defines is written to the resolved config as an importable
-  ``configs.x.function``.
+  ``configs/x.py`` of the checkout gives ``configs.x``; a config elsewhere
+  its file's name (``exp`` for ``/home/me/exp.py``), its directory being on
+  the path. So a function or class the config defines is written to the run
+  directory's config as an importable ``exp:function``.
   """
-  relative = os.path.splitext(os.path.relpath(path))[0]
+  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  relative = os.path.splitext(os.path.relpath(os.path.abspath(path), here))[0]
   if relative.startswith(os.pardir):
     return os.path.basename(relative)
   return relative.replace(os.sep, '.')
@@ -406,9 +509,10 @@ def _apply_override(config, text):
 def to_yaml(config):
   """Returns ``config`` as YAML text with sorted keys.
 
-  Objects from a Python config are written as their dotted name
-  (``module.qualname``), a ``tf.DType`` as its name, tuples as lists, so a
-  Python config and the YAML config that spells those names give the same text.
+  Objects from a Python config are written as their import path
+  (``module:qualname``, which a YAML config may give for the same object), a
+  ``tf.DType`` as its name, tuples as lists, so a Python config and the YAML
+  config that spells those names give the same text.
 
   Raises:
     ConfigError: for a value that has no such spelling (an instance of some
@@ -474,6 +578,15 @@ def write_text(text, path):
   write_text_atomically(path, text)
 
 
+def plain(config):
+  """``config`` with every value as :func:`to_yaml` writes it (objects as ``module:qualname``).
+
+  Raises:
+    ConfigError: as :func:`to_yaml`.
+  """
+  return _to_plain(config, '')
+
+
 def _to_plain(value, path):
   if isinstance(value, dict):
     return {k: _to_plain(v, f'{path}.{k}' if path else str(k)) for k, v in value.items()}
@@ -487,7 +600,10 @@ def _to_plain(value, path):
   if type(value).__module__ == 'numpy' and hasattr(value, 'item'):
     return value.item()
   if callable(value) and hasattr(value, '__module__') and hasattr(value, '__qualname__'):
-    return f'{value.__module__}.{value.__qualname__}'
+    if '<' in value.__qualname__:
+      raise ConfigError(f'{path or "config"}: {value.__qualname__} ({value.__module__}) cannot be '
+                        'named in a config file; define it at the top level of a module')
+    return f'{value.__module__}:{value.__qualname__}'
   raise ConfigError(f'{path or "config"}: cannot write {value!r} ({type(value).__name__}) as YAML; '
                     f'use a name, number, string, list or mapping')
 

@@ -362,12 +362,21 @@ def record_configs(options, configs, logdir, step):
 
 
 def as_recorded(cfg):
-  """``cfg`` as config.yaml records it: an lr_scaling rule replaced by the rate it gave.
+  """``cfg`` as config.yaml records it.
+
+  An lr_scaling rule is replaced by the rate it gave, and the directories the
+  config's own code (``"module:name"``, or an object of a Python config) is
+  imported from are added to ``import_paths``, so the run directory re-runs
+  itself from anywhere.
 
   Returns:
     (config, the rule or None).
   """
-  if cfg is None or cfg['lr_scaling'] is None:
+  from framework import config_file  # pylint: disable=import-outside-toplevel
+  if cfg is None:
+    return cfg, None
+  cfg = config_file.with_code_roots(config_file.plain(cfg))
+  if cfg['lr_scaling'] is None:
     return cfg, None
   return dict(cfg, lr_scaling=None), dict(cfg['lr_scaling'])
 

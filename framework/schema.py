@@ -163,6 +163,10 @@ SCHEMA = {
     'print_loss_steps': Param(int, 100, check=positive, doc='steps between loss log lines'),
     'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
     'logdir': Param(str, None, doc='run directory; None: nothing written'),
+    'import_paths': ListParam(Param(str, REQUIRED), [],
+                              doc="directories your own code (model: 'package.module:name', ...) is "
+                                  "imported from, relative to the config file; the config file's "
+                                  'own directory is always one'),
     'random_seed': Param(int, 0, check=_seed, doc='seed of Python, NumPy and TensorFlow'),
     'distribution': Param(str, 'auto', choices=DISTRIBUTION_CHOICES,
                           doc='the multi-worker engine; auto: horovod under horovodrun, '

@@ -18,7 +18,7 @@ task                        data layers                 best checkpoint by      
 
 A config never names its task: models and data layers declare theirs (a
 ``TASK`` fact of their registration, or a ``TASK`` attribute of a class or
-builder given as an object), and :func:`task_of` checks that the two agree.
+builder given as an object or as ``"package.module:name"``), and :func:`task_of` checks that the two agree.
 A third workload (speech, language modelling) is a new module here, its
 entry in ``TASKS`` and the ``TASK`` of its model and data layer; the trainer
 does not change.
@@ -48,7 +48,10 @@ def declared_task(value, registry):
   if isinstance(value, str):
     if value not in registry:
       return None  # the name's own check says it is unknown
-    return registry.facts(value).get('TASK')
+    facts = registry.facts(value)
+    if 'TASK' in facts or not registry.is_loaded(value):
+      return facts.get('TASK')
+    value = registry[value]  # an import path, or an entry loaded already
   return getattr(value, 'TASK', None)
 
 

@@ -152,3 +152,72 @@ def test_with_keras_loaded_the_saveable_classes_register_on_import():
       '         "largebatch>LossScaleOptimizer", "models>ZeroPadShortcut"]\n'
       'print(json.dumps([keras.saving.get_registered_object(n) is not None for n in names]))\n')
   assert answer == [True] * 5
+
+
+# ---------------------------------------------------------------------------
+# Import paths: the user's own code by "package.module:name"
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+  """A module ``user_layers`` in a directory of its own, put on the path."""
+  (tmp_path / 'user_layers.py').write_text(
+      'class Folder:\n'
+      '  TASK = "image_classification"\n'
+      '  PARAMS = {"root": 1}\n'
+      'def build(params):\n'
+      '  return params\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, 'user_layers', raising=False)
+  return tmp_path
+
+
+def test_an_import_path_is_looked_up_by_importing_it(user_module):
+  registry = Registry('data layer')
+  registry.register('eager', len)
+  assert 'user_layers:Folder' in registry
+  folder = registry['user_layers:Folder']
+  assert folder.__name__ == 'Folder' and folder.__module__ == 'user_layers'
+  assert registry.resolve('user_layers:build')({'a': 2}) == {'a': 2}
+  # Its facts are the object's own attributes, read once it is imported.
+  assert registry.facts('user_layers:Folder') == {}
+  assert registry.is_loaded('user_layers:Folder')
+  # The registered names are unchanged.
+  assert sorted(registry) == ['eager']
+
+
+def test_an_import_path_that_does_not_import_is_one_line(user_module):
+  registry = Registry('data layer')
+  assert 'no_such_module:Folder' not in registry
+  assert registry.unknown_message('no_such_module:Folder') == (
+      "data layer 'no_such_module:Folder': cannot import module 'no_such_module' "
+      "(ModuleNotFoundError: No module named 'no_such_module'); put its directory on the path: "
+      "the config file's own directory is, and so are the directories of the import_paths key")
+  assert 'user_layers:Nothing' not in registry
+  with pytest.raises(UnknownNameError, match=r"^data layer 'user_layers:Nothing': module "
+                     r"'user_layers' \(.*user_layers.py\) has no attribute 'Nothing'$"):
+    registry['user_layers:Nothing']  # pylint: disable=pointless-statement
+
+
+def test_an_error_inside_the_users_module_is_named(tmp_path, monkeypatch):
+  (tmp_path / 'broken_layers.py').write_text('x = 1 / 0\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  registry = Registry('model')
+  assert registry.unknown_message('broken_layers:build') == (
+      "model 'broken_layers:build': cannot import module 'broken_layers' (ZeroDivisionError: "
+      "division by zero); put its directory on the path: the config file's own directory is, "
+      'and so are the directories of the import_paths key')
+
+
+def test_a_module_named_like_a_framework_package_is_told_to_be_renamed(tmp_path, monkeypatch):
+  (tmp_path / 'models.py').write_text('def mine(): pass\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.syspath_prepend(ROOT)  # the framework first, as run.py puts it
+  assert Registry('model').unknown_message('models:mine').endswith(
+      "has no attribute 'mine'; 'models' is also a package of the framework, which comes first "
+      'on the path: rename your module')
+
+
+def test_a_registered_name_with_a_colon_is_a_name():
+  registry = Registry('lr policy')
+  registry.register('a:b', len)
+  assert registry['a:b'] is len and registry.facts('a:b') == {}

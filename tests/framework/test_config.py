@@ -1,6 +1,8 @@
 """Tests of framework/config.py: loading, overlays, overrides, validation, YAML output."""
 
 import copy
+import os
+import sys
 import textwrap
 
 import keras
@@ -8,11 +10,15 @@ import pytest
 import tensorflow as tf
 
 from framework import config as cfg
+from framework import config_file
 from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
 from core.params import positive
 from core.registry import Registry
+from core.registry import load_attribute
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---------------------------------------------------------------------------
@@ -241,14 +247,33 @@ def test_python_config_functions_get_an_importable_module_name(tmp_path, monkeyp
   (tmp_path / 'configs').mkdir()
   write(tmp_path, 'configs/small.py', """
       def my_policy(global_step, learning_rate):
-        return learning_rate
+        return learning_rate * 3
 
       base_params = {'lr_policy': my_policy}
       """)
   monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, 'path', list(sys.path))
   raw = cfg.load_config_file('configs/small.py')
-  assert raw['base_params']['lr_policy'].__module__ == 'configs.small'
-  assert cfg.to_yaml(raw['base_params']) == 'lr_policy: configs.small.my_policy\n'
+  # Outside the checkout a config's module is its file's name, its directory on the path.
+  assert raw['base_params']['lr_policy'].__module__ == 'small'
+  assert cfg.to_yaml(raw['base_params']) == 'lr_policy: small:my_policy\n'
+  assert str(tmp_path / 'configs') in sys.path
+  monkeypatch.delitem(sys.modules, 'small', raising=False)
+  assert load_attribute('small:my_policy')(0, 2.0) == 6.0
+
+
+def test_a_checkout_config_module_is_named_from_the_checkout(monkeypatch, tmp_path):
+  monkeypatch.chdir(tmp_path)
+  path = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
+  assert config_file._module_name(path) == 'configs.fashion_mnist_lars'  # pylint: disable=protected-access
+
+
+def test_a_local_function_cannot_be_named():
+  def local(step):
+    return step
+  assert error_of(cfg.to_yaml, {'lr_policy': local}) == (
+      'lr_policy: test_a_local_function_cannot_be_named.<locals>.local (test_config) cannot be '
+      'named in a config file; define it at the top level of a module')
 
 
 # ---------------------------------------------------------------------------
@@ -456,6 +481,7 @@ def test_validate_fills_defaults():
       'print_loss_steps': 100,
       'save_summaries_steps': 100,
       'logdir': None,
+      'import_paths': [],
       'random_seed': 0,
       'distribution': 'auto',
       'distribution_params': {'timeout_seconds': 600, 'implementation': 'auto',
@@ -948,7 +974,7 @@ PY_CONFIG = """
 YAML_CONFIG = """
     base_params:
       model: resnet50
-      model_params: {width: 16, initializer: math.sqrt, block: collections.OrderedDict}
+      model_params: {width: 16, initializer: "math:sqrt", block: "collections:OrderedDict"}
       data_layer: fake
       data_layer_params:
         image_shape: [32, 32, 3]
@@ -978,8 +1004,8 @@ def test_python_and_yaml_configs_give_identical_yaml(tmp_path, mode):
   assert outputs['c.py'] == outputs['c.yaml']
   resolved, validated = outputs['c.py']
   assert 'dtype: float32\n' in resolved
-  assert 'initializer: math.sqrt\n' in validated
-  assert 'block: collections.OrderedDict\n' in validated
+  assert 'initializer: math:sqrt\n' in validated
+  assert 'block: collections:OrderedDict\n' in validated
   assert '  momentum: 0.95\n' in validated
 
 
@@ -988,7 +1014,7 @@ def test_to_yaml_text():
   assert cfg.to_yaml(config) == textwrap.dedent("""\
       a:
         dtype: float16
-        fn: builtins.len
+        fn: builtins:len
         lr: 0.001
         'off': null
       b:
@@ -1136,3 +1162,118 @@ def test_a_rate_given_on_the_command_line_replaces_the_rule():
                                     'lr_scaling.base_learning_rate=0.2'])
   with pytest.raises(ConfigError, match='give one of them'):
     check(both)
+
+
+# ---------------------------------------------------------------------------
+# The user's own code: "package.module:name", the config's directory, import_paths
+
+USER_CODE = """
+    from core.params import Param
+
+    class FolderData:
+      TASK = 'image_classification'
+      PARAMS = {'root': Param(str, 'here')}
+
+    def net(params):
+      return params
+    net.PARAMS = {'width': Param(int, 8)}
+
+    def flat_lr(global_step, learning_rate):
+      return learning_rate
+    """
+
+
+@pytest.fixture
+def fresh_path(monkeypatch):
+  """sys.path and the user's modules restored after the test."""
+  monkeypatch.setattr(sys, 'path', list(sys.path))
+  for name in ('user_code', 'exp_config'):
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_a_yaml_config_names_code_beside_it(tmp_path, fresh_path):  # pylint: disable=unused-argument
+  write(tmp_path, 'user_code.py', USER_CODE)
+  path = write(tmp_path, 'c.yaml', """
+      base_params:
+        model: user_code:net
+        data_layer: user_code:FolderData
+        batch_size_per_gpu: 8
+        max_steps: 3
+        optimizer: Momentum
+        lr_policy: user_code:flat_lr
+        lr_policy_params: {learning_rate: 0.1}
+      """)
+  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  # The declared PARAMS of the user's objects fill their defaults.
+  assert config['model_params'] == {'width': 8}
+  assert config['data_layer_params'] == {'root': 'here'}
+  assert config['model'] == 'user_code:net' and config['import_paths'] == []
+  assert cfg.tasks.task_of(config, REGISTRIES) == 'image_classification'
+  # The run directory records where the code is imported from.
+  assert config_file.code_roots(config) == [str(tmp_path)]
+  assert config_file.with_code_roots(config)['import_paths'] == [str(tmp_path)]
+
+
+def test_a_name_that_does_not_import_is_one_line(tmp_path, fresh_path):  # pylint: disable=unused-argument
+  write(tmp_path, 'user_code.py', USER_CODE)
+  path = write(tmp_path, 'c.yaml', """
+      base_params: {model: resnet50, model_params: {width: 1}, data_layer: user_code:Folder,
+                    batch_size_per_gpu: 8, max_steps: 3, optimizer: Momentum,
+                    lr_policy_params: {learning_rate: 0.1}}
+      """)
+  assert error_of(cfg.load_configs, path, 'train', (), REGISTRIES) == (
+      f"data_layer: data_layer 'user_code:Folder': module 'user_code' ({tmp_path}/user_code.py) "
+      "has no attribute 'Folder'")
+
+
+def test_import_paths_are_relative_to_the_config_file(tmp_path, fresh_path):  # pylint: disable=unused-argument
+  (tmp_path / 'src').mkdir()
+  write(tmp_path, 'src/user_code.py', USER_CODE)
+  (tmp_path / 'configs').mkdir()
+  path = write(tmp_path, 'configs/c.yaml', """
+      base_params:
+        import_paths: [../src]
+        model: user_code:net
+        data_layer: fake
+        batch_size_per_gpu: 8
+        max_steps: 3
+        optimizer: Momentum
+        lr_policy_params: {learning_rate: 0.1}
+      """)
+  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  assert config['import_paths'] == [str(tmp_path / 'src')]
+  assert str(tmp_path / 'configs') in sys.path and str(tmp_path / 'src') in sys.path
+  assert config_file.with_code_roots(config)['import_paths'] == [str(tmp_path / 'src')]
+  bad = write(tmp_path, 'configs/bad.yaml', """
+      base_params: {import_paths: [../nowhere]}
+      """)
+  assert error_of(cfg.load_config_file, bad) == (
+      f"base_params.import_paths.0: '../nowhere' is not a directory ({tmp_path}/nowhere); "
+      'import_paths lists directories to import your own modules from')
+
+
+def test_a_python_config_imports_modules_beside_it(tmp_path, fresh_path):  # pylint: disable=unused-argument
+  write(tmp_path, 'user_code.py', USER_CODE)
+  path = write(tmp_path, 'exp_config.py', """
+      import user_code
+
+      class OwnData(user_code.FolderData):
+        pass
+
+      base_params = {'model': user_code.net, 'data_layer': OwnData, 'batch_size_per_gpu': 8,
+                     'max_steps': 3, 'optimizer': 'Momentum',
+                     'lr_policy_params': {'learning_rate': 0.1}}
+      """)
+  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  recorded = config_file.with_code_roots(config_file.plain(config))
+  # Written as import paths that import again, from the directory recorded beside them.
+  assert (recorded['model'], recorded['data_layer']) == ('user_code:net', 'exp_config:OwnData')
+  assert recorded['import_paths'] == [str(tmp_path)]
+  reloaded = load_attribute('exp_config:OwnData')
+  assert reloaded.__mro__[1].__name__ == 'FolderData' and list(reloaded.PARAMS) == ['root']
+
+
+def test_the_framework_and_installed_packages_are_no_code_roots():
+  config = {'model': 'models.resnet:build_resnet50', 'lr_policy': 'math:sqrt',
+            'model_params': {'initializer': 'keras.initializers:HeNormal'}}
+  assert config_file.code_roots(config) == []
