@@ -8,6 +8,7 @@ when that cannot be read, the newest readable per-start copy) before anything
 is restored or written (:func:`config_changes`).
 """
 
+import fcntl
 import os
 import re
 import socket
@@ -44,10 +45,17 @@ def _pid_alive(pid):
 
 
 class RunLock:
-  """An exclusive lock file in the run directory, holding ``pid host``.
+  """An exclusive lock on the run directory: ``run.lock``, locked with ``flock`` and holding ``pid host``.
 
-  A lock left by a process that no longer runs on this host (killed with
-  SIGKILL, machine restarted) is stale and taken over, with a line saying so.
+  The lock is the kernel's ``flock`` on the file, taken before the owner is
+  written, so two runs starting together can never both hold it (a second one
+  is refused even while the first has not written its pid yet), and it ends
+  with its process, however that dies. The file's ``pid host`` names the owner
+  in messages; a file left by a process that no longer runs on this host
+  (killed with SIGKILL, machine restarted) is stale and taken over, with a line
+  saying so. A file naming a live process of this host, or any process of
+  another host, counts as held even where its ``flock`` is not (a lock written
+  by hand, or on a file system that does not share locks between hosts).
 
   Args:
     logdir: the run directory (must exist).
@@ -58,6 +66,7 @@ class RunLock:
     self.path = os.path.join(logdir, LOCK_NAME)
     self.log = log
     self.held = False
+    self._fd = None
 
   def holder(self):
     """``(pid, host)`` of the lock's owner, or None when there is no lock."""
@@ -78,43 +87,61 @@ class RunLock:
       return None
     pid, host = holder
     if pid <= 0 or (host == socket.gethostname() and not _pid_alive(pid)):
-      return None  # no owner written (a failed write), or its process is gone
+      return None  # no owner written yet or ever, or its process is gone
     return holder
 
   def acquire(self):
     """Takes the lock.
 
     Raises:
-      RunDirError: when another live run holds it.
+      RunDirError: when another run holds it.
       OSError: when the lock file cannot be written.
     """
-    for _ in range(2):
+    for _ in range(3):
+      fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
       try:
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-      except FileExistsError:
-        holder = self.live_holder()
-        if holder is not None:
-          raise RunDirError(self.busy_message(holder)) from None
-        pid = (self.holder() or (0, ''))[0]
-        self.log(f'removing the stale lock {self.path} of a run that is gone (pid {pid})')
-        try:
-          os.remove(self.path)
-        except FileNotFoundError:
-          pass
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        os.close(fd)
+        # Held by a live process, which may not have written its pid yet.
+        raise RunDirError(self.busy_message(self.holder() or (0, '?'))) from None
+      except OSError:
+        os.close(fd)
+        raise
+      if not self._is_the_file(fd):
+        os.close(fd)  # released and removed between open and flock: lock the file there now
         continue
       try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as f:
-          f.write(f'{os.getpid()} {socket.gethostname()}\n')
-      except OSError:
-        os.remove(self.path)
+        self._take(fd)
+      except BaseException:
+        os.close(fd)
         raise
+      self._fd = fd
       self.held = True
       return
     raise RunDirError(f'could not take the lock {self.path}: another run keeps taking it')
 
+  def _is_the_file(self, fd):
+    try:
+      return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+    except FileNotFoundError:
+      return False
+
+  def _take(self, fd):
+    """Writes this process as the owner of a locked file, unless the file names a live one."""
+    holder = self.live_holder()
+    if holder is not None and holder != (os.getpid(), socket.gethostname()):
+      raise RunDirError(self.busy_message(holder))
+    stale = self.holder()
+    if stale is not None and stale[0] > 0 and stale[0] != os.getpid():
+      self.log(f'removing the stale lock {self.path} of a run that is gone (pid {stale[0]})')
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f'{os.getpid()} {socket.gethostname()}\n'.encode(), 0)
+
   def busy_message(self, holder):
     pid, host = holder
-    return (f'logdir {os.path.dirname(self.path)} is in use by another run (pid {pid} on {host}); '
+    owner = f'pid {pid} on {host}' if pid > 0 else 'a process that is starting'
+    return (f'logdir {os.path.dirname(self.path)} is in use by another run ({owner}); '
             f'wait for it to end, or choose another --logdir (if that run is gone, delete '
             f'{self.path})')
 
@@ -122,9 +149,12 @@ class RunLock:
     if self.held:
       self.held = False
       try:
+        # Removed while still locked, so a run that opens it now finds another file at the path.
         os.remove(self.path)
       except OSError:
         pass
+      os.close(self._fd)
+      self._fd = None
 
 
 def write_text_atomically(path, text):

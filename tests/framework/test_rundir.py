@@ -1,5 +1,6 @@
 """The run directory: lock, per-start configs, atomic writes, resume compatibility."""
 
+import json
 import os
 import socket
 import subprocess
@@ -123,3 +124,48 @@ def test_the_newest_readable_config_stands_in_for_a_damaged_one(tmp_path):
   saved, path, problems = rundir.newest_saved_config(logdir)
   assert saved is None and path is None and len(problems) == 4
   assert problems[-1] == f'{logdir}/config-0.yaml holds no config'
+
+
+RACE_CHILD = '''
+import json, os, sys, time
+sys.path.insert(0, {root!r})
+from framework import rundir
+dirs = json.loads(sys.argv[1])
+go = sys.argv[2]
+while not os.path.exists(go):
+  time.sleep(0.001)
+held, locks = [], []
+for d in dirs:
+  lock = rundir.RunLock(d, log=lambda message: None)
+  try:
+    lock.acquire()
+  except rundir.RunDirError:
+    continue
+  held.append(d)
+  locks.append(lock)  # kept until the end: a second holder of the same directory is the bug
+print(json.dumps(held))
+'''
+
+
+def test_two_runs_starting_together_never_both_hold_the_lock(tmp_path):
+  # Two processes race through the same 300 new directories: the lock of each
+  # must go to exactly one of them (the pid was written after the file was
+  # created, so a reader in between took the empty file for a stale lock).
+  dirs = []
+  for i in range(300):
+    directory = tmp_path / f'run{i}'
+    directory.mkdir()
+    dirs.append(str(directory))
+  go = tmp_path / 'go'
+  script = RACE_CHILD.format(root=os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
+  children = [subprocess.Popen([sys.executable, '-c', script, json.dumps(dirs), str(go)],
+                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
+  go.write_text('')
+  held = []
+  for child in children:
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0
+    held.append(set(json.loads(out)))
+  assert not held[0] & held[1], f'{len(held[0] & held[1])} directories had two holders'
+  assert held[0] | held[1] == set(dirs)
