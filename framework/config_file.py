@@ -89,10 +89,14 @@ def read_utf8(path):
   """The text of a UTF-8 file.
 
   Raises:
-    ConfigError: naming the file, the line and the byte when it is not UTF-8 text.
+    ConfigError: naming the file, the line and the byte when it is not UTF-8 text,
+      or the file when it cannot be read (permissions, a directory, an I/O error).
   """
-  with open(path, 'rb') as f:
-    data = f.read()
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as exc:
+    raise ConfigError(f'{path}: cannot be read ({exc.strerror or type(exc).__name__})') from None
   try:
     return data.decode('utf-8')
   except UnicodeDecodeError as exc:

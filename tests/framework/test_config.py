@@ -1277,3 +1277,14 @@ def test_the_framework_and_installed_packages_are_no_code_roots():
   config = {'model': 'models.resnet:build_resnet50', 'lr_policy': 'math:sqrt',
             'model_params': {'initializer': 'keras.initializers:HeNormal'}}
   assert config_file.code_roots(config) == []
+
+
+def test_an_unreadable_yaml_config_is_one_line(tmp_path, monkeypatch):
+  path = write(tmp_path, 'c.yaml', 'base_params: {}\n')
+
+  def refuse(name, *args, **kwargs):
+    raise PermissionError(13, 'Permission denied', name)
+
+  # Root reads any file whatever its mode, so the refusal is the file system's answer made by hand.
+  monkeypatch.setattr(config_file, 'open', refuse, raising=False)
+  assert error_of(cfg.load_config_file, path) == f'{path}: cannot be read (Permission denied)'
