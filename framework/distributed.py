@@ -85,6 +85,7 @@ def tf_config_cluster(environ=None):
       raise ConfigError(f'TF_CONFIG: cluster.{job} must be a list of "host:port" strings, got '
                         f'{tasks!r}')
     for index, address in enumerate(tasks):
+      _check_address(address, f'cluster.{job}.{index}')
       if address in seen:
         raise ConfigError(f'TF_CONFIG: {address} is named twice ({seen[address]} and '
                           f'{job} {index}); every task needs an address of its own')
@@ -97,11 +98,20 @@ def tf_config_cluster(environ=None):
   task = spec.get('task') or {}
   job, index = task.get('type'), task.get('index')
   tasks = cluster.get(job) if job in _CLUSTER_JOBS else None
-  if tasks is None or not isinstance(index, int) or not 0 <= index < len(tasks):
+  if (tasks is None or isinstance(index, bool) or not isinstance(index, int)
+      or not 0 <= index < len(tasks)):
     raise ConfigError(f'TF_CONFIG: task {task!r} is not one of the cluster\'s tasks '
                       f'({", ".join(f"{j} 0..{len(cluster[j]) - 1}" for j in _CLUSTER_JOBS if cluster.get(j))})')
   offset = len(cluster.get('chief', [])) if job == 'worker' else 0
   return addresses, offset + index
+
+
+def _check_address(address, where):
+  """Refuses a cluster address that is not ``host:port`` with a port in 1..65535."""
+  host, colon, port = address.rpartition(':')
+  if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ConfigError(f'TF_CONFIG: {where} is {address!r}; expected "host:port" with a port in '
+                      '1..65535')
 
 
 def slurm_tasks(environ=None):

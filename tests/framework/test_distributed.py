@@ -68,6 +68,14 @@ def test_tf_config_ranks_the_chief_first():
      r"cluster jobs \['ps'\] are not supported"),
     (json.dumps({'cluster': {'worker': 'a:1'}, 'task': {'type': 'worker', 'index': 0}}),
      'cluster.worker must be a list'),
+    # A port past 65535 reached the socket layer as an OverflowError traceback.
+    (json.dumps({'cluster': {'worker': ['a:1', 'b:99999']}, 'task': {'type': 'worker', 'index': 0}}),
+     r'^TF_CONFIG: cluster.worker.1 is \'b:99999\'; expected "host:port" with a port in 1..65535$'),
+    (json.dumps({'cluster': {'worker': ['a', 'b:2']}, 'task': {'type': 'worker', 'index': 0}}),
+     r"cluster.worker.0 is 'a'; expected"),
+    # JSON's true is no task index (Python counts it as 1, and the worker waited for a worker 0).
+    (json.dumps({'cluster': {'worker': ['a:1', 'b:1']}, 'task': {'type': 'worker', 'index': True}}),
+     'is not one of the cluster\'s tasks'),
 ])
 def test_a_malformed_tf_config_is_one_line(text, message):
   with pytest.raises(ConfigError, match=message):
