@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -130,8 +131,7 @@ RACE_CHILD = '''
 import json, os, sys, time
 sys.path.insert(0, {root!r})
 from framework import rundir
-dirs = json.loads(sys.argv[1])
-go = sys.argv[2]
+dirs, go, out, release = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 while not os.path.exists(go):
   time.sleep(0.001)
 held, locks = [], []
@@ -142,8 +142,12 @@ for d in dirs:
   except rundir.RunDirError:
     continue
   held.append(d)
-  locks.append(lock)  # kept until the end: a second holder of the same directory is the bug
-print(json.dumps(held))
+  locks.append(lock)  # kept until both are done: a second holder of the same directory is the bug
+with open(out + '.tmp', 'w') as f:
+  json.dump(held, f)
+os.rename(out + '.tmp', out)
+while not os.path.exists(release):
+  time.sleep(0.01)
 '''
 
 
@@ -156,16 +160,24 @@ def test_two_runs_starting_together_never_both_hold_the_lock(tmp_path):
     directory = tmp_path / f'run{i}'
     directory.mkdir()
     dirs.append(str(directory))
-  go = tmp_path / 'go'
+  go, release = tmp_path / 'go', tmp_path / 'release'
+  outs = [tmp_path / f'held{i}.json' for i in range(2)]
   script = RACE_CHILD.format(root=os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__)))))
-  children = [subprocess.Popen([sys.executable, '-c', script, json.dumps(dirs), str(go)],
-                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
-  go.write_text('')
-  held = []
-  for child in children:
-    out, _ = child.communicate(timeout=120)
-    assert child.returncode == 0
-    held.append(set(json.loads(out)))
+  children = [subprocess.Popen([sys.executable, '-c', script, json.dumps(dirs), str(go), str(out),
+                                str(release)]) for out in outs]
+  try:
+    go.write_text('')
+    deadline = time.monotonic() + 120
+    while not all(out.exists() for out in outs):
+      assert time.monotonic() < deadline, 'a child did not finish its 300 tries in 120 s'
+      assert all(child.poll() is None for child in children), 'a child failed'
+      time.sleep(0.05)
+  finally:
+    release.write_text('')  # the children let go of their locks only now
+    for child in children:
+      child.wait(timeout=60)
+  held = [set(json.loads(out.read_text())) for out in outs]
+  assert [child.returncode for child in children] == [0, 0]
   assert not held[0] & held[1], f'{len(held[0] & held[1])} directories had two holders'
   assert held[0] | held[1] == set(dirs)
