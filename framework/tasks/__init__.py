@@ -11,8 +11,10 @@ task gives. Two are registered:
 ==========================  ==========================  ======================  ==============
 task                        data layers                 best checkpoint by      export takes
 ==========================  ==========================  ======================  ==============
-``image_classification``    fashion_mnist, cifar10,     ``accuracy`` (higher)   images
-                            imagenet, synthetic
+``image_classification``    image_folder, tfrecord,     ``accuracy`` (higher)   images
+                            tfds, fashion_mnist,
+                            cifar10, imagenet,
+                            synthetic
 ``sequence_to_sequence``    cmudict                     ``wer`` (lower)         words (strings)
 ==========================  ==========================  ======================  ==============
 

@@ -14,8 +14,12 @@ workers); a :class:`Task` owns what depends on the kind of data and model:
 * ``BEST_METRIC`` and ``HIGHER_IS_BETTER``: which eval metric picks the best
   checkpoint, and in which direction;
 * ``serving_function(model, data_layer)`` and ``describe_export``: the
-  SavedModel's serving signature;
-* ``infer(model, data_layer, lines, batch_size)``: ``--mode=infer``.
+  SavedModel's serving signature, and ``export_info`` / ``export_assets``:
+  what the export writes beside it (an image classifier's class names);
+* ``infer_inputs(source)`` and ``infer(model, data_layer, inputs,
+  batch_size)``: ``--mode=infer``, its inputs read from ``--infer_input``
+  (lines of text here; image files for an image classifier) and one output
+  line each.
 
 Model Garden's ``base_task.Task`` and OpenSeq2Seq's ``Model.evaluate`` /
 ``finalize_evaluation`` / ``infer`` play these parts there.
@@ -23,6 +27,7 @@ Model Garden's ``base_task.Task`` and OpenSeq2Seq's ``Model.evaluate`` /
 
 import copy
 import math
+import sys
 
 from core.params import ConfigError
 
@@ -69,13 +74,21 @@ class Task:
     A data layer whose params name a ``final_eval_split`` other than its
     ``eval_split`` is evaluated on it at the end of training (a test split
     after model selection on a dev split); other runs end with their last
-    evaluation.
+    evaluation. A layer whose registration declares ``EVAL_SPLITS`` (a
+    function of its params) resolves its own defaults of the two.
     """
     if eval_config is None:
       return None
+    from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
     params = eval_config['data_layer_params']
-    final = params.get('final_eval_split')
-    if final is None or final == params.get('eval_split'):
+    name = eval_config.get('data_layer')
+    resolve = (DATA_LAYERS.facts(name).get('EVAL_SPLITS')
+               if isinstance(name, str) and name in DATA_LAYERS else None)
+    if resolve is not None:
+      current, final = resolve(params)
+    else:
+      current, final = params.get('eval_split'), params.get('final_eval_split')
+    if final is None or final == current:
       return None
     final_config = copy.deepcopy(eval_config)
     final_config['data_layer_params']['eval_split'] = final
@@ -107,12 +120,64 @@ class Task:
     """What the serving signature takes and returns, for the line export prints."""
     raise NotImplementedError
 
-  def infer(self, model, data_layer, lines, batch_size):
-    """``--mode=infer``: one output line per input line.
+  def export_info(self, data_layer):
+    """What ``export.json`` records besides the checkpoint, step and task (none here)."""
+    del data_layer
+    return {}
+
+  def export_assets(self, data_layer):
+    """``{file name: text}`` for the SavedModel's ``assets/`` (none here)."""
+    del data_layer
+    return {}
+
+  def infer_inputs(self, source):
+    """The inputs of ``--mode=infer`` from ``--infer_input``: here the lines of a file or stdin.
+
+    Args:
+      source: a file path, or ``-`` for stdin.
+
+    Raises:
+      DataError: the source cannot be read or is not UTF-8 text, naming it.
+    """
+    return read_lines(source)
+
+  def infer(self, model, data_layer, inputs, batch_size):
+    """``--mode=infer``: one output line per input (of :meth:`infer_inputs`).
 
     Raises:
       ConfigError: the task has no infer mode (the base class).
     """
-    del model, data_layer, lines, batch_size
+    del model, data_layer, inputs, batch_size
     raise ConfigError(f'--mode=infer: the {self.NAME} task has no infer mode; export the model '
                       '(--mode=export) and serve it')
+
+
+def read_lines(source, what='input'):
+  """The lines of the UTF-8 text file ``source``, or of stdin for ``-``.
+
+  Args:
+    source: ``--infer_input``: a file path or ``-``.
+    what: what a line holds, for the error (``input``, ``image path``).
+
+  Raises:
+    DataError: the file cannot be read, or the bytes are not UTF-8 (one line
+      naming the source and the first bad byte, never a traceback).
+  """
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  try:
+    if source == '-':
+      # The bytes, decoded here: a locale that is not UTF-8 must not change what is read.
+      stream = getattr(sys.stdin, 'buffer', sys.stdin)
+      data = stream.read()
+    else:
+      with open(source, 'rb') as f:
+        data = f.read()
+    text = data.decode('utf-8') if isinstance(data, bytes) else data
+  except OSError as exc:
+    raise DataError(f'--infer_input {source}: cannot be read ({exc.strerror or exc})') from None
+  except UnicodeDecodeError as exc:
+    name = 'stdin' if source == '-' else source
+    raise DataError(f'--infer_input {source}: {name} is not UTF-8 text (byte '
+                    f'0x{exc.object[exc.start]:02x} at offset {exc.start}); give one {what} a '
+                    'line, in UTF-8') from None
+  return text.splitlines()

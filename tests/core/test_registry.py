@@ -106,8 +106,9 @@ def test_the_packages_name_their_entries_without_tensorflow():
       '                                   if m in sys.modules)}))\n')
   assert answer['loaded'] == []
   assert answer['names'] == [
-      ['resnet50', 'resnet_cifar', 'transformer'],
-      ['cifar10', 'cmudict', 'fashion_mnist', 'imagenet', 'synthetic'],
+      ['keras_application', 'resnet50', 'resnet_cifar', 'transformer'],
+      ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet', 'synthetic', 'tfds',
+       'tfrecord'],
       ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Lion', 'Momentum', 'Muon',
        'RMSProp', 'SGD'],
       ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',

@@ -18,8 +18,9 @@ class _Toy(DataLayer):
     self.num_examples = self.params['size']
 
 
-def test_registry_holds_the_five_layers():
-  assert sorted(DATA_LAYERS) == ['cifar10', 'cmudict', 'fashion_mnist', 'imagenet', 'synthetic']
+def test_registry_holds_the_layers():
+  assert sorted(DATA_LAYERS) == ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet',
+                                 'synthetic', 'tfds', 'tfrecord']
   with pytest.raises(UnknownNameError, match=r"'fashion_mnst'.*did you mean 'fashion_mnist'"):
     DATA_LAYERS['fashion_mnst']
 

@@ -238,3 +238,10 @@ def test_an_image_run_reads_as_before(tmp_path):
   assert runner.parse_metrics(log) == {'accuracy': 0.9069, 'top5': 0.9979, 'loss': 0.2345,
                                        'steps': 5}
   assert runner.curve_metric(log) == 'accuracy'
+
+
+def test_the_sweep_knows_the_direction_of_each_tasks_metric():
+  # The sweep picks its best point without TensorFlow, from its own table of directions.
+  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  for task in (ImageClassificationTask, SequenceToSequenceTask):
+    assert runner.HIGHER_IS_BETTER[task.BEST_METRIC] == task.HIGHER_IS_BETTER, task.NAME

@@ -1,0 +1,225 @@
+"""A folder of image files as a classification split, without TensorFlow.
+
+The ``image_folder`` data layer reads a tree ``root/<class>/<files>``; this
+module lists it, holds out its validation files and reads image sizes from
+file headers, in plain Python, so that the config layer can count the
+training split (``data.schemas.image_folder_train_examples``) before
+TensorFlow is loaded, and the layer and the count always agree.
+
+Listing rules: the classes are the non-hidden folders directly under the
+root, sorted (a label is the index of its folder); a class holds every
+non-hidden file below its folder (subfolders included, hidden folders
+skipped) whose name ends in ``.jpg``, ``.jpeg``, ``.png``, ``.bmp`` or
+``.gif`` (any case); other files are ignored. Files are ordered by their path
+relative to the root, so the order never depends on the file system.
+
+The validation split is chosen per class by a hash of ``split_seed`` and the
+file's relative path: each class holds out its ``round(fraction * n)`` files
+of smallest hash (at most ``n - 1``), so the choice does not depend on the
+listing order, the location of the root or the other files, and every mode
+and worker holds out the same files.
+"""
+
+import hashlib
+import os
+import struct
+
+EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
+FORMATS = 'JPEG, PNG, BMP or GIF'
+# Files whose headers are read to infer the image size (all of them up to this
+# many, else an even sample of this many).
+SIZE_SAMPLE = 2000
+
+
+class FolderError(ValueError):
+  """The tree is missing, empty or malformed; the message is one line naming the directory."""
+
+
+def is_hidden(name):
+  return name.startswith('.')
+
+
+def is_image_name(name):
+  return not is_hidden(name) and name.lower().endswith(EXTENSIONS)
+
+
+def class_folders(root, what='train_dir'):
+  """The sorted class folder names directly under ``root``.
+
+  Raises:
+    FolderError: when ``root`` is not a directory or holds no class folder.
+  """
+  if not os.path.isdir(root):
+    raise FolderError(f'image_folder: {what} {root} does not exist or is not a directory')
+  names = sorted(entry.name for entry in os.scandir(root)
+                 if entry.is_dir() and not is_hidden(entry.name))
+  if not names:
+    raise FolderError(f'image_folder: {what} {root} holds no class folder; expected '
+                      f'{what}/<class>/<image files>')
+  return names
+
+
+def _image_files(folder):
+  """Relative paths (to ``folder``) of the image files below it, sorted."""
+  found = []
+  for directory, subdirs, files in os.walk(folder, followlinks=True):
+    subdirs[:] = [d for d in subdirs if not is_hidden(d)]
+    relative = os.path.relpath(directory, folder)
+    for name in files:
+      if is_image_name(name):
+        found.append(name if relative == '.' else os.path.join(relative, name))
+  return sorted(found)
+
+
+def list_tree(root, classes=None, what='train_dir'):
+  """Lists ``root/<class>/<files>``.
+
+  Args:
+    root: the directory.
+    classes: the class folder names (sorted) to read; None: those of ``root``.
+    what: the param naming ``root``, for messages.
+
+  Returns:
+    ``(class_names, files)``: the sorted class folder names, and a list of
+    ``(relative path, label)`` sorted by relative path (``class/.../file``).
+
+  Raises:
+    FolderError: for a missing directory, no class folder, or a class folder
+      without image files.
+  """
+  if classes is None:
+    classes = class_folders(root, what)
+  files = []
+  for label, name in enumerate(classes):
+    found = _image_files(os.path.join(root, name))
+    if not found:
+      raise FolderError(f'image_folder: class folder {os.path.join(root, name)} holds no '
+                        f'{FORMATS} file (by extension: {", ".join(EXTENSIONS)})')
+    files.extend((os.path.join(name, path), label) for path in found)
+  return tuple(classes), files
+
+
+def file_hash(relative_path, split_seed):
+  """The stable number that orders a file for the validation split."""
+  text = f'{split_seed}/{relative_path.replace(os.sep, "/")}'.encode('utf-8')
+  return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), 'big')
+
+
+def split_files(files, fraction, split_seed):
+  """Splits ``files`` (``(relative path, label)``) into training and validation files.
+
+  Each class holds out ``min(round(fraction * n), n - 1)`` of its ``n`` files,
+  those of smallest :func:`file_hash`. Both lists keep the order of ``files``.
+
+  Returns:
+    ``(train, validation)``.
+  """
+  if not fraction:
+    return list(files), []
+  by_class = {}
+  for path, label in files:
+    by_class.setdefault(label, []).append(path)
+  held_out = set()
+  for paths in by_class.values():
+    count = min(int(round(fraction * len(paths))), len(paths) - 1)
+    ranked = sorted(paths, key=lambda p: (file_hash(p, split_seed), p))
+    held_out.update(ranked[:count])
+  train = [f for f in files if f[0] not in held_out]
+  validation = [f for f in files if f[0] in held_out]
+  return train, validation
+
+
+def train_split(params):
+  """``(class_names, training files)`` of an ``image_folder`` params dict (validation removed)."""
+  classes, files = list_tree(params['train_dir'])
+  train, _ = split_files(files, params['validation_fraction'], params['split_seed'])
+  return classes, train
+
+
+# --- image sizes from headers ---------------------------------------------------------------
+
+# JPEG start-of-frame markers (they hold the size): C0-CF but DHT (C4), JPG (C8) and DAC (CC).
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Markers without a length field: TEM, RST0-7, SOI, EOI.
+_STANDALONE_MARKERS = frozenset([0x01, *range(0xD0, 0xDA)])
+
+
+def _jpeg_size(f):
+  f.seek(2)
+  while True:
+    byte = f.read(1)
+    if not byte:
+      return None
+    if byte != b'\xff':
+      continue  # not at a marker: tolerate garbage between segments
+    marker = f.read(1)
+    while marker == b'\xff':  # fill bytes
+      marker = f.read(1)
+    if not marker:
+      return None
+    code = marker[0]
+    if code in _STANDALONE_MARKERS or code == 0x00:
+      continue
+    length_bytes = f.read(2)
+    if len(length_bytes) < 2:
+      return None
+    length = struct.unpack('>H', length_bytes)[0]
+    if code in _SOF_MARKERS:
+      data = f.read(5)
+      if len(data) < 5:
+        return None
+      height, width = struct.unpack('>HH', data[1:5])
+      return (height, width) if height and width else None
+    if length < 2:
+      return None
+    f.seek(length - 2, os.SEEK_CUR)
+
+
+def image_size_of(path):
+  """``(height, width)`` of a JPEG, PNG, BMP or GIF file from its header (by content), or None.
+
+  None when the file cannot be read or its header is not one of those formats.
+  A GIF gives its logical screen, the size TensorFlow decodes its frames to.
+  """
+  try:
+    with open(path, 'rb') as f:
+      head = f.read(26)
+      if head.startswith(b'\x89PNG\r\n\x1a\n') and head[12:16] == b'IHDR':
+        width, height = struct.unpack('>II', head[16:24])
+        return height, width
+      if head[:6] in (b'GIF87a', b'GIF89a') and len(head) >= 10:
+        width, height = struct.unpack('<HH', head[6:10])
+        return height, width
+      if head[:2] == b'BM' and len(head) >= 26:
+        if struct.unpack('<I', head[14:18])[0] == 12:  # OS/2 BITMAPCOREHEADER
+          width, height = struct.unpack('<HH', head[18:22])
+        else:
+          width, height = struct.unpack('<ii', head[18:26])
+        return abs(height), abs(width)  # a negative height is a top-down bitmap
+      if head[:2] == b'\xff\xd8':
+        return _jpeg_size(f)
+  except (OSError, struct.error):
+    return None
+  return None
+
+
+def common_image_size(paths):
+  """The ``(height, width)`` all readable headers of a sample of ``paths`` agree on.
+
+  Reads every header when there are at most ``SIZE_SAMPLE`` files, else an
+  even sample of that many.
+
+  Returns:
+    ``(size or None, sizes)``: the common size (None when the headers
+    disagree or none could be read) and a dict ``size -> first path`` of the
+    sizes seen.
+  """
+  if len(paths) > SIZE_SAMPLE:
+    step = len(paths) / SIZE_SAMPLE
+    paths = [paths[int(i * step)] for i in range(SIZE_SAMPLE)]
+  sizes = {}
+  for path in paths:
+    size = image_size_of(path)
+    if size is not None:
+      sizes.setdefault(size, path)
+  return (next(iter(sizes)) if len(sizes) == 1 else None), sizes

@@ -1,0 +1,193 @@
+"""Image classification from a TensorFlow Datasets data set, by name.
+
+Any TFDS data set with an ``Image`` feature and a ``ClassLabel`` feature
+(``mnist``, ``fashion_mnist``, ``cifar10``, ``oxford_flowers102``, a user's own
+builder, ...) is read from its prepared files under ``data_dir`` with
+``tfds.builder(name, data_dir=...)``, offline: ``download: true`` is needed for
+TFDS to download and prepare it. Class names, the number of classes and the
+size of each split come from the data set's info; the images are decoded and
+preprocessed by ``data/images.py`` as the ``tfrecord`` layer does.
+
+``tensorflow_datasets`` (pinned in requirements.txt) is imported by the
+functions here only, since it takes seconds to import.
+"""
+
+import tensorflow as tf
+
+from core.params import ConfigError
+from data import images, schemas
+from data.base import DataError
+from data.tfrecord import EncodedImageLayer
+
+
+# A worker's share of a split whose encoded images fit in this many bytes is
+# permuted whole each epoch (two windows are in memory at once); a larger one
+# in windows of DEFAULT_SHUFFLE_BUFFER examples.
+WHOLE_SPLIT_BYTES = 256 << 20
+DEFAULT_SHUFFLE_BUFFER = 10000
+
+
+def _tfds():
+  import tensorflow_datasets  # pylint: disable=import-outside-toplevel (slow; only this layer needs it)
+  return tensorflow_datasets
+
+
+def _default_data_dir():
+  return _tfds().core.constants.DATA_DIR
+
+
+class TfdsDataLayer(EncodedImageLayer):
+  """A TensorFlow Datasets image-classification split, deterministic and exactly resumable.
+
+  The split is read in its stored order (``shuffle_files=False``, no
+  auto-caching, TFDS' ordering guard on), and each example is numbered by
+  its position in it; worker ``w`` of ``W`` keeps the examples at positions
+  ``w, w + W, ...`` (train and eval, so evaluation reads each example once
+  over all workers). Train: every epoch permutes consecutive windows of
+  ``shuffle_buffer`` of the worker's examples with a stateless key of
+  ``(seed, epoch, worker)`` (by default the buffer holds the worker's whole
+  share when its images take at most 256 MB, so each epoch is a full
+  permutation) and wraps around to fill ``batches_per_epoch`` batches;
+  each image is augmented with a key of ``(seed, epoch, position)``
+  (``data.images.train_image``), so ``start_batch`` resumes exactly. Eval:
+  one ordered pass (``data.images.eval_image``). Images are normalized with
+  ``mean`` / ``std``, given or computed once from the first training images
+  and kept in the run directory (:meth:`EncodedImageLayer.statistics`).
+  """
+
+  PARAMS = schemas.TFDS_PARAMS
+  kind = 'tfds'
+
+  def __init__(self, params, mode, num_workers=1, worker_index=0):
+    super().__init__(params, mode, num_workers, worker_index)
+    params = self.params
+    name, image_key, label_key = params['name'], params['image_key'], params['label_key']
+    self.builder = self._prepared_builder()
+    info = self.builder.info
+    features = info.features
+    have = ', '.join(sorted(features.keys()))
+    for key, param, feature in ((image_key, 'image_key', 'Image'),
+                                (label_key, 'label_key', 'ClassLabel')):
+      if key not in features or not isinstance(features[key], getattr(_tfds().features, feature)):
+        raise ConfigError(f'data_layer_params.{param}: {name} has no {feature} feature {key!r}; '
+                          f'its features: {have}', f'data_layer_params.{param}', 'invalid')
+    image_feature, label_feature = features[image_key], features[label_key]
+    self.split = params['train_split'] if mode == 'train' else params['eval_split']
+    self.train_split = params['train_split']
+    self.num_examples = self._split_size(self.split,
+                                         'train_split' if mode == 'train' else 'eval_split')
+    if not self.num_examples:
+      raise DataError(f'tfds: split {self.split!r} of {name} holds no examples')
+    self.class_names = tuple(label_feature.names)
+    self.num_classes = label_feature.num_classes
+    shape = tuple(image_feature.shape)
+    size = params['image_size']
+    if size is None:
+      if len(shape) != 3 or shape[0] is None or shape[1] is None:
+        raise ConfigError(f'data_layer_params.image_size: required: the images of {name} have no '
+                          f'fixed size (shape {shape})', 'data_layer_params.image_size', 'missing')
+      size = [shape[0], shape[1]]
+    channels = params['channels']
+    if channels is None:
+      channels = shape[-1] if len(shape) == 3 and shape[-1] in (1, 3) else 3
+    height, width = images.image_size_pair(size)
+    self.image_shape = (height, width, channels)
+    augment = params['augment']
+    crop = params['crop_fraction']
+    if crop is None and augment == 'inception_crop':
+      crop = 0.875
+    self.settings = {
+        'image_size': (height, width), 'channels': channels, 'augment': augment,
+        'crop_fraction': crop, 'mean': params['mean'], 'std': params['std'],
+        'shuffle_buffer': self._shuffle_buffer(), 'label_offset': 0,
+        'label_name': label_key, 'label_hint': f'the {name} data set does not match its info',
+        'skip_corrupt': None, 'max_corrupt_fraction': 0.0, 'image_word': 'image',
+    }
+    self._where = tf.constant(f'{name} {self.split}')
+    self._sources = {}
+
+  def _shuffle_buffer(self):
+    """``shuffle_buffer``, or by default the whole worker share of a small split (else 10000)."""
+    if self.params['shuffle_buffer'] is not None:
+      return self.params['shuffle_buffer']
+    share = -(-self.num_examples // self.num_workers)
+    splits = list(self.builder.info.splits.values())
+    stored = sum(int(split.num_examples) for split in splits)
+    # Sliced splits ('train[:10%]') report no bytes: estimate from the whole data set's mean.
+    bytes_per_example = sum(int(split.num_bytes) for split in splits) / max(stored, 1)
+    return share if share * bytes_per_example <= WHOLE_SPLIT_BYTES else DEFAULT_SHUFFLE_BUFFER
+
+  def _prepared_builder(self):
+    """The data set's builder, prepared (downloaded when ``download`` says so).
+
+    Raises:
+      DataError: naming the data set, ``data_dir`` and ``download: true``
+        when it is not prepared there.
+    """
+    tfds = _tfds()
+    name, data_dir = self.params['name'], self.params['data_dir']
+    where = data_dir or _default_data_dir()
+    missing = (f'tfds: data set {name} is not prepared under {where}; set data_layer_params.'
+               'download: true to download and prepare it there, or data_dir to where it is')
+    try:
+      builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+      raise DataError(f'tfds: data set {name} is not prepared under {where}, and TensorFlow '
+                      f'Datasets has no builder named {name!r}, so download: true cannot prepare '
+                      'it; check data_layer_params.name and data_dir') from None
+    except (ValueError, TypeError) as e:
+      raise ConfigError(f'data_layer_params.name: {name!r}: {str(e).splitlines()[0]}',
+                        'data_layer_params.name', 'invalid') from None
+    if not builder.is_prepared():
+      if not self.params['download']:
+        raise DataError(missing)
+      builder.download_and_prepare()
+    return builder
+
+  def _split_size(self, split, param):
+    try:
+      return self.builder.info.splits[split].num_examples
+    except (KeyError, ValueError, AssertionError) as e:
+      known = ', '.join(sorted(self.builder.info.splits.keys()))
+      raise ConfigError(f'data_layer_params.{param}: {split!r} is not a split of '
+                        f'{self.params["name"]} ({str(e).splitlines()[0]}); its splits: {known}',
+                        f'data_layer_params.{param}', 'invalid') from None
+
+  def _source(self, split):
+    """``(where, index, encoded image, label)`` of the whole split, in its stored order."""
+    if split not in self._sources:
+      tfds = _tfds()
+      image_key, label_key = self.params['image_key'], self.params['label_key']
+      read_config = tfds.ReadConfig(try_autocache=False, enable_ordering_guard=True)
+      examples = self.builder.as_dataset(
+          split=split, shuffle_files=False, read_config=read_config,
+          decoders={image_key: tfds.decode.SkipDecoding()})
+      where = self._where if split == self.split else tf.constant(f'{self.params["name"]} {split}')
+      self._sources[split] = examples.enumerate().map(
+          lambda index, example: (where, index, example[image_key],
+                                  self._checked_label(where, index, example[label_key])),
+          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return self._sources[split]
+
+  def _before_reading(self):
+    # Built here, outside the epochs' traced function, so TFDS' Python runs once.
+    self._source(self.split)
+
+  def _mine(self, examples):
+    if self.num_workers == 1:
+      return examples
+    return examples.shard(self.num_workers, self.worker_index)
+
+  def _eval_examples(self):
+    return self._mine(self._source(self.split))
+
+  def _epoch_examples(self, seed, epoch):
+    # The stored order every epoch; the window shuffle permutes it.
+    del seed, epoch
+    return self._mine(self._source(self.split))
+
+  def _statistics_source(self):
+    return f'tfds {self.params["name"]} {self.train_split}'
+
+  def _statistics_examples(self):
+    return self._source(self.train_split)
