@@ -24,6 +24,8 @@ MODELS.register_lazy('resnet50', 'models.resnet:build_resnet50', PARAMS=schemas.
                      TASK='image_classification')
 MODELS.register_lazy('resnet_cifar', 'models.resnet:build_resnet_cifar',
                      PARAMS=schemas.RESNET_CIFAR_PARAMS, TASK='image_classification')
+MODELS.register_lazy('keras_application', 'models.keras_application:build_keras_application',
+                     PARAMS=schemas.KERAS_APPLICATION_PARAMS, TASK='image_classification')
 MODELS.register_lazy('transformer', 'models.transformer:build_transformer',
                      PARAMS=schemas.TRANSFORMER_PARAMS, TASK='sequence_to_sequence')
 

@@ -5,6 +5,9 @@ config layer checks a config's ``model_params`` before TensorFlow is loaded;
 each builder validates its ``params`` against the same schema.
 """
 
+import importlib.metadata
+
+from core.params import REQUIRED
 from core.params import Param
 from core.params import non_negative
 from core.params import positive
@@ -33,6 +36,66 @@ COMMON_PARAMS = {
 }
 
 RESNET50_PARAMS = dict(COMMON_PARAMS)
+
+# The models of keras.applications, as of this Keras version: under it a config's
+# model_params.name is checked against them before TensorFlow is loaded; under
+# another version the builder checks the name against keras.applications itself.
+# tests/models/test_keras_application.py holds the list against the real module.
+KERAS_VERSION = '3.15.1'
+KERAS_APPLICATIONS = (
+    'ConvNeXtBase', 'ConvNeXtLarge', 'ConvNeXtSmall', 'ConvNeXtTiny', 'ConvNeXtXLarge',
+    'DenseNet121', 'DenseNet169', 'DenseNet201',
+    'EfficientNetB0', 'EfficientNetB1', 'EfficientNetB2', 'EfficientNetB3', 'EfficientNetB4',
+    'EfficientNetB5', 'EfficientNetB6', 'EfficientNetB7',
+    'EfficientNetV2B0', 'EfficientNetV2B1', 'EfficientNetV2B2', 'EfficientNetV2B3',
+    'EfficientNetV2L', 'EfficientNetV2M', 'EfficientNetV2S',
+    'InceptionResNetV2', 'InceptionV3', 'MobileNet', 'MobileNetV2', 'MobileNetV3Large',
+    'MobileNetV3Small', 'NASNetLarge', 'NASNetMobile', 'ResNet101', 'ResNet101V2', 'ResNet152',
+    'ResNet152V2', 'ResNet50', 'ResNet50V2', 'VGG16', 'VGG19', 'Xception')
+
+
+def _installed_keras():
+  try:
+    return importlib.metadata.version('keras')
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def _local_weights(value):
+  if value == 'imagenet':
+    # A download from every worker at start-up, into ~/.keras: a run takes a file it names.
+    return ("Keras' download is not used: give the path of a local weights file (e.g. the "
+            "application's *_notop.h5 from ~/.keras/models)")
+  return None
+
+
+def _mapping_of_names(value):
+  return None if all(isinstance(k, str) for k in value) else 'keys must be argument names'
+
+
+KERAS_APPLICATION_PARAMS = {
+    'name': Param(str, REQUIRED,
+                  choices=KERAS_APPLICATIONS if _installed_keras() == KERAS_VERSION else None,
+                  doc="a keras.applications model by its function name ('MobileNetV2', "
+                      "'ResNet50', 'EfficientNetB0'), case-sensitive"),
+    'weights': Param(str, None, check=_local_weights,
+                     doc='None (random initialization) or the path of a weights file of the '
+                         'application without its top (include_top=False)'),
+    'pooling': Param(str, 'avg', choices=('avg', 'max'),
+                     doc='global pooling of the last feature map before the logits'),
+    'dropout': Param(float, 0.0, check=_fraction_below_one,
+                     doc='dropout rate on the pooled features, before the logits'),
+    'include_preprocessing': Param(bool, False,
+                                   doc="the application's own input scaling, where it has the "
+                                       'argument (EfficientNetV2, ConvNeXt, MobileNetV3); off: '
+                                       "the data layer's normalization is the one used"),
+    'extra_kwargs': Param(dict, {}, check=_mapping_of_names,
+                          doc="more arguments of the application, e.g. {alpha: 0.35} for "
+                              'MobileNetV2'),
+    'weight_decay': Param(float, 1e-4, check=non_negative,
+                          doc='L2 on conv/dense kernels (not depthwise): loss += wd / 2 * '
+                              'sum(w**2); 0 disables'),
+}
 
 RESNET_CIFAR_PARAMS = {
     'depth': Param(int, 20, choices=CIFAR_DEPTHS, doc='6n + 2 layers; 8 for smoke runs'),

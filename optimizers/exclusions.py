@@ -19,13 +19,26 @@ own matching (a regular expression searched in the variable's name).
 Names match as substrings of the variable's ``name`` or its Keras ``path``
 (``model/batch_normalization/gamma``), as ``tf.contrib``'s ``skip_list`` did.
 This module is the one place that matches names (``matches_any``), builds
-masks from lists (``mask``, ``kept``, ``larc_mask``) and names a variable in
-summaries and state (``variable_name``).
+masks from lists (``mask``, ``kept``, ``larc_mask``), finds the strings of a
+list that match nothing (``unmatched``, ``warn_unmatched``: a list written for
+one model's names silently excludes nothing of another's) and names a variable
+in summaries and state (``variable_name``).
 """
+
+import logging
+import re
 
 # The usual list of variables kept from weight decay and the layer adaptation:
 # batch-normalization parameters and biases.
 NORMALIZATION_AND_BIAS = ('batch_normalization', 'bias')
+
+_LOG = logging.getLogger('optimizers')
+# How many variables a warning names as examples.
+EXAMPLES = 4
+# Words of the names of normalization parameters and biases in Keras' and this
+# framework's models ('bn_Conv1/gamma', 'conv1_bn/beta', 'layernorm/gamma').
+_NORMALIZATION_WORDS = ('bn', 'norm', 'gamma', 'beta', 'batch')
+_BIAS_WORDS = ('bias',)
 
 
 def variable_name(var):
@@ -62,6 +75,124 @@ def larc_mask(variables, larc_params):
   the ``tf.contrib`` spelling, the second the name LARS and LAMB use.
   """
   return mask(variables, larc_params['skip_list'], larc_params['exclude_from_layer_adaptation'])
+
+
+def batch_norm_variables(model):
+  """The variables of a model's batch-normalization layers (Keras' or a subclass), nested ones too.
+
+  Found by what owns them, not by name: Keras' applications name their batch
+  norms ``bn_Conv1``, ``conv1_bn``, ``block_1_expand_BN``.
+  """
+  import keras  # pylint: disable=import-outside-toplevel  # the name matching above needs none
+
+  found, seen = [], set()
+
+  def visit(layer):
+    if id(layer) in seen:
+      return
+    seen.add(id(layer))
+    if isinstance(layer, keras.layers.BatchNormalization):
+      found.extend(layer.weights)
+    for inner in getattr(layer, 'layers', None) or ():
+      visit(inner)
+
+  visit(model)
+  return found
+
+
+def regularized(model):
+  """The trainable variables an L2 regularizer takes: neither batch-norm parameters nor biases.
+
+  Those named as ``NORMALIZATION_AND_BIAS``, and the variables of batch-norm
+  layers whatever their names, are left out. Where every batch norm's name
+  holds 'batch_normalization' (this framework's models) this is the list
+  ``kept(variables, NORMALIZATION_AND_BIAS)`` gives, in the same order.
+  Layer and group normalization keep their regularization, as before.
+  """
+  owned = {id(v) for v in batch_norm_variables(model)}
+  return [v for v in kept(model.trainable_variables, NORMALIZATION_AND_BIAS) if id(v) not in owned]
+
+
+def unmatched(variables, patterns):
+  """The strings of ``patterns`` that match no variable's name or path, in order, each once."""
+  return [p for p in dict.fromkeys(patterns or ())
+          if not any(matches_any(v, [p]) for v in variables)]
+
+
+def _words(text):
+  return [w for w in re.split(r'[^a-z0-9]+', text.lower()) if w]
+
+
+def look_alikes(variables, pattern, count=EXAMPLES):
+  """Up to ``count`` names of ``variables`` that look like what ``pattern`` was meant to match.
+
+  A pattern about normalization ('batch_normalization', 'BatchNorm', 'bn')
+  finds names holding 'bn', 'norm', 'gamma' or 'beta'; one about biases finds
+  'bias'; another one names holding a word of the pattern. Without such names,
+  the first variables' names.
+  """
+  names = [str(getattr(v, 'path', None) or v.name) for v in variables]
+  words = _words(pattern)
+  if any(n in w for w in words for n in _NORMALIZATION_WORDS):
+    wanted = _NORMALIZATION_WORDS
+  elif any(b in w for w in words for b in _BIAS_WORDS):
+    wanted = _BIAS_WORDS
+  else:
+    wanted = tuple(w for w in words if len(w) >= 3)
+  alike = [n for n in names if any(w in n.lower() for w in wanted)]
+  return (alike or names)[:count]
+
+
+def exclusion_lists(optimizer, larc_params=None):
+  """The exclusion lists a run's update uses: ``[(key path, strings, what a match is kept from)]``.
+
+  Args:
+    optimizer: the built optimizer; an ``AGNOptimizer`` is looked through to
+      the optimizer it wraps. Only LARS and LAMB (``LayerwiseExclusions``)
+      hold such lists.
+    larc_params: checked ``larc_params``, or None.
+  """
+  optimizer = getattr(optimizer, 'local_optimizer', optimizer)
+  lists = []
+  if isinstance(optimizer, LayerwiseExclusions):
+    decay = 'weight decay'
+    if optimizer.explicit_adaptation_exclusions is None:
+      decay += ' and the layer-wise adaptation'
+    lists += [('optimizer_params.skip_list', optimizer.skip_list,
+               'weight decay and the layer-wise adaptation'),
+              ('optimizer_params.exclude_from_weight_decay', optimizer.decay_exclusions, decay),
+              ('optimizer_params.exclude_from_layer_adaptation',
+               optimizer.explicit_adaptation_exclusions, 'the layer-wise adaptation')]
+  if larc_params is not None:
+    lists += [(f'larc_params.{key}', larc_params.get(key), "LARC's adaptation")
+              for key in ('skip_list', 'exclude_from_layer_adaptation')]
+  return [(key, list(names), kept_from) for key, names, kept_from in lists if names]
+
+
+def unmatched_warnings(variables, lists):
+  """One line for each string of ``lists`` (``exclusion_lists``) that matches no variable."""
+  variables = list(variables)
+  lines = []
+  for key, names, kept_from in lists:
+    for pattern in unmatched(variables, names):
+      examples = ', '.join(look_alikes(variables, pattern))
+      lines.append(f'warning: {key}: {pattern!r} matches none of the model\'s {len(variables)} '
+                   f'variables (e.g. {examples}, ...); those variables get {kept_from}')
+  return lines
+
+
+def warn_unmatched(variables, optimizer, larc_params=None):
+  """Logs (``optimizers`` logger, WARNING) each exclusion string of the run that matches nothing.
+
+  Called once, where a run's update is built for its variables.
+
+  Returns:
+    The lines logged.
+  """
+  lines = unmatched_warnings(variables, exclusion_lists(optimizer, larc_params))
+  for line in lines:
+    _LOG.warning(line)
+  return lines
 
 
 def check_names(owner, key, names):

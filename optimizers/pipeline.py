@@ -168,6 +168,9 @@ class GradientPipeline(tf.Module):
     # The global norm of the last update's gradients, returned with every micro-step.
     self.last_global_norm = tf.Variable(0.0, trainable=False, name='last_global_norm')
     self.optimizer = make_optimizer(optimizer, optimizer_params, self._current_lr_value())
+    if allreduce.rank() == 0:
+      # A list written for another model's names excludes nothing: say so once, not per step.
+      exclusions.warn_unmatched(self.var_list, self.optimizer, self.larc_params)
     # AGN communicates by itself, once per period, instead of every update.
     self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
     self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)

@@ -7,16 +7,36 @@ config's ``label_smoothing``); the train metric is top-1 ``accuracy``; an
 evaluation gives ``loss``, ``accuracy`` and ``top5_accuracy`` over the whole
 eval split (``framework.evaluation``); the best checkpoint has the highest
 ``accuracy``; the SavedModel takes images as the data set stores them
-(``framework.export``).
+and returns the class names too (``framework.export``).
+
+``--mode=infer`` reads image files (:meth:`ImageClassificationTask.infer_inputs`:
+one file, a folder of them, or a list of paths in a text file or on stdin),
+preprocesses them as the evaluation does (the data layer's
+``encoded_image_input``) and writes one line per image::
+
+  path<TAB>class name<TAB>probability<TAB>second:probability<TAB>third:probability
+
+the top class, then the next ``INFER_TOP_K - 1`` classes by probability as
+``name:probability`` (fewer when the model has fewer classes). A file that
+cannot be read or decoded gets the line ``path<TAB>error: <why>`` in its
+place, and the others are still classified.
 """
+
+import os
+import re
+import sys
 
 import keras
 import tensorflow as tf
 
+from core.params import ConfigError
+from data.base import DataError
+from data.base import data_error_in
 from framework import evaluation
 from framework import export
 from framework.tasks import base
 from models import MODELS
+from models import contract
 
 
 class ImageClassificationTask(base.Task):
@@ -38,9 +58,18 @@ class ImageClassificationTask(base.Task):
     return 'images'
 
   def build_model(self, data_layer):
+    """The config's model for the data layer's images and classes, checked to give logits.
+
+    Raises:
+      ConfigError: the builder returned no ``keras.Model``, or one whose output
+        is not ``[batch, num_classes]`` logits (a softmax, another shape).
+    """
     cfg = self.config
-    return MODELS.resolve(cfg['model'])(cfg['model_params'], data_layer.image_shape,
-                                        data_layer.num_classes)
+    model = MODELS.resolve(cfg['model'])(cfg['model_params'], data_layer.image_shape,
+                                         data_layer.num_classes)
+    contract.check_image_classifier(model, contract.builder_name(cfg['model']),
+                                    data_layer.image_shape, data_layer.num_classes)
+    return model
 
   def loss(self, model, batch):
     """Mean cross-entropy of a batch ``(images, labels)`` and its top-1 ``accuracy``."""
@@ -73,5 +102,177 @@ class ImageClassificationTask(base.Task):
 
   def describe_export(self, data_layer):
     spec, _ = data_layer.serving_input()
-    return (f'takes {spec.dtype.name} images {list(spec.shape)}, returns probabilities and '
-            'classes')
+    return (f'takes {spec.dtype.name} images {list(spec.shape)}, returns probabilities, '
+            f'classes and class_names (the {data_layer.num_classes} names also in '
+            f'assets/{export.CLASS_NAMES_FILE} and {export.INFO_FILE})')
+
+  def export_info(self, data_layer):
+    return {'class_names': export.class_names(data_layer)}
+
+  def export_assets(self, data_layer):
+    return export.class_names_assets(export.class_names(data_layer))
+
+  # --- infer -------------------------------------------------------------------------------
+
+  def infer_inputs(self, source):
+    """The image files ``--infer_input`` names, in the order of the output lines.
+
+    Args:
+      source: an image file (known by its extension or its first bytes); a
+        folder, whose JPEG, PNG, BMP and GIF files (by extension, any case)
+        are taken recursively, sorted by path; a UTF-8 text file of paths,
+        one a line; or ``-``: such paths on stdin. Blank lines are skipped
+        and a line's surrounding white space dropped; a relative path is
+        relative to the working directory.
+
+    Raises:
+      DataError: a source that does not exist, cannot be read, is not UTF-8
+        text, or names no image.
+    """
+    if source != '-' and os.path.isdir(source):
+      paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(source)
+                     for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+      if not paths:
+        raise DataError(f'--infer_input {source}: the folder holds no image file (looked for '
+                        f'{", ".join(IMAGE_EXTENSIONS)}, in any case, in it and below)')
+      return paths
+    if source != '-' and not os.path.exists(source):
+      raise DataError(f'--infer_input {source}: no such file or folder')
+    if source != '-' and is_image_file(source):
+      return [source]
+    paths = [line.strip() for line in base.read_lines(source, 'image path') if line.strip()]
+    if not paths:
+      raise DataError(f'--infer_input {source}: {"stdin" if source == "-" else "the file"} '
+                      'names no image; give an image file, a folder of them, or their paths '
+                      'one a line')
+    return paths
+
+  def infer(self, model, data_layer, inputs, batch_size):
+    """The top classes of each image file of ``inputs``, one line each (see the module docstring).
+
+    Args:
+      model: the classifier.
+      data_layer: the eval data layer, whose ``encoded_image_input`` makes
+        the model's inputs from the files' bytes.
+      inputs: the image paths (:meth:`infer_inputs`).
+      batch_size: images classified at once (the eval batch).
+
+    Returns:
+      One line per path, in order. A file that cannot be read or decoded has
+      ``path<TAB>error: <why>``; their number goes to stderr.
+
+    Raises:
+      ConfigError: a data layer that cannot read image files.
+    """
+    names = export.class_names(data_layer)
+    predict = self._predictor(model, data_layer, min(INFER_TOP_K, len(names)))
+    batch_size = batch_size or INFER_BATCH
+    lines, failed = [], 0
+    for start in range(0, len(inputs), batch_size):
+      batch_lines, batch_failed = _infer_batch(predict, inputs[start:start + batch_size], names)
+      lines += batch_lines
+      failed += batch_failed
+    if failed:
+      print(f'warning: {failed} of {len(inputs)} image(s) could not be read or decoded; their '
+            'lines say why (path<TAB>error: ...)', file=sys.stderr, flush=True)
+    return lines
+
+  def _predictor(self, model, data_layer, k):
+    """``encoded image files [B] -> top_k(probabilities, k)``, compiled once for any B."""
+    try:
+      to_inputs = data_layer.encoded_image_input()
+    except (AttributeError, NotImplementedError):
+      raise ConfigError(f'--mode=infer: the data layer {type(data_layer).__name__} cannot read '
+                        'image files (it has no encoded_image_input); export the model '
+                        '(--mode=export) and serve it') from None
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def predict(encoded):
+      logits = tf.cast(model(to_inputs(encoded), training=False), tf.float32)
+      return tf.math.top_k(tf.nn.softmax(logits), k)
+
+    return predict
+
+
+# --mode=infer: the files a folder gives (by extension) and the first bytes of each kind.
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
+_JPEG, _PNG, _GIF = b'\xff\xd8\xff', b'\x89PNG\r\n\x1a\n', (b'GIF87a', b'GIF89a')
+# Classes on each output line: the top one and the runners-up.
+INFER_TOP_K = 3
+# Images classified at once when the eval view gives no batch.
+INFER_BATCH = 64
+_ERROR_MARK = '\terror: '
+
+
+def looks_like_image(head):
+  """Whether the first bytes of a file (at least 10) are those of a JPEG, PNG, BMP or GIF."""
+  # A BMP starts "BM", its size, then four reserved zero bytes: the zeros keep a
+  # list of paths starting "BM" from passing for one.
+  return (head.startswith((_JPEG, _PNG) + _GIF)
+          or (head.startswith(b'BM') and head[6:10] == b'\0\0\0\0'))
+
+
+def is_image_file(path):
+  """Whether ``path`` is an image file by its extension or, failing that, its first bytes."""
+  if path.lower().endswith(IMAGE_EXTENSIONS):
+    return True
+  try:
+    with open(path, 'rb') as f:
+      return looks_like_image(f.read(10))
+  except OSError:
+    return False
+
+
+def _one_line(exc):
+  """The reason of a TensorFlow error in one short line."""
+  reason = data_error_in(exc)
+  if reason is None:
+    text = getattr(exc, 'message', str(exc))
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith('[[')]
+    reason = lines[-1] if lines else type(exc).__name__
+    reason = re.sub(r'^\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]$', '', reason)
+  return reason[:200]
+
+
+def _infer_batch(predict, paths, names):
+  """The output lines of one batch of image files (see ``ImageClassificationTask.infer``).
+
+  Returns:
+    ``(lines, the number of them that are errors)``.
+  """
+  lines = [None] * len(paths)
+  encoded = {}
+  for i, path in enumerate(paths):
+    try:
+      with open(path, 'rb') as f:
+        data = f.read()
+    except OSError as exc:
+      lines[i] = f'{path}{_ERROR_MARK}cannot be read ({exc.strerror or exc})'
+      continue
+    if not looks_like_image(data[:10]):
+      lines[i] = f'{path}{_ERROR_MARK}not a JPEG, PNG, BMP or GIF image'
+      continue
+    encoded[i] = data
+  results = {}
+  if encoded:
+    try:
+      values, indices = predict(tf.constant(list(encoded.values())))
+      results = dict(zip(encoded, zip(values.numpy(), indices.numpy())))
+    except tf.errors.OpError:
+      # One file of the batch does not decode: each on its own, to name it.
+      for i, data in encoded.items():
+        try:
+          tf.io.decode_image(data, expand_animations=False)  # eager: a clean reason
+        except tf.errors.OpError as exc:
+          lines[i] = f'{paths[i]}{_ERROR_MARK}cannot be decoded ({_one_line(exc)})'
+          continue
+        try:
+          values, indices = predict(tf.constant([data]))
+          results[i] = (values.numpy()[0], indices.numpy()[0])
+        except tf.errors.OpError as exc:  # the data layer's own check refused it
+          lines[i] = f'{paths[i]}{_ERROR_MARK}cannot be made the model\'s input ({_one_line(exc)})'
+  failed = len(paths) - len(results)
+  for i, (values, indices) in results.items():
+    lines[i] = (f'{paths[i]}\t{names[indices[0]]}\t{values[0]:.4f}'
+                + ''.join(f'\t{names[c]}:{p:.4f}' for c, p in zip(indices[1:], values[1:])))
+  return lines, failed

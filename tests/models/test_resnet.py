@@ -42,7 +42,7 @@ def cifar_counts(depth, width=1, classes=10, channels_in=3, shortcut='A'):
 
 
 def test_registry_names():
-  assert sorted(MODELS) == ['resnet50', 'resnet_cifar', 'transformer']
+  assert sorted(MODELS) == ['keras_application', 'resnet50', 'resnet_cifar', 'transformer']
   with pytest.raises(UnknownNameError, match="did you mean 'resnet50'"):
     MODELS['resnet_50']
 

@@ -5,10 +5,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from models import MODELS
+from optimizers import exclusions
 from optimizers import stages
 from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
+from optimizers.pipeline import GradientPipeline
 from tests.optimizers.test_lamb import numpy_lamb
 from tests.optimizers.test_lars import numpy_lars
 
@@ -102,3 +105,101 @@ def test_a_single_string_is_rejected(cls):
     cls(0.1, exclude_from_weight_decay='bias')
   with pytest.raises(ValueError, match='skip_list must be a list of strings'):
     cls(0.1, skip_list='bias')
+
+
+# --- lists that match nothing, and batch norms by what they are ---------------------------
+
+def keras_named_model():
+  """A model named as Keras' applications name theirs: the batch norm is 'conv1_bn'."""
+  inputs = keras.Input((6, 6, 2))
+  x = keras.layers.Conv2D(3, 3, name='conv1')(inputs)
+  x = keras.layers.BatchNormalization(name='conv1_bn')(x)
+  x = keras.layers.GlobalAveragePooling2D()(x)
+  return keras.Model(inputs, keras.layers.Dense(2, name='logits')(x))
+
+
+def paths(variables):
+  return [v.path for v in variables]
+
+
+def test_unmatched_finds_exactly_the_strings_that_match_no_variable():
+  variables = keras_named_model().trainable_variables
+  assert paths(variables) == ['conv1/kernel', 'conv1/bias', 'conv1_bn/gamma', 'conv1_bn/beta',
+                              'logits/kernel', 'logits/bias']
+  patterns = ['batch_normalization', 'bias', '_bn/', 'layer_norm', 'bias', 'Conv1', 'logits/k']
+  assert exclusions.unmatched(variables, patterns) == ['batch_normalization', 'layer_norm',
+                                                      'Conv1']
+  assert exclusions.unmatched(variables, None) == exclusions.unmatched([], []) == []
+  assert exclusions.unmatched([], ['bias']) == ['bias']
+
+
+def test_look_alikes_are_the_names_a_pattern_probably_meant():
+  variables = keras_named_model().trainable_variables
+  assert exclusions.look_alikes(variables, 'batch_normalization') == ['conv1_bn/gamma',
+                                                                      'conv1_bn/beta']
+  assert exclusions.look_alikes(variables, 'BatchNorm') == ['conv1_bn/gamma', 'conv1_bn/beta']
+  assert exclusions.look_alikes(variables, 'biases') == ['conv1/bias', 'logits/bias']
+  assert exclusions.look_alikes(variables, 'the_logits') == ['logits/kernel', 'logits/bias']
+  # Nothing alike: the first names.
+  assert exclusions.look_alikes(variables, 'embedding', count=3) == paths(variables)[:3]
+
+
+def test_the_pipeline_warns_once_per_unmatched_string_naming_its_list_and_examples(caplog):
+  model = keras_named_model()
+  with caplog.at_level('WARNING', logger='optimizers'):
+    pipeline = GradientPipeline(
+        model.trainable_variables, 'LARS',
+        {'learning_rate': 0.1, 'skip_list': ['batch_normalization', 'bias'],
+         'exclude_from_weight_decay': ['layer_normalization', 'logits']},
+        larc_params={'larc_eta': 0.002, 'skip_list': ['BatchNorm']})
+  assert [r.getMessage() for r in caplog.records] == [
+      "warning: optimizer_params.skip_list: 'batch_normalization' matches none of the model's 6 "
+      'variables (e.g. conv1_bn/gamma, conv1_bn/beta, ...); those variables get weight decay and '
+      'the layer-wise adaptation',
+      "warning: optimizer_params.exclude_from_weight_decay: 'layer_normalization' matches none of "
+      "the model's 6 variables (e.g. conv1_bn/gamma, conv1_bn/beta, ...); those variables get "
+      'weight decay and the layer-wise adaptation',
+      "warning: larc_params.skip_list: 'BatchNorm' matches none of the model's 6 variables (e.g. "
+      "conv1_bn/gamma, conv1_bn/beta, ...); those variables get LARC's adaptation"]
+  assert all(r.levelname == 'WARNING' for r in caplog.records)
+  # Built once, warned once: the steps say nothing more.
+  caplog.clear()
+  with caplog.at_level('WARNING', logger='optimizers'):
+    pipeline(lambda: tf.add_n([tf.reduce_sum(v) for v in model.trainable_variables]))
+  assert not caplog.records
+
+
+def test_lists_that_match_say_nothing_and_other_optimizers_have_none(caplog):
+  model = keras_named_model()
+  with caplog.at_level('WARNING', logger='optimizers'):
+    GradientPipeline(model.trainable_variables, 'LAMB',
+                     {'learning_rate': 0.1, 'exclude_from_weight_decay': ['_bn/', 'bias'],
+                      'exclude_from_layer_adaptation': ['bias']})
+    GradientPipeline(model.trainable_variables, 'SGD', {'learning_rate': 0.1})
+  assert not caplog.records
+  lamb = LAMB(0.1, exclude_from_layer_adaptation=['bias', 'gamma_'])
+  assert exclusions.exclusion_lists(lamb) == [
+      ('optimizer_params.exclude_from_layer_adaptation', ['bias', 'gamma_'],
+       'the layer-wise adaptation')]
+  assert exclusions.unmatched_warnings(model.trainable_variables,
+                                       exclusions.exclusion_lists(lamb)) == [
+      "warning: optimizer_params.exclude_from_layer_adaptation: 'gamma_' matches none of the "
+      "model's 6 variables (e.g. conv1_bn/gamma, conv1_bn/beta, ...); those variables get the "
+      'layer-wise adaptation']
+  assert exclusions.exclusion_lists(keras.optimizers.SGD(0.1)) == []
+
+
+def test_regularized_leaves_out_batch_norms_by_layer_and_keeps_resnets_list():
+  model = keras_named_model()
+  assert paths(exclusions.regularized(model)) == ['conv1/kernel', 'logits/kernel']
+  assert paths(exclusions.batch_norm_variables(model)) == [
+      'conv1_bn/gamma', 'conv1_bn/beta', 'conv1_bn/moving_mean', 'conv1_bn/moving_variance']
+  # This framework's models name every batch norm: the same variables in the same order.
+  resnet = MODELS['resnet_cifar']({'depth': 8, 'shortcut': 'B'}, (8, 8, 3), 10)
+  by_name = exclusions.kept(resnet.trainable_variables, exclusions.NORMALIZATION_AND_BIAS)
+  assert [id(v) for v in exclusions.regularized(resnet)] == [id(v) for v in by_name]
+  assert len(by_name) == 7 + 2 + 1  # convolutions, the two projections, the classifier kernel
+  # A batch norm inside a nested model is found too.
+  inputs = keras.Input((6, 6, 2))
+  outer = keras.Model(inputs, keras.layers.Dense(2, name='head')(model(inputs)))
+  assert paths(exclusions.regularized(outer)) == ['conv1/kernel', 'logits/kernel', 'head/kernel']

@@ -1,0 +1,205 @@
+"""Any model of ``keras.applications`` as an image classifier of this framework.
+
+``model: keras_application`` with ``model_params.name: MobileNetV2`` builds the
+application without its top (``include_top=False``), pooled globally
+(``pooling``: 'avg' or 'max'), then ``dropout`` and a float32 ``Dense`` of
+``num_classes`` named ``logits`` (no softmax: the task's loss takes logits).
+The application's own arguments (``alpha`` of the MobileNets, ...) go in
+``extra_kwargs``; the builder sets ``include_top``, ``weights``,
+``input_shape``, ``pooling`` and ``classes`` itself.
+
+Inputs. The image data layers give images normalized to zero mean and unit
+variance per channel. Some applications normalize their input themselves:
+EfficientNetV2, ConvNeXt and MobileNetV3 take ``include_preprocessing``, which
+this builder passes as False unless ``model_params.include_preprocessing`` is
+True, so the data layer's normalization is the one used. EfficientNet (B0-B7)
+has no such argument and always divides its input by 255 (then a
+``Normalization`` layer, the identity without ImageNet weights); the batch
+norm after its stem convolution undoes the scale, so it trains from scratch,
+but its ImageNet weights expect pixels in [0, 255]. The other applications
+(ResNet50, MobileNetV2, DenseNet, ...) take their input as it comes.
+
+Weights. ``weights: None`` initializes at random; a path loads a weights file
+of the application without its top (Keras' ``*_notop.h5``, or a
+``.weights.h5`` saved from the same application and arguments). Keras'
+``'imagenet'`` download is refused: every worker would download it at start.
+
+Weight decay. ``weight_decay`` is the L2 penalty of the other builders,
+``weight_decay / 2 * sum(w ** 2)`` in ``model.losses``, on the kernels of
+convolutions and dense layers (the pointwise one of a separable convolution),
+not on depthwise filters, which hold few parameters (Howard et al. 2017), nor
+on biases or normalization parameters. The config layer turns it off when the
+optimizer decays weights itself (LARS, LAMB, AdamW).
+
+Names. Keras names the variables of its applications its own way
+(``bn_Conv1/gamma``, ``block_1_expand_BN/beta``, ``conv1_bn/gamma``,
+``..._layernorm/gamma``): a LARS or LAMB exclusion list written for this
+framework's ResNets, ``[batch_normalization, bias]``, matches none of their
+normalization parameters (the optimizer pipeline warns about it).
+``[gamma, beta, bias]`` names the normalization parameters and biases of every
+application.
+
+References:
+  Howard et al. "MobileNets: Efficient Convolutional Neural Networks for Mobile
+  Vision Applications", 2017. arXiv:1704.04861 (section 3.2).
+"""
+
+import inspect
+import os
+import warnings
+
+import keras
+
+from core.params import ConfigError
+from core.params import check_params
+from core.registry import closest
+from models import schemas
+
+# The arguments the builder gives an application; extra_kwargs may not give them.
+_SET_BY_BUILDER = ('include_top', 'weights', 'input_tensor', 'input_shape', 'pooling', 'classes',
+                   'classifier_activation', 'include_preprocessing')
+# The most characters of the application's own message a ConfigError quotes (a
+# weights file that does not fit is described with the values of a variable).
+_LONGEST = 300
+# Depthwise filters get no weight decay (see the module docstring).
+_DEPTHWISE = (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)
+
+
+def application_names():
+  """The model functions of the installed ``keras.applications`` ('ConvNeXtBase', ...)."""
+  return sorted(name for name in dir(keras.applications)
+                if name[:1].isupper() and callable(getattr(keras.applications, name)))
+
+
+def application(name):
+  """The ``keras.applications`` function called ``name``.
+
+  Raises:
+    ConfigError: naming the closest spelling and every known name.
+  """
+  names = application_names()
+  if name not in names:
+    guess = closest(name, names)
+    hint = f' (did you mean {guess!r}?)' if guess is not None else ''
+    raise ConfigError(f'model_params.name: {name!r} is not a keras.applications model{hint}; '
+                      f'known: {", ".join(names)}', 'model_params.name', 'invalid')
+  return getattr(keras.applications, name)
+
+
+def _arguments(fn, params):
+  """The keyword arguments of the application besides those of the backbone's shape and weights."""
+  name = params['name']
+  accepted = inspect.signature(fn).parameters
+  kwargs = {}
+  if 'include_preprocessing' in accepted:
+    kwargs['include_preprocessing'] = params['include_preprocessing']
+  elif params['include_preprocessing']:
+    raise ConfigError(f'model_params.include_preprocessing: keras.applications.{name} has no '
+                      'such argument (its input is the data layer\'s, normalized); remove it',
+                      'model_params.include_preprocessing', 'invalid')
+  own = sorted(a for a in accepted if a not in _SET_BY_BUILDER)
+  for key, value in params['extra_kwargs'].items():
+    path = f'model_params.extra_kwargs.{key}'
+    if key in _SET_BY_BUILDER:
+      where = ('model_params.include_preprocessing' if key == 'include_preprocessing'
+               else 'the builder (include_top=False, the logits head of num_classes)')
+      raise ConfigError(f'{path}: set by {where}; remove it from extra_kwargs', path, 'invalid')
+    if key not in accepted:
+      guess = closest(key, own)
+      hint = f' (did you mean {guess!r}?)' if guess is not None else ''
+      raise ConfigError(f'{path}: keras.applications.{name} takes no argument {key!r}{hint}; '
+                        f'its own: {", ".join(own) or "none"}', path, 'unknown')
+    kwargs[key] = value
+  return kwargs
+
+
+def _weights(path):
+  if path is not None and not os.path.isfile(path):
+    raise ConfigError(f'model_params.weights: {path}: no such file (give the path of a weights '
+                      'file of the application without its top, or null)', 'model_params.weights',
+                      'invalid')
+  return path
+
+
+def decayed_kernels(model):
+  """The kernels of a model's convolution and dense layers, without the depthwise filters."""
+  kernels = []
+  for layer in model.layers:
+    if isinstance(layer, _DEPTHWISE):
+      continue
+    for attribute in ('kernel', 'pointwise_kernel'):
+      variable = getattr(layer, attribute, None)
+      if isinstance(variable, keras.Variable) and variable.trainable:
+        kernels.append((layer, attribute, variable))
+  return kernels
+
+
+def _add_weight_decay(model, weight_decay):
+  """Puts L2 on the kernels of a built model, as ``kernel_regularizer`` would have at its build."""
+  if weight_decay <= 0:
+    return
+  for layer, attribute, variable in decayed_kernels(model):
+    # Keras' L2(l) adds l * sum(w**2); half the decay gives the gradient decay * w.
+    regularizer = keras.regularizers.L2(weight_decay / 2)
+    # The variable's regularizer is the one model.losses reads; the layer's
+    # attribute keeps its config telling the same.
+    variable.regularizer = regularizer
+    setattr(layer, f'{attribute}_regularizer', regularizer)
+
+
+def build_keras_application(params, image_shape, num_classes):
+  """A ``keras.applications`` model with pooled features and float32 logits.
+
+  Args:
+    params: ``model_params``, see ``build_keras_application.PARAMS``.
+    image_shape: ``(height, width, channels)`` of the data layer's images.
+    num_classes: width of the logits.
+
+  Returns:
+    An uncompiled ``keras.Model`` named after the application, mapping images
+    to float32 logits of shape ``[batch, num_classes]``; its other layers
+    follow the global dtype policy.
+
+  Raises:
+    ConfigError: for bad ``params``, a missing weights file, or an image shape
+      or weights file the application refuses (one line naming
+      ``model_params.name``, the shape and what the application said).
+  """
+  params = check_params(params, build_keras_application.PARAMS, 'model_params')
+  name = params['name']
+  fn = application(name)
+  kwargs = _arguments(fn, params)
+  weights = _weights(params['weights'])
+  shape = tuple(int(d) for d in image_shape)
+  # Keras warns about each layer of a weights file that does not fit before it
+  # raises: the warnings are shown only when the application is built.
+  with warnings.catch_warnings(record=True) as caught:
+    try:
+      backbone = fn(include_top=False, weights=weights, input_shape=shape,
+                    pooling=params['pooling'], **kwargs)
+    except (ValueError, OSError) as exc:
+      problem = exc
+    else:
+      problem = None
+  if problem is not None:
+    said = ' '.join(str(problem).split())
+    if len(said) > _LONGEST:
+      said = said[:_LONGEST] + ' ...'
+    given = f', {kwargs}' if kwargs else ''
+    raise ConfigError(f'model_params.name: keras.applications.{name}(input_shape={shape}{given}'
+                      f'{", weights=" + weights if weights else ""}) refused: {said}',
+                      'model_params.name', 'invalid')
+  for warning in caught:
+    warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+  x = backbone.output
+  if params['dropout'] > 0:
+    x = keras.layers.Dropout(params['dropout'], name='head_dropout')(x)
+  # float32 logits whatever the policy, so the softmax and loss are exact.
+  logits = keras.layers.Dense(num_classes, dtype='float32', name='logits')(x)
+  model = keras.Model(backbone.input, logits, name=name.lower())
+  _add_weight_decay(model, params['weight_decay'])
+  return model
+
+
+build_keras_application.PARAMS = schemas.KERAS_APPLICATION_PARAMS
+build_keras_application.TASK = 'image_classification'
