@@ -109,7 +109,7 @@ LR_SCALING_SCHEMA = {
     'rule': Param(str, 'linear', choices=LR_SCALING_RULES,
                   doc='linear: base x B/reference_batch (Goyal et al.); sqrt: base x '
                       'sqrt(B/reference_batch) (the LAMB recipes)'),
-    'base_learning_rate': Param(float, REQUIRED, check=positive,
+    'base_learning_rate': Param(float, REQUIRED, check=_finite_positive,
                                 doc='the rate at the reference batch'),
     'reference_batch': Param(int, 256, check=positive, doc='the global batch of the base rate'),
 }

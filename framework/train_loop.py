@@ -112,6 +112,8 @@ class LoopParts:
       the final split, or None when the run has none.
     final_task: the task that decoded the final split and describes its line,
       when it is not ``task`` (a wider beam on the test split); None: ``task``.
+    eval_split: the name of the split ``evaluate`` reads (the eval data
+      layer's ``split``), named by the eval lines; None: unknown.
   """
   config: dict
   overrides: Sequence[str]
@@ -128,6 +130,7 @@ class LoopParts:
   evaluate: Callable[[], dict]
   final_evaluate: Callable[[], Optional[tuple]]
   final_task: Any = None
+  eval_split: Optional[str] = None
 
 
 def _due(step, last, every):
@@ -470,10 +473,12 @@ class TrainLoop:
   def _evaluate(self, step):
     """Evaluates, reports, and offers the checkpoint to the best one (by the task's metric)."""
     metrics = self.parts.evaluate()
-    evaluation.report(step, metrics, self.outputs.eval_writer, self.task)
+    evaluation.report(step, metrics, self.outputs.eval_writer, self.task,
+                      split=self.parts.eval_split)
     if self.outputs.best is not None:
       self.outputs.best.offer(step, metrics[self.task.BEST_METRIC])
-    self.eval_metrics = metrics
+    # Where the numbers come from, for the run's final line (evaluation.final_line).
+    self.eval_metrics = dict(metrics, step=step, split=self.parts.eval_split)
 
   def _final_evaluate(self):
     """The best checkpoint on the final split, when the run has one (``Trainer.final_evaluate``)."""
@@ -483,10 +488,12 @@ class TrainLoop:
     metrics, step, split = final
     writer = summaries.LazyWriter(os.path.join(self.parts.logdir, f'{summaries.EVAL_DIR}_{split}'),
                                   distributed.is_chief())
+    selected_on = self.parts.eval_split
+    by = f'{selected_on} {self.task.BEST_METRIC}' if selected_on else self.task.BEST_METRIC
     evaluation.report(step, metrics, writer, self.parts.final_task or self.task,
-                      label=f'{split} split, best checkpoint by {self.task.BEST_METRIC},')
+                      label=f'{split} split, best checkpoint by {by},')
     writer.close()
-    self.eval_metrics = metrics
+    self.eval_metrics = dict(metrics, step=step, split=split, selected_on=selected_on)
 
   def _stop(self, signum, ending=False):
     """Writes the summaries, saves the current step (unless saved already), raises RunStopped.

@@ -7,6 +7,8 @@
   python scripts/sweep.py --config configs/fashion_mnist_lars.py --grid-file grid.yaml \\
       --out runs/sweep_bs
 
+  python scripts/sweep.py --best runs/sweep_bs    # the best point's run directory
+
 A grid file is a YAML mapping from config key paths to lists of values, with
 optional ``derived`` values computed from each point::
 
@@ -45,6 +47,16 @@ ended well meanwhile is recorded as finished. The sweep then ends with status
 saving. Failed points are listed in the tables and marked with a red cross on
 the plot; its x axis is logarithmic for batch-like keys.
 
+The best point is marked: ``best`` is 1 on its row of results.csv (0 on the
+others), results.md marks it and names it under the table, and ``--best OUT``
+prints its run directory, one line, from the ``result.json`` files in OUT
+(exit status 1 and one line on stderr when OUT has no finished point with a
+metric). It is chosen by the runs' own metric, in its direction (accuracy:
+higher is better; a sequence model's wer: lower): with seeds, the
+configuration with the best mean over its finished seeds, then that
+configuration's best seed; ties go to the directory name that sorts first
+(``framework.sweep.report.choose_best``).
+
 Before any point runs, every point's config is resolved and validated as
 run.py would do it (all in one process, ``python -m framework.check_configs``):
 a point run.py would refuse stops the sweep with exit status 2 and one line
@@ -81,9 +93,11 @@ SWEEP_MODES = tuple(m for m in config_file.MODES if m not in config_file.READING
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--config', required=True, help='the config file given to run.py')
-  parser.add_argument('--out', required=True,
-                      help='the sweep directory; one run directory per point')
+  parser.add_argument('--config', help='the config file given to run.py (required)')
+  parser.add_argument('--out', help='the sweep directory; one run directory per point (required)')
+  parser.add_argument('--best', metavar='OUT',
+                      help="print the run directory of OUT's best finished point and exit "
+                           '(given alone)')
   parser.add_argument('--grid', action='append', default=[], metavar='KEY.PATH=V1,V2,...',
                       help='values of one config key (each read as YAML); repeatable; '
                            "replaces that key's values from --grid-file")
@@ -102,7 +116,34 @@ def parse_args(argv):
   parser.add_argument('--jobs', type=int, default=1,
                       help='runs at the same time (each run.py uses all cores it sees)')
   parser.add_argument('--dry-run', action='store_true', help='print the commands and exit')
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.best is not None:
+    given = [flag for flag, value in (('--config', args.config), ('--out', args.out),
+                                      ('--grid', args.grid), ('--grid-file', args.grid_file),
+                                      ('--derive', args.derive), ('--seeds', args.seeds),
+                                      ('--set', args.set), ('--dry-run', args.dry_run)) if value]
+    if given:
+      parser.error(f'--best reads a finished sweep and takes no other flag ({", ".join(given)} '
+                   'given)')
+  else:
+    missing = [flag for flag in ('--config', '--out') if getattr(args, flag[2:]) is None]
+    if missing:
+      parser.error(f'the following arguments are required: {", ".join(missing)}')
+  return args
+
+
+def print_best(out):
+  """``--best OUT``: prints the run directory of the sweep's best point; returns the exit status."""
+  if not os.path.isdir(out):
+    print(f'error: --best {out}: no such directory', file=sys.stderr)
+    return 1
+  best = report.best_of_directory(out)
+  if best is None:
+    print(f'error: --best {out}: no finished point with a metric to compare (no run directory '
+          'with a result.json holding its accuracy or wer)', file=sys.stderr)
+    return 1
+  print(os.path.abspath(best.logdir))
+  return 0
 
 
 def build_points(args):
@@ -150,6 +191,8 @@ def check_arguments(args):
 def main(argv=None):
   """Runs the sweep ``argv`` describes; returns the exit status (see the module docstring)."""
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.best is not None:
+    return print_best(args.best)
   try:
     points = check_arguments(args)
   except SweepError as exc:
@@ -188,6 +231,9 @@ def main(argv=None):
     failed = sweep.run()
   except KeyboardInterrupt:
     return signals.exit_status(stopped_by[0] if stopped_by else signal.SIGINT)
+  except SweepError as exc:
+    print(f'error: {exc}', file=sys.stderr)
+    return 2
   report.write_results(sweep)
   if stopped_by:
     return signals.exit_status(stopped_by[0])  # it came as the last run ended

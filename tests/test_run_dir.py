@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+from data import fashion_mnist
 from data.fashion_mnist import FashionMnistDataLayer
 from tests.test_run import SGD_CONFIG, SHORT, checkpoint_values, run
 
@@ -32,15 +33,28 @@ def fixture_trained(tmp_path_factory):
                   'step': int(step), 'evals': evals}
 
 
-def test_export_serves_raw_pixels_with_the_eval_preprocessing(trained, tmp_path):
-  logdir, final = trained
-  export_dir = tmp_path / 'export'
+@pytest.fixture(name='exported', scope='module')
+def fixture_exported(trained, tmp_path_factory):
+  """The trained run's latest checkpoint exported, and what run.py printed."""
+  logdir, _ = trained
+  export_dir = tmp_path_factory.mktemp('export') / 'export'
   result = run('--config', SGD_CONFIG, '--mode', 'export', '--logdir', str(logdir),
                '--export_dir', str(export_dir))
-  assert f'exported {logdir}/ckpt-20 (step 20) to {export_dir}' in result.stdout, result.stdout
-  assert "takes uint8 images [None, 28, 28, 1]" in result.stdout
+  return export_dir, result.stdout
+
+
+def test_export_serves_raw_pixels_with_the_eval_preprocessing(trained, exported):
+  logdir, final = trained
+  export_dir, stdout = exported
+  assert f'exported {logdir}/ckpt-20 (step 20) to {export_dir}' in stdout, stdout
+  assert "takes uint8 images [None, 28, 28, 1]" in stdout
+  assert ('returns probabilities, classes and class_names (the 10 names also in '
+          'assets/class_names.txt and export.json)') in stdout
+  names = list(fashion_mnist.CLASS_NAMES)
   assert json.loads((export_dir / 'export.json').read_text()) == {
-      'checkpoint': f'{logdir}/ckpt-20', 'step': 20, 'task': 'image_classification'}
+      'checkpoint': f'{logdir}/ckpt-20', 'step': 20, 'task': 'image_classification',
+      'class_names': names}
+  assert (export_dir / 'assets' / 'class_names.txt').read_text().splitlines() == names
 
   served = tf.saved_model.load(str(export_dir)).signatures['serving_default']
   test_set = FashionMnistDataLayer({}, 'eval')
@@ -51,10 +65,39 @@ def test_export_serves_raw_pixels_with_the_eval_preprocessing(trained, tmp_path)
   assert probabilities.shape == (10000, 10) and classes.dtype == np.int32
   np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
   np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
+  assert outputs['class_names'].numpy().tolist() == [names[c].encode() for c in classes]
   # The eval at the end of training saw the same 10,000 images through the data pipeline.
   assert np.mean(classes == test_set.labels) == pytest.approx(final['accuracy'], abs=5e-5)
   cross_entropy = -np.log(probabilities[np.arange(10000), test_set.labels]).mean()
   assert cross_entropy == pytest.approx(final['loss'], abs=5e-4)
+
+
+def test_infer_classifies_image_files_as_the_export_serves_their_pixels(
+    trained, exported, tmp_path):
+  logdir, _ = trained
+  test_set = FashionMnistDataLayer({}, 'eval')
+  images = tmp_path / 'images'
+  images.mkdir()
+  for i in (3, 0):  # two test images as PNG files
+    (images / f'{i}.png').write_bytes(tf.io.encode_png(test_set.images[i]).numpy())
+  (images / 'broken.png').write_bytes(b'not a png')
+  result = run('--config', SGD_CONFIG, '--mode', 'infer', '--logdir', str(logdir),
+               '--infer_input', str(images))
+  lines = result.stdout.splitlines()
+  assert [l.split('\t')[0] for l in lines] == [f'{images}/{n}' for n in ('0.png', '3.png',
+                                                                         'broken.png')]
+  assert lines[2] == f'{images}/broken.png\terror: not a JPEG, PNG, BMP or GIF image'
+  assert 'warning: 1 of 3 image(s) could not be read or decoded' in result.stderr
+  # The top three classes and their probabilities, as the SavedModel gives them for the pixels.
+  served = tf.saved_model.load(str(exported[0])).signatures['serving_default']
+  probabilities = served(images=tf.constant(test_set.images[[0, 3]]))['probabilities'].numpy()
+  names = fashion_mnist.CLASS_NAMES
+  for line, p in zip(lines[:2], probabilities):
+    top = np.argsort(-p)[:3]
+    fields = line.split('\t')
+    assert [fields[1]] + [f.rsplit(':', 1)[0] for f in fields[3:]] == [names[c] for c in top]
+    given = [float(fields[2])] + [float(f.rsplit(':', 1)[1]) for f in fields[3:]]
+    np.testing.assert_allclose(given, p[top], atol=1.5e-4)
 
 
 def test_export_refuses_a_used_directory_and_a_missing_flag(trained, tmp_path):

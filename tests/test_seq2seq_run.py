@@ -99,10 +99,12 @@ def test_a_tiny_transformer_learns_forty_words_to_wer_zero(trained):
   # Teacher-forced against each word's first pronunciation only: a word with two is
   # decoded right as either, but forced along the first it may stray from it.
   assert last['token_accuracy'] > 0.95
-  assert evals[-1].endswith(f'({WORDS} words)')
-  # The final split (here the same words) is scored from the best checkpoint by WER.
-  final = [l for l in lines if l.startswith('final test wer: ')]
-  assert len(final) == 1 and final[0].startswith('final test wer: 0.0000 (per 0.0000')
+  # The lines name the split they scored (the tiny config evaluates on its train words).
+  assert evals[-1].endswith(f'({WORDS} words) on the train split')
+  # The final split (here the same words, so no second evaluation): the last evaluation's.
+  final = [l for l in lines if l.startswith('final train wer: ')]
+  assert len(final) == 1 and final[0].startswith('final train wer: 0.0000 (per 0.0000')
+  assert final[0].endswith(' at step 300')
   with open(os.path.join(logdir, 'best', 'best.json'), encoding='utf-8') as f:
     record = f.read()
   assert '"wer": 0.0' in record
@@ -240,7 +242,7 @@ def test_two_workers_score_every_word_once_as_one_worker_does(tmp_path, engine):
   assert f'engine: {engine}, 2 workers' in out
   assert 'global batch 20 = 10 per worker x 2 worker(s)' in out
   two = [l for l in out.splitlines() if 'eval at step 6: ' in l]
-  assert len(two) == 1 and two[0].endswith(f'({WORDS} words)')
+  assert len(two) == 1 and two[0].endswith(f'({WORDS} words) on the train split')
   # The same checkpoint evaluated by one worker: the sums over two workers are the whole split's.
   one = run('--config', config, '--mode', 'eval', '--logdir', str(logdir), *SMALL).stdout
   assert [l for l in one.splitlines() if l.startswith('eval at step 6: ')] == [

@@ -3,7 +3,8 @@
 - :mod:`framework.sweep.grid`: the points (grid values, derived values, seeds);
 - :mod:`framework.sweep.runner`: running them as run.py processes, resuming,
   reading their results back;
-- :mod:`framework.sweep.report`: results.csv, results.md and accuracy.png.
+- :mod:`framework.sweep.report`: results.csv, results.md and accuracy.png, and the best
+  point (``scripts/sweep.py --best``).
 
 The large-batch study (``scripts/large_batch/``) stands on these.
 

@@ -321,10 +321,15 @@ def make_points(grid, derivations, seeds):
       or a derivation that fails on some point.
   """
   for key, values in grid.items():
-    texts = [text for text, _ in values]
-    repeated = sorted({t for t in texts if texts.count(t) > 1})
-    if repeated:
-      raise SweepError(f'grid {key}: value {repeated[0]} is given twice')
+    seen = {}
+    for text, value in values:
+      # Compared as values: 0.9, 0.90 and 9e-1 are one point, so are 1 and 1.0 (true and 1 are not).
+      same = [t for t, v in seen.items()
+              if v == value and isinstance(v, bool) == isinstance(value, bool)]
+      if same:
+        also = '' if same[0] == text else f' (as {same[0]})'
+        raise SweepError(f'grid {key}: value {text} is given twice{also}')
+      seen[text] = value
   for derivation in derivations:
     if derivation.key in grid:
       raise SweepError(f'derived {derivation.key}: is also a grid key')

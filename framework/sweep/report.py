@@ -1,38 +1,123 @@
-"""The results of a sweep: ``results.csv``, ``results.md`` and ``accuracy.png``.
+"""The results of a sweep: ``results.csv``, ``results.md`` and ``accuracy.png``, and its best point.
 
 Rows are read back from the point directories (``result.json``,
 ``error.txt``), so a report covers points finished by earlier sweeps too.
 With seeds, the table has one line per grid point with the mean and standard
 deviation over its seeds; the plot draws final accuracy against the first
 grid key, one line per value of the other keys, failed points as red crosses.
+
+The best point (:func:`choose_best`, the ``best`` column of results.csv, the
+mark in results.md, ``scripts/sweep.py --best OUT``) is chosen by the runs'
+own metric (the first of their final line: accuracy for an image
+classifier, higher is better; wer for a sequence model, lower is better):
+among the finished points whose metric is a finite number, the grid point
+(all seeds of one configuration) with the best mean over its finished seeds,
+then its seed with the best value. Ties go to the run directory whose name
+sorts first.
 """
 
+import collections
 import csv
+import json
+import math
 import os
 import statistics
 
 from framework.sweep.grid import is_number
+from framework.sweep.runner import HIGHER_IS_BETTER
 from framework.sweep.runner import METRICS
 from framework.sweep.runner import format_metric
 from framework.sweep.runner import log
 from framework.sweep.runner import read_error
 from framework.sweep.runner import read_result
 
-# Columns of results.csv after the swept keys.
-RESULT_COLUMNS = ['seed', 'status', 'accuracy', 'top5', 'loss', 'steps', 'wall_s', 'logdir',
-                  'error']
+# Columns of results.csv after the swept keys; best: 1 on the best point (choose_best), else 0.
+RESULT_COLUMNS = ['seed', 'status', 'best', 'accuracy', 'top5', 'loss', 'steps', 'wall_s',
+                  'logdir', 'error']
+
+# The best point of a sweep (choose_best): its run directory, the metric and its
+# direction, the run's value, and the mean and number of its configuration's seeds.
+Best = collections.namedtuple('Best', 'logdir metric higher value mean seeds')
+
+
+def choose_best(runs):
+  """The best point of a sweep (see the module docstring), or None when none can be chosen.
+
+  Args:
+    runs: ``[(group, logdir, result)]``: the configuration a run belongs to
+      (hashable; runs that differ only by seed share it), its run directory
+      and its result.json (None: not finished).
+
+  Returns:
+    A :class:`Best`, or None when no finished run has a finite value of the
+    metric, or the metric has no known direction.
+  """
+  finished = [(g, d, r) for g, d, r in sorted(runs, key=lambda run: run[1]) if r is not None]
+  if not finished:
+    return None
+  metric = finished[0][2].get('curve_metric') or 'accuracy'
+  higher = HIGHER_IS_BETTER.get(metric)
+  if higher is None:
+    return None
+  groups = {}
+  for group, logdir, result in finished:
+    value = (result.get('metrics') or {}).get(metric)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+      groups.setdefault(group, []).append((logdir, float(value)))
+  if not groups:
+    return None
+  sign = 1.0 if higher else -1.0
+  # max() keeps the first of equals: the groups and their runs are in directory order.
+  seeds = max(groups.values(), key=lambda members: sign * statistics.fmean(v for _, v in members))
+  logdir, value = max(seeds, key=lambda member: sign * member[1])
+  return Best(logdir, metric, higher, value, statistics.fmean(v for _, v in seeds), len(seeds))
+
+
+def best_of_directory(out):
+  """The best point among the finished runs in the sweep directory ``out`` (``--best``), or None.
+
+  A run is a subdirectory with a ``result.json``; runs whose grid values
+  (``point`` in result.json) are equal are seeds of one configuration.
+  """
+  runs = []
+  for name in sorted(os.listdir(out)):
+    logdir = os.path.join(out, name)
+    result = read_result(logdir) if os.path.isdir(logdir) else None
+    if result is not None:
+      group = json.dumps(result.get('point'), sort_keys=True, default=str)
+      runs.append((group, logdir, result))
+  return choose_best(runs)
+
+
+def best_of_sweep(sweep):
+  """The best point of a sweep's points (:func:`choose_best`), or None."""
+  return choose_best([(p.group(), sweep.logdir(p), read_result(sweep.logdir(p)))
+                      for p in sweep.points])
+
+
+def describe_best(best):
+  """The line under results.md's table: the best run, its metric and direction, its seeds' mean."""
+  line = (f'Best by {best.metric} ({"higher" if best.higher else "lower"} is better): '
+          f'`{os.path.basename(best.logdir)}`, {format_metric(best.value)}')
+  if best.seeds > 1:
+    line += (f', the best seed of the configuration with the best mean over its {best.seeds} '
+             f'finished seeds ({format_metric(best.mean)})')
+  return line + '.'
 
 
 def write_results(sweep):
   """Writes results.csv, results.md and accuracy.png into the sweep's directory."""
   points, args = sweep.points, sweep.args
   rows = collect_rows(sweep)
+  best = best_of_sweep(sweep)
+  for row in rows:
+    row['best'] = int(best is not None and row['logdir'] == best.logdir)
   swept = list(points[0].grid) + list(points[0].derived)
   write_csv(rows, swept + RESULT_COLUMNS, os.path.join(sweep.out, 'results.csv'))
   header = (f'# Sweep of {os.path.relpath(sweep.config)} ({args.mode})\n\n'
             + '\n'.join(f'- `--set {s}`' for s in args.set))
   with open(os.path.join(sweep.out, 'results.md'), 'w', encoding='utf-8') as f:
-    f.write(markdown(rows, points, swept, args.seeds is not None, header.rstrip()))
+    f.write(markdown(rows, points, swept, args.seeds is not None, header.rstrip(), best))
   title = f'{os.path.basename(args.config)}: {os.path.basename(sweep.out)}'
   plotted = plot_accuracy(points, rows, os.path.join(sweep.out, 'accuracy.png'), title)
   log(f'wrote {os.path.join(sweep.out, "results.csv")}, results.md'
@@ -99,10 +184,18 @@ def group_rows(points, rows):
   return list(groups.values())
 
 
-def markdown(rows, points, swept, with_seeds, header):
-  """A markdown table of the results; with seeds, one line per grid point with mean ± std."""
+def markdown(rows, points, swept, with_seeds, header, best=None):
+  """A markdown table of the results; with seeds, one line per grid point with mean ± std.
+
+  ``best`` (:func:`choose_best`) is marked in the last column (with seeds, on
+  its configuration's line, naming the seed) and said under the table.
+  """
   lines = [header, '']
-  lines += _seed_table(rows, points, swept) if with_seeds else _run_table(rows, swept)
+  best_logdir = best.logdir if best is not None else None
+  lines += (_seed_table(rows, points, swept, best_logdir) if with_seeds
+            else _run_table(rows, swept, best_logdir))
+  if best is not None:
+    lines += ['', describe_best(best)]
   failed = [r for r in rows if r['status'] != 'ok']
   if failed:
     lines += ['', 'Not finished:', '']
@@ -117,13 +210,15 @@ def table_lines(columns, cells):
           + ['| ' + ' | '.join(row) + ' |' for row in cells])
 
 
-def _seed_table(rows, points, swept):
-  columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)', 'failed seeds']
+def _seed_table(rows, points, swept, best_logdir=None):
+  columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)', 'failed seeds',
+                     'best']
   cells = []
   for group in group_rows(points, rows):
     ok = [r for r in group if r['status'] == 'ok']
     steps = sorted({r['steps'] for r in ok if r['steps'] is not None})
     failed_seeds = [str(r['seed']) for r in group if r['status'] == 'failed']
+    best_seeds = [r['seed'] for r in group if r['logdir'] == best_logdir]
     cells.append([str(group[0][k]) for k in swept] + [
         f'{len(ok)}/{len(group)}',
         mean_std_text([r['accuracy'] for r in ok]),
@@ -131,16 +226,18 @@ def _seed_table(rows, points, swept):
         mean_std_text([r['loss'] for r in ok]),
         ', '.join(map(str, steps)) or 'n/a',
         mean_std_text([r['wall_s'] for r in ok], 1),
-        ', '.join(failed_seeds) or ''])
+        ', '.join(failed_seeds) or '',
+        f'**best** (seed {best_seeds[0]})' if best_seeds else ''])
   return table_lines(columns, cells)
 
 
-def _run_table(rows, swept):
-  columns = swept + ['status', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)']
+def _run_table(rows, swept, best_logdir=None):
+  columns = swept + ['status', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)', 'best']
   cells = [[str(row[k]) for k in swept] + [
       row['status'], format_metric(row['accuracy']), format_metric(row['top5']),
       format_metric(row['loss']), 'n/a' if row['steps'] is None else str(row['steps']),
-      format_metric(row['wall_s'], 1)] for row in rows]
+      format_metric(row['wall_s'], 1), '**best**' if row['logdir'] == best_logdir else '']
+      for row in rows]
   return table_lines(columns, cells)
 
 

@@ -33,6 +33,7 @@ import sys
 import time
 
 from core import signals
+from framework import rundir
 from framework.sweep.grid import SweepError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,14 +47,23 @@ LOG_FILE = 'run.log'
 METRICS = ('accuracy', 'top5', 'loss', 'steps')
 
 # What run.py and the trainer print; parsed back from run.log. Each task words its
-# lines (framework.tasks): "final test <metric>: <value> (<name> <value>, ...) at
-# step N" and "eval at step N: <name> <value>, ..."; the first metric of the final
-# line is the run's own (accuracy for images, wer for sequences).
-FINAL_RE = re.compile(r'^final test (\w+): (\S+) \((.*)\) at step (\d+)')
+# lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
+# step N" and "eval at step N: <name> <value>, ..." (framework.evaluation; a split
+# other than test is named: "final validation accuracy: ...", "... on the validation
+# split"); the first metric of the final line is the run's own (accuracy for images,
+# wer for sequences). A final line of the best checkpoint ends "(best checkpoint by
+# <split> <metric>; the run ended at step M)": the run's steps are M.
+FINAL_RE = re.compile(r'^final (\S+) (\w+): (\S+) \((.*?)\) at step (\d+)'
+                      r'(?: \(best checkpoint by [^;)]*(?:; the run ended at step (\d+))?\))?')
 EVAL_RE = re.compile(r'^eval at step (\d+): (.*)$')
 _PAIR_RE = re.compile(r'([A-Za-z][\w-]*) (-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))(?=,|$| \()')
 # The image classifier's names in its lines, as results name them.
 _ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
+# Whether more is better, for each metric a run's final line can lead with: its
+# task's BEST_METRIC and HIGHER_IS_BETTER (framework.tasks, which load TensorFlow;
+# tests/framework/test_tasks.py holds the two equal).
+HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
+                    'wer': False, 'per': False, 'loss': False}
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
 STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
 # The last line run.py prints when a training run ends well, and a benchmark's.
@@ -68,6 +78,10 @@ CHECK_SECONDS = 1800
 STOP_SECONDS = 300
 # How long a run killed with SIGKILL may take to be reaped.
 KILL_SECONDS = 30
+
+# The lock a sweep holds on its --out while it runs: one sweep per directory.
+SWEEP_LOCK = 'sweep.lock'
+
 
 def log(message):
   """Prints a line of the sweep's own progress."""
@@ -88,18 +102,18 @@ def parse_metrics(log_text):
   Returns:
     ``{'accuracy', 'top5', 'loss', 'steps'}`` and every other metric the
     lines name (``wer``, ``per``, ``token_accuracy`` for sequences), each None
-    when run.py did not print it: train_eval ends with ``final test
+    when run.py did not print it: train_eval ends with ``final <split>
     <metric>: ...`` (the last ``eval at step ...`` line serves when that is
     missing), train and benchmark only give the steps of ``training ... for
-    N steps``.
+    N steps``. ``steps`` is the step the run ended at.
   """
   metrics = dict.fromkeys(METRICS)
   for line in log_text.splitlines():
     line = line.strip()
     final, evaluation, training = FINAL_RE.match(line), EVAL_RE.match(line), TRAINING_RE.match(line)
     if final:
-      metrics.update({final.group(1): float(final.group(2)), **named_values(final.group(3)),
-                      'steps': int(final.group(4))})
+      metrics.update({final.group(2): float(final.group(3)), **named_values(final.group(4)),
+                      'steps': int(final.group(6) or final.group(5))})
     elif evaluation:
       metrics.update(named_values(evaluation.group(2)), steps=int(evaluation.group(1)))
     elif training and metrics['steps'] is None:
@@ -115,7 +129,7 @@ def curve_metric(log_text):
   for line in reversed(log_text.splitlines()):
     final = FINAL_RE.match(line.strip())
     if final:
-      return final.group(1)
+      return final.group(2)
   for line in log_text.splitlines():
     evaluation = EVAL_RE.match(line.strip())
     if evaluation and 'wer' in named_values(evaluation.group(2)):
@@ -414,12 +428,31 @@ class Sweep:
   def run(self):
     """Runs the sweep; returns the names of the points that failed.
 
+    The sweep holds ``OUT/sweep.lock`` (``flock``) while it runs: a second
+    sweep on the same ``--out`` is refused. A point whose directory a live run
+    holds (``run.lock``; an earlier sweep was killed and left it going) fails
+    this time, its directory untouched.
+
     Raises:
       KeyboardInterrupt: when ``stop_signal`` was set (``scripts/sweep.py``
         sets it on SIGINT or SIGTERM) or on a Ctrl-C that Python turned into
         it, after the runs under way were stopped and saved.
+      SweepError: another sweep runs in ``--out``.
     """
     os.makedirs(self.out, exist_ok=True)
+    lock = rundir.RunLock(self.out, log=log, name=SWEEP_LOCK)
+    try:
+      lock.acquire()
+    except rundir.RunDirError:
+      holder = lock.holder() or (0, '?')
+      raise SweepError(f'{self.out} is in use by another sweep (pid {holder[0]} on {holder[1]}); '
+                       'wait for it to end, or give another --out') from None
+    try:
+      return self._run()
+    finally:
+      lock.release()
+
+  def _run(self):
     pending = []
     for point in self.points:
       result = read_result(self.logdir(point))
@@ -489,6 +522,13 @@ class Sweep:
     if not (os.path.isdir(logdir) and os.listdir(logdir)):
       os.makedirs(logdir, exist_ok=True)
       return None
+    live = rundir.RunLock(logdir).live_holder()
+    if live is not None:
+      # A run still training there (one an earlier sweep, killed, left behind):
+      # its directory is neither emptied nor shared.
+      raise SweepError(f'{logdir} is in use by a run that is still going (pid {live[0]} on '
+                       f'{live[1]}), left by an earlier sweep that was stopped without it; let it '
+                       f'finish (the next sweep records it) or stop it (kill {live[0]})')
     if not os.path.exists(os.path.join(logdir, LOG_FILE)):
       raise SweepError(f'{logdir} exists and holds files the sweep did not write; move it away '
                        'to run this point')

@@ -2,6 +2,7 @@
 loop itself run from plain pieces (``LoopParts``) with no trainer: its cadence, its step, a stop."""
 
 import contextlib
+import dataclasses
 import json
 import signal
 
@@ -228,6 +229,27 @@ def test_the_loop_saves_evaluates_and_keeps_the_best_on_its_cadence(tmp_path):
   with open(tmp_path / 'best' / 'best.json', encoding='utf-8') as f:
     best = json.load(f)
   assert (best['step'], best['accuracy']) == (4, 0.8)
+
+
+def test_the_loop_says_which_split_and_step_its_final_numbers_come_from(tmp_path, capsys):
+  run = FakeRun(tmp_path, max_steps=6, accuracies=(0.5, 0.8, 0.6))
+  final = {'accuracy': 0.7, 'top5_accuracy': 1.0, 'loss': 0.3, 'examples': 50}
+  run.parts = dataclasses.replace(run.parts, eval_split='validation',
+                                  final_evaluate=lambda: (final, 4, 'eval'))
+  metrics = train_loop.train(run.parts, evaluate_every=2)
+  # The best checkpoint (step 4, by validation accuracy) on the final split.
+  assert metrics == dict(final, step=4, split='eval', selected_on='validation')
+  lines = [l for l in capsys.readouterr().out.splitlines() if ' at step ' in l]
+  assert lines[-2].startswith('eval at step 6: loss 0.4000, top-1 0.6000, ')
+  assert lines[-2].endswith('(100 examples) on the validation split')
+  assert lines[-1] == ('eval split, best checkpoint by validation accuracy, at step 4: loss '
+                       '0.3000, top-1 0.7000, top-5 1.0000 (50 examples)')
+  # Without a final split: the last evaluation's, on its split.
+  again = FakeRun(tmp_path / 'again', max_steps=2, accuracies=(0.5,))
+  again.parts = dataclasses.replace(again.parts, eval_split='test')
+  assert train_loop.train(again.parts, evaluate_every=2) == {
+      'accuracy': 0.5, 'top5_accuracy': 1.0, 'loss': 0.5, 'examples': 100, 'step': 2,
+      'split': 'test'}
 
 
 def test_the_loop_reads_the_global_step_from_what_the_step_returns(tmp_path):

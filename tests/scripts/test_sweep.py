@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -168,6 +169,10 @@ def test_a_grid_flag_narrows_the_grid_file_and_keeps_its_derived_values(tmp_path
 
 @pytest.mark.parametrize('argv,message', [
     (['--grid', 'optimizer=LARS,LARS'], 'value LARS is given twice'),
+    # Three spellings of one number were three identical points.
+    (['--grid', 'optimizer_params.momentum=0.9,0.90,9e-1'],
+     'grid optimizer_params.momentum: value 0.90 is given twice (as 0.9)'),
+    (['--grid', 'num_epochs=1,1.0'], 'value 1.0 is given twice (as 1)'),
     (['--grid', 'a=1', '--derive', 'a=2'], 'is also a grid key'),
     (['--grid', 'a=1', '--derive', 'b=c*2'], "unknown name 'c'"),
     (['--grid', 'a'], 'expected key.path=value1,value2'),
@@ -204,6 +209,112 @@ def test_metrics_are_read_from_the_last_lines_of_run_py():
                                       'steps': 3}
   assert runner.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
                                                       'loss': None, 'steps': 3}
+
+
+def test_final_lines_that_name_their_split_and_best_checkpoint_are_read(tmp_path):
+  log = ('eval at step 30: loss 0.4000, top-1 0.8000, top-5 0.9900 (500 examples) on the '
+         'validation split\n'
+         'final validation accuracy: 0.8000 (top-5 0.9900, loss 0.4000) at step 30\n')
+  assert runner.parse_metrics(log) == {'accuracy': 0.8, 'top5': 0.99, 'loss': 0.4, 'steps': 30}
+  (tmp_path / runner.LOG_FILE).write_text(log)
+  assert runner.eval_curve(str(tmp_path), 'accuracy') == [(30, 0.8)]
+  # The best checkpoint's numbers on the final split: the run's steps are those it ended at.
+  log = ('final test wer: 0.2810 (per 0.0680, loss 1.2000, token_accuracy 0.9100) at step 15 '
+         '(best checkpoint by dev wer; the run ended at step 60)\n')
+  assert runner.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 1.2, 'steps': 60,
+                                       'wer': 0.281, 'per': 0.068, 'token_accuracy': 0.91}
+  assert runner.curve_metric(log) == 'wer'
+  log = ('final eval accuracy: 0.7000 (top-5 0.9000, loss 0.5000) at step 60 (best checkpoint '
+         'by validation accuracy)\n')
+  assert runner.parse_metrics(log)['steps'] == 60
+
+
+# ---------------------------------------------------------------------------
+# The best point
+
+def write_result(out, point, metrics, curve_metric='accuracy'):
+  """A finished point's result.json as the runner writes it (the fields the choice reads)."""
+  logdir = out / point.name
+  logdir.mkdir(parents=True)
+  (logdir / runner.RESULT_FILE).write_text(json.dumps({
+      'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
+      'seed': point.seed, 'metrics': metrics, 'curve_metric': curve_metric, 'wall_s': 1.0}))
+  return str(logdir)
+
+
+def stub_sweep(out, argv):
+  """A runner.Sweep over the points of ``argv`` in ``out``, run by nobody."""
+  args = sweep.parse_args(['--config', SGD_CONFIG, '--out', str(out), *argv])
+  return runner.Sweep(args, sweep.build_points(args))
+
+
+def test_the_best_point_is_the_best_mean_over_seeds_then_its_best_seed(tmp_path, capsys):
+  out = tmp_path / 'sweep'
+  stub = stub_sweep(out, ['--grid', 'batch_size_per_gpu=256,4096,8192', '--seeds', '0,1'])
+  # 256: 0.80 and 0.90 (mean 0.85); 4096: 0.95 and 0.70 (mean 0.825, the best single run);
+  # 8192: a failed seed and one not run, so its mean is its one finished seed's.
+  accuracies = [0.80, 0.90, 0.95, 0.70, 0.84, None]
+  for point, accuracy in zip(stub.points, accuracies):
+    if accuracy is not None:
+      write_result(out, point, {'accuracy': accuracy, 'top5': 0.99, 'loss': 0.3, 'steps': 3})
+  (out / stub.points[4].name / runner.RESULT_FILE).unlink()  # 8192, seed 0: failed
+  (out / stub.points[4].name / runner.ERROR_FILE).write_text('error: boom\n')
+  best = report.best_of_sweep(stub)
+  assert best == report.Best(stub.logdir(stub.points[1]), 'accuracy', True, 0.90,
+                             pytest.approx(0.85), 2)
+  assert report.best_of_directory(str(out)) == best  # from the directory alone
+  report.write_results(stub)
+  rows = read_csv(out / 'results.csv')
+  assert [(r['batch_size_per_gpu'], r['seed'], r['status'], r['best']) for r in rows] == [
+      ('256', '0', 'ok', '0'), ('256', '1', 'ok', '1'), ('4096', '0', 'ok', '0'),
+      ('4096', '1', 'ok', '0'), ('8192', '0', 'failed', '0'), ('8192', '1', 'not run', '0')]
+  text = (out / 'results.md').read_text()
+  assert '| 256 | 2/2 | 0.8500 ± 0.0707 |' in text
+  assert [l for l in text.splitlines() if 'best**' in l] == [
+      '| 256 | 2/2 | 0.8500 ± 0.0707 | 0.9900 ± 0.0000 | 0.3000 ± 0.0000 | 3 | 1.0 ± 0.0 |  '
+      '| **best** (seed 1) |']
+  assert ('Best by accuracy (higher is better): `batch_size_per_gpu=256__seed=1`, 0.9000, the '
+          'best seed of the configuration with the best mean over its 2 finished seeds (0.8500).'
+          ) in text
+  capsys.readouterr()
+  assert sweep.main(['--best', str(out)]) == 0
+  assert capsys.readouterr().out == stub.logdir(stub.points[1]) + '\n'
+
+
+def test_a_lower_metric_wins_for_a_sequence_sweep_and_ties_go_to_the_first_directory(tmp_path):
+  out = tmp_path / 'sweep'
+  stub = stub_sweep(out, ['--grid', 'batch_size_per_gpu=64,128,256'])
+  for point, wer in zip(stub.points, [0.31, 0.28, 0.28]):
+    write_result(out, point, {'wer': wer, 'per': 0.07, 'loss': 1.0, 'steps': 60}, 'wer')
+  best = report.best_of_sweep(stub)
+  # 128 and 256 tie: batch_size_per_gpu=128 sorts before batch_size_per_gpu=256.
+  assert (best.logdir, best.metric, best.higher, best.value) == (
+      stub.logdir(stub.points[1]), 'wer', False, 0.28)
+  report.write_results(stub)
+  assert [r['best'] for r in read_csv(out / 'results.csv')] == ['0', '1', '0']
+  assert '| 128 | ok | n/a | n/a | 1.0000 | 60 | 1.0 | **best** |' in (
+      out / 'results.md').read_text()
+
+
+def test_best_without_a_finished_point_is_one_line_and_exit_status_1(tmp_path, capsys):
+  out = tmp_path / 'sweep'
+  assert sweep.main(['--best', str(out)]) == 1
+  assert capsys.readouterr().err == f'error: --best {out}: no such directory\n'
+  stub = stub_sweep(out, ['--grid', 'batch_size_per_gpu=64,128'])
+  write_result(out, stub.points[0], {'accuracy': None, 'top5': None, 'loss': None, 'steps': 3})
+  (out / 'notes.txt').write_text('not a point')
+  assert sweep.main(['--best', str(out)]) == 1
+  assert capsys.readouterr().err == (
+      f'error: --best {out}: no finished point with a metric to compare (no run directory with a '
+      'result.json holding its accuracy or wer)\n')
+  with pytest.raises(SystemExit) as exit_status:
+    sweep.parse_args(['--best', str(out), '--config', SGD_CONFIG])
+  assert exit_status.value.code == 2
+  assert '--best reads a finished sweep and takes no other flag (--config given)' in (
+      capsys.readouterr().err)
+  with pytest.raises(SystemExit):
+    sweep.parse_args(['--grid', 'a=1'])
+  assert 'the following arguments are required: --config, --out' in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
@@ -373,10 +484,12 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     row = rows['32', name]
     logdir = out / f'batch_size_per_gpu=32__optimizer={name}'
     assert row['status'] == 'ok' and row['logdir'] == str(logdir) and row['error'] == ''
+    # The synthetic data's eval split is its validation split, and the final line says so.
     final = [l for l in (logdir / 'run.log').read_text().splitlines()
-             if l.startswith('final test accuracy')][-1]
+             if l.startswith('final validation accuracy')][-1]
     accuracy, top5, loss, step = re.match(
-        r'final test accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)', final).groups()
+        r'final validation accuracy: (\S+) \(top-5 (\S+), loss (\S+)\) at step (\d+)$',
+        final).groups()
     assert float(row['accuracy']) == float(accuracy) and 0.0 <= float(accuracy) <= 1.0
     assert float(row['top5']) == float(top5) and float(row['loss']) == float(loss)
     assert row['steps'] == step == '3'
@@ -407,6 +520,13 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
   assert '| 1024 | LARS | 1.6 | 1e+38 | failed | n/a |' in markdown
   assert '=1024__optimizer=LARS`: failed — error: non-finite loss (loss inf)' in markdown
   check_png(out / 'accuracy.png')
+  # The best point: the finished one of higher accuracy (Momentum on a tie, its name sorts first).
+  winner = max(['Momentum', 'LARS'],
+               key=lambda name: (float(rows['32', name]['accuracy']), name == 'Momentum'))
+  assert [key for key, row in rows.items() if row['best'] == '1'] == [('32', winner)]
+  best = subprocess.run([sys.executable, SCRIPT, '--best', str(out)], capture_output=True,
+                        text=True, check=True)
+  assert best.stdout == rows['32', winner]['logdir'] + '\n'
 
   # Again, from the command line: finished points are skipped, untouched; failed ones rerun.
   logs = {key: out / f'batch_size_per_gpu={key[0]}__optimizer={key[1]}' / 'run.log'
@@ -592,7 +712,7 @@ def test_an_interrupted_point_resumes_and_a_finished_one_is_never_run_again(tmp_
   assert tf_global_step(logdir / 'ckpt-40') == 40
   result = json.loads((logdir / 'result.json').read_text())
   assert result['attempts'] == 2 and result['metrics']['steps'] == 40
-  final = re.search(r'^final test accuracy: (\S+) ', log, re.MULTILINE)
+  final = re.search(r'^final validation accuracy: (\S+) ', log, re.MULTILINE)
   assert result['metrics']['accuracy'] == float(final.group(1))
   # The wall time is the two attempts', not the time between them.
   seconds = [float(s) for s in re.findall(r'^\[sweep\] attempt \d ended after (\S+) s', log,
@@ -634,5 +754,56 @@ def test_a_point_that_ends_well_as_the_sweep_stops_is_recorded_as_finished(tmp_p
   log = (out / name / 'run.log').read_text()
   assert 'SIGTERM came during the last evaluation, after the last checkpoint' in log
   result = json.loads((out / name / 'result.json').read_text())
-  final = re.search(r'^final test accuracy: (\S+) ', log, re.MULTILINE)
+  final = re.search(r'^final validation accuracy: (\S+) ', log, re.MULTILINE)
   assert result['metrics']['steps'] == 3 and result['metrics']['accuracy'] == float(final.group(1))
+
+
+HOLD_LOCK = '''
+import sys, time
+sys.path.insert(0, {root!r})
+from framework import rundir
+lock = rundir.RunLock(sys.argv[1], log=lambda message: None, name=sys.argv[2])
+lock.acquire()
+print('held', flush=True)
+time.sleep(120)
+'''
+
+
+def hold_lock(directory, name):
+  """A process holding ``directory/name`` as a run (or sweep) holds it, until the block ends."""
+  child = Child([sys.executable, '-c', HOLD_LOCK.format(root=ROOT), str(directory), name])
+  child.wait_for_line(lambda line: line == 'held\n', timeout=60)
+  return child
+
+
+def test_a_point_whose_run_is_still_going_is_neither_emptied_nor_shared(tmp_path):
+  # A sweep killed with SIGKILL leaves its run training; the next sweep found its
+  # run.log and no checkpoint yet, and removed the live run's directory.
+  out = tmp_path / 'sweep'
+  stub = stub_sweep(out, ['--grid', 'batch_size_per_gpu=32'])
+  point = stub.points[0]
+  logdir = out / point.name
+  logdir.mkdir(parents=True)
+  (logdir / runner.LOG_FILE).write_text('[sweep] attempt 1 started at 1000.00 (...)\n')
+  (logdir / 'config.yaml').write_text('base_params: {}\n')
+  with hold_lock(logdir, 'run.lock') as orphan:
+    with pytest.raises(grid.SweepError, match=(
+        rf'^{re.escape(str(logdir))} is in use by a run that is still going \(pid {orphan.pid} '
+        r'on .*\), left by an earlier sweep that was stopped without it; let it finish \(the '
+        rf'next sweep records it\) or stop it \(kill {orphan.pid}\)$')):
+      stub.prepare(point)
+    assert sorted(p.name for p in logdir.iterdir()) == ['config.yaml', 'run.lock', 'run.log']
+  # Once it has ended, its directory is the sweep's again (nothing saved: started afresh).
+  assert stub.prepare(point) is None and not os.listdir(logdir)
+
+
+def test_a_second_sweep_on_the_same_out_is_refused(tmp_path):
+  out = tmp_path / 'sweep'
+  out.mkdir()
+  with hold_lock(out, runner.SWEEP_LOCK) as first:
+    second = sweep_again('--grid', 'optimizer_params.momentum=0.9', '--out', str(out))
+  assert second.returncode == 2, second.stdout + second.stderr
+  assert second.stderr.splitlines()[-1] == (
+      f'error: {out} is in use by another sweep (pid {first.pid} on {socket.gethostname()}); '
+      'wait for it to end, or give another --out')
+  assert sorted(p.name for p in out.iterdir()) == [runner.SWEEP_LOCK]
