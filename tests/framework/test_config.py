@@ -1288,3 +1288,11 @@ def test_an_unreadable_yaml_config_is_one_line(tmp_path, monkeypatch):
   # Root reads any file whatever its mode, so the refusal is the file system's answer made by hand.
   monkeypatch.setattr(config_file, 'open', refuse, raising=False)
   assert error_of(cfg.load_config_file, path) == f'{path}: cannot be read (Permission denied)'
+
+
+@pytest.mark.parametrize('rate', [float('inf'), float('nan'), 0.0])
+def test_an_lr_scaling_base_rate_must_be_a_finite_positive_number(rate):
+  # .inf passed --print_config and failed later, far from the key.
+  message = error_of(check, base_config(lr_policy_params={},
+                                        lr_scaling={'base_learning_rate': rate}))
+  assert message == (f'lr_scaling.base_learning_rate: must be a finite number > 0, got {rate!r}')
