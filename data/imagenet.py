@@ -6,8 +6,9 @@ whose ``tf.train.Example`` records hold ``image/encoded`` (JPEG bytes) and
 
 The layer is the ``tfrecord`` layer (``data/tfrecord.py``) with its
 ``imagenet`` preset and the params ImageNet configs have always used; it keeps
-ImageNet's documented sizes rather than counting the files, and refuses
-fewer files than workers.
+ImageNet's documented sizes rather than counting the files (``tfrecord`` with
+``preset: imagenet`` counts them, for a part of ImageNet). With fewer files
+than workers, records are dealt to the workers instead of files.
 
 References:
   He, Zhang, Ren, Sun. "Deep Residual Learning for Image Recognition", 2016.
@@ -71,7 +72,6 @@ class ImageNetDataLayer(TFRecordDataLayer):
 
   PARAMS = schemas.IMAGENET_PARAMS
   kind = 'imagenet'
-  SHARDS_RECORDS = False
 
   def _resolve(self):
     params = self.params
@@ -100,8 +100,9 @@ class ImageNetDataLayer(TFRecordDataLayer):
       return
     total = sum(self.counts().values())
     if total != self.num_examples:
-      log.warning('imagenet: %s holds %d records but num_examples is %d', self.pattern, total,
-                  self.num_examples)
+      log.warning('imagenet: %s holds %d records but num_examples is %d; give num_examples, or '
+                  'use data_layer: tfrecord with preset: imagenet, which counts the records',
+                  self.pattern, total, self.num_examples)
 
   def _save_counts(self, counted):
     # ImageNet's counts stay in the process, as they always did: its sizes are fixed.

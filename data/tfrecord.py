@@ -476,8 +476,6 @@ class TFRecordDataLayer(EncodedImageLayer):
 
   PARAMS = schemas.TFRECORD_PARAMS
   kind = 'tfrecord'
-  # Whether fewer files than workers are read by dealing records (imagenet refuses them).
-  SHARDS_RECORDS = True
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
@@ -499,9 +497,6 @@ class TFRecordDataLayer(EncodedImageLayer):
     # Dealing files keeps a worker's reads to its own files; with fewer files
     # than workers, records are dealt instead.
     self.shard_records = len(self.files) < num_workers
-    if self.shard_records and not self.SHARDS_RECORDS:
-      raise DataError(f'{self.kind}: {len(self.files)} file(s) match {pattern}, fewer than the '
-                      f'{num_workers} workers; each worker needs at least one file')
     self.worker_files = self.files if self.shard_records else self.files[worker_index::num_workers]
     height, width = settings['image_size']
     self.image_shape = (height, width, settings['channels'])

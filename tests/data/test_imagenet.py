@@ -220,8 +220,18 @@ def test_missing_files_are_named(shards, tmp_path):
     layer(str(tmp_path), 'eval')
   with pytest.raises(DataError, match=f'no files match {shards}/val-\\*'):
     layer(shards, 'eval', file_pattern='val-*')
-  with pytest.raises(DataError, match='2 file\\(s\\) match .* fewer than the 3 workers'):
-    layer(shards, 'eval', 3, 0)
+
+
+
+def test_fewer_files_than_workers_deal_records_and_evaluation_counts_each_once(shards):
+  # Two validation files and three workers: the records, not the files, are dealt.
+  labels = []
+  for worker in range(3):
+    for _, batch in take(layer(shards, 'eval', 3, worker), 4, 100):
+      labels += batch.tolist()
+  everything = [y for _, batch in take(layer(shards, 'eval'), 4, 100) for y in batch.tolist()]
+  assert len(labels) == len(everything) == EVAL_FILES * PER_FILE
+  assert sorted(labels) == sorted(everything)
 
 
 @pytest.mark.parametrize('damage, message', [
