@@ -6,15 +6,18 @@
   python run.py --config=runs/fm_lars/config.yaml --mode=export --logdir=runs/fm_lars \
       --export_dir=exports/fm_lars
   echo tomato | python run.py --config=runs/g2p/config.yaml --mode=infer --logdir=runs/g2p
+  python run.py --config=runs/fm_lars/config.yaml --mode=infer --logdir=runs/fm_lars \
+      --infer_input=images/    # path<TAB>class<TAB>probability<TAB>2nd:p<TAB>3rd:p per image
   python run.py --config=configs/fashion_mnist_lars.py --num_workers=2   # tf.distribute, this machine
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
 Exit status: 0 done (or nothing to do); 2 a config, data or logdir mistake, in
 one line naming the key path, file or directory (nothing is built before the
 config is valid); 1 the run failed (non-finite values, a write that failed, no
-intact checkpoint to resume), in one line saying what was kept; 128 + the signal
-number (143 SIGTERM, 130 SIGINT) after a signal stopped training and a
-checkpoint was saved: resume with --continue_learning.
+intact checkpoint to resume, a second stop signal before the stop was saved), in
+one line saying what was kept; 128 + the signal number (143 SIGTERM, 130 SIGINT)
+after a signal stopped training and a checkpoint was saved (resume with
+--continue_learning), or stopped the start-up before anything had run.
 
 This file is the command line only: the flags, their one-line checks and the
 exit. Loading the config and running the mode is framework/launch.py's work.
@@ -23,14 +26,19 @@ exit. Loading the config and running the mode is framework/launch.py's work.
 import argparse
 import os
 import shlex
+import signal
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from core import allocator  # noqa: E402  pylint: disable=wrong-import-position
+from core import signals  # noqa: E402  pylint: disable=wrong-import-position
 
 if __name__ == '__main__':
+  # A stop signal waits, blocked (kept pending across the exec below), until main()
+  # has its handler: until then it would kill the process unhandled.
+  signal.pthread_sigmask(signal.SIG_BLOCK, signals.STOP_SIGNALS)
   # Before anything allocates: large batches run 1.4x faster under tcmalloc
   # (core/allocator.py); LARGEBATCH_ALLOCATOR=system keeps glibc's malloc.
   try:
@@ -66,9 +74,10 @@ def parse_args(argv):
   parser.add_argument('--init_optimizer_state', action='store_true',
                       help='with --init_checkpoint: load its optimizer state too (slots, loss '
                            'scale); the step still starts at 0')
-  parser.add_argument('--infer_input', default=None, metavar='FILE|-',
-                      help="infer mode: the inputs, one a line (a sequence model's words); "
-                           "'-' or none: stdin")
+  parser.add_argument('--infer_input', default=None, metavar='PATH|-',
+                      help="infer mode: a sequence model's words, one a line; an image "
+                           'classifier\'s image file, folder of images or list of image paths '
+                           "one a line; '-' or none: stdin")
   parser.add_argument('--infer_output_file', default=None, metavar='FILE',
                       help='infer mode: where the outputs go, one line per input (default stdout)')
   parser.add_argument('--num_workers', type=int, default=1, metavar='N',
@@ -80,6 +89,7 @@ def parse_args(argv):
 def fail(message, status=2):
   """Prints ``error: message`` on a line of its own and exits with ``status``."""
   from framework import console  # pylint: disable=import-outside-toplevel
+  signals.ending()  # the status is decided: a stop signal now would only hide the line
   console.end_progress()  # a run stopped mid-training: the error gets a line of its own
   print(message if message.startswith('error:') else f'error: {message}', file=sys.stderr)
   sys.exit(status)
@@ -122,10 +132,45 @@ def resume_command(argv):
   return ' '.join(shlex.quote(a) for a in ['python', sys.argv[0] or 'run.py'] + args)
 
 
-def main(argv=None):
-  """Runs the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+def main(argv=None, whole_process=False):
+  """Runs the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+  From the parsed flags to the end, a stop signal (SIGTERM, SIGINT) is never
+  fatal unhandled: before training starts it ends the run in one line with
+  128 + the signal, nothing having run (``core.signals``); during training the
+  trainer's handler saves (``framework.stopping``); after the run has ended it
+  is ignored, the process ending with its status.
+
+  Args:
+    whole_process: run.py's own process: the signals were blocked until now
+      (see the top of this file), and stay ignored until the process exits.
+      Otherwise (a caller in Python) its handlers are put back at the end.
+  """
   argv = sys.argv[1:] if argv is None else argv
   args = parse_args(argv)
+  previous = signals.guard_start()
+  try:
+    if whole_process:  # a signal kept pending is answered here
+      signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.STOP_SIGNALS)
+    return _main(args, argv)
+  except signals.StartupStopped as exc:
+    signals.ending()
+    from framework import console  # pylint: disable=import-outside-toplevel
+    console.end_progress()
+    # infer's stdout carries its outputs only.
+    print(exc.line(), flush=True, file=sys.stderr if args.mode == 'infer' else sys.stdout)
+    return exc.status
+  finally:
+    if whole_process:
+      # Python puts its handlers back to the default (fatal) one as it shuts down, and
+      # TensorFlow's teardown takes a while after that: the ending stays ignored so.
+      signals.restore({s: signal.SIG_IGN for s in signals.STOP_SIGNALS})
+    else:
+      signals.restore(previous)
+
+
+def _main(args, argv):
+  """main() once its signal handlers are installed."""
   check_flags(args)
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
@@ -158,4 +203,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(main(whole_process=True))

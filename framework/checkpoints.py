@@ -33,6 +33,10 @@ BEST_RECORD = 'best.json'
 # The texts of the OS errors, longest first, to find the cause inside TensorFlow's messages.
 _OS_REASONS = sorted({os.strerror(code) for code in errno.errorcode}, key=len, reverse=True)
 _GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
+# The variable of a run's checkpoint that records what its data position counts in:
+# ``[workers, batch per worker]`` (checkpoints written before it lack it).
+DATA_LAYOUT = 'data_layout'
+_DATA_LAYOUT_KEY = f'{DATA_LAYOUT}/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 class CheckpointError(RuntimeError):
@@ -175,6 +179,72 @@ def is_run_checkpoint(prefix):
     return _GLOBAL_STEP_KEY in tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
   except Exception:  # pylint: disable=broad-except
     return False
+
+
+def data_layout(prefix):
+  """What the data position of a checkpoint counts: ``(workers, batch per worker)``, or None.
+
+  The data position is a count of one worker's micro-batches, and the data
+  layers deal each epoch to the workers in whole batches, so it names the
+  examples read only together with the workers and the batch it was counted in.
+
+  Args:
+    prefix: a checkpoint prefix.
+
+  Returns:
+    ``(workers, batch per worker)``, or None for a checkpoint written before
+    checkpoints recorded them.
+
+  Raises:
+    tf.errors.OpError, ValueError: the checkpoint cannot be read.
+  """
+  reader = tf.train.load_checkpoint(prefix)
+  if _DATA_LAYOUT_KEY not in reader.get_variable_to_shape_map():
+    return None
+  workers, batch = (int(n) for n in reader.get_tensor(_DATA_LAYOUT_KEY))
+  return workers, batch
+
+
+def newest_data_layout(logdir):
+  """The newest readable checkpoint of a run directory and its :func:`data_layout`.
+
+  A checkpoint that cannot be read is passed over (the restore names it and
+  falls back to an older one).
+
+  Returns:
+    ``(prefix, layout or None)``, or ``(None, None)`` when no checkpoint can be read.
+  """
+  for _, prefix in find(logdir):
+    try:
+      return prefix, data_layout(prefix)
+    except (tf.errors.OpError, ValueError):
+      continue
+  return None, None
+
+
+def layout_change(prefix, layout, workers, batch_size):
+  """The one-line refusal of a resume with other workers or batch than ``layout``, or None.
+
+  Args:
+    prefix: the checkpoint resumed from, as the line names it.
+    layout: ``(workers or None when unknown, batch per worker)`` the checkpoint
+      was trained with (:func:`data_layout`), or None when nothing is known.
+    workers: the workers of this run.
+    batch_size: this run's batch per worker.
+  """
+  if layout is None:
+    return None
+  saved_workers, saved_batch = layout
+  if saved_workers in (None, workers) and saved_batch == batch_size:
+    return None
+  saved = f'{saved_workers} worker(s) and ' if saved_workers is not None else ''
+  return (f'--continue_learning: {prefix} was trained with {saved}'
+          f'batch_size_per_gpu={saved_batch}, and this run has {workers} worker(s) and '
+          f'batch_size_per_gpu={batch_size}: its data position counts batches of one worker, '
+          'and each epoch is dealt to the workers in whole batches, so this run would not read '
+          'the examples a run straight through reads next; nothing was changed. Resume with '
+          f'{saved}batch_size_per_gpu={saved_batch}, or start a new run in another --logdir '
+          f'from its weights with --init_checkpoint {prefix}')
 
 
 def resolve(path, label, log=print):

@@ -19,11 +19,18 @@ A choice the environment cannot honour fails in one line naming what is missing.
 Everything degrades to the single-process answer when no engine runs.
 """
 
+import errno
 import json
 import os
+import select
 import shutil
+import signal
 import socket
+import struct
+import threading
+import time
 
+from core import signals
 from core.params import ConfigError
 from core.params import check_params
 from framework import console
@@ -47,6 +54,12 @@ CHOICES = (AUTO, allreduce.NONE, allreduce.HOROVOD, allreduce.MULTI_WORKER_MIRRO
 
 _LAUNCHER_VARIABLES = ('HOROVOD_RANK', 'HOROVOD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
 _CLUSTER_JOBS = ('chief', 'worker')
+# How often a task waiting for its peers polls them (and the longest one probe may take).
+POLL_SECONDS = 0.2
+
+
+class PeersMissing(RuntimeError):
+  """Some task of the cluster did not answer within ``distribution_params.timeout_seconds``."""
 
 
 def launched_by_horovodrun(environ=None):
@@ -64,6 +77,12 @@ def tf_config_cluster(environ=None):
     ConfigError: ``TF_CONFIG`` is not JSON, names no task of its cluster, or
       names one address twice.
   """
+  tasks = _tf_config_tasks(environ)
+  return tasks and tasks[1:]
+
+
+def _tf_config_tasks(environ=None):
+  """(task names, addresses, this task's rank) of ``TF_CONFIG``, or None; see tf_config_cluster."""
   environ = os.environ if environ is None else environ
   text = environ.get('TF_CONFIG', '').strip()
   if not text:
@@ -78,7 +97,7 @@ def tf_config_cluster(environ=None):
   cluster = spec.get('cluster') or {}
   if not cluster:
     return None
-  addresses, seen = [], {}
+  names, addresses, seen = [], [], {}
   for job in _CLUSTER_JOBS:
     tasks = cluster.get(job, [])
     if not isinstance(tasks, list) or not all(isinstance(a, str) for a in tasks):
@@ -90,6 +109,7 @@ def tf_config_cluster(environ=None):
         raise ConfigError(f'TF_CONFIG: {address} is named twice ({seen[address]} and '
                           f'{job} {index}); every task needs an address of its own')
       seen[address] = f'{job} {index}'
+      names.append(seen[address])
       addresses.append(address)
   others = sorted(set(cluster) - set(_CLUSTER_JOBS))
   if others:
@@ -103,7 +123,23 @@ def tf_config_cluster(environ=None):
     raise ConfigError(f'TF_CONFIG: task {task!r} is not one of the cluster\'s tasks '
                       f'({", ".join(f"{j} 0..{len(cluster[j]) - 1}" for j in _CLUSTER_JOBS if cluster.get(j))})')
   offset = len(cluster.get('chief', [])) if job == 'worker' else 0
-  return addresses, offset + index
+  return names, addresses, offset + index
+
+
+def _resolver_tasks(resolver):
+  """(task names, addresses, this task's rank) of a cluster resolver's spec (Slurm)."""
+  spec = resolver.cluster_spec().as_dict()
+  names, addresses, own = [], [], None
+  for job in _CLUSTER_JOBS:
+    tasks = spec.get(job, [])
+    if isinstance(tasks, dict):  # {index: address}
+      tasks = [tasks[i] for i in sorted(tasks)]
+    for index, address in enumerate(tasks):
+      if job == resolver.task_type and index == resolver.task_id:
+        own = len(addresses)
+      names.append(f'{job} {index}')
+      addresses.append(address)
+  return names, addresses, own
 
 
 def _check_address(address, where):
@@ -174,20 +210,88 @@ def choose_engine(choice, environ=None):
   return allreduce.NONE, 'distribution: none'
 
 
-def _check_own_port(addresses, own):
-  """Refuses, in one line, a local address of this task whose port is taken."""
-  host, _, port = addresses[own].rpartition(':')
-  if not port.isdigit():
-    raise ConfigError(f'TF_CONFIG: {addresses[own]} is not "host:port"')
-  if host not in ('localhost', '127.0.0.1', '[::1]', socket.gethostname()):
-    return
-  with socket.socket() as probe:
+def _listen_on_own_port(address, where):
+  """A listening socket on this task's port (every interface), or a one-line ConfigError.
+
+  TensorFlow's server takes the port over once the rendezvous is done; a port
+  that is in use would stop it later with a less clear message.
+  """
+  port = int(address.rpartition(':')[2])
+  # IPv4 and IPv6 at once where the machine has both, as TensorFlow's server listens.
+  families = [socket.AF_INET6] if socket.has_dualstack_ipv6() else []
+  for family in families + [socket.AF_INET]:
     try:
-      probe.bind(('' if host == socket.gethostname() else '127.0.0.1', int(port)))
+      # create_server sets SO_REUSEADDR, as TensorFlow's server does.
+      return socket.create_server(('', port), family=family, backlog=64,
+                                  dualstack_ipv6=family == socket.AF_INET6)
     except OSError as exc:
-      raise ConfigError(f'TF_CONFIG: this task\'s address {addresses[own]} cannot be used: port '
-                        f'{port} is in use on this machine ({exc.strerror}); choose a free '
-                        'port') from None
+      if exc.errno == errno.EADDRINUSE or family == socket.AF_INET:
+        # create_server's own message repeats the address: the OS's words alone.
+        cause = os.strerror(exc.errno) if exc.errno else str(exc)
+        hint = ' (distribution_params.port_base)' if where == 'Slurm' else ''
+        raise ConfigError(f'{where}: this task\'s address {address} cannot be used: port {port} '
+                          f'is in use on this machine ({cause}); choose a free '
+                          f'port{hint}') from None
+  raise AssertionError('unreachable')  # the last family raises
+
+
+def _answers(address, timeout):
+  """Whether ``host:port`` accepts a TCP connection within ``timeout`` seconds."""
+  host, _, port = address.rpartition(':')
+  try:
+    with socket.create_connection((host.strip('[]'), int(port)), timeout=timeout) as conn:
+      # Closed at once with a reset: no TIME_WAIT is left on either side of the port.
+      conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    return True
+  except OSError:  # refused, unreachable, a name not known yet (a pod not yet started)
+    return False
+
+
+def rendezvous(names, addresses, own, timeout_seconds, where):
+  """Waits, in Python, until every other task of the cluster answers on its address.
+
+  TensorFlow's own start-up waits for the cluster in native code that holds the
+  interpreter, where neither a deadline nor a signal handler can run: a peer
+  that never comes would hang it for ever. So each task first listens on its
+  own port and polls its peers' (their listener, or their TensorFlow server
+  when they are past this wait) until all answer; then it closes its listener
+  and TensorFlow starts. A stop signal meanwhile raises
+  ``core.signals.StartupStopped``.
+
+  Args:
+    names: the tasks' names in rank order ('worker 0', 'chief 0', ...).
+    addresses: their ``host:port``.
+    own: this task's rank.
+    timeout_seconds: how long to wait for the peers; None: for ever.
+    where: what named the cluster ('TF_CONFIG', 'Slurm'), for the messages.
+
+  Raises:
+    ConfigError: this task's port is in use.
+    PeersMissing: some peer did not answer within ``timeout_seconds``.
+  """
+  pending = [i for i in range(len(addresses)) if i != own]
+  if not pending:
+    return
+  start = time.monotonic()
+  with signals.stop_raises(f'while waiting for the workers of {where}'):
+    listener = _listen_on_own_port(addresses[own], where)
+    try:
+      while pending:
+        pending = [i for i in pending if not _answers(addresses[i], POLL_SECONDS)]
+        waited = time.monotonic() - start
+        if pending and timeout_seconds is not None and waited >= timeout_seconds:
+          missing = ', '.join(f'{names[i]} ({addresses[i]})' for i in pending)
+          raise PeersMissing(
+              f'{where}: {missing} did not answer within {timeout_seconds:g} s; start every task '
+              f'of the cluster, check their addresses, or raise '
+              f'distribution_params.timeout_seconds; no step had run, nothing was lost')
+        # Peers' probes are accepted and dropped while this task waits for the rest.
+        while select.select([listener], [], [], POLL_SECONDS if pending else 0)[0]:
+          conn, _ = listener.accept()
+          conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+          conn.close()
+    finally:
+      listener.close()
 
 
 def _slurm_resolver(params):
@@ -239,17 +343,32 @@ def start(choice=AUTO, params=None, environ=None):
   elif engine == allreduce.MULTI_WORKER_MIRRORED:
     resolver = None
     if where == 'TF_CONFIG':
-      addresses, own = tf_config_cluster(environ)
-      _check_own_port(addresses, own)
+      names, addresses, own = _tf_config_tasks(environ)
     else:
       resolver = _slurm_resolver(params)
+      names, addresses, own = _resolver_tasks(resolver)
+    if own is not None:
+      rendezvous(names, addresses, own, params['timeout_seconds'], where)
+    handlers = _python_handlers()
     try:
       allreduce.init_collective(resolver, timeout_seconds=params['timeout_seconds'],
                                 implementation=params['implementation'])
     except Exception as exc:  # TensorFlow's errors from the cluster start-up
       raise RuntimeError(f'{where}: the multi-worker cluster could not start '
                          f'({" ".join(str(exc).split())[:300]})') from None
+    finally:
+      # TensorFlow's start-up installs a native SIGTERM handler of its own (its
+      # preemption notifier), which would swallow the signal: Python's go back.
+      for signum, handler in handlers.items():
+        signal.signal(signum, handler)
   return engine
+
+
+def _python_handlers():
+  """The stop signals' handlers as Python set them, to put back (main thread only)."""
+  if threading.current_thread() is not threading.main_thread():
+    return {}
+  return {s: h for s in signals.STOP_SIGNALS if (h := signal.getsignal(s)) is not None}
 
 
 def is_chief():

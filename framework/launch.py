@@ -17,6 +17,7 @@ config is valid, and a failure says what was kept. TensorFlow and the trainer
 are imported only where a run needs them.
 """
 
+import contextlib
 import os
 import sys
 
@@ -51,7 +52,7 @@ def choose_logdir(options, cfg):
   return logdir
 
 
-def launch(options, configs, resume, notes=()):
+def launch(options, configs, resume, notes=(), output=None):
   """Starts the multi-worker engine, checks the logdir and runs the mode.
 
   Args:
@@ -61,6 +62,8 @@ def launch(options, configs, resume, notes=()):
       stops training.
     notes: the one-line notes of loading the configs (``load_configs``'s
       ``notes``), said once by the chief.
+    output: where infer writes its lines (default: stdout, while every other
+      line of an infer run goes to stderr).
 
   Returns:
     The exit status: 0, or 128 + the signal number after a signal stopped
@@ -69,6 +72,12 @@ def launch(options, configs, resume, notes=()):
   Raises:
     LaunchError: a mistake or a failed run.
   """
+  if options.mode == 'infer' and output is None:
+    # infer's lines are what it outputs on stdout: the run's own lines (the
+    # config's notes, the learning rate's scaling, warnings) go to stderr.
+    output = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+      return launch(options, configs, resume, notes, output)
   cfg = main_config(configs)
   distributed = start_engine(cfg)
   for note in notes:
@@ -84,9 +93,13 @@ def launch(options, configs, resume, notes=()):
     except export_lib.ExportError as exc:
       raise LaunchError(str(exc)) from None
   lock = check_logdir(logdir, options, distributed.is_chief())
+  if options.mode not in TRAINING_MODES:
+    # No StopRequest takes the stop signals over: they end the mode as at start-up.
+    from core import signals  # pylint: disable=import-outside-toplevel
+    signals.describe_phase(f'during --mode={options.mode}', 'no checkpoint of the run was changed')
   finished = False
   try:
-    status = run(options, configs, logdir, resume)
+    status = run(options, configs, logdir, resume, output)
     finished = True
     return status
   finally:
@@ -138,6 +151,8 @@ def start_engine(cfg):
     choice = 'horovod'
   try:
     engine = distributed.start(choice, cfg['distribution_params'])
+  except distributed.PeersMissing as exc:
+    raise LaunchError(str(exc), status=1) from None
   except (ConfigError, RuntimeError) as exc:
     raise LaunchError(str(exc)) from None
   if engine != 'none':
@@ -215,11 +230,47 @@ def check_resume_config(logdir, cfg):
         f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
         f'{rundir.describe_changes(fixed)} (saved in {path}); '
         'resume with the saved values, or start a new run in another --logdir')
+  check_data_layout(logdir, saved, cfg)
   if free and distributed.is_chief():
     print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
 
 
-def run(options, configs, logdir, resume):
+def check_data_layout(logdir, saved, cfg):
+  """Refuses a resume whose workers or batch per worker differ from the newest checkpoint's.
+
+  The data position a checkpoint holds counts one worker's batches, and the
+  data layers deal each epoch to the workers in whole batches: with other
+  workers or another batch the same position names other examples (some read
+  twice, some never), so the resume is refused in one line, before anything
+  is built (``Trainer.restore`` checks the checkpoint it restores again). A
+  checkpoint written before checkpoints recorded their workers is checked for
+  its batch (from ``saved``, the config of the run) and resumed with a note.
+
+  Args:
+    logdir: the run directory.
+    saved: the train view of the run's newest readable config.
+    cfg: this run's config.
+  """
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  from framework import distributed  # pylint: disable=import-outside-toplevel
+  workers, batch = distributed.size(), cfg['batch_size_per_gpu']
+  prefix, layout = checkpoints.newest_data_layout(logdir)
+  if prefix is None:
+    return  # no readable checkpoint: the restore says what there is
+  if layout is None:
+    layout = (None, saved.get('batch_size_per_gpu'))
+    if not isinstance(layout[1], int):
+      return  # a config that names no batch: nothing to compare
+    if layout[1] == batch and distributed.is_chief():
+      print(f'note: {prefix} does not record the workers it was trained with (written before '
+            f'checkpoints did): resume it with as many as then ({workers} now), or its data '
+            'position names other examples', flush=True)
+  refusal = checkpoints.layout_change(prefix, layout, workers, batch)
+  if refusal is not None:
+    raise LaunchError(refusal)
+
+
+def run(options, configs, logdir, resume, output=None):
   """Builds the trainer and runs the mode; returns the exit status (see :func:`launch`)."""
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
@@ -228,14 +279,18 @@ def run(options, configs, logdir, resume):
   from framework import distributed  # pylint: disable=import-outside-toplevel
   from framework import stopping  # pylint: disable=import-outside-toplevel
   from framework.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
+  from core import signals  # pylint: disable=import-outside-toplevel
   training = options.mode in TRAINING_MODES
-  stop = stopping.StopRequest().install() if training else None
+  # From here a stop signal is the trainer's: it saves, or takes a stop that came just
+  # before as pending (core.signals raised it before).
+  stop = stopping.StopRequest(logdir).install() if training else None
   try:
     if training and options.continue_learning:
       check_resume_config(logdir, main_config(configs))
     trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=options.set)
-    return run_mode(trainer, options, configs, logdir, stop)
+    return run_mode(trainer, options, configs, logdir, stop, output)
   except RunStopped as exc:
+    stop.saved = exc.checkpoint
     if distributed.is_chief():
       print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
             f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
@@ -255,6 +310,9 @@ def run(options, configs, logdir, resume):
     raise LaunchError(failure, status=1) from None
   finally:
     if stop is not None:
+      # The run has ended with its status (finished, saved or failed): a stop signal
+      # from now on, the repeat of a stop forwarded twice above all, is ignored.
+      signals.ending()
       stop.uninstall()
 
 
@@ -283,8 +341,8 @@ def peer_failure(exc, distributed, logdir):
           f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
 
 
-def run_mode(trainer, options, configs, logdir, stop):
-  """Runs the mode on a built trainer; returns the exit status."""
+def run_mode(trainer, options, configs, logdir, stop, output=None):
+  """Runs the mode on a built trainer; returns the exit status (``output``: infer's stream)."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
   from framework import train_loop  # pylint: disable=import-outside-toplevel
   if options.mode == 'benchmark':
@@ -295,7 +353,7 @@ def run_mode(trainer, options, configs, logdir, stop):
     export(trainer, options.export_dir, restored)
     return 0
   if options.mode == 'infer':
-    infer(trainer, options)
+    infer(trainer, options, output)
     return 0
   chief = distributed.is_chief()
   training = options.mode in TRAINING_MODES
@@ -402,12 +460,13 @@ def report_end(trainer, metrics, logdir):
   """The last lines of a training run: the final metric, checkpoints, TensorBoard.
 
   The final line is the task's (``final test accuracy: ...`` for images,
-  ``final test wer: ...`` for sequences): the last evaluation, or the best
-  checkpoint's on the final split when the run has one.
+  ``final test wer: ...`` for sequences), naming the split and the step its
+  numbers come from: the last evaluation, or the best checkpoint's on the
+  final split when the run has one (``evaluation.final_line``).
   """
+  from framework import evaluation  # pylint: disable=import-outside-toplevel
   if metrics is not None:
-    print(f'final test {trainer.task.describe_final(metrics)} at step {trainer.global_step}',
-          flush=True)
+    print(evaluation.final_line(trainer.task, metrics, trainer.global_step), flush=True)
   best = os.path.abspath(os.path.join(logdir, 'best'))
   print(f'checkpoints: {os.path.abspath(logdir)}'
         + (f'  (best by eval {trainer.task.BEST_METRIC} in {best})' if os.path.isdir(best)
@@ -456,12 +515,14 @@ def export(trainer, export_dir, checkpoint):
   from framework import export as export_lib  # pylint: disable=import-outside-toplevel
   if not distributed.is_chief():
     return
+  task, data = trainer.task, trainer.eval_data
   try:
-    export_lib.export_saved_model(trainer.model, trainer.eval_data, export_dir,
+    export_lib.export_saved_model(trainer.model, data, export_dir,
                                   {'checkpoint': os.path.abspath(checkpoint),
-                                   'step': trainer.global_step, 'task': trainer.task.NAME},
-                                  serve=trainer.task.serving_function(trainer.model,
-                                                                      trainer.eval_data))
+                                   'step': trainer.global_step, 'task': task.NAME,
+                                   **task.export_info(data)},
+                                  serve=task.serving_function(trainer.model, data),
+                                  assets=task.export_assets(data))
   except export_lib.ExportError as exc:
     raise LaunchError(str(exc)) from None
   except OSError as exc:
@@ -472,40 +533,35 @@ def export(trainer, export_dir, checkpoint):
         'load with tf.saved_model.load', flush=True)
 
 
-def infer(trainer, options):
-  """``--mode=infer``: the task's outputs for the lines of ``--infer_input`` (chief only).
+def infer(trainer, options, output=None):
+  """``--mode=infer``: the task's outputs for the inputs of ``--infer_input`` (chief only).
 
-  Reads ``--infer_input`` (a file, or ``-`` for stdin) and writes one line
-  per input (for a sequence model ``word<TAB>phones``) to
-  ``--infer_output_file``, or stdout.
+  The task reads ``--infer_input`` (``Task.infer_inputs``: the lines of a
+  file or of stdin, ``-``, for a sequence model; image files, a folder of
+  them or a list of their paths for an image classifier) and gives one line
+  per input (``word<TAB>phones``, ``path<TAB>class<TAB>probability...``),
+  written to ``--infer_output_file``, or ``output`` (default stdout).
 
   Raises:
     LaunchError: an input that cannot be read or an output that cannot be
       written (naming the file), or a task without an infer mode.
   """
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
   from framework import distributed  # pylint: disable=import-outside-toplevel
   if not distributed.is_chief():
     return
-  source = options.infer_input
   try:
-    if source == '-':
-      lines = sys.stdin.read().splitlines()
-    else:
-      with open(source, encoding='utf-8') as f:
-        lines = f.read().splitlines()
-  except (OSError, UnicodeDecodeError) as exc:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-    raise LaunchError(f'--infer_input {source}: cannot be read ({reason})') from None
-  try:
-    outputs = trainer.task.infer(trainer.model, trainer.eval_data, lines,
+    inputs = trainer.task.infer_inputs(options.infer_input)
+    outputs = trainer.task.infer(trainer.model, trainer.eval_data, inputs,
                                  trainer.eval_config['batch_size_per_gpu'])
-  except ConfigError as exc:
+  except (ConfigError, DataError) as exc:
     raise LaunchError(str(exc)) from None
   text = ''.join(line + '\n' for line in outputs)
   if options.infer_output_file is None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    output = output or sys.stdout
+    output.write(text)
+    output.flush()
     return
   try:
     with open(options.infer_output_file, 'w', encoding='utf-8') as f:

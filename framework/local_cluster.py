@@ -8,7 +8,8 @@ naming N free localhost ports and its own index, so each selects the
   OpenMP, unless the environment sets them), and gives worker i GPU i when
   ``nvidia-smi`` lists at least N GPUs and ``CUDA_VISIBLE_DEVICES`` is not set;
 - forwards SIGINT and SIGTERM to every worker, which stop together at the same
-  step, save once and exit 128 + the signal; so does the launcher;
+  step, save once and exit 128 + the signal; so does the launcher (a worker
+  that the forwarded signal ended as Python started counts as stopped);
 - ends the others when one worker fails or dies, and exits with that worker's
   status (1 for a worker killed by a signal it did not get from here), so a
   dead worker never leaves the job hanging.
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 
+from core import signals
 from core.signals import STOP_SIGNALS
 from core.signals import STOP_STATUSES
 from core.signals import exit_status
@@ -106,10 +108,19 @@ def without_flag(argv, flag):
 class LocalCluster:
   """N worker processes of one command; :meth:`wait` returns the job's exit status."""
 
-  def __init__(self, command, count, environ=None):
-    self.processes = [subprocess.Popen(command, env=env)
-                      for env in worker_environments(count, environ)]
+  def __init__(self, command, count, environ=None, start=True):
+    self.processes = []
     self.forwarded = None  # the signal forwarded to the workers, if any
+    self._command, self._environments = command, worker_environments(count, environ)
+    if start:
+      self.start()
+
+  def start(self):
+    """Starts the workers; none after a stop signal was forwarded (they would start for nothing)."""
+    for env in self._environments:
+      if self.forwarded is not None:
+        break
+      self.processes.append(subprocess.Popen(self._command, env=env))
 
   def forward(self, signum, frame=None):
     """Passes a stop signal on to every worker still running (a second one too)."""
@@ -141,6 +152,11 @@ class LocalCluster:
     while True:
       statuses = [p.poll() for p in self.processes]
       done = [s for s in statuses if s is not None]
+      # A worker the forwarded signal ended before its handlers were installed (as
+      # Python starts) had not started anything: it stopped as the others do.
+      statuses = [exit_status(self.forwarded)
+                  if self.forwarded is not None and s == -self.forwarded else s
+                  for s in statuses]
       failed = [(i, s) for i, s in enumerate(statuses)
                 if s not in (None, 0) and s not in STOP_STATUSES]
       if failed:
@@ -164,12 +180,20 @@ def _describe(status):
 
 
 def run(command, count):
-  """Runs ``command`` as ``count`` local workers, forwarding SIGINT/SIGTERM; returns the status."""
-  cluster = LocalCluster(command, count)
+  """Runs ``command`` as ``count`` local workers, forwarding SIGINT/SIGTERM; returns the status.
+
+  The forwarding starts before the first worker does, so that no signal finds
+  a worker started and the launcher without its handler.
+  """
+  cluster = LocalCluster(command, count, start=False)
   previous = {s: signal.signal(s, cluster.forward) for s in STOP_SIGNALS}
   try:
+    cluster.start()
     return cluster.wait()
   finally:
+    # The job has ended with its status: a repeat of a stop is ignored from here on
+    # (core.signals' handler, which run.py installed), not taken for a new one.
+    signals.ending()
     for s, handler in previous.items():
       signal.signal(s, handler)
     for proc in cluster.processes:

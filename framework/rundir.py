@@ -60,10 +60,11 @@ class RunLock:
   Args:
     logdir: the run directory (must exist).
     log: ``f(message)`` for the stale-lock line.
+    name: the lock file's name (a sweep's directory is locked as ``sweep.lock``).
   """
 
-  def __init__(self, logdir, log=print):
-    self.path = os.path.join(logdir, LOCK_NAME)
+  def __init__(self, logdir, log=print, name=LOCK_NAME):
+    self.path = os.path.join(logdir, name)
     self.log = log
     self.held = False
     self._fd = None

@@ -32,10 +32,11 @@ def import_tensorflow():
     os.dup2(capture.fileno(), 2)
     try:
       import tensorflow  # pylint: disable=import-outside-toplevel
-    except BaseException:
+    except BaseException as exc:
       os.dup2(saved, 2)
-      capture.seek(0)
-      sys.stderr.write(capture.read().decode(errors='replace'))
+      if isinstance(exc, Exception):  # not a stop signal (core.signals): the import failed
+        capture.seek(0)
+        sys.stderr.write(capture.read().decode(errors='replace'))
       raise
     finally:
       os.dup2(saved, 2)

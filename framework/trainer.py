@@ -142,17 +142,25 @@ class Trainer:
     self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
                                  skipped_updates=self.skipped_updates,
                                  **self.pipeline.checkpoint_items())
-    self.checkpoint = tf.train.Checkpoint(**self.checkpoint_items)
-    # Regularization is L2 on weights, never on batch-norm parameters or biases.
-    self._regularized = exclusions.kept(self.model.trainable_variables,
-                                        exclusions.NORMALIZATION_AND_BIAS)
+    # What the data position counts in ([workers, batch per worker]): saved with every
+    # checkpoint, never restored (a resume that differs is refused, restore()). Kept out of
+    # checkpoint_items, so that checkpoints written before it restore and fit as before.
+    self.data_layout = tf.Variable([self.num_workers, self.batch_size], dtype=tf.int64,
+                                   trainable=False, name=checkpoints.DATA_LAYOUT)
+    self.checkpoint = tf.train.Checkpoint(**self.checkpoint_items,
+                                          **{checkpoints.DATA_LAYOUT: self.data_layout})
+    # Regularization is L2 on weights, never on batch-norm parameters (by name or
+    # by layer: Keras' applications name theirs '*_bn') or biases.
+    self._regularized = exclusions.regularized(self.model)
 
   # --- set-up ------------------------------------------------------------------------------
 
   def _data_layer(self, cfg, mode):
     layer_cls = DATA_LAYERS.resolve(cfg['data_layer'])
-    return layer_cls(cfg['data_layer_params'], mode, num_workers=self.num_workers,
-                     worker_index=self.rank)
+    layer = layer_cls(cfg['data_layer_params'], mode, num_workers=self.num_workers,
+                      worker_index=self.rank)
+    layer.use_run_dir(self.logdir)
+    return layer
 
   def _optimize_loss_arguments(self, cfg):
     if self.train_data is not None:
@@ -190,7 +198,9 @@ class Trainer:
 
     Raises:
       CheckpointError: checkpoints are there but none is intact (nothing is deleted).
-      ConfigError: the checkpoint does not fit the model and optimizer built.
+      ConfigError: the checkpoint does not fit the model and optimizer built, or (a
+        training run) its data position was counted with other workers or another batch
+        per worker than this run's (``checkpoints.layout_change``).
     """
     damaged = []
     if path is None:
@@ -199,9 +209,17 @@ class Trainer:
       return None
     if damaged:
       distributed.log(checkpoints.describe_fallback(path, damaged))
+    if self.train_data is not None:
+      # Training goes on from the data position, which means the examples a run straight
+      # through reads next only with the workers and batch it was counted in.
+      refusal = checkpoints.layout_change(path, checkpoints.data_layout(path), self.num_workers,
+                                          self.batch_size)
+      if refusal is not None:
+        raise ConfigError(refusal)
     self._restored = (path, damaged)
     try:
-      self.checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
+      tf.train.Checkpoint(**self.checkpoint_items).restore(
+          path).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as exc:
       # TensorFlow's own message lists variables with their values: its first sentence only.
       error = ' '.join(str(exc).split()).split('. ')[0][:300]
@@ -319,7 +337,9 @@ class Trainer:
         a checkpoint and writes its summaries, and ``RunStopped`` is raised.
 
     Returns:
-      The final eval metrics when evaluating, else None.
+      The final eval metrics when evaluating, else None; with ``step`` and
+      ``split``, where they come from, and ``selected_on`` for the best
+      checkpoint evaluated on a final split (``evaluation.final_line``).
 
     Raises:
       RunStopped: after a requested stop was saved.
@@ -340,7 +360,8 @@ class Trainer:
         logdir=self.logdir, start_step=self.global_step, step=self.make_train_step(),
         open_batches=self.train_iterator, check_data=self.check_data,
         checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
-        evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final_task)
+        evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final_task,
+        eval_split=evaluation.split_of(self.eval_data))
 
   def check_data(self):
     """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""
@@ -425,7 +446,8 @@ class Trainer:
     metrics = self.evaluate()
     writer = summaries.LazyWriter(os.path.join(self.logdir, summaries.EVAL_DIR),
                                   distributed.is_chief())
-    evaluation.report(self.global_step, metrics, writer, self.task)
+    evaluation.report(self.global_step, metrics, writer, self.task,
+                      split=evaluation.split_of(self.eval_data))
     writer.close()
     return metrics
 
@@ -453,7 +475,9 @@ class Trainer:
       step = int(path.rsplit('-', 1)[1])
     metrics = self.final_task.evaluate(self.model, self.final_eval_data,
                                        self.final_eval_config['batch_size_per_gpu'])
-    return metrics, step, self.final_eval_config['data_layer_params']['eval_split']
+    split = (evaluation.split_of(self.final_eval_data)
+             or self.final_eval_config['data_layer_params']['eval_split'])
+    return metrics, step, split
 
   # --- benchmark ---------------------------------------------------------------------------
 

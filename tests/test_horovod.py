@@ -160,6 +160,9 @@ def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_pa
   assert (logdir / 'config.yaml').exists()
   # Eval covers the whole test split across the two workers.
   assert '(10000 examples)' in first.stdout
+  # One worker cannot go on from the data position of two: refused in one line.
+  from test_multi_worker import refuse_other_workers_or_batch  # pylint: disable=import-outside-toplevel
+  refuse_other_workers_or_batch(logdir, 20, SHORT, 64)
 
   second = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train',
                       '--logdir', str(logdir), *SHORT, '--set', 'max_steps=30',

@@ -215,10 +215,59 @@ def test_num_workers_trains_one_run_evaluates_everything_and_resumes(jobs, tmp_p
   assert len([e for e in events if not e.endswith('.run_config')]) == 1, events
   assert len([e for e in events if e.endswith('.run_config')]) == 1, events
   assert (logdir / 'config.yaml').exists() and not (logdir / 'run.lock').exists()
+  refuse_other_workers_or_batch(logdir, 12, SHORT, 32, jobs, launcher)
   second = jobs(launcher(logdir, '--set', 'max_steps=16', '--continue_learning'))
   check(second.wait(), second)
   assert 'starting at step 12' in second.output()
   assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-16')
+
+
+def files_of(logdir):
+  """``{name: bytes}`` of the files at the top of a run directory (checkpoints, configs)."""
+  return {p.name: p.read_bytes() for p in logdir.iterdir() if p.is_file()}
+
+
+def refuse_other_workers_or_batch(logdir, step, short, batch, jobs=None, launch_two=None):
+  """Checks that a two-worker checkpoint at ``step`` resumes neither on one worker nor on another batch.
+
+  Its data position counts batches of one worker: one worker, or another batch per
+  worker, would read other examples than a run straight through. Each is refused in
+  one line naming both layouts, with nothing written.
+
+  Args:
+    logdir: the run directory (a ``pathlib.Path``).
+    step: its checkpoint's step.
+    short: the ``--set`` flags the run was started with (``batch_size_per_gpu=batch``).
+    batch: its batch per worker.
+    jobs: the ``jobs`` fixture, to try the other batch on two workers with ``launch_two``.
+    launch_two: ``f(logdir, *extra)``, the command and environment of the engine's
+      two-worker launch; None tries one worker only.
+  """
+  prefix = f'{logdir}/ckpt-{step}'
+  before = files_of(logdir)
+  one = subprocess.run([sys.executable, RUN, '--config', SGD_CONFIG, '--mode', 'train',
+                        '--logdir', str(logdir), *short, '--set', f'max_steps={step + 4}',
+                        '--continue_learning'], cwd=ROOT, env=base_env(), capture_output=True,
+                       text=True, timeout=300)
+  errors = [l for l in one.stderr.splitlines() if l.startswith('error: ')]
+  assert one.returncode == 2 and len(errors) == 1, (one.returncode, one.stdout, one.stderr)
+  assert errors[0].startswith(
+      f'error: --continue_learning: {prefix} was trained with 2 worker(s) and '
+      f'batch_size_per_gpu={batch}, and this run has 1 worker(s) and batch_size_per_gpu={batch}: '
+      'its data position counts batches of one worker'), errors[0]
+  assert errors[0].endswith(f'Resume with 2 worker(s) and batch_size_per_gpu={batch}, or start a '
+                            'new run in another --logdir from its weights with --init_checkpoint '
+                            f'{prefix}'), errors[0]
+  assert 'resuming with changed settings' not in one.stdout and 'Traceback' not in one.stderr
+  if launch_two is not None:
+    job = jobs(launch_two(logdir, '--set', f'batch_size_per_gpu={batch // 2}',
+                          '--set', f'max_steps={step + 4}', '--continue_learning'))
+    statuses = job.wait(timeout=300)
+    assert statuses == [2], (statuses, job.output()[-3000:])
+    assert (f'this run has 2 worker(s) and batch_size_per_gpu={batch // 2}: '
+            in job.output()), job.output()[-3000:]
+    assert 'Traceback' not in job.output()
+  assert files_of(logdir) == before
 
 
 def _variables(path):
@@ -241,6 +290,9 @@ def test_a_signal_stops_every_worker_at_one_step_and_the_resumed_run_is_exact(
   job = jobs(launcher(logdir, *deterministic))
   job.wait_for(f'step {after} ')
   if target == 'launcher':
+    job.procs[0].send_signal(signal.SIGTERM)
+    # A scheduler signals the launcher and the workers; the workers get it twice: one stop.
+    time.sleep(0.3)
     job.procs[0].send_signal(signal.SIGTERM)
   else:
     os.kill([p for p in worker_pids(job) if index_of(p) == 1][0], signal.SIGTERM)
@@ -345,3 +397,73 @@ def test_a_port_in_use_is_one_line():
 def test_a_forced_engine_the_environment_cannot_honour_is_one_line():
   line = _one_line_error(base_env(), '--set', 'distribution=multi_worker_mirrored')
   assert 'distribution: multi_worker_mirrored needs a cluster' in line and '--num_workers' in line
+
+
+# --- a cluster whose peer never comes ---------------------------------------------------------
+
+def _alone(logdir, env, *extra):
+  """Worker 0 of a two-task cluster (``env`` names it), started without its peer."""
+  return Child([sys.executable, RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir',
+                str(logdir), *SHORT, '--set', 'max_steps=3', *extra], env=env, cwd=ROOT,
+               start_new_session=True)
+
+
+def _tf_config_of_two():
+  ports = local_cluster.free_ports(2)
+  config = {'cluster': {'worker': [f'localhost:{p}' for p in ports]},
+            'task': {'type': 'worker', 'index': 0}}
+  return base_env(TF_CONFIG=json.dumps(config)), ports
+
+
+def _slurm_of_two():
+  port = local_cluster.free_ports(1)[0]
+  env = base_env(SLURM_PROCID='0', SLURM_STEP_NUM_TASKS='2', SLURM_NTASKS='2',
+                 SLURM_STEP_NODELIST='localhost', SLURM_STEP_TASKS_PER_NODE='2')
+  return env, [port, port + 1]
+
+
+@pytest.mark.parametrize('launcher_kind', ['TF_CONFIG', 'Slurm'])
+def test_a_worker_whose_peer_never_comes_ends_in_one_line_within_the_timeout(tmp_path,
+                                                                             launcher_kind):
+  # TensorFlow's own start-up would wait for worker 1 for ever, deaf to every signal.
+  env, ports = _tf_config_of_two() if launcher_kind == 'TF_CONFIG' else _slurm_of_two()
+  extra = ['--set', 'distribution_params.timeout_seconds=3']
+  if launcher_kind == 'Slurm':
+    extra += ['--set', f'distribution_params.port_base={ports[0]}']
+  with _alone(tmp_path / 'run', env, *extra) as proc:
+    out, err = proc.communicate(timeout=90)
+  assert proc.returncode == 1, (out, err)
+  assert 'Traceback' not in err and out.strip() == '', (out, err)
+  assert [l for l in err.splitlines() if l.strip()] == [
+      f'error: {launcher_kind}: worker 1 (localhost:{ports[1]}) did not answer within 3 s; start '
+      'every task of the cluster, check their addresses, or raise '
+      'distribution_params.timeout_seconds; no step had run, nothing was lost']
+  assert not (tmp_path / 'run').exists()
+
+
+def _listening(port):
+  import socket  # pylint: disable=import-outside-toplevel
+  try:
+    with socket.create_connection(('localhost', port), timeout=1):
+      return True
+  except OSError:
+    return False
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_waiting_for_the_peers_ends_in_one_line(tmp_path, signum):
+  env, ports = _tf_config_of_two()
+  # No timeout: only the signal can end the wait.
+  with _alone(tmp_path / 'run', env, '--set', 'distribution_params.timeout_seconds=null') as proc:
+    deadline = time.monotonic() + 120
+    while not _listening(ports[0]):  # worker 0 listens on its port while it waits
+      assert proc.poll() is None and time.monotonic() < deadline, proc.stderr_text()
+      time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+  assert proc.returncode == 128 + signum, (out, err)
+  assert 'Traceback' not in err and err.strip() == '', err
+  assert out.strip() == (f'stopped by {signal.Signals(signum).name} while waiting for the workers '
+                         'of TF_CONFIG: no step had run, nothing was lost')
+  assert not (tmp_path / 'run').exists()

@@ -104,3 +104,41 @@ def test_without_a_record_nor_events_the_best_is_never_replaced(tmp_path):
   assert tf.train.load_checkpoint(str(directory / 'best-3')).get_tensor(
       'weight/.ATTRIBUTES/VARIABLE_VALUE') == np.float32(3.0)
   assert (directory / 'best.json').read_text() == '\xff garbled'
+
+
+def test_the_data_layout_is_read_back_and_an_older_checkpoint_records_none(tmp_path):
+  position = tf.Variable(7, dtype=tf.int64)
+  layout = tf.Variable([2, 32], dtype=tf.int64)
+  new = tf.train.Checkpoint(data_position=position, **{checkpoints.DATA_LAYOUT: layout})
+  old = tf.train.Checkpoint(data_position=position)  # as checkpoints were written before
+  assert checkpoints.data_layout(new.write(str(tmp_path / 'new' / 'ckpt-7'))) == (2, 32)
+  assert checkpoints.data_layout(old.write(str(tmp_path / 'old' / 'ckpt-7'))) is None
+
+
+def test_a_resume_with_other_workers_or_batch_is_one_line_naming_both_and_the_way_out():
+  prefix = '/runs/a/ckpt-20'
+  assert checkpoints.layout_change(prefix, (2, 32), 2, 32) is None
+  assert checkpoints.layout_change(prefix, None, 1, 16) is None  # nothing known: no check
+  assert checkpoints.layout_change(prefix, (None, 32), 3, 32) is None  # only the batch known
+  line = checkpoints.layout_change(prefix, (2, 32), 1, 32)
+  assert line.startswith('--continue_learning: /runs/a/ckpt-20 was trained with 2 worker(s) and '
+                         'batch_size_per_gpu=32, and this run has 1 worker(s) and '
+                         'batch_size_per_gpu=32: ')
+  assert line.endswith('nothing was changed. Resume with 2 worker(s) and batch_size_per_gpu=32, '
+                       'or start a new run in another --logdir from its weights with '
+                       '--init_checkpoint /runs/a/ckpt-20')
+  assert '\n' not in line
+  assert 'this run has 1 worker(s) and batch_size_per_gpu=16' in checkpoints.layout_change(
+      prefix, (1, 32), 1, 16)
+  line = checkpoints.layout_change(prefix, (None, 32), 1, 16)
+  assert 'was trained with batch_size_per_gpu=32, and this run has' in line
+  assert 'Resume with batch_size_per_gpu=32, or' in line
+
+
+def test_the_newest_readable_checkpoint_gives_the_layout(tmp_path):
+  layout = tf.Variable([4, 16], dtype=tf.int64)
+  checkpoint = tf.train.Checkpoint(**{checkpoints.DATA_LAYOUT: layout})
+  assert checkpoints.newest_data_layout(str(tmp_path)) == (None, None)
+  checkpoint.write(str(tmp_path / 'ckpt-2'))
+  (tmp_path / 'ckpt-5.index').write_bytes(b'not a checkpoint')  # passed over
+  assert checkpoints.newest_data_layout(str(tmp_path)) == (str(tmp_path / 'ckpt-2'), (4, 16))
