@@ -17,7 +17,8 @@ config is valid); 1 the run failed (non-finite values, a write that failed, no
 intact checkpoint to resume, a second stop signal before the stop was saved), in
 one line saying what was kept; 128 + the signal number (143 SIGTERM, 130 SIGINT)
 after a signal stopped training and a checkpoint was saved (resume with
---continue_learning), or stopped the start-up before anything had run.
+--continue_learning, or run the same command with --auto_resume again), or
+stopped the start-up before anything had run.
 
 This file is the command line only: the flags, their one-line checks and the
 exit. Loading the config and running the mode is framework/launch.py's work.
@@ -57,6 +58,9 @@ def parse_args(argv):
   parser.add_argument('--logdir', default=None, help='run directory (overrides the config)')
   parser.add_argument('--continue_learning', action='store_true',
                       help='resume from the latest checkpoint in logdir')
+  parser.add_argument('--auto_resume', action='store_true',
+                      help='train: resume when logdir holds a run, start one when it is new or '
+                           'empty (the same command again after a requeue)')
   parser.add_argument('--bench_steps', type=int, default=20,
                       help='timed steps in benchmark mode (after the warm-up)')
   parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
@@ -107,6 +111,8 @@ def check_flags(args):
          '(to start from another run, use --init_checkpoint)')
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:
     fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
+  if args.auto_resume and args.mode not in launch_lib.TRAINING_MODES:
+    fail(f'--auto_resume: only used with --mode=train or train_eval, not --mode={args.mode}')
   for flag in ('infer_input', 'infer_output_file'):
     if getattr(args, flag) is not None and args.mode != 'infer':
       fail(f'--{flag}: only used with --mode=infer, not --mode={args.mode}')

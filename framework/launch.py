@@ -7,7 +7,7 @@
   status = launch(options, configs, resume='python run.py ... --continue_learning')
 
 ``options`` are run.py's parsed flags (see ``run.parse_args``): ``config``,
-``mode``, ``logdir``, ``continue_learning``, ``bench_steps``, ``set`` (the
+``mode``, ``logdir``, ``continue_learning``, ``auto_resume``, ``bench_steps``, ``set`` (the
 overrides), ``export_dir``, ``checkpoint``, ``init_checkpoint``,
 ``init_optimizer_state``, ``infer_input`` and ``infer_output_file``.
 
@@ -18,7 +18,9 @@ are imported only where a run needs them.
 """
 
 import contextlib
+import copy
 import os
+import re
 import sys
 
 from framework.config_file import MODES  # noqa: F401  (run.py's choices)
@@ -79,9 +81,20 @@ def launch(options, configs, resume, notes=(), output=None):
     with contextlib.redirect_stdout(sys.stderr):
       return launch(options, configs, resume, notes, output)
   cfg = main_config(configs)
+  auto = None
+  if options.mode in TRAINING_MODES and (getattr(options, 'auto_resume', False)
+                                         or cfg['auto_resume']):
+    # Decided before the engine starts: no worker of this job can have written to the
+    # logdir yet (the chief writes only after every worker has met the others), so
+    # every worker sees it alike and all take the same way.
+    auto = auto_resume(choose_logdir(options, cfg))
+    options = copy.copy(options)
+    options.continue_learning = auto[0]
   distributed = start_engine(cfg)
   for note in notes:
     distributed.log(note)
+  if auto is not None:
+    distributed.log(auto[1])
   configs = scale_learning_rates(configs, distributed)
   cfg = main_config(configs)
   check_with_owners(configs)
@@ -107,6 +120,46 @@ def launch(options, configs, resume, notes=(), output=None):
       lock.release()
       if not finished and lock.made_logdir:
         remove_if_empty(logdir)
+
+
+def auto_resume(logdir):
+  """What ``--auto_resume`` (config ``auto_resume: true``) does with ``logdir``.
+
+  A scheduler that requeues a job (Slurm ``--requeue``, a Kubernetes Job
+  restarting its pod) runs the same command again: a logdir that does not
+  exist or is empty (a stale ``run.lock`` alone counts as empty) starts a new
+  run; one that holds a run (checkpoints or the config a start wrote) is
+  resumed as ``--continue_learning`` resumes it, with the same checks.
+
+  Returns:
+    ``(resume, the one line that says which)``.
+
+  Raises:
+    LaunchError: the logdir holds files that are no run (status 2).
+  """
+  from framework import rundir  # pylint: disable=import-outside-toplevel
+  if not os.path.isdir(logdir):
+    # A file in its place is refused by check_logdir, as without the flag.
+    return False, f'auto_resume: {logdir} is new; starting'
+  try:
+    names = [n for n in os.listdir(logdir) if n != rundir.LOCK_NAME]
+  except OSError as exc:
+    raise LaunchError(f'logdir {logdir} cannot be read: {exc.strerror or exc}') from None
+  if not names:
+    return False, f'auto_resume: {logdir} is empty; starting'
+  steps = [int(m.group(1)) for m in map(re.compile(r'^ckpt-(\d+)\.index$').match, names) if m]
+  if steps:
+    return True, f'auto_resume: {logdir} holds ckpt-{max(steps)}; resuming'
+  run_files = sorted(n for n in names if n in (rundir.CONFIG_NAME, 'checkpoint')
+                     or n.startswith('ckpt-'))
+  run_files += [os.path.basename(p) for p in rundir.start_config_paths(logdir)]
+  if run_files:
+    return True, (f'auto_resume: {logdir} holds a run with no checkpoint yet ({run_files[0]}); '
+                  'resuming')
+  raise LaunchError(f'--auto_resume: logdir {logdir} is not empty and holds no run (no '
+                    f'checkpoint, no {rundir.CONFIG_NAME}; it holds {sorted(names)[0]}'
+                    f'{" and more" if len(names) > 1 else ""}); choose another --logdir, or '
+                    'empty it')
 
 
 def remove_if_empty(logdir):
@@ -231,6 +284,8 @@ def check_resume_config(logdir, cfg):
         f'{rundir.describe_changes(fixed)} (saved in {path}); '
         'resume with the saved values, or start a new run in another --logdir')
   check_data_layout(logdir, saved, cfg)
+  # How the run is started is no setting of the run (configs before it lack the key).
+  free = [change for change in free if change[0] != 'auto_resume']
   if free and distributed.is_chief():
     print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
 

@@ -12,11 +12,16 @@ naming N free localhost ports and its own index, so each selects the
   that the forwarded signal ended as Python started counts as stopped);
 - ends the others when one worker fails or dies, and exits with that worker's
   status (1 for a worker killed by a signal it did not get from here), so a
-  dead worker never leaves the job hanging.
+  dead worker never leaves the job hanging;
+- has its own death end the workers (Linux): each worker is started with
+  ``PR_SET_PDEATHSIG`` set to SIGTERM, so a launcher killed by SIGKILL (or
+  an OOM kill) stops them as any preemption does (they save and exit 143)
+  instead of leaving them training unseen, holding the run's lock.
 
 No TensorFlow is imported here: the workers start it themselves.
 """
 
+import ctypes
 import json
 import os
 import shutil
@@ -24,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from core import signals
@@ -105,6 +111,46 @@ def without_flag(argv, flag):
   return result
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _libc_prctl():
+  """libc's ``prctl``, or None off Linux (or without a C library to load)."""
+  if not sys.platform.startswith('linux'):
+    return None
+  try:
+    return ctypes.CDLL(None, use_errno=True).prctl
+  except (OSError, AttributeError):
+    return None
+
+
+def ends_with_parent(signum=signal.SIGTERM):
+  """A ``preexec_fn`` that has the child get ``signum`` when the process starting it dies.
+
+  The setting is made in the forked child before its exec and is kept across
+  exec (and across run.py's own re-exec under tcmalloc, the same process);
+  it is cleared only for a set-user-id program. None where there is no
+  ``prctl`` (the workers then outlive a killed launcher, as before).
+  """
+  prctl = _libc_prctl()  # loaded here: the forked child only calls it
+  if prctl is None:
+    return None
+  parent = os.getpid()
+  # The fork copies this process's Python handler of the signal (the launcher's
+  # forwarding): one arriving before the exec would run it in the child and be
+  # lost. The default ends the child, which had not started anything.
+  reset = threading.current_thread() is threading.main_thread()
+
+  def preexec():
+    if reset:
+      signal.signal(signum, signal.SIG_DFL)
+    prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died between the fork and the prctl
+      os._exit(128 + int(signum))  # pylint: disable=protected-access
+
+  return preexec
+
+
 class LocalCluster:
   """N worker processes of one command; :meth:`wait` returns the job's exit status."""
 
@@ -120,7 +166,9 @@ class LocalCluster:
     for env in self._environments:
       if self.forwarded is not None:
         break
-      self.processes.append(subprocess.Popen(self._command, env=env))
+      # The main thread starts them: the death signal follows the thread that forked.
+      self.processes.append(subprocess.Popen(self._command, env=env,
+                                             preexec_fn=ends_with_parent()))
 
   def forward(self, signum, frame=None):
     """Passes a stop signal on to every worker still running (a second one too)."""

@@ -163,6 +163,9 @@ SCHEMA = {
     'print_loss_steps': Param(int, 100, check=positive, doc='steps between loss log lines'),
     'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
     'logdir': Param(str, None, doc='run directory; None: nothing written'),
+    'auto_resume': Param(bool, False,
+                         doc='train: resume when logdir holds a run (checkpoints or config.yaml), '
+                             'start one when it is new or empty; as --auto_resume'),
     'import_paths': ListParam(Param(str, REQUIRED), [],
                               doc="directories your own code (model: 'package.module:name', ...) is "
                                   "imported from, relative to the config file; the config file's "

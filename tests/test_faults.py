@@ -863,3 +863,44 @@ def test_a_new_run_refused_for_a_value_leaves_no_empty_logdir(tmp_path):
   assert result.returncode == 2
   assert last_line(result).startswith('error: optimizer_params.momentum: ')
   assert not logdir.exists()
+
+
+def test_auto_resume_the_same_command_starts_then_resumes_to_max_steps(tmp_path):
+  # What a scheduler that requeues a job does: the same command, whatever the logdir holds.
+  logdir = str(tmp_path / 'run')
+  command = [*TINY, '--logdir', logdir, '--set', 'max_steps=40', '--auto_resume']
+  with start(*command) as proc:
+    lines = wait_for_line(proc, 'step 3 ')
+    proc.send_signal(signal.SIGTERM)  # the time limit is near: save and requeue
+    out, err = proc.communicate(timeout=120)
+  out = ''.join(lines) + out
+  assert proc.returncode == 143 and 'Traceback' not in err, out + err
+  assert f'auto_resume: {logdir} is new; starting\n' in out
+  last = out.strip().splitlines()[-1]
+  assert last.startswith('stopped by SIGTERM at step '), last
+  step = int(last.split(' at step ')[1].split()[0])
+  assert 3 <= step < 40 and '--auto_resume' in last
+
+  second = run(*command)
+  assert f'auto_resume: {logdir} holds ckpt-{step}; resuming\n' in second.stdout
+  assert f'restored {logdir}/ckpt-{step} (step {step})' in second.stdout, second.stdout
+  assert 'final test accuracy' not in second.stdout  # --mode=train: no evaluation
+  loadable(logdir, [step, 40])
+  assert not os.path.exists(os.path.join(logdir, 'run.lock'))
+  # Once more, the run done: nothing to do, exit 0 (a requeue after the end is harmless).
+  third = run(*command)
+  assert f'auto_resume: {logdir} holds ckpt-40; resuming\n' in third.stdout
+  assert 'nothing to do: the checkpoint is at step 40' in third.stdout
+
+
+def test_auto_resume_refuses_a_logdir_that_holds_no_run_in_one_line(tmp_path):
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  (logdir / 'notes.txt').write_text('mine\n')
+  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--auto_resume',
+               check=False)
+  assert result.returncode == 2
+  assert last_line(result) == (
+      f'error: --auto_resume: logdir {logdir} is not empty and holds no run (no checkpoint, no '
+      'config.yaml; it holds notes.txt); choose another --logdir, or empty it')
+  assert os.listdir(logdir) == ['notes.txt']

@@ -331,6 +331,45 @@ def test_a_killed_worker_ends_the_launched_job_quickly_and_keeps_the_checkpoint(
   assert int(reader.get_tensor('global_step/.ATTRIBUTES/VARIABLE_VALUE')) >= 5
 
 
+def _running(pid):
+  """Whether ``pid`` is a process that has not ended (a zombie has)."""
+  try:
+    with open(f'/proc/{pid}/stat', encoding='utf-8') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except (FileNotFoundError, ProcessLookupError, IndexError):
+    return False
+
+
+def test_a_launcher_killed_by_sigkill_stops_its_workers_which_save_and_unlock(jobs, tmp_path):
+  logdir = tmp_path / 'orphaned'
+  job = jobs(launcher(logdir, '--set', 'max_steps=100000', '--set', 'save_checkpoint_steps=1000',
+                      '--auto_resume'))
+  job.wait_for('step 4 ')
+  assert job.output().count(f'auto_resume: {logdir} is new; starting\n') == 1  # the chief's
+  workers = worker_pids(job)
+  assert len(workers) == 2, workers
+  job.procs[0].send_signal(signal.SIGKILL)  # no handler can forward anything
+  killed_at = time.monotonic()
+  while any(_running(p) for p in workers) and time.monotonic() - killed_at < 120:
+    time.sleep(0.2)
+  assert not any(_running(p) for p in workers), job.output()[-3000:]
+  # Its output ends when the workers close the pipe they inherited.
+  assert job.wait(timeout=60) == [-signal.SIGKILL]
+  out = job.output()
+  stopped = [l for l in out.splitlines() if l.startswith('stopped by SIGTERM at step ')]
+  assert len(stopped) == 1, out[-3000:]
+  step = int(stopped[0].split(' at step ')[1].split()[0])
+  assert step >= 4 and 'Traceback' not in out, out[-3000:]
+  assert tf.train.latest_checkpoint(str(logdir)).endswith(f'ckpt-{step}')
+  assert not (logdir / 'run.lock').exists()
+  # Started again (a requeue), both workers take the same way: they resume.
+  again = jobs(launcher(logdir, '--set', f'max_steps={step + 2}', '--auto_resume'))
+  check(again.wait(timeout=300), again)
+  assert f'auto_resume: {logdir} holds ckpt-{step}; resuming\n' in again.output()
+  assert f'restored {logdir}/ckpt-{step} (step {step})' in again.output()
+  assert tf.train.latest_checkpoint(str(logdir)).endswith(f'ckpt-{step + 2}')
+
+
 def test_without_a_launcher_the_survivor_of_a_killed_peer_exits_in_one_line(jobs, tmp_path):
   logdir = tmp_path / 'raw'
   args = [RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SHORT,

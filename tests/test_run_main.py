@@ -135,3 +135,13 @@ def test_eval_and_export_need_no_schedule(capsys, tmp_path, mode):
   status, _, err = main(capsys, '--config', LARS_CONFIG, '--mode', mode, '--logdir', str(tmp_path),
                         *export, '--set', 'lr_policy_params={learning_rate: 0.1, decay_epochs: 0.3}')
   assert status == 2 and err.strip() == f'error: no checkpoint found in {tmp_path}', err
+
+
+@pytest.mark.parametrize('mode', ['eval', 'export', 'infer', 'benchmark'])
+def test_auto_resume_is_refused_outside_training_in_one_line(capsys, tmp_path, mode):
+  export = ['--export_dir', str(tmp_path / 'x')] if mode == 'export' else []
+  status, out, err = main(capsys, '--config', LARS_CONFIG, '--mode', mode, '--auto_resume',
+                          *export)
+  assert status == 2 and out == ''
+  assert err == (f'error: --auto_resume: only used with --mode=train or train_eval, not '
+                 f'--mode={mode}\n')

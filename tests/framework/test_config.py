@@ -481,6 +481,7 @@ def test_validate_fills_defaults():
       'print_loss_steps': 100,
       'save_summaries_steps': 100,
       'logdir': None,
+      'auto_resume': False,
       'import_paths': [],
       'random_seed': 0,
       'distribution': 'auto',

@@ -62,3 +62,38 @@ def test_reading_modes_take_no_lock_and_logdir_defaults_to_the_config_stem(tmp_p
   assert launch.choose_logdir(config, {'logdir': 'runs/x'}) == 'runs/x'
   config.logdir = 'runs/flag'
   assert launch.choose_logdir(config, {'logdir': 'runs/x'}) == 'runs/flag'
+
+
+@pytest.mark.parametrize('files, resume, line', [
+    (None, False, 'auto_resume: {logdir} is new; starting'),
+    ([], False, 'auto_resume: {logdir} is empty; starting'),
+    # A stale lock alone (a run killed before it wrote anything) is no run.
+    ([rundir.LOCK_NAME], False, 'auto_resume: {logdir} is empty; starting'),
+    (['checkpoint', 'ckpt-4.index', 'ckpt-4.data-00000-of-00001', 'ckpt-12.index',
+      'config.yaml'], True, 'auto_resume: {logdir} holds ckpt-12; resuming'),
+    (['config.yaml', 'events.out.tfevents.1'], True,
+     'auto_resume: {logdir} holds a run with no checkpoint yet (config.yaml); resuming'),
+    (['config-0.yaml'], True,
+     'auto_resume: {logdir} holds a run with no checkpoint yet (config-0.yaml); resuming'),
+])
+def test_auto_resume_starts_a_new_or_empty_logdir_and_resumes_a_run(tmp_path, files, resume,
+                                                                    line):
+  logdir = tmp_path / 'run'
+  if files is not None:
+    logdir.mkdir()
+    for name in files:
+      (logdir / name).write_text('')
+  assert launch.auto_resume(str(logdir)) == (resume, line.format(logdir=logdir))
+
+
+def test_auto_resume_refuses_files_that_are_no_run_in_one_line(tmp_path):
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  for name in ('notes.txt', 'run.log', rundir.LOCK_NAME):
+    (logdir / name).write_text('')
+  with pytest.raises(launch.LaunchError) as error:
+    launch.auto_resume(str(logdir))
+  assert str(error.value) == (
+      f'--auto_resume: logdir {logdir} is not empty and holds no run (no checkpoint, no '
+      'config.yaml; it holds notes.txt and more); choose another --logdir, or empty it')
+  assert error.value.status == 2

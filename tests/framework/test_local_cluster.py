@@ -6,6 +6,7 @@ import sys
 import time
 
 from framework import local_cluster
+from tests.processes import Child
 
 
 def test_each_worker_gets_the_cluster_its_index_and_a_share_of_the_cores(monkeypatch):
@@ -86,3 +87,42 @@ def test_signals_are_forwarded_and_the_job_exits_with_their_status():
 
 def test_every_worker_done_is_success():
   assert _cluster('pass', 'pass').wait() == 0
+
+
+def test_a_worker_gets_sigterm_when_its_launcher_dies_and_keeps_it_across_exec(tmp_path):
+  # A stand-in launcher starts a worker as LocalCluster does, which execs itself once more
+  # (as run.py does under tcmalloc), then dies of SIGKILL; the worker records the SIGTERM.
+  import os  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  got = tmp_path / 'got'
+  worker = ('import os, signal, sys, time\n'
+            'if len(sys.argv) == 1:\n'
+            '  os.execv(sys.executable, [sys.executable, "-c", sys.orig_argv[2], "again"])\n'
+            f'signal.signal(signal.SIGTERM, lambda *a: (open({str(got)!r}, "w").write("TERM"), '
+            'sys.exit(143)))\n'
+            'print(os.getpid(), flush=True)\n'
+            'time.sleep(60)\n')
+  launcher = ('import os, signal, subprocess, sys\n'
+              'from framework import local_cluster\n'
+              f'subprocess.Popen([sys.executable, "-c", {worker!r}], '
+              'preexec_fn=local_cluster.ends_with_parent())\n'
+              'sys.stdin.readline()\n'
+              'os.kill(os.getpid(), signal.SIGKILL)\n')
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with Child([sys.executable, '-c', launcher], stdin=subprocess.PIPE, cwd=root,
+             env=dict(os.environ, PYTHONPATH=root)) as proc:
+    # The worker's pid, once its handler is installed (it writes to the inherited pipe).
+    pid = int(proc.wait_for_line(lambda line: True, timeout=30)[0])
+    try:
+      proc.stdin.write('\n')
+      proc.stdin.flush()
+      assert proc.wait(timeout=30) == -signal.SIGKILL
+      deadline = time.monotonic() + 30
+      while not got.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+      assert got.exists() and got.read_text() == 'TERM'
+    finally:
+      try:
+        os.kill(pid, signal.SIGKILL)  # the worker is no child of this process: Child cannot
+      except ProcessLookupError:
+        pass
