@@ -149,6 +149,12 @@ def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path):
   loadable(logdir, [step, step + 2])
 
 
+def run_python(code):
+  """Runs ``code`` in a Python process of its own, with a deadline; returns its CompletedProcess."""
+  return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
+                        check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+
+
 def test_a_second_signal_exits_at_once_and_the_same_one_at_once_again_is_the_first(tmp_path):
   # The repeat 0.3 s after the first is what a worker gets when a scheduler signals every
   # process of the job and the launcher forwards the signal too: the same stop.
@@ -165,8 +171,7 @@ def test_a_second_signal_exits_at_once_and_the_same_one_at_once_again_is_the_fir
           'os.kill(os.getpid(), signal.SIGTERM)\n'
           'time.sleep(5)\n'
           'print("not reached")\n')
-  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          timeout=120, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  result = run_python(code)
   # Not 143: that status says the stop was saved.
   assert result.returncode == 1, result.stderr
   assert result.stdout == f'first: SIGTERM {int(signal.SIGTERM)}\n'
@@ -259,8 +264,7 @@ def test_the_phases_of_a_process_answer_stop_signals_as_documented():
           '  time.sleep(0.3)\n'
           'print("ending with", stop.name, flush=True)\n'
           'sys.exit(143)\n')
-  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                          timeout=120, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  result = run_python(code)
   assert result.returncode == 143, result.stderr
   assert result.stdout.splitlines() == [
       'stopped by SIGINT during start-up: no step had run, nothing was lost 130',
