@@ -12,8 +12,10 @@ uses a key made from ``(seed, e, example)``, so a run resumed at micro-batch
 ``start_batch`` sees exactly the batches the uninterrupted run would have seen.
 """
 
+import json
 import os
 import threading
+import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -242,6 +244,18 @@ class DataLayer:
         pass to skip.
     """
     raise NotImplementedError
+
+
+def write_json_atomically(path, content):
+  """Writes ``content`` as JSON to ``path`` (local or remote) through a temporary file.
+
+  A reader never sees half a file: the temporary one, named for this process
+  and call, is renamed into place.
+  """
+  temporary = f'{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
+  with tf.io.gfile.GFile(temporary, 'w') as f:
+    f.write(json.dumps(content, indent=1, sort_keys=True) + '\n')
+  tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 _CACHE = {}

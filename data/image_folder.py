@@ -20,7 +20,6 @@ validation split and ``eval_dir``, training picks its best checkpoint on
 import json
 import os
 import sys
-import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -29,21 +28,12 @@ from core.params import ConfigError
 from data import image_files, images, schemas
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
                        check_start_batch, data_error_in, epoch_key, fail_unless, pad_crop_flip,
-                       sub_key)
+                       sub_key, write_json_atomically)
 
 STATISTICS_FILE = 'image_statistics.json'
 # Training files decoded to compute the normalization statistics (a fixed, seeded sample).
 STATISTICS_SAMPLE = 2000
 STATISTICS_BATCH = 64
-
-
-def write_json_atomically(value, path):
-  """Writes ``value`` as JSON to ``path`` through a temporary file, so a reader never sees half."""
-  temporary = f'{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}'
-  with open(temporary, 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=2)
-    f.write('\n')
-  os.replace(temporary, path)
 
 
 class ImageFolderDataLayer(DataLayer):
@@ -195,11 +185,11 @@ class ImageFolderDataLayer(DataLayer):
     # Worker 0 alone writes (rank-0 I/O); the others computed the same numbers from the same sample.
     if path is not None and self.worker_index == 0:
       os.makedirs(self.run_dir, exist_ok=True)
-      write_json_atomically({'mean': list(mean), 'std': list(std),
+      write_json_atomically(path, {'mean': list(mean), 'std': list(std),
                              'channels': self.params['channels'],
                              'train_dir': self.params['train_dir'],
                              'sampled_files': min(STATISTICS_SAMPLE, len(self._train_paths)),
-                             'train_examples': len(self._train_paths)}, path)
+                             'train_examples': len(self._train_paths)})
     return self.statistics
 
   def _read_statistics(self, path):

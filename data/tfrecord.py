@@ -30,7 +30,8 @@ import tensorflow as tf
 from core.params import ConfigError
 from data import images, schemas
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
-                       check_start_batch, epoch_key, fail_unless, sub_key)
+                       check_start_batch, epoch_key, fail_unless, sub_key,
+                       write_json_atomically)
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +135,6 @@ def verified_record_counts(paths):
     return list(pool.map(count, paths))
 
 
-def _write_json(path, content):
-  """Writes ``content`` to ``path`` through a temporary file, so a reader never sees half of it."""
-  temporary = f'{path}.tmp{os.getpid()}'
-  with tf.io.gfile.GFile(temporary, 'w') as f:
-    f.write(json.dumps(content, indent=1, sort_keys=True) + '\n')
-  tf.io.gfile.rename(temporary, path, overwrite=True)
-
-
 def _read_counts(cache_path):
   if '://' not in cache_path:
     return schemas.read_record_counts(cache_path)
@@ -159,7 +152,7 @@ def _merge_counts(cache_path, entries):
   """Adds ``entries`` (``key -> {'size', 'mtime_ns', 'records'}``) to a count cache file."""
   files = dict(_read_counts(cache_path))
   files.update(entries)
-  _write_json(cache_path, {'format': schemas.RECORD_COUNTS_FORMAT, 'files': files})
+  write_json_atomically(cache_path, {'format': schemas.RECORD_COUNTS_FORMAT, 'files': files})
 
 
 def read_records(files):
@@ -345,8 +338,10 @@ class EncodedImageLayer(DataLayer):
     mean, std = _STATISTICS[key]
     if path and self.worker_index == 0:
       tf.io.gfile.makedirs(self.run_dir)
-      _write_json(path, {'mean': list(mean), 'std': list(std), 'channels': self.settings['channels'],
-                         'max_images': STATISTICS_SAMPLE, 'source': self._statistics_source()})
+      write_json_atomically(path, {'mean': list(mean), 'std': list(std),
+                                   'channels': self.settings['channels'],
+                                   'max_images': STATISTICS_SAMPLE,
+                                   'source': self._statistics_source()})
     return mean, std
 
   def _compute_statistics(self):
