@@ -118,7 +118,8 @@ def test_a_worker_gets_sigterm_when_its_launcher_dies_and_keeps_it_across_exec(t
       proc.stdin.flush()
       assert proc.wait(timeout=30) == -signal.SIGKILL
       deadline = time.monotonic() + 30
-      while not got.exists() and time.monotonic() < deadline:
+      # The file exists from the worker's open() on, before "TERM" is in it.
+      while not (got.exists() and got.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
       assert got.exists() and got.read_text() == 'TERM'
     finally:
