@@ -34,6 +34,7 @@ from core import signals
 from core.params import ConfigError
 from core.params import check_params
 from framework import console
+from framework import start_watch
 from optimizers import allreduce
 # Start-up and the job's shape, as the optimizers see them.
 from optimizers.allreduce import CYCLE_TIME_VARIABLE  # noqa: F401  (re-exported)
@@ -350,9 +351,11 @@ def start(choice=AUTO, params=None, environ=None):
     if own is not None:
       rendezvous(names, addresses, own, params['timeout_seconds'], where)
     handlers = _python_handlers()
+    timeout = params['timeout_seconds']
     try:
-      allreduce.init_collective(resolver, timeout_seconds=params['timeout_seconds'],
-                                implementation=params['implementation'])
+      with start_watch.StartWatchdog(timeout, _start_overdue_line(where, timeout)):
+        allreduce.init_collective(resolver, timeout_seconds=timeout,
+                                  implementation=params['implementation'])
     except Exception as exc:  # TensorFlow's errors from the cluster start-up
       raise RuntimeError(f'{where}: the multi-worker cluster could not start '
                          f'({" ".join(str(exc).split())[:300]})') from None
@@ -361,7 +364,17 @@ def start(choice=AUTO, params=None, environ=None):
       # preemption notifier), which would swallow the signal: Python's go back.
       for signum, handler in handlers.items():
         signal.signal(signum, handler)
+    if handlers:
+      from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+      start_watch.forward_taken_sigterm(context.context().get_config_key_value)
   return engine
+
+
+def _start_overdue_line(where, timeout):
+  return (f'error: {where}: TensorFlow\'s start-up of the cluster did not finish within '
+          f'{timeout:g} s after every worker had answered (a worker died during it, or the '
+          'workers cannot reach each other\'s TensorFlow servers); this worker is ended with '
+          'SIGKILL; no step had run, nothing was lost') if timeout is not None else ''
 
 
 def _python_handlers():

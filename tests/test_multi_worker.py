@@ -480,6 +480,27 @@ def test_a_worker_whose_peer_never_comes_ends_in_one_line_within_the_timeout(tmp
   assert not (tmp_path / 'run').exists()
 
 
+def test_a_peer_that_answers_the_rendezvous_but_never_starts_tensorflow_ends_the_worker(tmp_path):
+  # The peer's port accepts connections (as a worker that passed the rendezvous and died
+  # would have, a second before) but no TensorFlow server answers on it: TensorFlow's
+  # start-up waits for it in native code, deaf to signals. The watchdog ends it.
+  import socket  # pylint: disable=import-outside-toplevel
+  env, ports = _tf_config_of_two()
+  with socket.create_server(('', ports[1])):
+    started = time.monotonic()
+    with _alone(tmp_path / 'run', env, '--set', 'distribution_params.timeout_seconds=3') as proc:
+      out, err = proc.communicate(timeout=90)
+  assert proc.returncode == -signal.SIGKILL, (out, err)
+  assert out.strip() == '' and 'Traceback' not in err, (out, err)
+  assert [l for l in err.splitlines() if l.strip()] == [
+      "error: TF_CONFIG: TensorFlow's start-up of the cluster did not finish within 3 s after "
+      'every worker had answered (a worker died during it, or the workers cannot reach each '
+      "other's TensorFlow servers); this worker is ended with SIGKILL; no step had run, nothing "
+      'was lost']
+  assert time.monotonic() - started < 60
+  assert not (tmp_path / 'run').exists()
+
+
 def _listening(port):
   import socket  # pylint: disable=import-outside-toplevel
   try:
