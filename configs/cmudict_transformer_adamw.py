@@ -8,7 +8,7 @@ sequence configs, and docs/large_batch_seq2seq.md compares tuned AdamW with
 LAMB on a smaller Transformer from 256 to 16,384 words per batch.
 
 Everything as configs/cmudict_transformer_lamb.py (model, data, batch 512
-words, 20 epochs, mixed bfloat16, warm-up over 10 % then linear decay, greedy
+words, 20 epochs, dtype auto, warm-up over 10 % then linear decay, greedy
 dev evaluations and a beam of 4 on the test split), except the update: Keras'
 AdamW (Loshchilov and Hutter 2019: Adam with decoupled weight decay, here on
 every variable, as Keras' AdamW takes no exclusion list in its constructor)

@@ -9,18 +9,23 @@ epoch 4 / 8 / 13.3 / 17.3 / 20: 47.0 / 37.1 / 31.2 / 29.3 / 28.2 %. That is
 below the 31 % of cmusphinx/g2p-seq2seq's Transformer on this data. Ten
 epochs give 34.3 % (beam 4). The run: docs/results/cmudict/cmudict_transformer_lamb_20ep.log.
 
-Time: about 41 minutes on a quiet 2-core machine of this kind (4,740 updates at
-0.48 s each in --mode=benchmark, plus five greedy dev decodes and the test
-decode with a beam, about 3 minutes). The recorded run shared the machine
-with other jobs (load average 5-12) and took about 70 minutes for its last
-2,540 updates.
+Time: about 41 minutes on a quiet 2-core AMD EPYC with AVX512-BF16, in
+mixed_bfloat16 (4,740 updates at 0.48 s each in --mode=benchmark, plus five
+greedy dev decodes and the test decode with a beam, about 3 minutes). The
+recorded run shared that machine with other jobs (load average 5-12) and
+took about 70 minutes for its last 2,540 updates. On a 2-core Intel Xeon
+without AVX512-BF16 the step trains 442 words/sec in float32 (what dtype
+auto picks there) and 171 in mixed_bfloat16: about 1.5 hours of updates in
+float32, about 4 hours in mixed_bfloat16.
 
 Recipe: a pre-norm Transformer of 3 + 3 layers, d_model 256 (5.55 M
-parameters, the default size), trained in mixed bfloat16 on length-bucketed
-batches of 512 words with LAMB (You et al. 2019: Adam moments, a layer-wise
-trust ratio, decoupled weight decay that skips layer normalization and
-biases), a linear warm-up over the first 10 % of the updates and a linear
-decay to 0, for 20 epochs. The dev split is decoded (greedy) every four
+parameters, the default size), trained with dtype auto (mixed bfloat16 where
+the CPU or GPU computes it natively, as the recorded run did; float32
+elsewhere, where emulated bfloat16 is slower) on length-bucketed batches of
+512 words with LAMB (You et al. 2019: Adam moments, a layer-wise trust
+ratio, decoupled weight decay that skips layer normalization and biases), a
+linear warm-up over the first 10 % of the updates and a linear decay to 0,
+for 20 epochs. The dev split is decoded (greedy) every four
 epochs; the best checkpoint by dev WER is decoded on the test split at the end
 with a beam of 4 (model_params.final_beam_size).
 """
@@ -64,7 +69,7 @@ base_params = {
         'decay_fraction': 1.0,  # decays over the whole run, however long
         'min_lr': 0.0,
     },
-    'dtype': 'mixed_bfloat16',
+    'dtype': 'auto',
     'random_seed': 0,
     'save_checkpoint_steps': 200,
     'num_checkpoints': 3,

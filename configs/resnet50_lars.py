@@ -12,7 +12,7 @@ Without IMAGENET_DIR the data layer is synthetic, for throughput measurements:
 Precision: mixed_float16 (float16 compute, float32 variables, Backoff loss
 scaling) where TensorFlow sees a GPU; float32 on a CPU, which has no float16
 arithmetic (emulated float16 made this benchmark 11x slower than float32 on
-the project's 2-core machine). Override with --set dtype=...
+a 2-core AMD EPYC). Override with --set dtype=...
 
 Recipe (MLPerf ResNet-50 LARS, batch < 16K): base lr 10.0 with 5 warm-up
 epochs, polynomial decay of power 2 to 1e-4, LARS eta 0.001, weight decay
@@ -21,7 +21,7 @@ epochs, polynomial decay of power 2 to 1e-4, LARS eta 0.001, weight decay
 the LARS paper reports 72.9-73.5 % at 8K with 90 epochs and minimal
 augmentation. This configuration has not been run to completion on ImageNet
 by this project (no GPU cluster); docs/performance.md gives its benchmark mode
-on a 2-core CPU: about 2.6 images/sec at batch 16 in float32.
+on a 2-core AMD EPYC: about 2.6 images/sec at batch 16 in float32.
 ``configs/resnet50_lars.yaml`` is the same configuration as YAML.
 """
 

@@ -173,6 +173,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
+  _no_regularizer_beside_decay(result, registries)
   argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
   if mode == 'train':
     check_jit_compile(result)
@@ -315,6 +316,43 @@ def _one_weight_decay(result, given_model_params, registries):
   if optimizer_given or own is not None:
     return dict(result, model_params=dict(model_params, weight_decay=0.0))
   return result
+
+
+def _no_regularizer_beside_decay(result, registries):
+  """Refuses ``regularizer: l2`` beside an optimizer's own weight decay, as two sources of decay.
+
+  The optimizer's decay is what it trains with after :func:`_one_weight_decay`:
+  the value given, else its own default (LARS 1e-4, AdamW and Muon 0.004;
+  LAMB's is 0). Unlike the model's default L2, which gives way to the
+  optimizer's, the regularizer is always given, so neither is turned off
+  silently: the config says which one to keep.
+
+  Raises:
+    ConfigError: naming the regularizer and the optimizer's decay, when both are other than 0.
+  """
+  scale = (result['regularizer_params'] or {}).get('scale')
+  if result['regularizer'] is None or not scale:
+    return
+  entry = _optimizer_entry(result, registries)
+  own = _declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
+  names = _declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
+  optimizer = entry['optimizer']
+  optimizer = optimizer if isinstance(optimizer, str) else getattr(optimizer, '__name__',
+                                                                    'the optimizer')
+  values = {name: result['optimizer_params'].get(name) for name in names}
+  defaults = [f'optimizer_params.{name}' for name, value in values.items()
+              if value is None and own]
+  decays = [f'optimizer_params.{name}: {value}' for name, value in values.items() if value]
+  if defaults:
+    decays.insert(0, f"{optimizer}'s own weight decay ({' and '.join(defaults)}, {own} by "
+                     'default)')
+  taken = [f'optimizer_params.{name}' for name, value in values.items()
+           if value or (value is None and own)]
+  if decays:
+    raise ConfigError(f'regularizer: {result["regularizer"]} (regularizer_params.scale: {scale}) '
+                      f'given together with {" and ".join(decays)}; a run takes one source of '
+                      'weight decay (the L2 loss of the regularizer, or the optimizer\'s own): set '
+                      f'{" and ".join(taken)} to 0, or drop the regularizer')
 
 
 def _check_lr_policy(result, registries):

@@ -96,6 +96,7 @@ def launch(options, configs, resume, notes=(), output=None):
   if auto is not None:
     distributed.log(auto[1])
   configs = scale_learning_rates(configs, distributed)
+  configs, dtype_line = resolve_dtype(configs, distributed)
   cfg = main_config(configs)
   check_with_owners(configs)
   logdir = choose_logdir(options, cfg)
@@ -112,7 +113,7 @@ def launch(options, configs, resume, notes=(), output=None):
     signals.describe_phase(f'during --mode={options.mode}', 'no checkpoint of the run was changed')
   finished = False
   try:
-    status = run(options, configs, logdir, resume, output)
+    status = run(options, configs, logdir, resume, output, dtype_line)
     finished = True
     return status
   finally:
@@ -177,6 +178,30 @@ def scale_learning_rates(configs, distributed):
   if how is not None:
     distributed.log(f'learning rate (lr_scaling): {how}')
   return configs
+
+
+def resolve_dtype(configs, distributed):
+  """The configs with ``dtype: auto`` resolved for this machine, said once (chief).
+
+  Resolved before the run directory is compared or written, so that a resume
+  compares the dtype the run computes in with the one its checkpoints were
+  trained in, and ``config.yaml`` records it.
+
+  Returns:
+    ``(configs, the line that says what auto chose, or None when no view asks for auto)``.
+  """
+  from core import precision  # pylint: disable=import-outside-toplevel
+  from framework import hardware  # pylint: disable=import-outside-toplevel
+  resolved, dtype, line = {}, None, None
+  for view, cfg in configs.items():
+    if cfg is not None and cfg['dtype'] == precision.AUTO:
+      if dtype is None:
+        dtype, line = hardware.resolve_dtype(precision.AUTO)
+      cfg = dict(cfg, dtype=dtype)
+    resolved[view] = cfg
+  if line is not None:
+    distributed.log(line)
+  return resolved, line
 
 
 def check_with_owners(configs):
@@ -287,7 +312,10 @@ def check_resume_config(logdir, cfg):
   # How the run is started is no setting of the run (configs before it lack the key).
   free = [change for change in free if change[0] != 'auto_resume']
   if free and distributed.is_chief():
-    print(f'resuming with changed settings: {rundir.describe_changes(free)}', flush=True)
+    # A dtype change here keeps the variables' dtype: the checkpoints resume as they are.
+    same = (' (the variables are float32 in both dtypes)'
+            if any(key == 'dtype' for key, _, _ in free) else '')
+    print(f'resuming with changed settings: {rundir.describe_changes(free)}{same}', flush=True)
 
 
 def check_data_layout(logdir, saved, cfg):
@@ -325,8 +353,11 @@ def check_data_layout(logdir, saved, cfg):
     raise LaunchError(refusal)
 
 
-def run(options, configs, logdir, resume, output=None):
-  """Builds the trainer and runs the mode; returns the exit status (see :func:`launch`)."""
+def run(options, configs, logdir, resume, output=None, dtype_line=None):
+  """Builds the trainer and runs the mode; returns the exit status (see :func:`launch`).
+
+  ``dtype_line``: what ``dtype: auto`` resolved to (:func:`resolve_dtype`), for config.yaml.
+  """
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
   from framework import checkpoints  # pylint: disable=import-outside-toplevel
@@ -343,7 +374,7 @@ def run(options, configs, logdir, resume, output=None):
     if training and options.continue_learning:
       check_resume_config(logdir, main_config(configs))
     trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=options.set)
-    return run_mode(trainer, options, configs, logdir, stop, output)
+    return run_mode(trainer, options, configs, logdir, stop, output, dtype_line)
   except RunStopped as exc:
     stop.saved = exc.checkpoint
     if distributed.is_chief():
@@ -396,7 +427,7 @@ def peer_failure(exc, distributed, logdir):
           f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
 
 
-def run_mode(trainer, options, configs, logdir, stop, output=None):
+def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=None):
   """Runs the mode on a built trainer; returns the exit status (``output``: infer's stream)."""
   from framework import distributed  # pylint: disable=import-outside-toplevel
   from framework import train_loop  # pylint: disable=import-outside-toplevel
@@ -426,7 +457,8 @@ def run_mode(trainer, options, configs, logdir, stop, output=None):
             '(precise batch norm, last checkpoint, last evaluation)', flush=True)
   if training and chief:
     # The trainer's train view: a warm-up it shortened to fit the run is recorded so.
-    record_configs(options, dict(configs, train=trainer.config), logdir, trainer.global_step)
+    record_configs(options, dict(configs, train=trainer.config), logdir, trainer.global_step,
+                   dtype_line)
   trainer.begin()
   if options.mode == 'eval':
     trainer.evaluate_and_report()
@@ -454,14 +486,25 @@ def benchmark(trainer, steps):
           f'{trainer.num_workers} worker(s))', flush=True)
 
 
-def record_configs(options, configs, logdir, step):
-  """Writes the run's train view and eval view into ``<logdir>/config.yaml``."""
+def record_configs(options, configs, logdir, step, dtype_line=None):
+  """Writes the run's train view and eval view into ``<logdir>/config.yaml``.
+
+  The dtype recorded is the one the run computes in; ``dtype_line`` (what
+  ``dtype: auto`` resolved to, or None) is kept beside it as a comment.
+  """
+  from core import precision  # pylint: disable=import-outside-toplevel
   from framework import checkpoints  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from framework import rundir  # pylint: disable=import-outside-toplevel
   train, rule = as_recorded(configs['train'])
   evaluation, _ = as_recorded(recorded_eval_view(options, configs))
+  if evaluation is not None and evaluation['dtype'] == precision.AUTO:
+    # The eval view read again from a train-only run's file: it evaluates as the run trained.
+    evaluation = dict(evaluation, dtype=train['dtype'])
   text = config_lib.run_config_yaml(train, evaluation)
+  if dtype_line is not None:
+    text = (f'# {dtype_line}; the config asked for dtype: auto, this file records the dtype '
+            'the run computes in\n' + text)
   if rule is not None:
     text = (f'# lr_policy_params.learning_rate: {train["lr_policy_params"]["learning_rate"]!r} '
             f'was resolved from lr_scaling: {rule} for this run\'s global batch; run with '

@@ -16,13 +16,17 @@ import tempfile
 
 import yaml
 
+from core import precision
+
 LOCK_NAME = 'run.lock'
 CONFIG_NAME = 'config.yaml'
 _START_CONFIG = re.compile(r'^config-(\d+)(?:-(\d+))?\.yaml$')
 
 # Keys a checkpoint cannot follow a change of: they set the variables and their
-# shapes, the optimizer and its slots, the compute dtype, the accumulators, and
-# the loss scaler's state.
+# shapes, the optimizer and its slots, the variables' dtype, the accumulators,
+# and the loss scaler's state. A change of dtype that keeps the variables' dtype
+# (float32 <-> mixed_bfloat16, as dtype auto may resolve on another machine)
+# changes only the arithmetic: it is free.
 FIXED_ON_RESUME = ('model', 'model_params', 'optimizer', 'agn_params', 'dtype', 'iter_size',
                    'loss_scaling', 'loss_scaling_params')
 # Entries below those keys that change no variable (only the arithmetic from now on).
@@ -287,8 +291,18 @@ def config_changes(saved, new):
       continue
     top = path.split('.', 1)[0]
     target = fixed if top in FIXED_ON_RESUME and path not in FREE_ON_RESUME else free
+    if path == 'dtype' and _same_variables(old, value):
+      target = free
     target.append((path, old, value))
   return fixed, free
+
+
+def _same_variables(dtype, other):
+  """Whether two dtypes keep the variables in the same dtype (False for a name of no dtype)."""
+  try:
+    return precision.variable_dtype(dtype) == precision.variable_dtype(other)
+  except ValueError:
+    return False
 
 
 def describe_changes(changes):

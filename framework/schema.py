@@ -150,7 +150,9 @@ SCHEMA = {
     'loss_scaling': _LossScalingParam((float, str), 1.0,
                                       doc="a fixed scale, or 'Backoff', 'LogMax', 'dynamic'"),
     'loss_scaling_params': Param(dict, None, doc='parameters of the automatic loss scaler'),
-    'dtype': _DTypeParam(str, 'float32', doc='compute precision'),
+    'dtype': _DTypeParam(str, 'float32', doc='compute precision; auto: mixed_bfloat16 where '
+                                             'the GPU or CPU computes bfloat16 natively, else '
+                                             'float32'),
     'max_grad_norm': Param(float, None, check=positive, doc='clip gradients to this global norm'),
     'iter_size': Param(int, 1, check=_at_least_one, doc='micro-batches accumulated per update'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),

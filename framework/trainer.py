@@ -41,7 +41,7 @@ from framework import checkpoints
 from framework import config as config_lib
 from framework import distributed
 from framework import evaluation
-from core import precision
+from framework import hardware
 from framework import schedule
 from framework import summaries
 from framework import train_loop
@@ -87,9 +87,9 @@ class Trainer:
     keras.utils.set_random_seed(cfg['random_seed'])
     if cfg['deterministic']:
       tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_dtype_policy(precision.policy_name(cfg['dtype']))
-    if distributed.is_chief():
-      precision.warn_float16_on_cpu(cfg['dtype'], bool(tf.config.list_physical_devices('GPU')))
+    # launch resolved dtype auto already; a script's Trainer has it resolved here.
+    self.config = cfg = dict(cfg, dtype=hardware.set_precision(cfg['dtype'],
+                                                               warn=distributed.is_chief()))
 
     self.train_data = None
     if config is not None:

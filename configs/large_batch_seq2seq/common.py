@@ -2,17 +2,18 @@
 
 Grapheme-to-phoneme conversion on CMUdict (docs/sequence.md) with a smaller
 Transformer than the main job's (configs/cmudict_transformer_lamb.py: d_model
-256, 3 + 3 layers), so that the study's runs fit about ten hours of a
-2-core CPU; the same number of epochs at every batch size. The arms
-(``lamb.py``, ``adamw.py``, ``muon.py``) add the optimizer and its learning
-rate at batch 256; ``scripts/large_batch/seq2seq_study.py`` sets the batch
-(in words; above 1024 as micro-batches of 1024 with ``iter_size``: a
-micro-batch of 4096 words trained 2.6 times slower per word here), the
-learning rate, the evaluation cadence and the seed of each run.
+256, 3 + 3 layers), so that the study's runs fit about ten hours of a 2-core
+AMD EPYC with AVX512-BF16; the same number of epochs at every batch size.
+The arms (``lamb.py``, ``adamw.py``, ``muon.py``) add the optimizer and its
+learning rate at batch 256; ``scripts/large_batch/seq2seq_study.py`` sets the
+batch (in words; above 1024 as micro-batches of 1024 with ``iter_size``: a
+micro-batch of 4096 words trained 2.6 times slower per word on that
+machine), the learning rate, the evaluation cadence and the seed of each run.
 
 - **Model:** a pre-norm Transformer of 2 + 2 layers, d_model 128, 4 heads,
   feed-forward 512, dropout 0.1, label smoothing 0.1, the target embedding
-  tied to the output (0.9 M parameters), in mixed bfloat16.
+  tied to the output (0.9 M parameters), in dtype auto: mixed bfloat16 on the
+  study's machine, which computes it natively; float32 on a CPU without it.
 - **Budget:** ``num_epochs`` epochs of the 121,393 train pronunciations at
   every batch size, so the number of updates falls as the batch grows.
 - **Schedule:** linear warm-up from 0 over the first ``warmup_fraction`` of
@@ -55,7 +56,7 @@ base_params = {
         'decay_fraction': 1.0,  # a decay as long as the run, from the warm-up's end
         'min_lr': 0.0,
     },
-    'dtype': 'mixed_bfloat16',
+    'dtype': 'auto',
     'random_seed': 0,
     # The driver sets eval_steps and save_checkpoint_steps per run (the updates
     # of an eighth of it); these are the batch-256 run's (4,740 updates).

@@ -547,7 +547,8 @@ def test_bad_values():
 def test_bad_choice_suggests_the_closest():
   assert error_of(check, base_config(dtype='flaot16')) == (
       "dtype: 'flaot16' is not allowed (did you mean 'float16'?); "
-      "allowed: 'float32', 'float16', 'bfloat16', 'mixed_float16', 'mixed_bfloat16', 'mixed'")
+      "allowed: 'float32', 'float16', 'bfloat16', 'mixed_float16', 'mixed_bfloat16', 'mixed', "
+      "'auto'")
   assert error_of(check, base_config(regularizer='L2')) == (
       "regularizer: 'L2' is not allowed (did you mean 'l2'?); allowed: 'l2'")
   assert error_of(check, base_config(regularizer='l1')) == "regularizer: 'l1' is not allowed; allowed: 'l2'"
@@ -584,7 +585,8 @@ def test_dtype_from_a_python_config_becomes_its_name():
   assert check(base_config(dtype=tf.bfloat16))['dtype'] == 'bfloat16'
   assert error_of(check, base_config(dtype=tf.int32)) == (
       "dtype: 'int32' is not allowed; "
-      "allowed: 'float32', 'float16', 'bfloat16', 'mixed_float16', 'mixed_bfloat16', 'mixed'")
+      "allowed: 'float32', 'float16', 'bfloat16', 'mixed_float16', 'mixed_bfloat16', 'mixed', "
+      "'auto'")
 
 
 @pytest.mark.parametrize('value', [1024, 0.5, 'Backoff', 'logmax', 'DYNAMIC'])

@@ -86,3 +86,69 @@ def test_muons_two_decays_are_one_source():
                                         r'one source'):
     train_view(SGD_CONFIG, *muon, 'model_params.weight_decay=5e-4',
                'optimizer_params.adam_weight_decay=0.01')
+
+
+L2 = ('regularizer=l2', 'regularizer_params.scale=1e-4')
+TWO_SOURCES = ("; a run takes one source of weight decay (the L2 loss of the regularizer, or the "
+               "optimizer's own): set {names} to 0, or drop the regularizer")
+
+
+@pytest.mark.parametrize('overrides, decay, names', [
+    # The optimizer's own default (LARS 1e-4, AdamW 0.004) counts as much as a given one.
+    (('optimizer_params={momentum: 0.9}',),
+     "LARS's own weight decay (optimizer_params.weight_decay, 0.0001 by default)",
+     'optimizer_params.weight_decay'),
+    ((), 'optimizer_params.weight_decay: 0.0005', 'optimizer_params.weight_decay'),
+    (('optimizer=AdamW', 'optimizer_params={}'),
+     "AdamW's own weight decay (optimizer_params.weight_decay, 0.004 by default)",
+     'optimizer_params.weight_decay'),
+    (('optimizer=LAMB', 'optimizer_params={weight_decay: 0.01}'),
+     'optimizer_params.weight_decay: 0.01', 'optimizer_params.weight_decay'),
+    # Keras' weight_decay given to an optimizer without its own decay.
+    (('optimizer=Adam', 'optimizer_params={weight_decay: 0.001}'),
+     'optimizer_params.weight_decay: 0.001', 'optimizer_params.weight_decay'),
+    (('optimizer=Muon', 'optimizer_params={}'),
+     "Muon's own weight decay (optimizer_params.weight_decay and "
+     'optimizer_params.adam_weight_decay, 0.004 by default)',
+     'optimizer_params.weight_decay and optimizer_params.adam_weight_decay'),
+    (('optimizer=Muon', 'optimizer_params={weight_decay: 0}'),
+     "Muon's own weight decay (optimizer_params.adam_weight_decay, 0.004 by default)",
+     'optimizer_params.adam_weight_decay'),
+])
+def test_an_l2_regularizer_beside_the_optimizers_decay_is_one_line(overrides, decay, names):
+  with pytest.raises(ConfigError) as info:
+    train_view(LARS_CONFIG, *L2, *overrides)
+  assert str(info.value) == (
+      f'regularizer: l2 (regularizer_params.scale: 0.0001) given together with {decay}'
+      + TWO_SOURCES.format(names=names))
+
+
+@pytest.mark.parametrize('overrides', [
+    ('optimizer_params.weight_decay=0',),
+    ('optimizer=LAMB', 'optimizer_params={}'),  # LAMB's own default is 0
+    ('optimizer=Momentum', 'optimizer_params={momentum: 0.9}'),
+    ('optimizer=Muon', 'optimizer_params={weight_decay: 0, adam_weight_decay: 0}'),
+    # A model decay given has turned LARS's default off: the optimizer decays nothing.
+    ('optimizer_params={momentum: 0.9}', 'model_params.weight_decay=5e-4'),
+])
+def test_an_l2_regularizer_with_an_optimizer_that_decays_nothing_is_taken(overrides):
+  config = train_view(LARS_CONFIG, *L2, *overrides)
+  assert config['regularizer_params'] == {'scale': 1e-4}
+  assert not any(config['optimizer_params'].get(name)
+                 for name in ('weight_decay', 'adam_weight_decay'))
+
+
+def test_an_l2_regularizer_of_scale_0_is_no_second_source():
+  config = train_view(LARS_CONFIG, 'regularizer=l2', 'regularizer_params.scale=0')
+  assert decays(config) == (0.0, 5e-4)
+
+
+def test_no_shipped_config_gives_two_sources():
+  # The config check sweep.py runs before any point, over every shipped config's modes.
+  from framework import check_configs  # pylint: disable=import-outside-toplevel
+  names = sorted(os.path.relpath(os.path.join(d, n), ROOT)
+                 for d, _, files in os.walk(os.path.join(ROOT, 'configs')) for n in files
+                 if n.endswith(('.py', '.yaml')) and n not in ('common.py', '__init__.py'))
+  assert len(names) >= 14
+  for name in names:
+    assert check_configs.check(os.path.join(ROOT, name), 'train_eval', [[]]) == [None], name
