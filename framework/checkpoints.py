@@ -43,6 +43,27 @@ class CheckpointError(RuntimeError):
   """No checkpoint can be resumed from, or one could not be written; one line for the user."""
 
 
+class LogdirRemoved(CheckpointError):
+  """The run directory was removed or replaced while the run trained; its checkpoint was saved anew.
+
+  Attributes:
+    step: the step of the checkpoint saved into the new directory.
+  """
+
+  def __init__(self, message, step):
+    super().__init__(message)
+    self.step = step
+
+
+def directory_identity(path):
+  """``(device, inode)`` of a directory, or None when it does not exist."""
+  try:
+    stat = os.stat(path)
+  except FileNotFoundError:
+    return None
+  return stat.st_dev, stat.st_ino
+
+
 def _short(exc):
   text = ' '.join(str(exc).split())
   return text if len(text) <= 200 else text[:197] + '...'
@@ -333,10 +354,14 @@ def save(manager, step, name=CHECKPOINT_NAME):
     directory = manager.directory
     prefix = os.path.join(directory, f'{name}-{step}')
     remove_partial(prefix)
-    kept = latest_listed(directory)
+    kept = latest_listed(directory) or 'no earlier checkpoint'
+    if name == BEST_NAME:
+      # The best checkpoints live beside the run's own, which resume from the logdir.
+      kept = (f'{kept} of the best; the run\'s latest checkpoint: '
+              f'{latest_listed(os.path.dirname(directory)) or "none"}')
     raise CheckpointError(
         f'could not write checkpoint {prefix}: {describe_write_failure(exc, directory)}; its '
-        f'partial files were removed; kept: {kept or "no earlier checkpoint"}. Free space or fix '
+        f'partial files were removed; kept: {kept}. Free space or fix '
         f'the permissions of {directory}, then resume with --continue_learning') from None
 
 

@@ -387,6 +387,11 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
     raise LaunchError(config_lib.format_error(exc)) from None
   except DataError as exc:
     raise LaunchError(str(exc)) from None
+  except checkpoints.LogdirRemoved as exc:
+    if distributed.is_chief():
+      # The new directory resumes like the old one: its config goes back beside the checkpoint.
+      record_configs(options, dict(configs, train=trainer.config), logdir, exc.step, dtype_line)
+    raise LaunchError(str(exc), status=1) from None
   except (TrainingError, checkpoints.CheckpointError) as exc:
     raise LaunchError(str(exc), status=1) from None
   except Exception as exc:  # pylint: disable=broad-except
@@ -582,7 +587,8 @@ def restore(trainer, options, logdir):
   from framework import warm_start  # pylint: disable=import-outside-toplevel
   chief = distributed.is_chief()
   if options.mode in READING_MODES:
-    restored = trainer.restore(warm_start.choose(logdir, options.checkpoint))
+    restored = trainer.restore(warm_start.choose(logdir, options.checkpoint,
+                                                    trainer.task.BEST_METRIC))
     if restored is None:
       raise LaunchError(f'no checkpoint found in {logdir}')
   else:

@@ -226,6 +226,7 @@ class RunOutputs:
 
   def __init__(self, checkpoint, model, logdir, config, trains, task=None):
     self.model = model
+    self.logdir = logdir
     chief = distributed.is_chief()
     # A run that trains nothing or writes no summaries leaves no empty event file.
     self.writes = bool(chief and config['save_summaries_steps'] and trains)
@@ -244,6 +245,8 @@ class RunOutputs:
     except (OSError, tf.errors.OpError) as exc:
       raise CheckpointError(f'cannot write to logdir {logdir} ({exc}); nothing of this '
                             'run was written') from None
+    # The directory each save checks it still writes into (see save()).
+    self._logdir_identity = checkpoints.directory_identity(logdir)
 
   def latest(self):
     """The newest periodic checkpoint (None when there is none, or on other workers)."""
@@ -271,7 +274,17 @@ class RunOutputs:
           f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
           f'last checkpoint kept: {self.latest() or "none yet"}. Lower the learning '
           'rate, enable clipping (max_grad_norm) or LARC.')
-    return checkpoints.save(self.manager, step)
+    replaced = checkpoints.directory_identity(self.logdir) != self._logdir_identity
+    path = checkpoints.save(self.manager, step)
+    if replaced:
+      # The files the run wrote before are gone (or belong to another directory now):
+      # the state is kept, and the run ends rather than train on unseen.
+      raise checkpoints.LogdirRemoved(
+          f'the logdir {self.logdir} was removed or replaced while the run trained; the '
+          f'checkpoint of step {step} was saved into the directory now there ({path}), with '
+          'the run\'s config.yaml; the checkpoints and summaries written before are gone. '
+          'Resume with --continue_learning, or delete the directory to drop the run', step)
+    return path
 
   def close(self):
     self.writer.close()

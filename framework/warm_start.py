@@ -43,13 +43,15 @@ def find_checkpoint(path, label):
   return checkpoints.resolve(path, label, log=distributed.log)
 
 
-def choose(logdir, choice):
+def choose(logdir, choice, metric='the eval metric'):
   """The checkpoint to evaluate or export for ``--checkpoint=choice``.
 
   Args:
     logdir: the run directory.
-    choice: 'latest', 'best' (the best by eval accuracy, in ``<logdir>/best``),
-      or the path of a checkpoint or of a directory holding checkpoints.
+    choice: 'latest', 'best' (the best by the task's eval metric, in
+      ``<logdir>/best``), or the path of a checkpoint or of a directory
+      holding checkpoints.
+    metric: the name of the metric that picks the best checkpoint, for messages.
 
   Returns:
     The checkpoint prefix, verified; None for 'latest', which the trainer
@@ -67,8 +69,11 @@ def choose(logdir, choice):
     best = os.path.join(logdir, BEST_DIR)
     path = find_checkpoint(best, label) if os.path.isdir(best) else None
     if path is None:
-      raise ConfigError(f'--checkpoint=best: no best checkpoint in {best} (--mode=train_eval '
-                        'keeps the best by eval accuracy there); use --checkpoint=latest')
+      where = (f'{best} is a link to {os.readlink(best)}, which does not exist'
+               if os.path.islink(best) and not os.path.exists(best)
+               else f'no best checkpoint in {best}')
+      raise ConfigError(f'--checkpoint=best: {where} (--mode=train_eval keeps there the '
+                        f'checkpoint with the best eval {metric}); use --checkpoint=latest')
     return path
   path = find_checkpoint(choice, label)
   if path is None:

@@ -90,6 +90,28 @@ def test_a_state_with_non_finite_variables_is_not_saved(tmp_path):
   outputs.close()
 
 
+@pytest.mark.parametrize('how', ['removed', 'replaced'])
+def test_a_logdir_removed_or_replaced_mid_run_gets_its_checkpoint_and_ends_the_run(tmp_path, how):
+  import shutil  # pylint: disable=import-outside-toplevel
+  from framework import checkpoints  # pylint: disable=import-outside-toplevel
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  outputs, model = outputs_for(logdir)
+  assert outputs.save(5).endswith('ckpt-5')
+  shutil.rmtree(logdir)
+  if how == 'replaced':
+    logdir.mkdir()  # another directory at the same path
+  model.variables[0].assign([3.0, 4.0, 5.0])
+  with pytest.raises(checkpoints.LogdirRemoved) as raised:
+    outputs.save(10)
+  assert raised.value.step == 10
+  assert f'the logdir {logdir} was removed or replaced while the run trained' in str(raised.value)
+  # The state is not lost: the new directory holds the checkpoint of step 10, with its value.
+  reader = tf.train.load_checkpoint(str(logdir / 'ckpt-10'))
+  assert reader.get_tensor('v/.ATTRIBUTES/VARIABLE_VALUE').tolist() == [3.0, 4.0, 5.0]
+  assert not (logdir / 'ckpt-5.index').exists()
+
+
 def test_a_run_with_nothing_to_train_writes_no_summaries(tmp_path):
   outputs, _ = outputs_for(tmp_path, trains=False)
   assert not outputs.writes
