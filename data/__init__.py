@@ -31,6 +31,9 @@ DATA_LAYERS.register_lazy('image_folder', 'data.image_folder:ImageFolderDataLaye
 DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',
                           PARAMS=schemas.IMAGENET_PARAMS, TASK=_IMAGES,
                           TRAIN_EXAMPLES=schemas.imagenet_train_examples)
+DATA_LAYERS.register_lazy('text_pairs', 'data.text_pairs:TextPairsDataLayer',
+                          PARAMS=schemas.TEXT_PAIRS_PARAMS, TASK=_SEQUENCES,
+                          EVAL_SPLITS=schemas.text_pairs_eval_splits)
 DATA_LAYERS.register_lazy('tfds', 'data.tfds:TfdsDataLayer', PARAMS=schemas.TFDS_PARAMS,
                           TASK=_IMAGES, TRAIN_EXAMPLES=schemas.tfds_train_examples)
 DATA_LAYERS.register_lazy('tfrecord', 'data.tfrecord:TFRecordDataLayer',

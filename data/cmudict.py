@@ -27,12 +27,16 @@ A pronunciation is kept once per word: the file repeats two lines
 (``mormonism``, ``tribalism``), and dropping the stress digits makes 304 more
 pronunciations equal to another of their word.
 
-Train mode yields one example per pronunciation of the train split; eval
-mode one example per word of ``eval_split``, whose ``target`` is its first
-pronunciation (for a teacher-forced loss) and whose ``word_index`` leads to
-all of them in ``references`` (a decoded word is right when it equals any).
-The source is the word's characters (lower case), with no start or end id;
-the target is ``<s>`` phones ``</s>``.
+The layer is the sequence interface of ``data.seq2seq`` with words as its
+sources (``sources`` is the split's word list) and phones as its target
+tokens. Train mode yields one example per pronunciation of the train split;
+eval mode one example per word of ``eval_split``, whose ``target`` is its
+first pronunciation (for a teacher-forced loss) and whose ``source_index``
+leads to all of them in ``references`` (a decoded word is right when it
+equals any). The source is the word's characters (lower case), with no start
+or end id; the target is ``<s>`` phones ``</s>``. Its error rates keep the
+names of G2P, ``wer`` and ``per``, and its exported model takes ``words`` and
+returns ``pronunciations``.
 
 References:
   The CMU Pronouncing Dictionary, http://www.speech.cs.cmu.edu/cgi-bin/cmudict
@@ -210,11 +214,14 @@ class CmudictDataLayer(SequenceDataLayer):
   """
 
   PARAMS = schemas.CMUDICT_PARAMS
+  METRIC_NAMES = ('wer', 'per')
+  SERVING_NAMES = ('words', 'pronunciations')
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
     p = self.params
     self.batch_unit = p['batch_unit']
+    self.source_tokens, self.target_tokens, self.lowercase = 'chars', 'words', True
     self.split = 'train' if mode == 'train' else p['eval_split']
     path = p['dict_path'] or default_dict_path()
     if path is None:
@@ -235,58 +242,36 @@ class CmudictDataLayer(SequenceDataLayer):
       words = words[:p['max_words']]
     if not words:
       raise DataError(f'cmudict: the {self.split} split of {path} holds no word')
-    self.words = tuple(words)
+    self.sources = tuple(words)
     self.references = tuple(tuple(table[w]) for w in words)
-    sources, targets, word_index = [], [], []
-    for index, (word, pronunciations) in enumerate(zip(self.words, self.references)):
+    sources, targets, source_index = [], [], []
+    for index, (word, pronunciations) in enumerate(zip(self.sources, self.references)):
       if mode == 'eval':
         pronunciations = pronunciations[:1]
       for phones_ in pronunciations:
         sources.append(self.source_vocabulary.encode(word))
         targets.append(self.target_vocabulary.encode(phones_, start_end=True))
-        word_index.append(index)
-    self.set_examples(sources, targets, word_index)
-    # Source ids by Unicode code point, for encode_words (a dense table, no lookup resource).
+        source_index.append(index)
+    self.set_examples(sources, targets, source_index)
+    # Source ids by Unicode code point, for encode_sources (a dense table, no lookup resource).
     table_size = max(ord(c) for c in graphemes) + 1
     codes = np.full([table_size], Vocabulary.UNK, np.int32)
     for c in graphemes:
       codes[ord(c)] = self.source_vocabulary.id_of(c)
     self._code_ids = codes
 
-  def encode_words(self, words):
-    """String words -> source ids.
+  def encode_sources(self, strings):
+    """Words -> source ids (the base class's contract, by a dense table of the graphemes).
 
     Args:
-      words: tf.string ``[B]``; lower-cased here; characters outside the
-        vocabulary become ``<unk>``.
+      strings: tf.string ``[B]`` of words; lower-cased here; characters
+        outside the vocabulary become ``<unk>``.
 
     Returns:
       int32 ``[B, S]`` padded with 0, ``S`` the longest word.
     """
-    codes = tf.strings.unicode_decode(tf.strings.lower(words, encoding='utf-8'), 'UTF-8')
+    codes = tf.strings.unicode_decode(tf.strings.lower(strings, encoding='utf-8'), 'UTF-8')
     table = tf.constant(self._code_ids)
     size = tf.shape(table)[0]
     ids = tf.where(codes < size, tf.gather(table, tf.minimum(codes, size - 1)), Vocabulary.UNK)
     return ids.to_tensor(Vocabulary.PAD)
-
-  def phone_strings(self, ids):
-    """Target ids -> pronunciations as space-separated phones.
-
-    Args:
-      ids: int ``[B, T]``; a leading ``<s>`` is skipped, and reading stops at
-        the first ``</s>`` or ``<pad>``.
-
-    Returns:
-      tf.string ``[B]``, e.g. ``b'K AE T'``.
-    """
-    ids = tf.cast(ids, tf.int32)
-    running = tf.math.cumprod(
-        tf.cast((ids != Vocabulary.END) & (ids != Vocabulary.PAD), tf.int32), axis=1)
-    first = tf.range(tf.shape(ids)[1]) == 0
-    keep = (running > 0) & ~(first[tf.newaxis, :] & (ids == Vocabulary.START))
-    tokens = tf.gather(tf.constant(self.target_vocabulary.tokens), ids)
-    return tf.strings.reduce_join(tf.ragged.boolean_mask(tokens, keep), axis=1, separator=' ')
-
-  def decode_phones(self, ids):
-    """Target ids (one row of NumPy or a list) -> the tuple of phone strings, as ``references`` holds."""
-    return self.target_vocabulary.decode(ids)

@@ -212,6 +212,72 @@ CMUDICT_PARAMS = {
                                   '(for a model that shares all its embeddings)'),
 }
 
+TEXT_PAIRS_SPLITS = ('train', 'eval', 'test')
+
+
+def _two_columns(value):
+  if (len(value) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                 for c in value) or value[0] == value[1]):
+    return 'must be two different column indices >= 0, [source, target]'
+  return None
+
+
+def _non_empty(value):
+  return None if value else 'must not be empty'
+
+
+TEXT_PAIRS_PARAMS = {
+    'train_file': PathParam(REQUIRED, doc='UTF-8 text, one pair a line: source<delimiter>target; '
+                            "the 'train' split and the vocabularies"),
+    'eval_file': PathParam(REQUIRED, doc="the same format: the 'eval' split"),
+    'test_file': PathParam(None, doc="the same format: the 'test' split (None: no test split)"),
+    'delimiter': Param(str, '\t', check=_non_empty, doc='what separates the columns of a line'),
+    'columns': Param(list, [0, 1], check=_two_columns,
+                     doc='[source, target]: the indices of the two columns read from each line'),
+    'source_tokens': Param(str, 'chars', choices=('chars', 'words'),
+                           doc="a source is cut into its characters ('chars') or its "
+                               "white-space separated words ('words')"),
+    'target_tokens': Param(str, 'chars', choices=('chars', 'words'),
+                           doc="the same for a target; predictions join characters with '' and "
+                               "words with ' '"),
+    'lowercase': Param(bool, False, doc='lower-case sources and targets as they are read'),
+    'max_source_length': Param(int, None, check=positive,
+                               doc='longest source in tokens; None: no limit (see length_policy)'),
+    'max_target_length': Param(int, None, check=positive,
+                               doc='longest target in tokens; None: no limit (see length_policy)'),
+    'length_policy': Param(str, 'drop', choices=('drop', 'refuse'),
+                           doc="a pair over a length limit is left out, counted in one line "
+                               "('drop'), or the run is refused naming the first ('refuse')"),
+    'batch_unit': Param(str, 'words', choices=('words', 'tokens'),
+                        doc="unit of batch_size: 'words' (examples) or 'tokens' (padded source "
+                            '+ target tokens)'),
+    'eval_split': Param(str, None, choices=TEXT_PAIRS_SPLITS,
+                        doc="the split eval mode reads (train mode reads train); None: 'eval'"),
+    'final_eval_split': Param(str, None, choices=TEXT_PAIRS_SPLITS,
+                              doc="train_eval: the split the best checkpoint is evaluated on after "
+                                  "training; None: 'test' when test_file is given, else no extra "
+                                  'evaluation'),
+    'max_examples': Param(int, None, check=positive,
+                          doc='only the first N pairs of each file (after the length limits; '
+                              'smoke runs); None: all'),
+}
+
+
+def text_pairs_eval_splits(params):
+  """``(eval_split, final_eval_split)`` of ``text_pairs`` params, the None defaults resolved.
+
+  ``eval_split`` None reads ``'eval'``; ``final_eval_split`` None is
+  ``'test'`` when ``test_file`` is given, else the eval split itself (no
+  evaluation after training). Read by ``Task.final_eval_config`` (the
+  ``EVAL_SPLITS`` fact) and by the layer.
+  """
+  eval_split = params.get('eval_split') or 'eval'
+  final = params.get('final_eval_split')
+  if final is None:
+    final = 'test' if params.get('test_file') else eval_split
+  return eval_split, final
+
+
 IMAGE_FOLDER_SPLITS = ('validation', 'eval')
 
 

@@ -24,6 +24,35 @@ batches and report padding without it.
 import numpy as np
 
 BATCH_UNITS = ('words', 'tokens')
+# How a text becomes tokens: its characters (Unicode code points), or its
+# white-space separated words.
+TOKEN_UNITS = ('chars', 'words')
+
+
+def tokenize(text, unit, lowercase=False):
+  """The tokens of ``text``: a tuple of its characters (``chars``) or of its words (``words``).
+
+  Args:
+    text: a string.
+    unit: one of ``TOKEN_UNITS``.
+    lowercase: lower-case the text first.
+
+  Raises:
+    ValueError: for a unit not in ``TOKEN_UNITS``.
+  """
+  if lowercase:
+    text = text.lower()
+  if unit == 'chars':
+    return tuple(text)
+  if unit == 'words':
+    return tuple(text.split())
+  raise ValueError(f'token unit {unit!r} is not allowed; allowed: '
+                   f'{", ".join(map(repr, TOKEN_UNITS))}')
+
+
+def token_separator(unit):
+  """What joins tokens of ``unit`` back into a text: ``''`` for characters, ``' '`` for words."""
+  return '' if unit == 'chars' else ' '
 
 
 class Vocabulary:

@@ -25,8 +25,8 @@ import tensorflow as tf
 from framework import distributed
 from framework import summaries
 
-# The split whose lines do not name it: the test set of Fashion-MNIST and CIFAR-10,
-# whose lines (and the README's) read so before splits were named.
+# The split a final line names when its metrics give none (the data sets whose
+# layers know one split only evaluate their test set).
 USUAL_SPLIT = 'test'
 
 
@@ -70,8 +70,8 @@ def split_of(data_layer):
 
 
 def on_split(split):
-  """`` on the <split> split`` for a split other than the usual one (None: unknown), else ''."""
-  return '' if split in (None, USUAL_SPLIT) else f' on the {split} split'
+  """`` on the <split> split`` for a known split; '' when the data layer does not say (None)."""
+  return '' if split is None else f' on the {split} split'
 
 
 def report(step, metrics, writer, task, label='eval', split=None):
@@ -84,7 +84,7 @@ def report(step, metrics, writer, task, label='eval', split=None):
     task: the run's ``framework.tasks`` task: the line and the scalars it names.
     label: the line's first word (``eval at step N: ...``).
     split: the split evaluated (the data layer's ``split``), named at the end
-      of the line unless it is ``USUAL_SPLIT``; None: not named.
+      of the line; None: not named.
   """
   distributed.log(f'{label} at step {step}: {task.describe_eval(metrics)}{on_split(split)}')
   summaries.write_eval_metrics(writer, step, metrics, task.EVAL_METRICS)

@@ -1,11 +1,12 @@
 """The worked examples of docs/your_data.md, run as a user runs them: files outside the checkout.
 
-The example files (`my_models.py`, `flowers.yaml`, `records.yaml`) are read
-from the page itself, so the page cannot drift from what works. Each run.py
+The example files (`my_models.py`, `flowers.yaml`, `records.yaml`,
+`reverse.yaml`) are read from the page itself, so the page cannot drift from what works. Each run.py
 starts in the project directory (or elsewhere, for the run directory's own
 config) without PYTHONPATH, as a user who cloned the checkout would run it.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -31,11 +32,11 @@ def page_files():
   return dict(re.findall(r'^File `([^`]+)`:\n\n```[a-z]*\n(.*?)^```', text, re.M | re.S))
 
 
-def run(cwd, *args, check=True):
+def run(cwd, *args, check=True, stdin=None):
   env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
   env['TF_CPP_MIN_LOG_LEVEL'] = '3'
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, input=stdin)
   if check and result.returncode != 0:
     raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
                          f'{result.stdout}\n{result.stderr}')
@@ -55,6 +56,15 @@ def write_folder(root, per_class, rng):
       png = tf.io.encode_png(image(label, rng)).numpy()
       with open(os.path.join(root, name, f'{i:03d}.png'), 'wb') as f:
         f.write(png)
+
+
+def reversal_pairs(count, rng):
+  """``source<TAB>target`` lines: random strings of 2-8 letters and their reversals."""
+  lines = []
+  for _ in range(count):
+    word = ''.join(rng.choice(list('abcdefghij'), rng.integers(2, 9)))
+    lines.append(f'{word}\t{word[::-1]}\n')
+  return ''.join(lines)
 
 
 @pytest.fixture(scope='module')
@@ -77,11 +87,15 @@ def project(tmp_path_factory):
               'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
               'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
           writer.write(example.SerializeToString())
+  os.makedirs(directory / 'reverse')
+  rng = np.random.default_rng(0)
+  for split, count in (('train', 2000), ('eval', 200), ('test', 200)):
+    (directory / 'reverse' / f'{split}.tsv').write_text(reversal_pairs(count, rng))
   return directory
 
 
 def test_the_page_holds_the_example_files():
-  assert sorted(page_files()) == ['flowers.yaml', 'my_models.py', 'records.yaml']
+  assert sorted(page_files()) == ['flowers.yaml', 'my_models.py', 'records.yaml', 'reverse.yaml']
 
 
 def test_an_image_folder_and_your_own_model_from_yaml(project, tmp_path):
@@ -156,3 +170,36 @@ def test_a_name_that_does_not_import_is_one_line(project):
       "error: model: model 'my_modls:small_cnn': cannot import module 'my_modls' "
       "(ModuleNotFoundError: No module named 'my_modls'); put its directory on the path: the "
       "config file's own directory is, and so are the directories of the import_paths key")
+
+
+def test_text_pairs_train_infer_export_and_serve(project, tmp_path):
+  train = run(project, '--config=reverse.yaml', '--mode=train_eval', '--logdir=runs/reverse')
+  lines = train.stdout.splitlines()
+  evals = [line for line in lines if line.startswith('eval at step')]
+  assert len(evals) == 2 and all(line.endswith('(194 sources) on the eval split') for line in evals)
+  final = [line for line in lines if line.startswith('final ')]
+  assert len(final) == 1 and final[0].startswith('final test ser: ')
+  assert final[0].endswith('at step 300 (best checkpoint by eval ser)')
+  # It learns: most reversals of unseen strings are right (a unigram guess gets none).
+  assert float(re.search(r'ser: ([0-9.]+)', final[0]).group(1)) < 0.5
+  assert float(re.search(r'ter ([0-9.]+)', final[0]).group(1)) < 0.2
+  logdir = project / 'runs' / 'reverse'
+  vocabulary = (logdir / 'vocabulary.json').read_text()
+  assert json.loads(vocabulary)['source_vocabulary'] == list('abcdefghij')
+
+  # From anywhere, with the run directory's config: infer on stdin, export, serve.
+  config = f'--config={logdir}/config.yaml'
+  infer = run(tmp_path, config, '--mode=infer', f'--logdir={logdir}', '--checkpoint=best',
+              '--infer_input=-', stdin='abcdef\n\nhij\nxyz ab\n')
+  rows = [line.split('\t') for line in infer.stdout.splitlines()]
+  assert [row[0] for row in rows] == ['abcdef', 'hij', 'xyz ab']
+  assert rows[0][1] == 'fedcba' or rows[1][1] == 'jih'  # a 6-letter or a 3-letter one right
+  assert ('note: 4 of the 15 source tokens are outside the vocabulary of the training data and '
+          'were read as <unk>') in infer.stderr
+  exported = run(tmp_path, config, '--mode=export', f'--logdir={logdir}', '--checkpoint=best',
+                 f'--export_dir={tmp_path}/export')
+  assert "input 'sources'), returns the decoded targets as strings of characters" in exported.stdout
+  assert (logdir / 'vocabulary.json').read_text() == vocabulary
+  serve = tf.saved_model.load(str(tmp_path / 'export')).signatures['serving_default']
+  out = serve(sources=tf.constant(['abcdef', 'hij', 'xyz ab']))['predictions'].numpy()
+  assert [text.decode() for text in out] == [row[1] for row in rows]

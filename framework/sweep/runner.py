@@ -63,7 +63,7 @@ _ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
 # task's BEST_METRIC and HIGHER_IS_BETTER (framework.tasks, which load TensorFlow;
 # tests/framework/test_tasks.py holds the two equal).
 HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
-                    'wer': False, 'per': False, 'loss': False}
+                    'wer': False, 'per': False, 'ser': False, 'ter': False, 'loss': False}
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
 STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
 # The last line run.py prints when a training run ends well, and a benchmark's.

@@ -1,9 +1,11 @@
-"""Sequence to sequence: teacher-forced training, evaluation by decoding, words in, phones out.
+"""Sequence to sequence: teacher-forced training, evaluation by decoding, strings in, strings out.
 
 The model is ``build(model_params, source_vocab_size, target_vocab_size)``
 and maps ``(source [B, S], decoder inputs [B, T])`` to logits; a batch is
 the dict of ``data.seq2seq`` (``source``, ``target`` = ``<s>`` ... ``</s>``,
-``word_index``).
+``source_index``), and the data layer is a ``data.seq2seq.SequenceDataLayer``
+(``sources``, ``references``, ``encode_sources``, ``target_strings``,
+``decode_target``).
 
 * **Training**: the decoder reads ``target[:, :-1]`` and predicts
   ``target[:, 1:]``; the loss is the label-smoothed cross-entropy summed over
@@ -11,19 +13,25 @@ the dict of ``data.seq2seq`` (``source``, ``target`` = ``<s>`` ... ``</s>``,
   (``models.transformer.sequence_cross_entropy``, the smoothing of
   ``model_params.label_smoothing``), and the train metric is the
   teacher-forced ``token_accuracy``.
-* **Evaluation**: every word of the split is decoded (greedy, or beam search
-  when the eval view's ``model_params.beam_size`` is above 1, with its
-  ``length_penalty``) and scored against all its reference pronunciations
-  (``core.sequence_metrics``): ``wer`` (words whose output equals none of
-  them) and ``per`` (edit distance to the closest over its length). The
-  counts are summed over the batches and over all workers before dividing,
-  so the rates are those of the whole split. ``loss`` (per token, without
-  smoothing) and ``token_accuracy`` are the teacher-forced ones of the first
-  reference. The best checkpoint has the lowest ``wer``.
-* **Export and infer**: the serving signature takes a batch of words as
-  strings and returns their pronunciations as strings of space-separated
-  phones (``b'T AH M EY T OW'``); ``--mode=infer`` does the same for the
-  lines of a file or stdin.
+* **Evaluation**: every source of the split is decoded (greedy, or beam
+  search when the eval view's ``model_params.beam_size`` is above 1, with
+  its ``length_penalty``) and scored against all its references
+  (``core.sequence_metrics``): the sequence error rate (sources whose output
+  equals none of them) and the token error rate (edit distance to the
+  closest over its length). The data layer names the two
+  (``METRIC_NAMES``): ``ser`` and ``ter``, or ``wer`` and ``per`` for
+  CMUdict's words and phones. The counts are summed over the batches and over
+  all workers before dividing, so the rates are those of the whole split.
+  ``loss`` (per token, without smoothing) and ``token_accuracy`` are the
+  teacher-forced ones of the first reference. The best checkpoint has the
+  lowest sequence error rate.
+* **Export and infer**: the serving signature takes a batch of sources as
+  strings and returns the decoded targets as strings (tokens joined by the
+  layer's ``target_separator``; input and output named by the layer's
+  ``SERVING_NAMES``: ``sources`` -> ``predictions``, or CMUdict's ``words``
+  -> ``pronunciations``, ``b'T AH M EY T OW'``); ``--mode=infer`` does the
+  same for the lines of a file or stdin, ``source<TAB>prediction`` a line,
+  and says in one line how many source tokens were outside the vocabulary.
 """
 
 import numpy as np
@@ -31,6 +39,8 @@ import tensorflow as tf
 
 from core import sequence_metrics
 from core.params import ConfigError
+from data import DATA_LAYERS
+from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
 from framework import distributed
 from framework.tasks import base
@@ -38,12 +48,22 @@ from models import MODELS
 from models.transformer import sequence_cross_entropy
 from models.transformer import token_accuracy
 
-# Words decoded at once by --mode=infer when the eval view gives no batch.
+# Sources decoded at once by --mode=infer when the eval view gives no batch.
 INFER_BATCH = 256
+
+
+def metric_names(data_layer_name):
+  """``(sequence error rate, token error rate)`` names of a data layer (its ``METRIC_NAMES``)."""
+  layer = DATA_LAYERS.resolve(data_layer_name)
+  return tuple(getattr(layer, 'METRIC_NAMES', SequenceDataLayer.METRIC_NAMES))
 
 
 class SequenceToSequenceTask(base.Task):
   """Sequence to sequence; see the module docstring.
+
+  The class attributes give CMUdict's metric names; an instance names the two
+  error rates as its config's data layer does (``EVAL_METRICS`` and
+  ``BEST_METRIC`` are set per instance).
 
   Raises:
     ConfigError: for the classification loss's ``label_smoothing`` set in a
@@ -62,6 +82,9 @@ class SequenceToSequenceTask(base.Task):
     if config['label_smoothing']:
       raise ConfigError('label_smoothing: the image classifiers\' setting; a sequence model '
                         'smooths its loss with model_params.label_smoothing')
+    self.sequence_errors, self.token_errors = metric_names(config['data_layer'])
+    self.EVAL_METRICS = (self.sequence_errors, self.token_errors, 'loss', 'token_accuracy')
+    self.BEST_METRIC = self.sequence_errors
     self.label_smoothing = float(config['model_params'].get('label_smoothing', 0.0))
     decoding = (eval_config or config)['model_params']
     self.beam_size = int(decoding.get('beam_size', 1))
@@ -129,8 +152,9 @@ class SequenceToSequenceTask(base.Task):
     """Decodes the split and scores it; sums over all workers (see the module docstring).
 
     Returns:
-      dict with ``wer``, ``per``, ``loss``, ``token_accuracy`` and
-      ``examples`` (words scored, all workers).
+      dict with the two error rates (``METRIC_NAMES``: ``ser`` and ``ter``,
+      or ``wer`` and ``per``), ``loss``, ``token_accuracy`` and ``examples``
+      (sources scored, all workers).
     """
     if self._eval_step is None:
       self._eval_step = self._make_eval_step(model)
@@ -139,65 +163,82 @@ class SequenceToSequenceTask(base.Task):
     for batch in data_layer.dataset(batch_size):
       teacher_forced, ids = self._eval_step(batch['source'], batch['target'])
       sums += teacher_forced.numpy()
-      hypotheses = [data_layer.decode_phones(row) for row in ids.numpy()]
-      references = [data_layer.references[i] for i in batch['word_index'].numpy()]
+      hypotheses = [data_layer.decode_target(row) for row in ids.numpy()]
+      references = [data_layer.references[i] for i in batch['source_index'].numpy()]
       counts += sequence_metrics.error_counts(hypotheses, references)
     totals = distributed.sum_array(np.concatenate([sums, np.array(counts, np.float64)]))
     loss_sum, correct, tokens = totals[:3]
     counts = sequence_metrics.ErrorCounts(*(int(round(t)) for t in totals[3:]))
     tokens = max(tokens, 1.0)
-    return {'wer': counts.wer, 'per': counts.per, 'loss': loss_sum / tokens,
-            'token_accuracy': correct / tokens, 'examples': counts.words}
+    return {self.sequence_errors: counts.wer, self.token_errors: counts.per,
+            'loss': loss_sum / tokens, 'token_accuracy': correct / tokens,
+            'examples': counts.words}
 
   def describe_eval(self, metrics):
     beam = f', beam {self.beam_size}' if self.beam_size > 1 else ''
-    return (f'loss {metrics["loss"]:.4f}, wer {metrics["wer"]:.4f}, per {metrics["per"]:.4f}, '
-            f'token_accuracy {metrics["token_accuracy"]:.4f} ({metrics["examples"]} words{beam})')
+    unit = 'words' if self.sequence_errors == 'wer' else 'sources'
+    seq, tok = self.sequence_errors, self.token_errors
+    return (f'loss {metrics["loss"]:.4f}, {seq} {metrics[seq]:.4f}, {tok} {metrics[tok]:.4f}, '
+            f'token_accuracy {metrics["token_accuracy"]:.4f} ({metrics["examples"]} {unit}{beam})')
 
   def describe_final(self, metrics):
-    return (f'wer: {metrics["wer"]:.4f} (per {metrics["per"]:.4f}, loss {metrics["loss"]:.4f}, '
+    seq, tok = self.sequence_errors, self.token_errors
+    return (f'{seq}: {metrics[seq]:.4f} ({tok} {metrics[tok]:.4f}, loss {metrics["loss"]:.4f}, '
             f'token_accuracy {metrics["token_accuracy"]:.4f})')
 
   # --- export and infer --------------------------------------------------------------------
 
   def serving_function(self, model, data_layer):
-    """``words`` (tf.string ``[B]``) -> ``{'pronunciations': tf.string [B]}``."""
+    """Sources (tf.string ``[B]``) -> ``{output: tf.string [B]}``, named by ``SERVING_NAMES``."""
     spec, encode = data_layer.serving_input()
+    output = data_layer.SERVING_NAMES[1]
     decode = self.decode_fn(model)
 
     @tf.function(input_signature=[spec])
-    def serve(words):
-      source = encode(words)
-      # A batch of empty words still decodes (one <unk> each); each output is then ''.
-      empty = tf.equal(tf.strings.length(words), 0)
+    def serve(sources):
+      source = encode(sources)
+      # A batch of empty sources still decodes (one <unk> each); each output is then ''.
+      empty = tf.equal(tf.strings.length(tf.strings.strip(sources)), 0)
       source = tf.cond(tf.shape(source)[1] > 0, lambda: source,
-                       lambda: tf.fill([tf.shape(words)[0], 1], Vocabulary.UNK))
-      phones = data_layer.phone_strings(decode(source))
-      return {'pronunciations': tf.where(empty, tf.constant(''), phones)}
+                       lambda: tf.fill([tf.shape(sources)[0], 1], Vocabulary.UNK))
+      predictions = data_layer.target_strings(decode(source))
+      return {output: tf.where(empty, tf.constant(''), predictions)}
 
     return serve
 
   def describe_export(self, data_layer):
-    del data_layer
-    return ("takes a batch of words (string [None], input 'words'), returns their "
-            "pronunciations as space-separated phones ('pronunciations')")
+    source, output = data_layer.SERVING_NAMES
+    if output == 'pronunciations':
+      return ("takes a batch of words (string [None], input 'words'), returns their "
+              "pronunciations as space-separated phones ('pronunciations')")
+    joined = 'characters' if data_layer.target_separator == '' else 'space-separated words'
+    return (f"takes a batch of sources (string [None], input '{source}'), returns the "
+            f"decoded targets as strings of {joined} ('{output}')")
 
   def infer(self, model, data_layer, lines, batch_size):
-    """Pronunciations of the words of ``lines``, one ``word<TAB>phones`` line per word.
+    """The decoded targets of the sources of ``lines``, one ``source<TAB>prediction`` line each.
 
-    Blank lines are skipped; a word's surrounding white space is dropped.
-    Words are decoded in batches of similar length, written in input order.
+    Blank lines are skipped; a source's surrounding white space is dropped.
+    Sources are decoded in batches of similar length, written in input order.
+    When some source tokens are outside the vocabulary (they become
+    ``<unk>``), one line says how many.
     """
-    words = [line.strip() for line in lines if line.strip()]
-    if not words:
+    sources = [line.strip() for line in lines if line.strip()]
+    if not sources:
       return []
+    unknown = data_layer.unknown_source_tokens(sources)
+    if unknown:
+      total = sum(len(data_layer.tokenize_source(s)) for s in sources)
+      distributed.log(f'note: {unknown} of the {total} source tokens are outside the '
+                      'vocabulary of the training data and were read as <unk>')
     serve = self.serving_function(model, data_layer)
-    order = sorted(range(len(words)), key=lambda i: len(words[i]))
+    output = data_layer.SERVING_NAMES[1]
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batch_size = batch_size or INFER_BATCH
-    phones = [None] * len(words)
+    predictions = [None] * len(sources)
     for start in range(0, len(order), batch_size):
       chosen = order[start:start + batch_size]
-      out = serve(tf.constant([words[i] for i in chosen]))['pronunciations'].numpy()
+      out = serve(tf.constant([sources[i] for i in chosen]))[output].numpy()
       for i, text in zip(chosen, out):
-        phones[i] = text.decode('utf-8')
-    return [f'{word}\t{text}' for word, text in zip(words, phones)]
+        predictions[i] = text.decode('utf-8')
+    return [f'{source}\t{text}' for source, text in zip(sources, predictions)]

@@ -107,8 +107,8 @@ def test_the_packages_name_their_entries_without_tensorflow():
   assert answer['loaded'] == []
   assert answer['names'] == [
       ['keras_application', 'resnet50', 'resnet_cifar', 'transformer'],
-      ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet', 'synthetic', 'tfds',
-       'tfrecord'],
+      ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet', 'synthetic',
+       'text_pairs', 'tfds', 'tfrecord'],
       ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Lion', 'Momentum', 'Muon',
        'RMSProp', 'SGD'],
       ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',

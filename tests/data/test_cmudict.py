@@ -71,18 +71,19 @@ def test_the_installed_dictionary_and_its_pinned_split():
 
 
 def test_layers_of_the_three_splits(full_train):
-  assert full_train.num_examples == 121_393 and len(full_train.words) == 113_448
+  assert full_train.num_examples == 121_393 and len(full_train.sources) == 113_448
   dev = CmudictDataLayer({}, 'eval')
   test = CmudictDataLayer({'eval_split': 'test'}, 'eval')
   assert (dev.split, dev.num_examples, test.split, test.num_examples) == ('dev', 6_289, 'test',
                                                                           6_315)
-  assert set(full_train.words).isdisjoint(dev.words) and set(dev.words).isdisjoint(test.words)
+  assert set(full_train.sources).isdisjoint(dev.sources)
+  assert set(dev.sources).isdisjoint(test.sources)
   # Pinned members: the split is a function of the spelling alone.
-  assert full_train.words[:3] == ('kreger', "climbers'", 'insecticide')
-  assert dev.words[:3] == ('gowan', 'leatherberry', 'ziska')
-  assert test.words[:3] == ('kiwanis', 'despite', 'galosh')
+  assert full_train.sources[:3] == ('kreger', "climbers'", 'insecticide')
+  assert dev.sources[:3] == ('gowan', 'leatherberry', 'ziska')
+  assert test.sources[:3] == ('kiwanis', 'despite', 'galosh')
   # Every pronunciation of a train word is a train example.
-  index = full_train.words.index('tomato')
+  index = full_train.sources.index('tomato')
   assert full_train.references[index] == (('T', 'AH', 'M', 'EY', 'T', 'OW'),
                                           ('T', 'AH', 'M', 'AA', 'T', 'OW'))
   assert split_of('tomato') == 'train' and split_of('despite') == 'test'
@@ -114,9 +115,9 @@ def test_parsing_stress_and_alternates(tmp_path):
   params = {'dict_path': path, 'eval_split': split_of('cat')}
   plain = CmudictDataLayer(params, 'eval')
   # Without stress, AE1 and AE2 are one pronunciation.
-  assert plain.references[plain.words.index('cat')] == (('K', 'AE', 'T'), ('K', 'AA', 'T'))
+  assert plain.references[plain.sources.index('cat')] == (('K', 'AE', 'T'), ('K', 'AA', 'T'))
   stressed = CmudictDataLayer({**params, 'keep_stress': True}, 'eval')
-  assert stressed.references[stressed.words.index('cat')] == (
+  assert stressed.references[stressed.sources.index('cat')] == (
       ('K', 'AE1', 'T'), ('K', 'AA1', 'T'), ('K', 'AE2', 'T'))
 
 
@@ -130,7 +131,7 @@ def test_example_ids(tmp_path):
   assert batch['target'].numpy().tolist() == [[1, target.id_of('K'), target.id_of('AE'),
                                                target.id_of('B'), 2]]
   assert target.id_of('K') == 4 + 19 and target.id_of('AE') == 5 and target.id_of('B') == 10
-  assert batch['word_index'].numpy().tolist() == [0]
+  assert batch['source_index'].numpy().tolist() == [0]
 
 
 @pytest.mark.parametrize('text, message', [
@@ -181,8 +182,8 @@ def test_the_split_ignores_the_order_of_the_file(tmp_path):
   for mode, split in (('train', 'dev'), ('eval', 'dev'), ('eval', 'test')):
     a = CmudictDataLayer({'dict_path': first, 'eval_split': split}, mode)
     b = CmudictDataLayer({'dict_path': second, 'eval_split': split}, mode)
-    assert a.words == b.words and a.references == b.references
-    assert all(split_of(w) == a.split for w in a.words)
+    assert a.sources == b.sources and a.references == b.references
+    assert all(split_of(w) == a.split for w in a.sources)
 
 
 # --- batches -----------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def _epoch(layer, batch_size, seed=0, start_batch=0, count=None):
 
 def _example_ids(layer, batch):
   """Identify each example of a batch by (word index, target ids) (a word has distinct targets)."""
-  return [(int(w), tuple(t[t > 0])) for w, t in zip(batch['word_index'], batch['target'])]
+  return [(int(w), tuple(t[t > 0])) for w, t in zip(batch['source_index'], batch['target'])]
 
 
 def test_word_batches_cover_an_epoch_once_and_are_bucketed(full_train):
@@ -282,23 +283,23 @@ def test_eval_reads_every_word_once_across_workers():
     batches = _epoch(shard, 500)
     assert len(batches) == shard.batches_per_epoch(500)
     assert len(list(shard.dataset(500))) == len(batches)  # one pass, then the end
-    words += [int(w) for b in batches for w in b['word_index']]
+    words += [int(w) for b in batches for w in b['source_index']]
   assert sorted(words) == list(range(700))
   # An eval example's target is its word's first pronunciation.
   layer = shards[0]
   batch = _epoch(layer, 500, count=1)[0]
-  for word, target in zip(batch['word_index'], batch['target']):
-    assert layer.decode_phones(target) == layer.references[word][0]
+  for word, target in zip(batch['source_index'], batch['target']):
+    assert layer.decode_target(target) == layer.references[word][0]
 
 
 def test_max_words_and_eval_on_the_train_words():
   train = CmudictDataLayer({'max_words': 30}, 'train')
   same = CmudictDataLayer({'max_words': 30, 'eval_split': 'train'}, 'eval')
-  assert train.words == same.words and len(same.words) == 30
+  assert train.sources == same.sources and len(same.sources) == 30
   assert same.num_examples == 30 and train.num_examples >= 30
 
 
-def test_serving_input_and_phone_strings(full_train):
+def test_serving_input_and_target_strings(full_train):
   spec, encode = full_train.serving_input()
   assert spec.dtype == tf.string and spec.shape.as_list() == [None]
   ids = encode(tf.constant(['Cab', "o'x", 'zé', ''])).numpy()
@@ -311,4 +312,4 @@ def test_serving_input_and_phone_strings(full_train):
   rows = tf.constant([[1, target.id_of('K'), target.id_of('AE'), 2, target.id_of('T')],
                       [target.id_of('HH'), 0, target.id_of('T'), 0, 0],
                       [2, target.id_of('T'), 0, 0, 0]])
-  assert full_train.phone_strings(rows).numpy().tolist() == [b'K AE', b'HH', b'']
+  assert full_train.target_strings(rows).numpy().tolist() == [b'K AE', b'HH', b'']

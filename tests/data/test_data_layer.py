@@ -20,7 +20,7 @@ class _Toy(DataLayer):
 
 def test_registry_holds_the_layers():
   assert sorted(DATA_LAYERS) == ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet',
-                                 'synthetic', 'tfds', 'tfrecord']
+                                 'synthetic', 'text_pairs', 'tfds', 'tfrecord']
   with pytest.raises(UnknownNameError, match=r"'fashion_mnst'.*did you mean 'fashion_mnist'"):
     DATA_LAYERS['fashion_mnst']
 

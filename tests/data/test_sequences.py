@@ -5,6 +5,7 @@ import pytest
 
 from data.sequences import Vocabulary, batch_bounds, batch_padding_waste, length_sort_key
 from data.sequences import padding_waste, token_batch_bounds, word_batch_bounds
+from data.sequences import token_separator, tokenize
 
 
 def test_vocabulary_ids_and_round_trip():
@@ -71,3 +72,13 @@ def test_batch_padding_waste_counts_pad_ids():
   assert batch_padding_waste(batches) == pytest.approx(4 / 16)
   assert batch_padding_waste(batches, keys=('target',)) == pytest.approx(1 / 9)
   assert batch_padding_waste([]) == 0.0
+
+
+def test_a_text_is_cut_into_characters_or_words():
+  assert tokenize('Ab c', 'chars') == ('A', 'b', ' ', 'c')
+  assert tokenize(' Ab\tc  d ', 'words', lowercase=True) == ('ab', 'c', 'd')
+  assert tokenize('', 'words') == ()
+  assert (token_separator('chars'), token_separator('words')) == ('', ' ')
+  with pytest.raises(ValueError, match=r"token unit 'bytes' is not allowed; allowed: 'chars', "
+                                       r"'words'"):
+    tokenize('x', 'bytes')

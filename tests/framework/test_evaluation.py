@@ -54,9 +54,9 @@ def image_task():
 
 
 @pytest.mark.parametrize('split, suffix', [
-    ('test', ''), (None, ''), ('validation', ' on the validation split'),
+    ('test', ' on the test split'), (None, ''), ('validation', ' on the validation split'),
     ('dev', ' on the dev split')])
-def test_an_eval_line_names_any_split_but_test(split, suffix, capsys, monkeypatch):
+def test_an_eval_line_names_any_split_it_knows(split, suffix, capsys, monkeypatch):
   written = []
   monkeypatch.setattr(summaries, 'write_eval_metrics', lambda *args: written.append(args))
   evaluation.report(40, IMAGE_METRICS, 'writer', image_task(), split=split)

@@ -110,7 +110,7 @@ def test_a_sequence_evaluation_scores_every_word_against_all_its_references(tmp_
   path = tmp_path / 'tiny.dict'
   path.write_text(DICTIONARY)
   layer = DATA_LAYERS['cmudict']({'dict_path': str(path), 'eval_split': 'train'}, 'eval')
-  assert sorted(layer.words) == sorted(DECODED)  # all four words fall in the train split
+  assert sorted(layer.sources) == sorted(DECODED)  # all four words fall in the train split
   task = SequenceToSequenceTask(sequence_config(path))
   metrics = task.evaluate(StubModel(layer), layer, batch_size=3)
   # By hand: 2 of 4 words wrong; 0 + 0 + 1 + 1 edits over 3 + 3 + 4 + 3 reference phones.
@@ -245,3 +245,52 @@ def test_the_sweep_knows_the_direction_of_each_tasks_metric():
   from framework.sweep import runner  # pylint: disable=import-outside-toplevel
   for task in (ImageClassificationTask, SequenceToSequenceTask):
     assert runner.HIGHER_IS_BETTER[task.BEST_METRIC] == task.HIGHER_IS_BETTER, task.NAME
+
+
+# --- a text-pairs task names its error rates for what they count -------------------------------
+
+class ReversingModel:
+  """Decodes a source as its tokens reversed (source and target ids agree in the test's layer)."""
+
+  def __init__(self, layer):
+    self.vocab = layer.target_vocab_size
+
+  def __call__(self, inputs, training=False):
+    del training
+    _, decoder_inputs = inputs
+    return tf.zeros(tf.concat([tf.shape(decoder_inputs), [self.vocab]], 0))
+
+  def greedy_decode(self, source):
+    lengths = tf.reduce_sum(tf.cast(source > 0, tf.int32), axis=1)
+    return tf.reverse_sequence(source, lengths, seq_axis=1, batch_axis=0)
+
+
+def test_a_text_pairs_task_counts_sequence_and_token_errors(tmp_path, capsys):
+  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'pairs.tsv'
+  # 'abc' has a second reference, 'dd': one of its tokens differs from the decoded 'cba'.
+  path.write_text('abc\tcba\nabc\tdd\nba\tab\ncab\tbca\n')
+  params = {'train_file': str(path), 'eval_file': str(path)}
+  config = {'model': 'transformer', 'data_layer': 'text_pairs', 'label_smoothing': 0.0,
+            'model_params': {'beam_size': 1}, 'data_layer_params': params}
+  task = SequenceToSequenceTask(config)
+  assert task.EVAL_METRICS == ('ser', 'ter', 'loss', 'token_accuracy')
+  assert task.BEST_METRIC == 'ser' and runner.HIGHER_IS_BETTER['ser'] is False
+  assert SequenceToSequenceTask(sequence_config(tmp_path / 'x')).BEST_METRIC == 'wer'
+  layer = DATA_LAYERS['text_pairs'](params, 'eval')
+  metrics = task.evaluate(ReversingModel(layer), layer, batch_size=2)
+  # By hand: 'cab' decodes to 'bac' (2 substitutions of 3), the others to a reference.
+  assert metrics['ser'] == pytest.approx(1 / 3) and metrics['examples'] == 3
+  assert metrics['ter'] == pytest.approx(2 / 8)
+  assert task.describe_eval(metrics).startswith('loss ') and ', ser 0.3333, ter 0.2500, ' in (
+      task.describe_eval(metrics)) and task.describe_eval(metrics).endswith('(3 sources)')
+  assert task.describe_final(metrics).startswith('ser: 0.3333 (ter 0.2500, loss ')
+  assert task.describe_export(layer) == (
+      "takes a batch of sources (string [None], input 'sources'), returns the decoded targets "
+      "as strings of characters ('predictions')")
+  capsys.readouterr()
+  lines = task.infer(ReversingModel(layer), layer, ['abc', '', ' xab '], batch_size=2)
+  assert lines == ['abc\tcba', 'xab\tba<unk>']  # 'x' is <unk>, and the stub copies it
+  assert capsys.readouterr().out == (
+      'note: 1 of the 6 source tokens are outside the vocabulary of the training data and were '
+      'read as <unk>\n')

@@ -318,8 +318,8 @@ def test_beam_size_one_is_greedy(overfit):
 def decode_words(model, layer, decode):
   hypotheses, references = [], []
   for batch in layer.dataset(64):
-    for ids, word in zip(decode(batch['source']).numpy(), batch['word_index'].numpy()):
-      hypotheses.append(layer.decode_phones(ids))
+    for ids, word in zip(decode(batch['source']).numpy(), batch['source_index'].numpy()):
+      hypotheses.append(layer.decode_target(ids))
       references.append(layer.references[word])
   return error_counts(hypotheses, references)
 
@@ -352,5 +352,5 @@ def test_decoding_in_a_saved_model(overfit, tmp_path):
     got = getattr(loaded, name)(batch['source']).numpy()
     np.testing.assert_array_equal(got, want)
     # What the model learned: each word's pronunciation.
-    for ids, word in zip(got, batch['word_index'].numpy()):
-      assert layer.decode_phones(ids) in layer.references[word]
+    for ids, word in zip(got, batch['source_index'].numpy()):
+      assert layer.decode_target(ids) in layer.references[word]
