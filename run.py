@@ -127,6 +127,14 @@ def check_flags(args):
   if args.num_workers > 1 and os.environ.get('TF_CONFIG', '').strip():
     fail('--num_workers: TF_CONFIG is set already (this process is a worker of a cluster); '
          'drop --num_workers, or unset TF_CONFIG to start a local cluster')
+  if args.num_workers > 1:
+    from framework import local_cluster  # pylint: disable=import-outside-toplevel
+    most, what = local_cluster.most_workers()
+    if args.num_workers > most:
+      fail(f'--num_workers: {args.num_workers} workers on this machine, which has {what}: each '
+           'worker is a whole process with its own copy of the model, useful up to one per '
+           f'{"GPU" if "GPU" in what else "core"}; allowed: 1 to {most}. For more, start one '
+           'worker per machine with TF_CONFIG, srun or horovodrun')
 
 
 def resume_command(argv):

@@ -68,6 +68,32 @@ def gpu_count():
   return sum(1 for line in listing.splitlines() if line.startswith('GPU '))
 
 
+def available_cores():
+  """The CPU cores this process may run on (its affinity; all of them where that is not known)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    return os.cpu_count() or 1
+
+
+def most_workers(gpus=None, cores=None):
+  """The most workers ``--num_workers`` starts here, with what bounds it in words.
+
+  Every worker is a whole TensorFlow process with its own copy of the model
+  and its data; on one machine they are useful up to one per GPU, or without
+  GPUs one per core (beyond that they only take turns on the same cores, and
+  each adds its memory).
+
+  Returns:
+    ``(count, 'N GPUs' or 'N CPU cores')``.
+  """
+  gpus = gpu_count() if gpus is None else gpus
+  if gpus:
+    return gpus, f'{gpus} GPU{"s" if gpus > 1 else ""}'
+  cores = available_cores() if cores is None else cores
+  return cores, f'{cores} CPU core{"s" if cores > 1 else ""}'
+
+
 def worker_environments(count, environ=None, ports=None, gpus=None):
   """The environments of ``count`` local workers: TF_CONFIG, their share of the cores and GPUs.
 

@@ -145,3 +145,27 @@ def test_auto_resume_is_refused_outside_training_in_one_line(capsys, tmp_path, m
   assert status == 2 and out == ''
   assert err == (f'error: --auto_resume: only used with --mode=train or train_eval, not '
                  f'--mode={mode}\n')
+
+
+def test_more_local_workers_than_the_machine_runs_is_one_line(capsys, monkeypatch):
+  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  monkeypatch.delenv('TF_CONFIG', raising=False)
+  monkeypatch.setattr(local_cluster, 'gpu_count', lambda: 0)
+  monkeypatch.setattr(local_cluster, 'available_cores', lambda: 2)
+  status, out, err = main(capsys, '--config', LARS_CONFIG, '--num_workers', '64')
+  assert (status, out) == (2, '')
+  assert err == ('error: --num_workers: 64 workers on this machine, which has 2 CPU cores: each '
+                 'worker is a whole process with its own copy of the model, useful up to one per '
+                 'core; allowed: 1 to 2. For more, start one worker per machine with TF_CONFIG, '
+                 'srun or horovodrun\n')
+  monkeypatch.setattr(local_cluster, 'gpu_count', lambda: 4)
+  status, _, err = main(capsys, '--config', LARS_CONFIG, '--num_workers', '8')
+  assert status == 2 and 'which has 4 GPUs' in err and 'one per GPU; allowed: 1 to 4' in err
+
+
+def test_the_bound_of_local_workers_counts_gpus_else_cores():
+  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  assert local_cluster.most_workers(gpus=0, cores=2) == (2, '2 CPU cores')
+  assert local_cluster.most_workers(gpus=0, cores=1) == (1, '1 CPU core')
+  assert local_cluster.most_workers(gpus=1, cores=96) == (1, '1 GPU')
+  assert local_cluster.available_cores() == len(os.sched_getaffinity(0))
