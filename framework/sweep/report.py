@@ -113,7 +113,7 @@ def write_results(sweep):
   for row in rows:
     row['best'] = int(best is not None and row['logdir'] == best.logdir)
   swept = list(points[0].grid) + list(points[0].derived)
-  write_csv(rows, swept + RESULT_COLUMNS, os.path.join(sweep.out, 'results.csv'))
+  write_csv(rows, swept + result_columns(rows), os.path.join(sweep.out, 'results.csv'))
   header = (f'# Sweep of {os.path.relpath(sweep.config)} ({args.mode})\n\n'
             + '\n'.join(f'- `--set {s}`' for s in args.set))
   with open(os.path.join(sweep.out, 'results.md'), 'w', encoding='utf-8') as f:
@@ -140,9 +140,24 @@ def collect_rows(sweep):
     else:
       error = sweep.errors.get(point.name) or read_error(logdir)
       status, wall = ('failed' if error else 'not run'), None
-    row.update(status=status, **metrics, wall_s=wall, logdir=logdir, error=error or '')
+    row.update(status=status, **metrics, wall_s=wall, logdir=logdir, error=error or '',
+               task_metrics=tuple(metrics))
     rows.append(row)
   return rows
+
+
+def task_metrics(rows):
+  """The metrics the rows' runs report beyond an image classifier's (``ser``, ``wer``, ...), in order."""
+  names = []
+  for row in rows:
+    names += [k for k in row.get('task_metrics', ()) if k not in METRICS and k not in names]
+  return names
+
+
+def result_columns(rows):
+  """results.csv's columns after the swept keys: ``RESULT_COLUMNS``, the task's metrics after loss."""
+  at = RESULT_COLUMNS.index('loss') + 1
+  return RESULT_COLUMNS[:at] + task_metrics(rows) + RESULT_COLUMNS[at:]
 
 
 def write_csv(rows, columns, path):
@@ -232,10 +247,12 @@ def _seed_table(rows, points, swept, best_logdir=None):
 
 
 def _run_table(rows, swept, best_logdir=None):
-  columns = swept + ['status', 'accuracy', 'top-5', 'loss', 'steps', 'wall (s)', 'best']
+  extra = task_metrics(rows)
+  columns = swept + ['status', 'accuracy', 'top-5', 'loss', *extra, 'steps', 'wall (s)', 'best']
   cells = [[str(row[k]) for k in swept] + [
       row['status'], format_metric(row['accuracy']), format_metric(row['top5']),
-      format_metric(row['loss']), 'n/a' if row['steps'] is None else str(row['steps']),
+      format_metric(row['loss']), *(format_metric(row.get(k)) for k in extra),
+      'n/a' if row['steps'] is None else str(row['steps']),
       format_metric(row['wall_s'], 1), '**best**' if row['logdir'] == best_logdir else '']
       for row in rows]
   return table_lines(columns, cells)

@@ -291,9 +291,15 @@ def test_a_lower_metric_wins_for_a_sequence_sweep_and_ties_go_to_the_first_direc
   assert (best.logdir, best.metric, best.higher, best.value) == (
       stub.logdir(stub.points[1]), 'wer', False, 0.28)
   report.write_results(stub)
-  assert [r['best'] for r in read_csv(out / 'results.csv')] == ['0', '1', '0']
-  assert '| 128 | ok | n/a | n/a | 1.0000 | 60 | 1.0 | **best** |' in (
-      out / 'results.md').read_text()
+  rows = read_csv(out / 'results.csv')
+  assert [r['best'] for r in rows] == ['0', '1', '0']
+  # The task's own metrics get columns of their own, after loss.
+  assert list(rows[0])[:10] == ['batch_size_per_gpu', 'seed', 'status', 'best', 'accuracy', 'top5',
+                                'loss', 'wer', 'per', 'steps']
+  assert [r['wer'] for r in rows] == ['0.31', '0.28', '0.28']
+  text = (out / 'results.md').read_text()
+  assert '| batch_size_per_gpu | status | accuracy | top-5 | loss | wer | per | steps |' in text
+  assert '| 128 | ok | n/a | n/a | 1.0000 | 0.2800 | 0.0700 | 60 | 1.0 | **best** |' in text
 
 
 def test_best_without_a_finished_point_is_one_line_and_exit_status_1(tmp_path, capsys):
