@@ -62,12 +62,17 @@ class StartupStopped(BaseException):
 # is read by the one handler, so moving from one phase to the next leaves no gap
 # in which a signal finds no handler or the wrong one.
 _NOTHING_LOST = 'no step had run, nothing was lost'
-_phase = {'ending': False, 'during': 'during start-up', 'outcome': _NOTHING_LOST}
+_phase = {'ending': False, 'during': 'during start-up', 'outcome': _NOTHING_LOST,
+          'defer': False, 'pending': None}
 
 
 def _on_stop_signal(signum, frame):
   del frame
   if _phase['ending']:
+    return
+  if _phase['defer']:
+    if _phase['pending'] is None:
+      _phase['pending'] = signum  # for the run's own handler (see defer_stops)
     return
   raise StartupStopped(signum, _phase['during'], _phase['outcome'])
 
@@ -79,7 +84,8 @@ def guard_start():
   :class:`StartupStopped` until the run's own handler takes over, and is
   ignored after :func:`ending`.
   """
-  _phase.update(ending=False, during='during start-up', outcome=_NOTHING_LOST)
+  _phase.update(ending=False, during='during start-up', outcome=_NOTHING_LOST, defer=False,
+                pending=None)
   return {s: signal.signal(s, _on_stop_signal) for s in STOP_SIGNALS}
 
 
@@ -92,6 +98,29 @@ def restore(previous):
 def ending():
   """The run has ended with its status: a stop signal from now on is ignored."""
   _phase['ending'] = True
+
+
+def defer_stops():
+  """Keeps a stop signal for the run's own handler instead of ending the process at once.
+
+  For the workers of a cluster that has started: one that ended in its
+  start-up would leave the others waiting for it in their first collective,
+  where they fail; kept, the stop reaches the trainer's handler
+  (:func:`take_pending`), and every worker stops at the same step and saves.
+  """
+  _phase['defer'] = True
+
+
+def take_pending():
+  """Ends :func:`defer_stops`; returns the stop signal that came meanwhile, or None."""
+  signum = _phase['pending']
+  _phase.update(defer=False, pending=None)
+  return signum
+
+
+def replay(signum):
+  """Answers ``signum`` now as the start-up handler does (raises :class:`StartupStopped`)."""
+  _on_stop_signal(signum, None)
 
 
 def describe_phase(during, outcome=_NOTHING_LOST):

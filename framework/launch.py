@@ -91,6 +91,9 @@ def launch(options, configs, resume, notes=(), output=None):
     options = copy.copy(options)
     options.continue_learning = auto[0]
   distributed = start_engine(cfg)
+  if distributed.size() > 1:
+    from core import signals  # pylint: disable=import-outside-toplevel
+    signals.defer_stops()  # the workers stop together from here (run() takes it)
   for note in notes:
     distributed.log(note)
   if auto is not None:
@@ -363,6 +366,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
   from framework import checkpoints  # pylint: disable=import-outside-toplevel
   from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework import start_watch  # pylint: disable=import-outside-toplevel
   from framework import stopping  # pylint: disable=import-outside-toplevel
   from framework.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
   from core import signals  # pylint: disable=import-outside-toplevel
@@ -370,6 +374,14 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
   # From here a stop signal is the trainer's: it saves, or takes a stop that came just
   # before as pending (core.signals raised it before).
   stop = stopping.StopRequest(logdir).install() if training else None
+  pending = signals.take_pending()  # a stop a worker of a started cluster kept for this
+  if pending is not None:
+    if stop is None:
+      signals.replay(pending)  # no step to stop at: the mode ends as at start-up
+    else:
+      stop.take(pending)
+  # A SIGTERM TensorFlow's cluster start-up took is sent again from now on, to these handlers.
+  start_watch.stop_handlers_ready()
   try:
     if training and options.continue_learning:
       check_resume_config(logdir, main_config(configs))

@@ -16,8 +16,12 @@ leave this worker in that wait for ever. Two pieces close the gaps:
   native SIGTERM handler of its own (its preemption notifier), which records
   the signal in the cluster's key-value store instead of ending the process.
   After Python's handlers are back, a short-lived thread waits for that record
-  and sends SIGTERM again, this time to Python's handler, so a stop that
-  landed in the start-up stops the run as any other does.
+  and sends SIGTERM again, to Python's handler, so a stop that landed in the
+  start-up stops the run as any other does. The record is the cluster's, so
+  every worker sees it, each at its own moment; each sends its SIGTERM only
+  once its run's stop handler is in place (:func:`stop_handlers_ready`), so
+  that all of them stop training at the same step and save, rather than one
+  ending in its start-up while another waits for it in its first step.
 """
 
 import os
@@ -30,6 +34,9 @@ import threading
 PREEMPTION_KEY = 'TF_DEFAULT_PREEMPTION_NOTICE_KEY'
 # The notifier polls its flag once a second; its record is in the store soon after.
 RECORD_WAIT_MS = 2500
+
+# Set once the run's own stop handlers are installed (or the mode has none).
+_HANDLERS_READY = threading.Event()
 
 # The watchdog's program (run with -I -S: no site packages, nothing of the project).
 _WATCHDOG = r'''
@@ -75,7 +82,12 @@ class StartWatchdog:
     return False
 
 
-def forward_taken_sigterm(get_key_value, pid=None):
+def stop_handlers_ready():
+  """Says that the run's stop handlers are installed: a taken SIGTERM may now be sent again."""
+  _HANDLERS_READY.set()
+
+
+def forward_taken_sigterm(get_key_value, pid=None, ready=None):
   """Starts a thread that re-sends a SIGTERM TensorFlow's start-up took (see the module docstring).
 
   Args:
@@ -84,17 +96,21 @@ def forward_taken_sigterm(get_key_value, pid=None):
       when the key is not set in time. It must not hold the interpreter lock
       while it waits (TensorFlow's does not).
     pid: the process to signal (this one by default).
+    ready: the event to wait for before signalling (default: the one
+      :func:`stop_handlers_ready` sets).
 
   Returns:
     The started daemon thread.
   """
   pid = os.getpid() if pid is None else pid
+  ready = _HANDLERS_READY if ready is None else ready
 
   def wait_for_record():
     try:
       get_key_value(PREEMPTION_KEY, RECORD_WAIT_MS)
     except Exception:  # pylint: disable=broad-except  # not set in time: no SIGTERM was taken
       return
+    ready.wait()
     os.kill(pid, signal.SIGTERM)
 
   thread = threading.Thread(target=wait_for_record, name='sigterm-forward', daemon=True)

@@ -80,6 +80,10 @@ class StopRequest:
       self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
+  def take(self, signum):
+    """Takes a stop signal that came before :meth:`install` as if it came now."""
+    self._handle(signum, None)
+
   def uninstall(self):
     """Puts back the handlers found at :meth:`install`."""
     for signum, handler in self._previous.items():

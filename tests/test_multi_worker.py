@@ -387,6 +387,21 @@ def test_without_a_launcher_the_survivor_of_a_killed_peer_exits_in_one_line(jobs
   assert 'Traceback' not in job.output()
 
 
+def test_a_stop_to_one_worker_as_the_cluster_starts_stops_both_at_one_saved_step(jobs, tmp_path):
+  # The engine line comes right after the cluster's start-up, before the trainer's handler:
+  # a worker that ended there would leave the other failing in its first collective.
+  logdir = tmp_path / 'early'
+  args = [RUN, '--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(logdir), *SHORT,
+          '--set', 'max_steps=100000']
+  job = jobs(tf_config_workers(args))
+  job.wait_for('engine: multi_worker_mirrored')
+  os.kill(job.procs[0].pid, signal.SIGTERM)
+  statuses = job.wait(timeout=300)
+  assert statuses == [143, 143], job.output()[-3000:]
+  assert 'stopped by SIGTERM at step ' in job.output(0) and 'Traceback' not in job.output()
+  assert tf.train.latest_checkpoint(str(logdir)) is not None
+
+
 def test_srun_with_two_tasks_selects_the_engine_through_the_slurm_resolver(jobs, tmp_path):
   logdir = tmp_path / 'slurm'
   port = local_cluster.free_ports(1)[0]

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -61,7 +62,13 @@ def test_a_sigterm_tensorflow_recorded_is_sent_again():
 
   child = _sleeper()
   try:
-    start_watch.forward_taken_sigterm(recorded, pid=child.pid).join(timeout=10)
+    ready = threading.Event()
+    thread = start_watch.forward_taken_sigterm(recorded, pid=child.pid, ready=ready)
+    # Nothing is sent before the run's stop handlers are in place.
+    with pytest.raises(subprocess.TimeoutExpired):
+      child.wait(timeout=0.5)
+    ready.set()
+    thread.join(timeout=10)
     assert child.wait(timeout=10) == -signal.SIGTERM
   finally:
     child.kill()
@@ -74,7 +81,9 @@ def test_no_record_sends_nothing():
 
   child = _sleeper()
   try:
-    start_watch.forward_taken_sigterm(not_set, pid=child.pid).join(timeout=10)
+    ready = threading.Event()
+    ready.set()
+    start_watch.forward_taken_sigterm(not_set, pid=child.pid, ready=ready).join(timeout=10)
     with pytest.raises(subprocess.TimeoutExpired):
       child.wait(timeout=0.5)
   finally:
