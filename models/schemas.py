@@ -132,5 +132,10 @@ TRANSFORMER_PARAMS = {
     'length_penalty': Param(float, 0.6, check=non_negative,
                             doc="beam search: alpha of GNMT's ((5 + length) / 6) ** alpha"),
     'decode_length_margin': Param(int, 16, check=positive,
-                                  doc='decoding: most tokens beyond the source length'),
+                                  doc="decoding: most tokens beyond each source's own length"),
+    'train_chunk_size': Param((int, type(None)), 1024, check=positive,
+                              doc='training: a larger micro-batch runs its forward and backward '
+                                  'passes in chunks of this many examples, adding their '
+                                  'gradients (the memory and speed per example of a chunk); '
+                                  'null: one pass'),
 }

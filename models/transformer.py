@@ -25,8 +25,9 @@ Decoding (:meth:`Transformer.greedy_decode`, :meth:`Transformer.beam_search`)
 is written with ``tf.while_loop`` and keys/values cached per decoder layer,
 so it runs inside a ``tf.function`` and in a SavedModel. It never emits
 ``<pad>`` or ``<s>``, stops a sequence at ``</s>`` and stops the batch when
-every sequence has ended, or after ``source length + decode_length_margin``
-tokens (at most ``max_length - 1``). Beam search ranks finished hypotheses by
+every sequence has ended; each sequence has at most its own ``source length +
+decode_length_margin`` tokens (at most ``max_length - 1``), so an output does
+not depend on what else is in the batch. Beam search ranks finished hypotheses by
 log-probability over GNMT's length penalty ``((5 + length) / 6) ** alpha``
 (``length_penalty``: alpha; 0 ranks by log-probability alone, and then beam
 size 1 is greedy decoding).
@@ -427,9 +428,19 @@ class Transformer(keras.Model):
 
   # --- decoding -----------------------------------------------------------------------------
 
+  def output_limits(self, source):
+    """Most tokens the decode of each source produces, ``</s>`` included (int32 ``[B]``).
+
+    Each source's own length (its tokens before the padding) plus
+    ``decode_length_margin``, at most ``max_length - 1``: so a source decodes
+    to the same output whatever it is batched with.
+    """
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(source, PAD_ID), tf.int32), axis=1)
+    return tf.minimum(lengths + self.decode_length_margin, self.max_length - 1)
+
   def output_limit(self, source):
-    """Most tokens a decode of ``source`` produces, ``</s>`` included (int32 scalar)."""
-    return tf.minimum(tf.shape(source)[1] + self.decode_length_margin, self.max_length - 1)
+    """The steps a decode of ``source`` may take: the largest of :meth:`output_limits` (1 if none)."""
+    return tf.reduce_max(tf.concat([self.output_limits(source), [1]], axis=0))
 
   def _start_decoding(self, source, copies, limit):
     """Encodes ``source`` (each item repeated ``copies`` times) and makes empty caches."""
@@ -471,6 +482,7 @@ class Transformer(keras.Model):
     """
     source = tf.cast(source, tf.int32)
     batch = tf.shape(source)[0]
+    limits = self.output_limits(source)
     limit = self.output_limit(source)
     memory_kv, source_bias, caches = self._start_decoding(source, 1, limit)
 
@@ -479,7 +491,9 @@ class Transformer(keras.Model):
       tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
       tokens = tf.where(finished, PAD_ID, tokens)
       outputs = outputs.write(position, tokens)
-      return position + 1, tokens, finished | tf.equal(tokens, END_ID), caches, outputs
+      # A sequence ends at </s> or at its own limit, whatever the batch's longest source.
+      finished = finished | tf.equal(tokens, END_ID) | (position + 1 >= limits)
+      return position + 1, tokens, finished, caches, outputs
 
     def not_done(position, tokens, finished, caches, outputs):
       del tokens, caches, outputs
@@ -521,6 +535,7 @@ class Transformer(keras.Model):
     source = tf.cast(source, tf.int32)
     batch = tf.shape(source)[0]
     vocab = self.target_vocab_size
+    limits = self.output_limits(source)
     limit = self.output_limit(source)
     memory_kv, source_bias, caches = self._start_decoding(source, beams, limit)
     # Only the first beam is alive at the start, so the first step's candidates are distinct.
@@ -540,10 +555,12 @@ class Transformer(keras.Model):
                     + token[:, :, tf.newaxis] * here[tf.newaxis, tf.newaxis, :])
       is_end = tf.equal(token, END_ID)
       # An ending candidate ends a hypothesis only when it ranks among the best beam_size
-      # (as in fairseq), so beam size 1 follows the greedy path. At the length limit every
-      # candidate ends.
+      # (as in fairseq), so beam size 1 follows the greedy path. At a source's own length
+      # limit every candidate ends; past it, none (the batch may go on for longer sources).
       in_beam = tf.range(2 * beams) < beams
-      ends = (is_end & in_beam[tf.newaxis, :]) | tf.equal(position, limit - 1)
+      at_limit = tf.equal(position, limits - 1)[:, tf.newaxis]
+      ends = (is_end & in_beam[tf.newaxis, :]) | at_limit
+      ends &= (position < limits)[:, tf.newaxis]
       normalized = top_scores / length_penalty(position + 1, alpha)
       ended_now = tf.where(ends, normalized, NEG_INF)
       pool_score = tf.concat([ended_score, ended_now], axis=1)
@@ -560,8 +577,11 @@ class Transformer(keras.Model):
 
     def not_done(position, tokens, alive, alive_log_prob, ended, ended_score, caches):
       del tokens, alive, ended, caches
-      best_possible = alive_log_prob[:, 0] / length_penalty(limit, alpha)
-      return (position < limit) & ~tf.reduce_all(ended_score[:, 0] >= best_possible)
+      # A source is done when no live hypothesis can beat its best ended one (the penalty
+      # is largest at its limit) or its limit is reached.
+      best_possible = alive_log_prob[:, 0] / length_penalty(limits, alpha)
+      done = (ended_score[:, 0] >= best_possible) | (position >= limits)
+      return (position < limit) & ~tf.reduce_all(done)
 
     start = (tf.constant(0), tf.fill([batch * beams], START_ID), alive, alive_log_prob, ended,
              ended_score, caches)
@@ -650,3 +670,101 @@ def token_accuracy(labels, logits):
   right = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(labels, tf.int32))
   return (tf.reduce_sum(tf.cast(right & mask, tf.float32)),
           tf.reduce_sum(tf.cast(mask, tf.float32)))
+
+
+def teacher_forced_loss(model, source, target, label_smoothing=0.0, chunk_size=None):
+  """The training loss of a batch: mean label-smoothed token cross-entropy, and token accuracy.
+
+  The decoder reads ``target[:, :-1]`` and predicts ``target[:, 1:]``; both
+  means are over the batch's real tokens. With ``chunk_size``, the gradient
+  of the loss is computed chunk by chunk: the batch's rows are cut into
+  consecutive chunks of at most ``chunk_size``, each stripped of the columns
+  that are padding in all its rows, and one chunk's forward and backward pass
+  runs after the other, adding its gradient. The loss, its gradient and the
+  accuracy are the same as in one pass, but to float rounding and the
+  dropout draws (which each chunk makes anew), while the memory and the
+  working set are those of one chunk. On a CPU that is what keeps a
+  micro-batch of thousands of examples as fast per example as one of a
+  thousand (the activations of one chunk stay in the caches, a chunk of
+  sources of similar length carries less padding than the whole batch) and
+  within the machine's memory.
+
+  Chunks need a dtype without loss scaling: under a ``float16`` policy, or
+  with no ``chunk_size``, the batch is one pass.
+
+  Args:
+    model: a :class:`Transformer` (any model of ``(source, decoder inputs)``
+      to logits, with ``trainable_variables``).
+    source: int ``[B, S]`` source ids, padded with 0.
+    target: int ``[B, T]``: ``<s>``, the target ids, ``</s>``, padded with 0.
+    label_smoothing: the loss's ``e`` (``sequence_cross_entropy``).
+    chunk_size: rows per chunk, or None for one pass.
+
+  Returns:
+    ``(loss, token accuracy)``, float32 scalars; the loss is differentiable
+    with respect to ``model.trainable_variables``.
+  """
+  labels = target[:, 1:]
+  count = tf.maximum(tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)), 1.0)
+  if not chunk_size or model.dtype_policy.compute_dtype == 'float16':
+    logits = model((source, target[:, :-1]), training=True)
+    loss_sum, _ = sequence_cross_entropy(labels, logits, label_smoothing)
+    correct, _ = token_accuracy(labels, logits)
+    return loss_sum / count, correct / count
+  return _loss_in_chunks(model, source, target, label_smoothing, chunk_size, count)
+
+
+def _without_padding_columns(ids):
+  """``ids`` ``[N, L]`` cut after the last column where some row has a token (one column at least)."""
+  used = tf.cast(tf.reduce_any(tf.not_equal(ids, PAD_ID), axis=0), tf.int32)
+  width = tf.reduce_max(used * tf.range(1, tf.shape(ids)[1] + 1))
+  return ids[:, :tf.maximum(width, 1)]
+
+
+def _loss_in_chunks(model, source, target, label_smoothing, chunk_size, count):
+  """:func:`teacher_forced_loss` with the gradient summed over chunks of ``chunk_size`` rows."""
+  variables = model.trainable_variables
+  rows = tf.shape(source)[0]
+  chunks = (rows + chunk_size - 1) // chunk_size
+  # Which variables have a gradient at all is known when the chunk's pass is traced.
+  connected = [True] * len(variables)
+
+  def body(index, loss_sum, correct, sums):
+    start = index * chunk_size
+    chunk_source = _without_padding_columns(source[start:start + chunk_size])
+    chunk_target = _without_padding_columns(target[start:start + chunk_size])
+    labels = chunk_target[:, 1:]
+    with tf.GradientTape() as tape:
+      logits = model((chunk_source, chunk_target[:, :-1]), training=True)
+      chunk_loss, _ = sequence_cross_entropy(labels, logits, label_smoothing)
+      # Divided by the whole batch's count, as the one-pass loss is before its gradient.
+      scaled = chunk_loss / count
+    grads = tape.gradient(scaled, variables)
+    for i, grad in enumerate(grads):
+      connected[i] = grad is not None
+    grads = [tf.zeros_like(s) if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
+             for g, s in zip(grads, sums)]
+    chunk_correct, _ = token_accuracy(labels, logits)
+    return (index + 1, loss_sum + chunk_loss, correct + chunk_correct,
+            [s + g for s, g in zip(sums, grads)])
+
+  zeros = [tf.zeros(v.shape, tf.float32) for v in variables]
+  # One chunk at a time: the point is that only one chunk's activations exist at once.
+  _, loss_sum, correct, sums = tf.while_loop(
+      lambda index, *_: index < chunks, body,
+      (tf.constant(0), tf.constant(0.0), tf.constant(0.0), zeros), parallel_iterations=1)
+  used = [(tf.convert_to_tensor(v), g) for v, g, c in zip(variables, sums, connected) if c]
+
+  # The batch's loss, whose gradient with respect to each variable is its summed chunk gradient
+  # (times the upstream gradient: a loss scale, or 1).
+  @tf.custom_gradient
+  def attach(value, *values):
+    del values  # only there for the gradient to reach the variables they were read from
+
+    def gradient(upstream):
+      return [None] + [tf.cast(upstream * g, v.dtype) for v, g in used]
+
+    return tf.identity(value), gradient
+
+  loss = attach(tf.stop_gradient(loss_sum / count), *[v for v, _ in used])
+  return loss, tf.stop_gradient(correct / count)

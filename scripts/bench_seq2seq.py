@@ -39,13 +39,46 @@ the sequence study:
 
 There is no goal then: the ratio is the first config's words/sec over the
 second's (below 1: the first costs more per word).
+
+**Micro-batch sizes and dtypes** (``--batches``, ``--dtypes``, ``--one_pass``):
+
+  .venv/bin/python scripts/bench_seq2seq.py --batches 256,1024,4096,8192
+      [--dtypes float32,mixed_bfloat16] [--one_pass [SIZES]] [--words 32768] [--rounds 2]
+      [--warmup 2] [--set KEY.PATH=VALUE ...]
+
+measures the config's train step (``Trainer``'s compiled micro-step: the
+loss, its gradient and the LAMB update) at each micro-batch size
+(``batch_size_per_gpu``) and each dtype, each measurement in a fresh child
+process (under tcmalloc, as run.py runs) so that its peak memory (the
+child's RSS high-water mark) is its own: ``--warmup`` steps untimed (tracing),
+then steps of ``--words`` words in all. ``--rounds`` rounds run every
+measurement once each, in an order rotated from round to round, so the
+machine's slow spells fall on all sizes alike; a row's words/sec is its
+words over its seconds summed over the rounds (the rounds' spread in
+brackets), and its ratio is to the row of 1,024 words (or the first size)
+of the same dtype. ``--one_pass`` adds, for each size above
+``model_params.train_chunk_size`` (or those listed, ``--one_pass 4096``) and
+dtype, a row with ``train_chunk_size=null``: the whole micro-batch in one
+forward and backward pass, as before chunks existed (the "before" of a
+comparison; 8,192 words in one pass need more than 23 GB).
+Padding waste is the share of ``<pad>`` positions in an epoch of the size's
+bucketed batches, as one pass sees them and as chunks of
+``train_chunk_size`` examples see them. The CPU's model name and whether it
+has ``avx512_bf16`` / ``amx_bf16`` (from /proc/cpuinfo) head the table,
+and with two dtypes each size's words/sec ratio of the second dtype to
+the first closes it. A child that fails (out of memory: the kernel kills
+it) is reported in its row, and the others go on.
 """
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,6 +88,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from core import allocator  # noqa: E402
 from core import precision  # noqa: E402
 from core.params import ConfigError  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
@@ -65,9 +99,11 @@ from models.transformer import sequence_cross_entropy  # noqa: E402
 from scripts.bench_train import TurnCallback, TurnTrainer, in_strict_turns  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'cmudict_transformer_lamb.py')
+BFLOAT16_FLAGS = ('avx512_bf16', 'amx_bf16')
+REFERENCE_BATCH = 1024  # the size the sweep's ratios are to
 
 
-def parse_args():
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--config', default=CONFIG, help='a cmudict Transformer config')
   parser.add_argument('--steps', type=int, default=60, help='steps of each train loop')
@@ -77,7 +113,47 @@ def parse_args():
                       help="time Trainer.train on this config instead of model.fit")
   parser.add_argument('--set', action='append', default=[], metavar='KEY.PATH=VALUE',
                       help='a config override, as run.py takes it')
-  return parser.parse_args()
+  sweep = parser.add_argument_group('micro-batch sizes and dtypes')
+  sweep.add_argument('--batches', type=_int_list,
+                     help='comma-separated micro-batch sizes to measure, e.g. 256,1024,4096,8192')
+  sweep.add_argument('--dtypes', type=_name_list,
+                     help="comma-separated dtypes to measure, e.g. float32,mixed_bfloat16 "
+                          "(default: the config's)")
+  sweep.add_argument('--one_pass', nargs='?', const='all', metavar='SIZES',
+                     help='also measure sizes above model_params.train_chunk_size (all, or '
+                          'these comma-separated ones) in one pass (train_chunk_size=null)')
+  sweep.add_argument('--words', type=int, default=32768, help='timed words per measurement')
+  sweep.add_argument('--rounds', type=int, default=2, help='measurements of each row')
+  sweep.add_argument('--warmup', type=int, default=2, help='untimed steps per measurement')
+  sweep.add_argument('--measure', type=json.loads, help=argparse.SUPPRESS)  # a child's job
+  args = parser.parse_args(argv)
+  if args.dtypes and not args.batches:
+    args.batches = []  # the config's own size, filled in by main
+  for name in ('words', 'rounds'):
+    if getattr(args, name) < 1:
+      parser.error(f'--{name}: must be >= 1, got {getattr(args, name)}')
+  if args.warmup < 0:
+    parser.error(f'--warmup: must be >= 0, got {args.warmup}')
+  if args.one_pass not in (None, 'all'):
+    try:
+      args.one_pass = _int_list(args.one_pass)
+    except argparse.ArgumentTypeError as exc:
+      parser.error(f'--one_pass: {exc}')
+  return args
+
+
+def _int_list(text):
+  try:
+    values = [int(v) for v in text.split(',')]
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'expected comma-separated integers, got {text!r}') from None
+  if any(v < 1 for v in values):
+    raise argparse.ArgumentTypeError(f'sizes must be >= 1, got {text!r}')
+  return values
+
+
+def _name_list(text):
+  return [v.strip() for v in text.split(',') if v.strip()]
 
 
 def load_config(path, overrides):
@@ -184,9 +260,211 @@ def interleaved_loops(path, overrides, cfg, steps, against=None):
 
   return in_strict_turns(train_loop, fit_loop)
 
+# --- micro-batch sizes and dtypes --------------------------------------------------------------
+
+
+def chunked_padding_waste(batches, chunk_size):
+  """The padding waste of ``batches`` as chunks of ``chunk_size`` rows see them (None: whole batches).
+
+  Each chunk loses the columns that are padding in all its rows, as
+  ``models.transformer.teacher_forced_loss`` cuts it.
+  """
+  def chunks():
+    for batch in batches:
+      rows = len(batch['source'])
+      size = chunk_size or rows
+      for start in range(0, rows, size):
+        yield {key: _trimmed(batch[key][start:start + size]) for key in ('source', 'target')}
+
+  return sequences.batch_padding_waste(chunks(), sequences.Vocabulary.PAD)
+
+
+def _trimmed(ids):
+  used = np.flatnonzero((ids != sequences.Vocabulary.PAD).any(axis=0))
+  return ids[:, :max(int(used[-1]) + 1 if len(used) else 0, 1)]
+
+
+def measurements(sizes, dtypes, one_pass, chunk_size):
+  """The sweep's rows: dicts of ``batch``, ``dtype`` and ``chunked`` (False: one pass).
+
+  A size of at most ``chunk_size`` runs in one pass anyway, so it has one row;
+  a larger one also a row in one pass when ``one_pass`` is ``'all'`` or lists it.
+  """
+  rows = []
+  for dtype in dtypes:
+    for size in sizes:
+      chunked = bool(chunk_size) and size > chunk_size
+      rows.append({'batch': size, 'dtype': dtype, 'chunked': chunked})
+      if chunked and (one_pass == 'all' or size in (one_pass or ())):
+        rows.append({'batch': size, 'dtype': dtype, 'chunked': False})
+  return rows
+
+
+def rotated(rows, round_index):
+  """``rows`` started ``round_index`` places later, so no row is always first or last."""
+  shift = round_index % len(rows) if rows else 0
+  return rows[shift:] + rows[:shift]
+
+
+def measure(job):
+  """A child's job: times the train step of one row; prints one JSON line of its numbers."""
+  with tempfile.TemporaryDirectory() as logdir:
+    overrides = list(job['set']) + [
+        f'batch_size_per_gpu={job["batch"]}', f'dtype={job["dtype"]}', 'num_epochs=null',
+        'max_steps=1000000', f'logdir={logdir}', 'save_checkpoint_steps=null']
+    if not job['chunked']:
+      overrides.append('model_params.train_chunk_size=null')
+    cfg = load_config(job['config'], overrides)
+    from framework import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+    trainer = trainer_lib.Trainer(cfg, None, logdir)
+    trainer.begin()
+    step = trainer.make_train_step()
+    iterator = trainer.train_iterator()
+    steps = -(-job['words'] // job['batch'])
+    with tf.summary.create_noop_writer().as_default():
+      for _ in range(job['warmup']):
+        step(iterator)['loss'].numpy()
+      wall, cpu = time.perf_counter(), time.process_time()
+      for _ in range(steps):
+        result = step(iterator)
+      result['loss'].numpy()
+      wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+  print(json.dumps({'words': steps * trainer.batch_size, 'steps': steps, 'seconds': wall,
+                    'cpu_seconds': cpu, 'peak_bytes': peak}), flush=True)
+
+
+def run_child(args, row):
+  """Runs ``row`` in a fresh process; its numbers, or ``{'error': one line}``."""
+  job = {**row, 'config': args.config, 'set': list(args.set), 'words': args.words,
+         'warmup': args.warmup}
+  environ = allocator.tcmalloc_environ() or dict(os.environ)
+  result = subprocess.run([sys.executable, os.path.abspath(__file__), '--measure',
+                           json.dumps(job)], env=environ, capture_output=True, text=True,
+                          check=False)
+  lines = [line for line in result.stdout.splitlines() if line.startswith('{')]
+  if result.returncode == 0 and lines:
+    return json.loads(lines[-1])
+  if result.returncode < 0:
+    return {'error': f'killed by signal {-result.returncode}'
+                     + (' (out of memory?)' if result.returncode == -9 else '')}
+  tail = (result.stderr.strip().splitlines() or [f'exit status {result.returncode}'])[-1]
+  return {'error': tail[:120]}
+
+
+def summarize(rows, results):
+  """Per row: words/sec over all rounds, its rounds' spread, steps, peak bytes, or the error."""
+  table = []
+  for row, runs in zip(rows, results):
+    errors = [r['error'] for r in runs if 'error' in r]
+    if errors:
+      table.append({**row, 'error': errors[0]})
+      continue
+    rates = [r['words'] / r['seconds'] for r in runs]
+    table.append({**row, 'words_per_sec': sum(r['words'] for r in runs)
+                  / sum(r['seconds'] for r in runs),
+                  'cpu_words_per_sec': sum(r['words'] for r in runs)
+                  / sum(r['cpu_seconds'] for r in runs),
+                  'spread': (min(rates), max(rates)), 'steps': sum(r['steps'] for r in runs),
+                  'peak_bytes': max(r['peak_bytes'] for r in runs)})
+  return table
+
+
+def ratio_to_reference(table, sizes):
+  """Adds ``ratio``: words/sec over those of the reference size's row of the same dtype.
+
+  Returns:
+    The reference size: 1,024 when measured, else the first size.
+  """
+  reference = REFERENCE_BATCH if REFERENCE_BATCH in sizes else sizes[0]
+  for entry in table:
+    # The reference's chunked row when it has one (it runs in one pass unless chunks are small).
+    candidates = [e for e in table if e['batch'] == reference and e['dtype'] == entry['dtype']]
+    base = next((e for e in candidates if e['chunked']), candidates[0] if candidates else None)
+    if base and 'words_per_sec' in base and 'words_per_sec' in entry:
+      entry['ratio'] = entry['words_per_sec'] / base['words_per_sec']
+  return reference
+
+
+def sweep(args, cfg, layer):
+  """``--batches`` / ``--dtypes``: the table of words/sec, peak memory and padding waste."""
+  sizes = args.batches or [cfg['batch_size_per_gpu']]
+  dtypes = args.dtypes or [cfg['dtype']]
+  model, flags = precision.cpu_info()
+  has = ', '.join(f'{flag} {"yes" if flag in flags else "no"}' for flag in BFLOAT16_FLAGS)
+  print(f'CPU: {model}, {os.cpu_count()} cores; {has}')
+  chunk = cfg['model_params'].get('train_chunk_size')
+  waste = {}
+  for size in sizes:
+    batches = list(layer.dataset(size, cfg['random_seed']).take(
+        layer.batches_per_epoch(size)).as_numpy_iterator())
+    waste[size] = (chunked_padding_waste(batches, None), chunked_padding_waste(batches, chunk))
+  rows = measurements(sizes, dtypes, args.one_pass, chunk)
+  results = [[] for _ in rows]
+  for round_index in range(args.rounds):
+    for row in rotated(rows, round_index):
+      result = run_child(args, row)
+      results[rows.index(row)].append(result)
+      shown = (f'{result["words"] / result["seconds"]:.1f} {layer.batch_unit}/sec'
+               if 'error' not in result else result['error'])
+      print(f'  round {round_index + 1}/{args.rounds}: {_row_name(row, chunk)}: {shown}',
+            flush=True)
+  table = summarize(rows, results)
+  reference = ratio_to_reference(table, sizes)
+  print(format_table(table, waste, reference, layer.batch_unit, chunk, args))
+  if len(dtypes) > 1:
+    print(format_dtype_ratios(table, dtypes))
+
+
+def _row_name(row, chunk):
+  passes = f'chunks of {chunk}' if row['chunked'] else 'one pass'
+  return f'{row["batch"]} {row["dtype"]} {passes}'
+
+
+def format_table(table, waste, reference, unit, chunk, args):
+  """The sweep's table as text (one line per row)."""
+  lines = [f'{args.rounds} round(s) of {args.words} {unit} per row after {args.warmup} untimed '
+           f'steps; ratio: to the {reference}-{unit} row of the same dtype',
+           f'{"batch":>6s} {"dtype":15s} {"passes":16s} {unit + "/sec":>10s} {"(rounds)":>15s} '
+           f'{"ratio":>6s} {"cpu " + unit + "/s":>11s} {"steps":>5s} {"peak RSS":>9s} '
+           f'{"padding waste":>13s}']
+  for entry in table:
+    passes = f'chunks of {chunk}' if entry['chunked'] else 'one pass'
+    pad = waste[entry['batch']][1 if entry['chunked'] else 0]
+    head = f'{entry["batch"]:6d} {entry["dtype"]:15s} {passes:16s}'
+    if 'error' in entry:
+      lines.append(f'{head} {entry["error"]} {pad:13.1%}')
+      continue
+    low, high = entry['spread']
+    ratio = f'{entry["ratio"]:.2f}x' if 'ratio' in entry else 'n/a'
+    lines.append(f'{head} {entry["words_per_sec"]:10.1f} {f"({low:.0f}-{high:.0f})":>15s} '
+                 f'{ratio:>6s} {entry["cpu_words_per_sec"]:11.1f} {entry["steps"]:5d} '
+                 f'{entry["peak_bytes"] / 2 ** 30:7.2f} GB {pad:13.1%}')
+  return '\n'.join(lines)
+
+
+def format_dtype_ratios(table, dtypes):
+  """Per size (and passes): words/sec of each further dtype over the first's."""
+  first, lines = dtypes[0], []
+  for entry in table:
+    if entry['dtype'] == first or 'words_per_sec' not in entry:
+      continue
+    base = next((e for e in table if e['dtype'] == first and e['batch'] == entry['batch']
+                 and e['chunked'] == entry['chunked'] and 'words_per_sec' in e), None)
+    if base:
+      passes = '' if entry['chunked'] else ', one pass'
+      lines.append(f'{entry["dtype"]} against {first} at {entry["batch"]}{passes}: '
+                   f'{entry["words_per_sec"] / base["words_per_sec"]:.2f}x the words/sec '
+                   f'({entry["cpu_words_per_sec"] / base["cpu_words_per_sec"]:.2f}x per '
+                   'CPU-second)')
+  return '\n'.join(lines)
+
 
 def main():
   args = parse_args()
+  if args.measure:
+    measure(args.measure)
+    return
   cfg = load_config(args.config, args.set)
   other = load_config(args.against, args.set) if args.against else None
   if other and other['model_params'] != cfg['model_params']:
@@ -199,6 +477,9 @@ def main():
         f'{p.get("decoder_layers")} layers, d_model {p.get("d_model")}, {cfg["dtype"]}; '
         f'{cfg["optimizer"]} at {cfg["lr_policy_params"]["learning_rate"]:.4g}; batch '
         f'{batch_size} {layer.batch_unit}; TF {tf.__version__}, Keras {keras.__version__}')
+  if args.batches is not None:
+    sweep(args, cfg, layer)
+    return
   print(f'CPU: {precision.cpu_info()[0]}')
   bucketed = layer.padding_waste(batch_size, cfg['random_seed'])
   shuffled = random_padding_waste(layer, batch_size, cfg['random_seed'])

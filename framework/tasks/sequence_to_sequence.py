@@ -46,6 +46,7 @@ from framework import distributed
 from framework.tasks import base
 from models import MODELS
 from models.transformer import sequence_cross_entropy
+from models.transformer import teacher_forced_loss
 from models.transformer import token_accuracy
 
 # Sources decoded at once by --mode=infer when the eval view gives no batch.
@@ -111,14 +112,18 @@ class SequenceToSequenceTask(base.Task):
   # --- training ----------------------------------------------------------------------------
 
   def loss(self, model, batch):
-    """Mean label-smoothed token cross-entropy of a batch and its ``token_accuracy``."""
-    target = batch['target']
-    labels = target[:, 1:]
-    logits = model((batch['source'], target[:, :-1]), training=True)
-    loss_sum, count = sequence_cross_entropy(labels, logits, self.label_smoothing)
-    correct, _ = token_accuracy(labels, logits)
-    count = tf.maximum(count, 1.0)
-    return loss_sum / count, {'token_accuracy': correct / count}
+    """Mean label-smoothed token cross-entropy of a batch and its ``token_accuracy``.
+
+    A micro-batch larger than ``model_params.train_chunk_size`` has its
+    gradient summed over chunks of that many examples
+    (``models.transformer.teacher_forced_loss``); one never larger runs in one pass.
+    """
+    chunk = self.config['model_params'].get('train_chunk_size')
+    if chunk and self.config['batch_size_per_gpu'] <= chunk:
+      chunk = None  # rows <= batch_size_per_gpu, in words and in tokens
+    loss, accuracy = teacher_forced_loss(model, batch['source'], batch['target'],
+                                         self.label_smoothing, chunk)
+    return loss, {'token_accuracy': accuracy}
 
   # --- decoding ----------------------------------------------------------------------------
 

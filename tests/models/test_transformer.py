@@ -13,6 +13,8 @@ from core.sequence_metrics import error_counts
 from data.cmudict import CmudictDataLayer
 from models import MODELS
 from models.transformer import END_ID, FORBIDDEN_OUTPUT_IDS, START_ID, sequence_cross_entropy
+from models.transformer import _without_padding_columns  # pylint: disable=protected-access
+from models.transformer import teacher_forced_loss
 from models.transformer import token_accuracy
 
 TINY = {'d_model': 16, 'num_heads': 2, 'ff_size': 24, 'encoder_layers': 2, 'decoder_layers': 2,
@@ -183,17 +185,26 @@ def test_cross_entropy_and_accuracy_against_numpy():
 
 # --- decoding ---------------------------------------------------------------------------
 
-def reference_greedy(model, source, limit):
-  """Greedy decoding written out: the whole decoder runs again on the prefix at every step."""
+def output_limits(model, source):
+  """Each source's own length (before its padding) + the margin, below max_length."""
+  return np.minimum((np.asarray(source) != 0).sum(axis=1) + model.decode_length_margin,
+                    model.max_length - 1)
+
+
+def reference_greedy(model, source, limits):
+  """Greedy decoding written out: the whole decoder runs again on the prefix at every step.
+
+  ``limits``: the most tokens of each row's output.
+  """
   prefix = np.full([len(source), 1], START_ID)
   finished = np.zeros(len(source), bool)
   outputs = []
-  for _ in range(limit):
+  for step in range(max(limits)):
     logits = model((tf.constant(source), tf.constant(prefix))).numpy()[:, -1]
     logits[:, list(FORBIDDEN_OUTPUT_IDS)] = -np.inf
     tokens = np.where(finished, 0, logits.argmax(-1))
     outputs.append(tokens)
-    finished |= tokens == END_ID
+    finished |= (tokens == END_ID) | (step + 1 >= np.asarray(limits))
     prefix = np.concatenate([prefix, tokens[:, None]], axis=1)
     if finished.all():
       break
@@ -255,11 +266,131 @@ def test_greedy_decoding_and_a_beam_of_one_equal_the_step_by_step_reference():
   source = np.array([[4, 5, 6, 0, 0], [7, 8, 9, 10, 5], [6, 0, 0, 0, 0], [3, 9, 4, 0, 0]],
                     np.int32)
   greedy = tf.function(model.greedy_decode)(tf.constant(source)).numpy()
-  reference = reference_greedy(model, source, source.shape[1] + model.decode_length_margin)
+  reference = reference_greedy(model, source, output_limits(model, source))
   np.testing.assert_array_equal(greedy, reference)
-  assert sorted((greedy > 0).sum(axis=1)) == [1, 3, 5, 8]  # 8: no </s> within the limit
+  # 6: the first row's own limit (3 tokens + a margin of 3), not the batch's (5 + 3).
+  assert list((greedy > 0).sum(axis=1)) == [6, 5, 3, 1]
   beam, _ = model.beam_search(tf.constant(source), 1, 0.0)
   np.testing.assert_array_equal(beam.numpy(), greedy)
+
+
+def never_ending(margin):
+  """A tiny untrained model whose output bias keeps it from </s>: it decodes to its limits."""
+  model = build({'decode_length_margin': margin, 'embedding_sharing': 'none'})
+  bias = next(v for v in model.trainable_variables if v.path.endswith('logits/bias'))
+  bias.assign(np.where(np.arange(bias.shape[0]) == END_ID, -30.0, 0.0).astype(np.float32))
+  return model
+
+
+@pytest.mark.parametrize('decoder', ['greedy', 'beam'])
+def test_a_source_decodes_alike_alone_and_beside_a_much_longer_one(decoder):
+  # Each source's output limit is its own length + the margin, not the batch's longest.
+  model = never_ending(margin=2)
+  if decoder == 'greedy':
+    decode = lambda s: model.greedy_decode(tf.constant(s)).numpy()  # noqa: E731
+  else:
+    decode = lambda s: model.beam_search(tf.constant(s), 3, 0.6)[0].numpy()  # noqa: E731
+  short, long = [5, 6], [4, 7, 8, 9, 10, 4, 7, 8, 9, 10]
+  alone = decode([short])[0]
+  batched = decode(np.array([short + [0] * 8, long]))
+  assert list(batched[0][:len(alone)]) == list(alone)
+  assert not batched[0][len(alone):].any()
+  assert (alone > 0).sum() == len(short) + 2  # never </s>: exactly its own limit
+  assert (batched[1] > 0).sum() == len(long) + 2
+  # At most max_length - 1 tokens, whatever the margin.
+  capped = never_ending(margin=2)
+  capped.max_length = 6
+  assert (capped.greedy_decode(tf.constant([long])).numpy() > 0).sum() == 5
+
+
+# --- training in chunks -----------------------------------------------------------------
+
+def ragged_batch(rows, low, high, vocab, seed, start_end=False):
+  """Padded ids of ``rows`` random sequences of ``low``-``high`` tokens (``<s>``/``</s>`` around)."""
+  rng = np.random.default_rng(seed)
+  out = np.zeros([rows, high + 2], np.int32)
+  for i in range(rows):
+    body = list(rng.integers(4, vocab, rng.integers(low, high + 1)))
+    row = [START_ID] + body + [END_ID] if start_end else body
+    out[i, :len(row)] = row
+  return out
+
+
+def loss_in_passes(model, source, target, chunk_size, scale=1.0):
+  """(loss, accuracy, gradients) of ``teacher_forced_loss`` in a tf.function, as the trainer runs it."""
+  @tf.function
+  def step():
+    with tf.GradientTape() as tape:
+      loss, accuracy = teacher_forced_loss(model, source, target, 0.1, chunk_size)
+      scaled = loss * scale
+    grads = tape.gradient(scaled, model.trainable_variables)
+    return loss, accuracy, [tf.convert_to_tensor(g) / scale for g in grads]
+  loss, accuracy, grads = step()
+  return float(loss), float(accuracy), [g.numpy() for g in grads]
+
+
+@pytest.mark.parametrize('chunk_size', [1, 3, 4, 10])
+def test_chunks_give_the_loss_gradient_and_accuracy_of_one_pass(chunk_size):
+  # Ten sources of 1-7 tokens sorted by length, as the data layer's batches are: chunks of 3
+  # rows carry less padding than the batch. Without dropout the sums over chunks are the
+  # one-pass numbers to float rounding, a loss scale included.
+  model = build()
+  source = ragged_batch(10, 1, 7, 11, seed=0)
+  order = np.argsort((source > 0).sum(axis=1), kind='stable')
+  source, target = tf.constant(source[order]), tf.constant(ragged_batch(10, 1, 6, 9, 1, True))
+  loss, accuracy, grads = loss_in_passes(model, source, target, None)
+  labels = target.numpy()[:, 1:]
+  logits = model((source, target[:, :-1])).numpy()
+  right = (logits.argmax(-1) == labels) & (labels > 0)
+  assert accuracy == pytest.approx(right.sum() / (labels > 0).sum(), abs=1e-7)
+  chunked = loss_in_passes(model, source, target, chunk_size, scale=4.0)
+  assert chunked[:2] == (pytest.approx(loss, rel=1e-6), pytest.approx(accuracy, abs=1e-7))
+  assert len(chunked[2]) == len(grads)
+  for g, h in zip(grads, chunked[2]):
+    np.testing.assert_allclose(h, g, rtol=1e-4, atol=1e-6)
+
+
+def test_one_pass_is_the_plain_loss_to_the_bit():
+  # What the task computed before chunks existed, dropout included: a micro-batch of at most
+  # train_chunk_size examples trains exactly as before.
+  source = tf.constant(ragged_batch(6, 1, 7, 11, seed=2))
+  target = tf.constant(ragged_batch(6, 1, 6, 9, 3, True))
+  results = []
+  for plain in (True, False):
+    model = build({'dropout': 0.1})
+
+    @tf.function
+    def step(plain=plain, model=model):
+      with tf.GradientTape() as tape:
+        if plain:
+          labels = target[:, 1:]
+          logits = model((source, target[:, :-1]), training=True)
+          loss_sum, count = sequence_cross_entropy(labels, logits, 0.1)
+          correct, _ = token_accuracy(labels, logits)
+          loss, accuracy = loss_sum / tf.maximum(count, 1.0), correct / tf.maximum(count, 1.0)
+        else:
+          loss, accuracy = teacher_forced_loss(model, source, target, 0.1)
+      return loss, accuracy, [tf.convert_to_tensor(g) for g in
+                              tape.gradient(loss, model.trainable_variables)]
+    results.append(step())
+  (loss, accuracy, grads), (loss_b, accuracy_b, grads_b) = results
+  assert (loss.numpy(), accuracy.numpy()) == (loss_b.numpy(), accuracy_b.numpy())
+  for g, h in zip(grads, grads_b):
+    np.testing.assert_array_equal(h.numpy(), g.numpy())
+
+
+def test_padding_columns_are_cut_per_chunk():
+  ids = tf.constant([[4, 5, 0, 0], [6, 0, 0, 0]])
+  assert _without_padding_columns(ids).numpy().tolist() == [[4, 5], [6, 0]]
+  # A chunk of padding alone keeps one column, so the model still has a position to read.
+  assert _without_padding_columns(tf.zeros([2, 3], tf.int32)).shape == (2, 1)
+
+
+def test_train_chunk_size_is_a_positive_size_or_null():
+  assert build({'train_chunk_size': None}).params['train_chunk_size'] is None
+  assert build().params['train_chunk_size'] == 1024
+  with pytest.raises(ConfigError, match=r'model_params.train_chunk_size: must be > 0, got 0'):
+    build({'train_chunk_size': 0})
 
 
 # --- learning ---------------------------------------------------------------------------
@@ -299,7 +430,7 @@ def test_greedy_decoding_equals_the_step_by_step_reference(overfit):
   batch = next(iter(layer.dataset(64)))
   source = batch['source'].numpy()
   greedy = tf.function(model.greedy_decode)(batch['source']).numpy()
-  reference = reference_greedy(model, source, source.shape[1] + model.decode_length_margin)
+  reference = reference_greedy(model, source, output_limits(model, source))
   np.testing.assert_array_equal(greedy, reference)
   # Outputs of many lengths, each ended by </s> before the limit.
   lengths = (greedy > 0).sum(axis=1)
