@@ -9,6 +9,9 @@ optimizer classes are imported with the package, so ``keras.models.load_model``
 finds them by their registered names.
 """
 
+import importlib
+import importlib.abc
+import importlib.util
 import sys
 
 from core.lazy import lazy_exports
@@ -34,6 +37,38 @@ _EXPORTS = {
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
 _KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
+
+# Modules that moved, under their old paths: ``import optimizers.dispatch`` is
+# ``optimizers.backend``, the very module object, so ported code and its
+# monkeypatches keep working.
+MOVED_MODULES = {
+    'optimizers.dispatch': 'optimizers.backend',
+    'optimizers.fused': 'optimizers.backend',
+    'optimizers.keras_adapter': 'optimizers.backend',
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Answers an import of a moved module's old path with the module at its new path."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname not in MOVED_MODULES:
+      return None
+    return importlib.util.spec_from_loader(fullname, self)
+
+  def create_module(self, spec):
+    module = importlib.import_module(MOVED_MODULES[spec.name])
+    spec.loader_state = module.__spec__
+    return module
+
+  def exec_module(self, module):
+    # The import machinery stamped the old path's spec on the module; give it back its own.
+    module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+  sys.meta_path.append(_MovedModuleFinder())
 
 __all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

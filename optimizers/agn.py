@@ -23,6 +23,7 @@ References:
 import tensorflow as tf
 
 from optimizers import allreduce
+from optimizers import backend
 from optimizers import exclusions
 from optimizers import tf1_compat
 
@@ -43,7 +44,7 @@ class AGNCustomGetter:
   def center_variables(self, var_list):
     """Returns float32 copies of ``var_list`` (created outside any tf.function)."""
     with tf.init_scope():
-      return [tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
+      return [tf.Variable(tf.cast(backend.unwrap(v), tf.float32), trainable=False,
                           name='center/' + exclusions.variable_name(v))
               for v in var_list]
 
@@ -129,7 +130,7 @@ class AGNOptimizer(tf.Module):
       self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
                                        name=f'agn_accumulator_{i}') for i, v in enumerate(var_list)]
     self._local_vars = var_list
-    self._index = {id(tf1_compat.unwrap(v)): i for i, v in enumerate(var_list)}
+    self._index = {id(backend.unwrap(v)): i for i, v in enumerate(var_list)}
     self.built = True
 
   @property
@@ -149,7 +150,7 @@ class AGNOptimizer(tf.Module):
     self.local_optimizer.apply(grads, var_list)
     for g, v in zip(grads, var_list):
       if g is not None:
-        self.accumulators[self._index[id(tf1_compat.unwrap(v))]].assign_add(
+        self.accumulators[self._index[id(backend.unwrap(v))]].assign_add(
             tf.cast(tf.convert_to_tensor(g), tf.float32))
     self.local_step.assign_add(1)
 

@@ -12,8 +12,8 @@ default) ``apply`` runs ``native_update``, the native CPU kernel
 (``native.trust_momentum``: each variable's norms and update in one visit,
 about the cost of plain momentum), or where it does not apply ``xla_update``:
 norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
-launches over groups of variables (``lars_update_all``, ``fused.pipelined``);
-``dispatch.update_path`` chooses (docs/performance.md).
+launches over groups of variables (``lars_update_all``, ``backend.pipelined``);
+``backend.update_path`` chooses (docs/performance.md).
 
 References:
   You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
@@ -23,11 +23,11 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
-from optimizers.keras_adapter import FusedUpdate
+from optimizers.backend import FusedUpdate
+from optimizers.backend import unwrap
 
 
 def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
@@ -108,6 +108,17 @@ def lars_update_all(variables, slots, grads, adapt, decay, learning_rate, w_squa
   return ratios
 
 
+def deduplicate(grad):
+  """Sums the rows of an IndexedSlices gradient that share an index.
+
+  Returns:
+    (values, unique_indices).
+  """
+  unique, positions = tf.unique(grad.indices)
+  values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+  return values, unique
+
+
 def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, use_nesterov):
   """Plain momentum on the rows of an IndexedSlices gradient (the TF 1 sparse fallback).
 
@@ -116,7 +127,7 @@ def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, us
   var ← var − lr·accum (Nesterov: var ← var − lr·(g + m·accum)). Duplicate
   indices are summed first.
   """
-  values, indices = tf1_compat.deduplicate(grad)
+  values, indices = deduplicate(grad)
   values = tf.cast(values, var.dtype)
   lr = tf.cast(learning_rate, var.dtype)
   momentum = tf.cast(momentum, var.dtype)
@@ -133,8 +144,7 @@ def _check_non_negative(**values):
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
-                    keras.optimizers.Optimizer):
+class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimizer):
   """Layer-wise Adaptive Rate Scaling with momentum.
 
   For each variable w with gradient g: trust = eeta·‖w‖ / (‖g‖ + weight_decay·‖w‖
@@ -247,8 +257,8 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
     return lr, grad
 
   def update_step(self, gradient, variable, learning_rate):
-    slot = tf1_compat.unwrap(self._momentums[self._get_variable_index(variable)])
-    tf_var = tf1_compat.unwrap(variable)
+    slot = unwrap(self._momentums[self._get_variable_index(variable)])
+    tf_var = unwrap(variable)
     if isinstance(gradient, tf.IndexedSlices):
       sparse_momentum_update(tf_var, slot, gradient, learning_rate, self.momentum,
                              self.use_nesterov)
@@ -258,11 +268,11 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
 
   def native_slots(self, variables):
     """The momentum slots of ``variables`` (tf.Variables), which the native kernel writes."""
-    return [tf1_compat.unwrap(self._momentums[self._get_variable_index(v)]) for v in variables]
+    return [unwrap(self._momentums[self._get_variable_index(v)]) for v in variables]
 
   def native_update(self, grads, variables, indices, learning_rate):
     """The update of all variables in the native kernel (``native.trust_momentum``)."""
-    native.trust_momentum(variables, [tf1_compat.unwrap(self._momentums[i]) for i in indices],
+    native.trust_momentum(variables, [unwrap(self._momentums[i]) for i in indices],
                           grads, tf.cast(learning_rate, tf.float32),
                           [self._adapts[i] for i in indices], 'lars', self.momentum,
                           self.weight_decay, self.eeta, self.epsilon,
@@ -270,25 +280,25 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
 
   def xla_update(self, grads, variables, indices, learning_rate):
     """The update of all variables as XLA launches over groups, their norms overlapped."""
-    slots = [tf1_compat.unwrap(self._momentums[i]) for i in indices]
+    slots = [unwrap(self._momentums[i]) for i in indices]
     adapt = [self._adapts[i] for i in indices]
     decay = [self._decays[i] for i in indices]
     learning_rate = tf.cast(learning_rate, tf.float32)
 
     def norms(group):
       adapted = [k for k in group if adapt[k]]
-      return (fused.squared_norms([variables[k] for k in adapted]),
-              fused.squared_norms([grads[k] for k in adapted]))
+      return (backend.squared_norms([variables[k] for k in adapted]),
+              backend.squared_norms([grads[k] for k in adapted]))
 
     def update(n, group, group_norms):
-      update_all = fused.jit_for(self, lars_update_all, f'lars_update_all_{n}')
+      update_all = backend.jit_for(self, lars_update_all, f'lars_update_all_{n}')
       return update_all([variables[k] for k in group], [slots[k] for k in group],
                         [grads[k] for k in group], tuple(adapt[k] for k in group),
                         tuple(decay[k] for k in group), learning_rate, *group_norms,
                         self.momentum, self.weight_decay, self.eeta, self.epsilon,
                         self.use_nesterov)
 
-    fused.pipelined(fused.split_by_size(variables, fused.PIPELINE_GROUPS), norms, update)
+    backend.pipelined(backend.split_by_size(variables, backend.PIPELINE_GROUPS), norms, update)
 
   def get_slot_names(self):
     """The names of the per-variable slots: ``['momentum']``."""

@@ -3,15 +3,15 @@
 import keras
 import tensorflow as tf
 
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
-from optimizers.keras_adapter import FusedUpdate
+from optimizers.backend import FusedUpdate
+from optimizers.backend import unwrap
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class MomentumOptimizer(FusedUpdate, tf1_compat.TF1OptimizerMixin, keras.optimizers.SGD):
+class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
   """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
 
   Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
@@ -51,7 +51,7 @@ class MomentumOptimizer(FusedUpdate, tf1_compat.TF1OptimizerMixin, keras.optimiz
   def xla_update(self, grads, variables, indices, learning_rate):
     """Keras' ``update_step`` for every variable, in one XLA launch."""
     del indices
-    fused.jit_for(self, self._update_all)(grads, variables, tf.convert_to_tensor(learning_rate))
+    backend.jit_for(self, self._update_all)(grads, variables, tf.convert_to_tensor(learning_rate))
 
   def _update_all(self, grads, variables, learning_rate):
     for grad, var in zip(grads, variables):
@@ -68,7 +68,7 @@ class MomentumOptimizer(FusedUpdate, tf1_compat.TF1OptimizerMixin, keras.optimiz
     Returns:
       A float32 vector, the LARC factor of each variable (1 for skipped ones).
     """
-    slots = [tf1_compat.unwrap(self.momentums[i]) for i in indices]
+    slots = [unwrap(self.momentums[i]) for i in indices]
     adapt = exclusions.larc_mask(keras_variables, larc_params)
     return native.trust_momentum(
         variables, slots, grads, learning_rate, adapt, 'larc_' + larc_params['larc_mode'],

@@ -4,7 +4,7 @@
 many float32 variables and their slots in place, taking each variable's norms
 and applying its update while the variable is still in the cache (see the
 file for the math). LARS and Momentum + LARC then move about the bytes of a
-plain momentum step, where the XLA path (``fused.py``) needs 1.5-1.7x that
+plain momentum step, where the XLA path (``backend.py``) needs 1.5-1.7x that
 (docs/performance.md).
 
 The library is compiled with the TensorFlow headers and flags of the running
@@ -14,7 +14,7 @@ hash of the source, the TensorFlow version and the compiler flags;
 of time, and ``load`` builds it on first use when it is missing (10-40 s on
 two cores), saying so in one line. Where it cannot be used (no C++ compiler, a
 GPU, another dtype, an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``)
-the optimizers take the XLA path (``fused.py``), which has the same math.
+the optimizers take the XLA path (``backend.py``), which has the same math.
 """
 
 import fcntl

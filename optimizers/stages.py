@@ -7,7 +7,7 @@ plain tensor function (or a tf.Module holding only that stage's variables) so
 it can be tested on its own.
 
 The norms of the clipping and LARC stages are taken with one
-``tf.nn.l2_loss`` kernel per tensor (``fused.squared_norms``); ``norms`` and
+``tf.nn.l2_loss`` kernel per tensor (``backend.squared_norms``); ``norms`` and
 ``larc_reference`` keep the one-``tf.norm``-per-tensor form they are checked
 against.
 """
@@ -15,10 +15,9 @@ against.
 import tensorflow as tf
 
 from optimizers import automatic_loss_scaler
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
 
 
 def _map_dense(fn, grad):
@@ -71,7 +70,7 @@ def norms(tensors):
 
 def global_norm(grads):
   """The float32 global L2 norm of the non-None gradients."""
-  return fused.global_norm([g for g in grads if g is not None])
+  return backend.global_norm([g for g in grads if g is not None])
 
 
 def gradient_statistics(grads, with_norm):
@@ -81,7 +80,7 @@ def gradient_statistics(grads, with_norm):
   float32 on the CPU; otherwise the tensor ops of
   ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order. A
-  sparse gradient counts with its values on both (as ``fused.squared_norms``
+  sparse gradient counts with its values on both (as ``backend.squared_norms``
   takes them), so an embedding's gradient keeps the kernel.
 
   Returns:
@@ -151,7 +150,7 @@ def larc(grads, var_list, learning_rate, params):
   """Applies LARC to the gradients.
 
   The norms of all adapted gradients and variables are taken in one go
-  (``fused.norms``); ``larc_reference`` is the same stage with one ``tf.norm``
+  (``backend.norms``); ``larc_reference`` is the same stage with one ``tf.norm``
   per tensor.
 
   Args:
@@ -163,12 +162,29 @@ def larc(grads, var_list, learning_rate, params):
   Returns:
     (new gradients, {variable index: LARC factor}) for the adapted variables.
   """
-  return _larc(grads, var_list, learning_rate, params, fused.norms)
+  return _larc(grads, var_list, learning_rate, params, backend.norms)
 
 
 def larc_reference(grads, var_list, learning_rate, params):
   """``larc`` with the norms taken one ``tf.norm`` at a time (the reference path)."""
   return _larc(grads, var_list, learning_rate, params, lambda ts: tf.stack(norms(ts)))
+
+
+class Larc:
+  """The LARC stage with its settings: ``(grads, variables, learning_rate) -> (grads, factors)``.
+
+  ``backend.update_all`` takes it as ``larc=``: it either calls it, or reads
+  ``params`` to run LARC inside the optimizer's native kernel.
+
+  Args:
+    params: checked ``larc_params``.
+  """
+
+  def __init__(self, params):
+    self.params = params
+
+  def __call__(self, grads, var_list, learning_rate):
+    return larc(grads, var_list, learning_rate, self.params)
 
 
 def _larc(grads, var_list, learning_rate, params, norms_fn):
@@ -177,7 +193,7 @@ def _larc(grads, var_list, learning_rate, params, norms_fn):
   if not adapted:
     return list(grads), {}
   g_norms = norms_fn([grads[i] for i in adapted])
-  v_norms = norms_fn([tf1_compat.unwrap(var_list[i]) for i in adapted])
+  v_norms = norms_fn([backend.unwrap(var_list[i]) for i in adapted])
   factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
                               params['larc_mode'], params['min_update'], params['epsilon'])
   result = list(grads)
@@ -234,7 +250,7 @@ class MasterWeights(tf.Module):
     with tf.init_scope():
       for v in self.model_vars:
         if v.dtype in (tf.float16, tf.bfloat16):
-          master = tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
+          master = tf.Variable(tf.cast(backend.unwrap(v), tf.float32), trainable=False,
                                name='master/' + exclusions.variable_name(v))
           self.masters.append(master)
         else:

@@ -8,19 +8,7 @@ changing its Keras behaviour. In TF 2, ``loss`` is a zero-argument callable
 (or a tensor together with the ``tape`` that recorded it).
 """
 
-import keras
 import tensorflow as tf
-
-
-def deduplicate(grad):
-  """Sums the rows of an IndexedSlices gradient that share an index.
-
-  Returns:
-    (values, unique_indices).
-  """
-  unique, positions = tf.unique(grad.indices)
-  values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
-  return values, unique
 
 
 class CallableList(list):
@@ -147,7 +135,3 @@ class TF1OptimizerMixin:
   def _slot_lists(self):
     raise NotImplementedError
 
-
-def unwrap(var):
-  """The tf.Variable behind a Keras 3 variable (or the argument itself)."""
-  return var.value if isinstance(var, keras.Variable) else var
