@@ -26,17 +26,12 @@ element-wise arithmetic into one launch; ``pipelined`` overlaps the two.
 
 import logging
 
-import keras
 import tensorflow as tf
 
 from optimizers import exclusions
 from optimizers import native
+from optimizers import stages
 from optimizers.tf1_compat import TF1OptimizerMixin
-
-
-def unwrap(var):
-  """The tf.Variable behind a Keras 3 variable (or the argument itself)."""
-  return var.value if isinstance(var, keras.Variable) else var
 
 
 # --- building blocks of the XLA path ------------------------------------------------------
@@ -46,35 +41,12 @@ def unwrap(var):
 PIPELINE_GROUPS = 3
 
 
-def _dense_float32(tensor):
-  if isinstance(tensor, tf.IndexedSlices):
-    tensor = tensor.values
-  return tf.cast(tensor, tf.float32)
-
-
-def squared_norms(tensors):
-  """Σx² of each tensor, in float32, as one vector.
-
-  Args:
-    tensors: tensors or variables (``tf.IndexedSlices``: of their values).
-
-  Returns:
-    A float32 vector with one entry per tensor (shape ``[0]`` for none).
-  """
-  if not tensors:
-    return tf.zeros([0], tf.float32)
-  # 2·(Σx²/2) is exact in binary floating point.
-  return tf.stack([2.0 * tf.nn.l2_loss(_dense_float32(t)) for t in tensors])
-
-
-def norms(tensors):
-  """L2 norms of each tensor, in float32, as one vector (see ``squared_norms``)."""
-  return tf.sqrt(squared_norms(tensors))
-
-
-def global_norm(tensors):
-  """The float32 L2 norm of all the tensors together (0 when there are none)."""
-  return tf.sqrt(tf.reduce_sum(squared_norms(tensors)))
+# The norms of the XLA path are the stages' own (one ``tf.nn.l2_loss`` kernel per tensor).
+squared_norms = stages.squared_norms
+norms = stages.norm_vector
+global_norm = stages.global_norm
+unwrap = stages.unwrap
+unwrap_all = stages.unwrap_all
 
 
 def split_by_size(tensors, parts):
@@ -209,7 +181,7 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   if larc_params is not None and (
       larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
       and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
-      and native.applies([unwrap(v) for v in variables], [], grads)):
+      and native.applies(variables, [], grads)):
     return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
   if getattr(optimizer, 'SPARSE_AS_DENSE', False):
     # The fused paths are given a sparse gradient densified (keras_adapter);
@@ -218,7 +190,7 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   if not (getattr(optimizer, 'fused', False) and fusable(grads)):
     return _chosen(optimizer, 'update', REFERENCE)
   if hasattr(optimizer, 'native_update') and native.applies(
-      [unwrap(v) for v in variables], optimizer.native_slots(variables), grads):
+      variables, optimizer.native_slots(variables), grads):
     return _chosen(optimizer, 'update', NATIVE)
   return _chosen(optimizer, 'update', XLA)
 
@@ -251,12 +223,15 @@ class FusedUpdate(TF1OptimizerMixin):
 
   The subclass provides ``xla_update(grads, variables, indices, learning_rate)``
   (all variables in a few XLA launches) and may provide ``native_update``
-  with the same arguments and ``native_slots(variables)`` (the slots the
-  kernel writes, so ``update_path`` can check their dtypes), and
-  ``native_larc_update(grads, keras_variables, variables, indices,
-  learning_rate, larc_params)``. ``variables`` are the tf.Variables behind
-  the Keras ones and ``indices`` their positions in the built variable list.
+  with the same arguments, and ``native_larc_update(grads, keras_variables,
+  variables, indices, learning_rate, larc_params)``. ``variables`` are the
+  tf.Variables behind the Keras ones and ``indices`` their positions in the
+  built variable list. ``SLOTS`` names the attributes that hold its slot
+  lists, in the order the native kernel takes them.
   """
+
+  # The attributes holding the optimizer's per-variable slot lists.
+  SLOTS = ()
 
   # Whether the fused paths may be taken (LARS and LAMB take ``fused=`` for it).
   fused = True
@@ -272,6 +247,11 @@ class FusedUpdate(TF1OptimizerMixin):
     if self.FOLDS_WEIGHT_DECAY:
       return None
     return super()._apply_weight_decay(variables)
+
+  def native_slots(self, variables):
+    """The slots of ``variables`` (tf.Variables) the native kernel writes, so their dtypes are checked."""
+    indices = [self._get_variable_index(v) for v in variables]
+    return [getattr(self, name)[i].value for name in self.SLOTS for i in indices]
 
   def apply_on(self, path, grads, trainable_variables):
     """Keras' ``apply`` on a path already chosen for this update.
@@ -297,7 +277,7 @@ class FusedUpdate(TF1OptimizerMixin):
     if path == REFERENCE:
       return super()._backend_update_step(grads, trainable_variables, learning_rate)
     indices = [self._get_variable_index(v) for v in trainable_variables]
-    variables = [unwrap(v) for v in trainable_variables]
+    variables = unwrap_all(trainable_variables)
     update = self.native_update if path == NATIVE else self.xla_update
     # Sparse gradients come this far only when SPARSE_AS_DENSE: the dense
     # tensor they sum to is what update_step would read.
@@ -322,7 +302,7 @@ class FusedUpdate(TF1OptimizerMixin):
     with tf.name_scope(self.name):
       indices = [self._get_variable_index(v) for v in trainable_variables]
       factors = self.native_larc_update(
-          list(grads), trainable_variables, [unwrap(v) for v in trainable_variables],
+          list(grads), trainable_variables, unwrap_all(trainable_variables),
           indices, self.learning_rate, larc_params)
       for variable in trainable_variables:
         if variable.constraint is not None:
@@ -361,8 +341,7 @@ def update_all(optimizer, grads, variables, learning_rate, larc=None, larc_rate_
                        larc_rate_is_optimizers)
   if path == NATIVE_WITH_LARC:
     factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
-    adapts = exclusions.larc_mask(vars_present, larc_params)
-    return {i: factors[k] for k, i in enumerate(present) if adapts[k]}
+    return {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
   factors = {}
   if larc is not None:
     grads, factors = larc(grads, variables, learning_rate)

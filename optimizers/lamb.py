@@ -142,6 +142,7 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimiz
   # rows that no token of the batch used get g = 0, and their moments decay), so
   # the fused paths compute the same with it densified.
   SPARSE_AS_DENSE = True
+  SLOTS = ('_m', '_v')
 
   def build(self, var_list):
     if self.built:
@@ -172,16 +173,10 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimiz
       ratio = 1.0
     var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
 
-  def native_slots(self, variables):
-    """The moments of ``variables`` (tf.Variables), which the native kernel writes."""
-    indices = [self._get_variable_index(v) for v in variables]
-    return ([unwrap(self._m[i]) for i in indices]
-            + [unwrap(self._v[i]) for i in indices])
-
   def native_update(self, grads, variables, indices, learning_rate):
     """The update of all variables in the native kernel (``native.lamb``)."""
-    native.lamb(variables, [unwrap(self._m[i]) for i in indices],
-                [unwrap(self._v[i]) for i in indices], grads,
+    native.lamb(variables, [self._m[i].value for i in indices],
+                [self._v[i].value for i in indices], grads,
                 tf.cast(learning_rate, tf.float32), tf.cast(self.iterations + 1, tf.float32),
                 [self._decays[i] for i in indices], [self._adapts[i] for i in indices],
                 self.beta_1, self.beta_2, self.epsilon, self.weight_decay)

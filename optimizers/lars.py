@@ -207,6 +207,7 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
 
   # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
   FOLDS_WEIGHT_DECAY = True
+  SLOTS = ('_momentums',)
 
   def build(self, var_list):
     if self.built:
@@ -266,13 +267,9 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
     scaled_lr, grad = self.compute_lr(gradient, variable, learning_rate)
     lars_momentum_update(tf_var, slot, grad, scaled_lr, self.momentum, self.use_nesterov)
 
-  def native_slots(self, variables):
-    """The momentum slots of ``variables`` (tf.Variables), which the native kernel writes."""
-    return [unwrap(self._momentums[self._get_variable_index(v)]) for v in variables]
-
   def native_update(self, grads, variables, indices, learning_rate):
     """The update of all variables in the native kernel (``native.trust_momentum``)."""
-    native.trust_momentum(variables, [unwrap(self._momentums[i]) for i in indices],
+    native.trust_momentum(variables, [self._momentums[i].value for i in indices],
                           grads, tf.cast(learning_rate, tf.float32),
                           [self._adapts[i] for i in indices], 'lars', self.momentum,
                           self.weight_decay, self.eeta, self.epsilon,

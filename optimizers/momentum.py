@@ -7,7 +7,6 @@ from optimizers import backend
 from optimizers import exclusions
 from optimizers import native
 from optimizers.backend import FusedUpdate
-from optimizers.backend import unwrap
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
@@ -42,6 +41,8 @@ class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
     super().__init__(learning_rate=learning_rate, momentum=float(momentum),
                      nesterov=bool(use_nesterov or nesterov), name=name, **kwargs)
 
+  SLOTS = ('momentums',)
+
   def get_slot_names(self):
     return ['momentum']
 
@@ -68,7 +69,7 @@ class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
     Returns:
       A float32 vector, the LARC factor of each variable (1 for skipped ones).
     """
-    slots = [unwrap(self.momentums[i]) for i in indices]
+    slots = [self.momentums[i].value for i in indices]
     adapt = exclusions.larc_mask(keras_variables, larc_params)
     return native.trust_momentum(
         variables, slots, grads, learning_rate, adapt, 'larc_' + larc_params['larc_mode'],

@@ -153,7 +153,8 @@ def applies(variables, slots, grads):
   """Whether the kernels can update these: all float32, dense, on the CPU, and they load.
 
   Inside an XLA-compiled function (``jit_compile=True``) they cannot run, and
-  the optimizers take the XLA path.
+  the optimizers take the XLA path. Only dtypes and types are read, so Keras
+  variables may stand for the tf.Variables behind them.
   """
   if tf.config.list_logical_devices('GPU') or tf.distribute.has_strategy():
     return False
@@ -226,6 +227,14 @@ def lamb(variables, first_moments, second_moments, grads, learning_rate, step, d
       decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
       one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
       epsilon=float(epsilon), weight_decay=float(weight_decay))
+
+
+@tf.autograph.experimental.do_not_convert
+def gradient_stats_where_applies(grads):
+  """``gradient_stats(grads)`` where the kernels apply to ``grads`` (``applies``), else None."""
+  if not applies([], [], grads):
+    return None
+  return gradient_stats(grads)
 
 
 def gradient_stats(grads):

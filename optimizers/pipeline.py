@@ -39,7 +39,7 @@ from optimizers.catalog import normalize_dtype
 def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
                    larc_rate_is_optimizers=True):
   """Stages 6 and 7 with LARC given as ``larc_params``: ``backend.update_all``."""
-  larc = stages.Larc(larc_params) if larc_params is not None else None
+  larc = stages.Larc(larc_params, var_list) if larc_params is not None else None
   return backend.update_all(optimizer, grads, var_list, learning_rate, larc,
                             larc_rate_is_optimizers)
 
@@ -91,7 +91,6 @@ class GradientPipeline(tf.Module):
     self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
         clip_gradients, larc_params, horovod_params, iter_size)
     self.summaries = validation.check_summaries(summaries)
-    self._larc = stages.Larc(self.larc_params) if self.larc_params is not None else None
     self.on_horovod = bool(on_horovod)
     self.log_global_norm = log_global_norm
     # The global norm is taken when clipping, logging or summarising it.
@@ -132,6 +131,8 @@ class GradientPipeline(tf.Module):
     self.optimizer.build(list(self.update_vars))
     self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
                         else None)
+    self._larc = (stages.Larc(self.larc_params, self.update_vars)
+                  if self.larc_params is not None else None)
 
   def _current_lr_value(self):
     if self.learning_rate_decay_fn is not None:
@@ -205,8 +206,7 @@ class GradientPipeline(tf.Module):
     loss_scale = self.loss_scaler.loss_scale
     metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
     # 1. loss × S -> float32 gradients -> × 1/S
-    loss, grads = stages.scaled_gradients(_collecting(loss_fn, metrics), self.var_list,
-                                          loss_scale)
+    loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
     # 2. accumulation over iter_size micro-batches; stages 3-7 run when an update is due.
     if self.accumulator is None:
       due = tf.constant(True)
@@ -232,10 +232,9 @@ class GradientPipeline(tf.Module):
     return tf.logical_not(tf.convert_to_tensor(skip_update))
 
   def _update_accumulated(self):
-    applied = self._update(self.accumulator.mean(self.micro_step))
-    self.accumulator.reset()
+    grads = self.accumulator.take(self.micro_step)
     self.micro_step.assign(0)
-    return applied
+    return self._update(grads)
 
   def _update(self, grads):
     """Stages 3-7 on one update's gradients; returns whether the update was applied."""
@@ -248,10 +247,11 @@ class GradientPipeline(tf.Module):
     self.loss_scaler.update_op(has_nan, amax)
     if norm is not None:
       self.last_global_norm.assign(norm)
-    return stages.apply_if(tf.logical_not(has_nan), lambda: self._apply(grads, norm))
+    return tf.cond(tf.logical_not(has_nan), lambda: self._apply(grads, norm),
+                   lambda: tf.constant(False))
 
   def _apply(self, grads, norm):
-    """Stages 5-7 on finite gradients, then global_step += 1."""
+    """Stages 5-7 on finite gradients, then global_step += 1; returns True."""
     lr = self.learning_rate()
     # 5. global-norm clipping.
     update = grads
@@ -264,18 +264,10 @@ class GradientPipeline(tf.Module):
                                       self._larc_rate_is_optimizers)
     if self.masters is not None:
       self.masters.copy_back()
-    summaries_lib.write(self.summaries, self.global_step,
-                        {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
-                         'global_norm': norm}, self.var_list, grads, larc_factors)
+    if self.summaries:
+      summaries_lib.write(self.summaries, self.global_step,
+                          {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
+                           'global_norm': norm}, self.var_list, grads, larc_factors)
     self.global_step.assign_add(1)
+    return tf.constant(True)
 
-
-def _collecting(loss_fn, metrics):
-  """``loss_fn`` returning the loss alone; a dict it returns with the loss goes into ``metrics``."""
-  def loss():
-    result = loss_fn()
-    if isinstance(result, tuple):
-      result, extra = result
-      metrics.update(extra)
-    return result
-  return loss
