@@ -21,19 +21,20 @@ from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 _EXPORTS = {
     'AGNOptimizer': 'optimizers.agn:AGNOptimizer',
     'AutomaticLossScaler': 'optimizers.automatic_loss_scaler:AutomaticLossScaler',
-    'LossScaleOptimizer': 'optimizers.loss_scale_optimizer:LossScaleOptimizer',
+    'LossScaleOptimizer': 'optimizers.compat.loss_scale_optimizer:LossScaleOptimizer',
     'LAMB': 'optimizers.lamb:LAMB',
     'LARSOptimizer': 'optimizers.lars:LARSOptimizer',
     'MixedPrecisionLossScaleOptimizer':
-        'optimizers.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
-    'MixedPrecisionOptimizerWrapper': 'optimizers.mp_wrapper:MixedPrecisionOptimizerWrapper',
+        'optimizers.compat.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
+    'MixedPrecisionOptimizerWrapper':
+        'optimizers.compat.loss_scale_optimizer:MixedPrecisionOptimizerWrapper',
     'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
-    'MomentumOptimizer': 'optimizers.momentum:MomentumOptimizer',
-    'clear_pipelines': 'optimizers.openseq2seq:clear_pipelines',
-    'find_pipeline': 'optimizers.openseq2seq:find_pipeline',
-    'get_pipeline': 'optimizers.openseq2seq:get_pipeline',
-    'get_regularization_loss': 'optimizers.openseq2seq:get_regularization_loss',
-    'optimize_loss': 'optimizers.openseq2seq:optimize_loss',
+    'MomentumOptimizer': 'optimizers.lars:MomentumOptimizer',
+    'clear_pipelines': 'optimizers.compat.openseq2seq:clear_pipelines',
+    'find_pipeline': 'optimizers.compat.openseq2seq:find_pipeline',
+    'get_pipeline': 'optimizers.compat.openseq2seq:get_pipeline',
+    'get_regularization_loss': 'optimizers.compat.openseq2seq:get_regularization_loss',
+    'optimize_loss': 'optimizers.compat.openseq2seq:optimize_loss',
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
 _KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
@@ -45,6 +46,13 @@ MOVED_MODULES = {
     'optimizers.dispatch': 'optimizers.backend',
     'optimizers.fused': 'optimizers.backend',
     'optimizers.keras_adapter': 'optimizers.backend',
+    'optimizers.tf1_compat': 'optimizers.backend',
+    'optimizers.momentum': 'optimizers.lars',
+    'optimizers.muon': 'optimizers.catalog',
+    'optimizers.loss_scale_optimizer': 'optimizers.compat.loss_scale_optimizer',
+    'optimizers.mp_wrapper': 'optimizers.compat.loss_scale_optimizer',
+    'optimizers.openseq2seq': 'optimizers.compat.openseq2seq',
+    'optimizers.optimizers': 'optimizers.compat.optimizers',
 }
 
 

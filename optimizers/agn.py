@@ -25,7 +25,6 @@ import tensorflow as tf
 from optimizers import allreduce
 from optimizers import backend
 from optimizers import exclusions
-from optimizers import tf1_compat
 
 
 class AGNCustomGetter:
@@ -139,7 +138,7 @@ class AGNOptimizer(tf.Module):
     result = list(self.local_optimizer.variables) + list(self.center_optimizer.variables)
     if self.built:
       result += list(self.center) + list(self.accumulators)
-    return tf1_compat.CallableList(result + [self.local_step, self.global_step])
+    return backend.CallableList(result + [self.local_step, self.global_step])
 
   def apply(self, grads, var_list=None):
     """One local step; every τ-th local step also updates the center and resets the locals."""
@@ -181,7 +180,7 @@ class AGNOptimizer(tf.Module):
   def compute_gradients(self, loss, var_list=None, **kwargs):
     del kwargs
     var_list = list(var_list if var_list is not None else self._local_vars)
-    return list(zip(tf1_compat.gradients_of(loss, var_list), var_list))
+    return list(zip(backend.gradients_of(loss, var_list), var_list))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one local step; increments ``global_step`` when the center was updated."""

@@ -27,7 +27,6 @@ from optimizers import allreduce
 from optimizers import backend
 from optimizers import exclusions
 from optimizers import stages
-from optimizers import summaries as summaries_lib
 from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
@@ -265,7 +264,7 @@ class GradientPipeline(tf.Module):
     if self.masters is not None:
       self.masters.copy_back()
     if self.summaries:
-      summaries_lib.write(self.summaries, self.global_step,
+      stages.write_summaries(self.summaries, self.global_step,
                           {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
                            'global_norm': norm}, self.var_list, grads, larc_factors)
     self.global_step.assign_add(1)
