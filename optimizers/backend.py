@@ -186,7 +186,7 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
       and native.applies(variables, [], grads)):
     return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
   if getattr(optimizer, 'SPARSE_AS_DENSE', False):
-    # The fused paths are given a sparse gradient densified (keras_adapter);
+    # The fused paths are given a sparse gradient densified (FusedUpdate);
     # its values stand in for it here, where only types and dtypes are checked.
     grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
   if not (getattr(optimizer, 'fused', False) and fusable(grads)):
@@ -436,7 +436,7 @@ class FusedUpdate(TF1OptimizerMixin):
       for variable in trainable_variables:
         if variable.constraint is not None:
           variable.assign(variable.constraint(variable))
-    self._iterations.assign_add(1)
+    self.iterations.assign_add(1)
     return factors
 
 

@@ -73,6 +73,9 @@ class GradientPipeline(tf.Module):
 
   Args: as ``optimize_loss``, plus
     var_list: the variables to train.
+    multi_worker: average the gradients over the workers (Horovod or
+      tf.distribute) once per applied update; ``on_horovod``, OpenSeq2Seq's
+      name for it, is still accepted.
     horovod_params: ``{'compression': 'none' | 'fp16'}`` for the allreduce.
     log_global_norm: compute the global gradient norm every step for logging
       (it is computed anyway when clipping or summarising it).
@@ -80,8 +83,8 @@ class GradientPipeline(tf.Module):
 
   def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
                dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
-               loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
-               horovod_params=None, log_global_norm=False, name='optimize_loss'):
+               loss_scaling=1.0, loss_scaling_params=None, multi_worker=False, iter_size=1,
+               horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None):
     super().__init__(name=name)
     self.var_list = list(var_list)
     if not self.var_list:
@@ -90,12 +93,12 @@ class GradientPipeline(tf.Module):
     self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
         clip_gradients, larc_params, horovod_params, iter_size)
     self.summaries = validation.check_summaries(summaries)
-    self.on_horovod = bool(on_horovod)
+    self.multi_worker = bool(multi_worker if on_horovod is None else on_horovod)
     self.log_global_norm = log_global_norm
     # The global norm is taken when clipping, logging or summarising it.
     self._with_norm = (self.clip_gradients is not None or self.log_global_norm
                        or 'global_gradient_norm' in self.summaries)
-    if self.on_horovod and allreduce.engine_name() == allreduce.NONE:
+    if self.multi_worker and allreduce.engine_name() == allreduce.NONE:
       # OpenSeq2Seq's on_horovod=True starts Horovod; an engine already running serves as it is.
       allreduce.init()
     optimizer_params = dict(optimizer_params or {})
@@ -122,7 +125,7 @@ class GradientPipeline(tf.Module):
       # A list written for another model's names excludes nothing: say so once, not per step.
       exclusions.warn_unmatched(self.var_list, self.optimizer, self.larc_params)
     # AGN communicates by itself, once per period, instead of every update.
-    self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
+    self._allreduce = self.multi_worker and not isinstance(self.optimizer, AGNOptimizer)
     self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
     mixed = self.dtype.startswith('mixed_')
     self.masters = stages.MasterWeights(self.var_list) if mixed else None
@@ -147,6 +150,11 @@ class GradientPipeline(tf.Module):
     if self._base_lr is not None:
       return tf.constant(self._base_lr, tf.float32)
     return tf.cast(self.optimizer.learning_rate, tf.float32)
+
+  @property
+  def on_horovod(self):
+    """OpenSeq2Seq's name of ``multi_worker``."""
+    return self.multi_worker
 
   @property
   def loss_scale(self):

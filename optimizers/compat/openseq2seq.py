@@ -209,7 +209,7 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
       var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
       clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
       loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
-      on_horovod=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
+      multi_worker=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
       log_global_norm=log_global_norm)
   # The owner is kept alive with the entry so its id cannot be reused.
   created = {name: _snapshot(value) for name, value in given.items()}

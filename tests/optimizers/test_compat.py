@@ -55,3 +55,12 @@ def test_the_core_never_imports_the_compatibility_room():
     for module in _imports(os.path.join(PACKAGE, name)):
       assert not module.startswith('optimizers.compat'), (name, module)
       assert module not in optimizers.MOVED_MODULES, (name, module)
+
+
+def test_multi_worker_is_the_pipelines_name_and_on_horovod_is_still_read():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
+  var = tf.Variable([1.0, 2.0])
+  for kwargs in ({}, {'multi_worker': False}, {'on_horovod': False}):
+    pipeline = GradientPipeline([var], 'SGD', {'learning_rate': 0.1}, **kwargs)
+    assert pipeline.multi_worker is False and pipeline.on_horovod is False
