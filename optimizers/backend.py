@@ -345,7 +345,7 @@ class TF1OptimizerMixin:
 # --- the optimizers' side: Keras' apply on the chosen path -------------------------------
 
 class FusedUpdate(TF1OptimizerMixin):
-  """Base of the package's Keras 3 optimizers: their update on one of three paths, and TF 1's methods.
+  """Base of the package's Keras 3 optimizers: their update on one of three paths, TF 1's methods.
 
   First among the bases of the optimizer class; it brings the
   ``tf.compat.v1.train.Optimizer`` methods (``TF1OptimizerMixin``) with it.
@@ -378,7 +378,7 @@ class FusedUpdate(TF1OptimizerMixin):
     return super()._apply_weight_decay(variables)
 
   def native_slots(self, variables):
-    """The slots of ``variables`` (tf.Variables) the native kernel writes, so their dtypes are checked."""
+    """The slots of ``variables`` (tf.Variables) the native kernel writes, to check their dtypes."""
     indices = [self._get_variable_index(v) for v in variables]
     return [getattr(self, name)[i].value for name in self.SLOTS for i in indices]
 

@@ -53,6 +53,11 @@ def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
   return tf.where(usable, ratio, tf.ones_like(ratio))
 
 
+def decayed_gradient(grad, var, weight_decay):
+  """g + wd·w, the gradient LARS updates with (computed in the gradient's dtype)."""
+  return grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
+
+
 def lars_momentum_update(var, momentum_slot, grad, scaled_lr, momentum, use_nesterov):
   """Applies v ← m·v + lr·g; w ← w − v (or w − (lr·g + m·v) with Nesterov).
 
@@ -107,7 +112,7 @@ def lars_update_all(variables, slots, grads, adapt, decay, learning_rate, w_squa
       scaled_lr = lr * ratios[k]
       k += 1
     if decayed:
-      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
+      grad = decayed_gradient(grad, var, weight_decay)
     lars_momentum_update(var, slot, grad, scaled_lr, momentum, use_nesterov)
   return ratios
 
@@ -258,7 +263,7 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
       g_norm = tf.norm(tf.cast(grad, tf.float32))
       lr = lr * trust_ratio(w_norm, g_norm, self.eeta, weight_decay, self.epsilon)
     if decayed:
-      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(w, grad.dtype)
+      grad = decayed_gradient(grad, w, weight_decay)
     return lr, grad
 
   def update_step(self, gradient, variable, learning_rate):

@@ -201,7 +201,8 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
   if key in _PIPELINES:
     _, pipeline, created = _PIPELINES[key]
     # The dtype as given the first time needs no normalising ('mixed' is 'mixed_float16').
-    given['dtype'] = created['dtype'] if _same(created['given dtype'], dtype) else normalize_dtype(dtype)
+    same_as_given = _same(created['given dtype'], dtype)
+    given['dtype'] = created['dtype'] if same_as_given else normalize_dtype(dtype)
     _check_same_arguments(created, given)
     return pipeline
   given['dtype'] = normalize_dtype(dtype)
