@@ -9,6 +9,9 @@ optimizer classes are imported with the package, so ``keras.models.load_model``
 finds them by their registered names.
 """
 
+import importlib
+import importlib.abc
+import importlib.util
 import sys
 
 from core.lazy import lazy_exports
@@ -18,22 +21,62 @@ from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 _EXPORTS = {
     'AGNOptimizer': 'optimizers.agn:AGNOptimizer',
     'AutomaticLossScaler': 'optimizers.automatic_loss_scaler:AutomaticLossScaler',
-    'LossScaleOptimizer': 'optimizers.loss_scale_optimizer:LossScaleOptimizer',
+    'LossScaleOptimizer': 'optimizers.compat.loss_scale_optimizer:LossScaleOptimizer',
     'LAMB': 'optimizers.lamb:LAMB',
     'LARSOptimizer': 'optimizers.lars:LARSOptimizer',
     'MixedPrecisionLossScaleOptimizer':
-        'optimizers.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
-    'MixedPrecisionOptimizerWrapper': 'optimizers.mp_wrapper:MixedPrecisionOptimizerWrapper',
+        'optimizers.compat.loss_scale_optimizer:MixedPrecisionLossScaleOptimizer',
+    'MixedPrecisionOptimizerWrapper':
+        'optimizers.compat.loss_scale_optimizer:MixedPrecisionOptimizerWrapper',
     'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
-    'MomentumOptimizer': 'optimizers.momentum:MomentumOptimizer',
-    'clear_pipelines': 'optimizers.openseq2seq:clear_pipelines',
-    'find_pipeline': 'optimizers.openseq2seq:find_pipeline',
-    'get_pipeline': 'optimizers.openseq2seq:get_pipeline',
-    'get_regularization_loss': 'optimizers.openseq2seq:get_regularization_loss',
-    'optimize_loss': 'optimizers.openseq2seq:optimize_loss',
+    'MomentumOptimizer': 'optimizers.lars:MomentumOptimizer',
+    'clear_pipelines': 'optimizers.compat.openseq2seq:clear_pipelines',
+    'find_pipeline': 'optimizers.compat.openseq2seq:find_pipeline',
+    'get_pipeline': 'optimizers.compat.openseq2seq:get_pipeline',
+    'get_regularization_loss': 'optimizers.compat.openseq2seq:get_regularization_loss',
+    'optimize_loss': 'optimizers.compat.openseq2seq:optimize_loss',
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
 _KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
+
+# Modules that moved, under their old paths: ``import optimizers.dispatch`` is
+# ``optimizers.backend``, the very module object, so ported code and its
+# monkeypatches keep working.
+MOVED_MODULES = {
+    'optimizers.dispatch': 'optimizers.backend',
+    'optimizers.fused': 'optimizers.backend',
+    'optimizers.keras_adapter': 'optimizers.backend',
+    'optimizers.tf1_compat': 'optimizers.backend',
+    'optimizers.momentum': 'optimizers.lars',
+    'optimizers.muon': 'optimizers.catalog',
+    'optimizers.loss_scale_optimizer': 'optimizers.compat.loss_scale_optimizer',
+    'optimizers.mp_wrapper': 'optimizers.compat.loss_scale_optimizer',
+    'optimizers.openseq2seq': 'optimizers.compat.openseq2seq',
+    'optimizers.optimizers': 'optimizers.compat.optimizers',
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Answers an import of a moved module's old path with the module at its new path."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname not in MOVED_MODULES:
+      return None
+    return importlib.util.spec_from_loader(fullname, self)
+
+  def create_module(self, spec):
+    module = importlib.import_module(MOVED_MODULES[spec.name])
+    spec.loader_state = module.__spec__
+    return module
+
+  def exec_module(self, module):
+    # The import machinery stamped the old path's spec on the module; give it back its own.
+    module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+  sys.meta_path.append(_MovedModuleFinder())
 
 __all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -23,8 +23,8 @@ References:
 import tensorflow as tf
 
 from optimizers import allreduce
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import tf1_compat
 
 
 class AGNCustomGetter:
@@ -43,7 +43,7 @@ class AGNCustomGetter:
   def center_variables(self, var_list):
     """Returns float32 copies of ``var_list`` (created outside any tf.function)."""
     with tf.init_scope():
-      return [tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
+      return [tf.Variable(tf.cast(backend.unwrap(v), tf.float32), trainable=False,
                           name='center/' + exclusions.variable_name(v))
               for v in var_list]
 
@@ -129,7 +129,7 @@ class AGNOptimizer(tf.Module):
       self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False,
                                        name=f'agn_accumulator_{i}') for i, v in enumerate(var_list)]
     self._local_vars = var_list
-    self._index = {id(tf1_compat.unwrap(v)): i for i, v in enumerate(var_list)}
+    self._index = {id(backend.unwrap(v)): i for i, v in enumerate(var_list)}
     self.built = True
 
   @property
@@ -138,7 +138,7 @@ class AGNOptimizer(tf.Module):
     result = list(self.local_optimizer.variables) + list(self.center_optimizer.variables)
     if self.built:
       result += list(self.center) + list(self.accumulators)
-    return tf1_compat.CallableList(result + [self.local_step, self.global_step])
+    return backend.CallableList(result + [self.local_step, self.global_step])
 
   def apply(self, grads, var_list=None):
     """One local step; every τ-th local step also updates the center and resets the locals."""
@@ -149,7 +149,7 @@ class AGNOptimizer(tf.Module):
     self.local_optimizer.apply(grads, var_list)
     for g, v in zip(grads, var_list):
       if g is not None:
-        self.accumulators[self._index[id(tf1_compat.unwrap(v))]].assign_add(
+        self.accumulators[self._index[id(backend.unwrap(v))]].assign_add(
             tf.cast(tf.convert_to_tensor(g), tf.float32))
     self.local_step.assign_add(1)
 
@@ -180,7 +180,7 @@ class AGNOptimizer(tf.Module):
   def compute_gradients(self, loss, var_list=None, **kwargs):
     del kwargs
     var_list = list(var_list if var_list is not None else self._local_vars)
-    return list(zip(tf1_compat.gradients_of(loss, var_list), var_list))
+    return list(zip(backend.gradients_of(loss, var_list), var_list))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one local step; increments ``global_step`` when the center was updated."""

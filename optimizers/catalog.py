@@ -58,3 +58,20 @@ def make_optimizer(optimizer, optimizer_params, learning_rate, agn_params=None):
 
 def is_instance(optimizer):
   return isinstance(optimizer, (keras.optimizers.Optimizer, AGNOptimizer))
+
+
+class _Named:
+  """A variable's shape, and its name (without TensorFlow's ``:0``) as its path."""
+
+  def __init__(self, variable):
+    self.shape = variable.shape
+    self.path = variable.name.split(':')[0]
+
+
+class Muon(keras.optimizers.Muon):
+  """``keras.optimizers.Muon``; a variable without a Keras path is chosen for by its name."""
+
+  def _should_use_adamw(self, variable):
+    if not hasattr(variable, 'path'):
+      variable = _Named(variable)
+    return super()._should_use_adamw(variable)

@@ -6,7 +6,7 @@ default) ``apply`` runs ``native_update``, the native CPU kernel
 or where it does not apply ``xla_update``: the moments of all variables and
 their directions u in one XLA launch, ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
 kernels, and w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
-``lamb_apply_all``); ``dispatch.update_path`` chooses (docs/performance.md).
+``lamb_apply_all``); ``backend.update_path`` chooses (docs/performance.md).
 
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.
@@ -17,11 +17,11 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
-from optimizers.keras_adapter import FusedUpdate
+from optimizers.backend import FusedUpdate
+from optimizers.backend import unwrap
 
 
 def lamb_direction(m_hat, v_hat, w, epsilon, weight_decay):
@@ -88,8 +88,7 @@ def lamb_apply_all(variables, directions, adapts, learning_rate, w_squared, u_sq
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
-           keras.optimizers.Optimizer):
+class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimizer):
   """LAMB: Adam moments with bias correction and a layer-wise trust ratio.
 
   With t the 1-based step: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g²,
@@ -143,6 +142,7 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerM
   # rows that no token of the batch used get g = 0, and their moments decay), so
   # the fused paths compute the same with it densified.
   SPARSE_AS_DENSE = True
+  SLOTS = ('_m', '_v')
 
   def build(self, var_list):
     if self.built:
@@ -155,9 +155,9 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerM
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
-    var = tf1_compat.unwrap(variable)
-    m = tf1_compat.unwrap(self._m[index])
-    v = tf1_compat.unwrap(self._v[index])
+    var = unwrap(variable)
+    m = unwrap(self._m[index])
+    v = unwrap(self._v[index])
     g = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
     t = tf.cast(self.iterations + 1, tf.float32)
     m.assign(self.beta_1 * m + (1.0 - self.beta_1) * tf.cast(g, m.dtype))
@@ -173,16 +173,10 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerM
       ratio = 1.0
     var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
 
-  def native_slots(self, variables):
-    """The moments of ``variables`` (tf.Variables), which the native kernel writes."""
-    indices = [self._get_variable_index(v) for v in variables]
-    return ([tf1_compat.unwrap(self._m[i]) for i in indices]
-            + [tf1_compat.unwrap(self._v[i]) for i in indices])
-
   def native_update(self, grads, variables, indices, learning_rate):
     """The update of all variables in the native kernel (``native.lamb``)."""
-    native.lamb(variables, [tf1_compat.unwrap(self._m[i]) for i in indices],
-                [tf1_compat.unwrap(self._v[i]) for i in indices], grads,
+    native.lamb(variables, [self._m[i].value for i in indices],
+                [self._v[i].value for i in indices], grads,
                 tf.cast(learning_rate, tf.float32), tf.cast(self.iterations + 1, tf.float32),
                 [self._decays[i] for i in indices], [self._adapts[i] for i in indices],
                 self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
@@ -190,15 +184,15 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerM
   def xla_update(self, grads, variables, indices, learning_rate):
     """The moments and directions in one XLA launch, the norms, then the update in a second."""
     adapts = [self._adapts[i] for i in indices]
-    directions = fused.jit_for(self, lamb_moments_all)(
-        variables, [tf1_compat.unwrap(self._m[i]) for i in indices],
-        [tf1_compat.unwrap(self._v[i]) for i in indices], grads,
+    directions = backend.jit_for(self, lamb_moments_all)(
+        variables, [unwrap(self._m[i]) for i in indices],
+        [unwrap(self._v[i]) for i in indices], grads,
         tf.cast(self.iterations + 1, tf.float32), tuple(self._decays[i] for i in indices),
         self.beta_1, self.beta_2, self.epsilon, self.weight_decay)
     adapted = [k for k, a in enumerate(adapts) if a]
-    w_squared = fused.squared_norms([variables[k] for k in adapted])
-    u_squared = fused.squared_norms([directions[k] for k in adapted])
-    fused.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts),
+    w_squared = backend.squared_norms([variables[k] for k in adapted])
+    u_squared = backend.squared_norms([directions[k] for k in adapted])
+    backend.jit_for(self, lamb_apply_all)(variables, directions, tuple(adapts),
                                         tf.cast(learning_rate, tf.float32), w_squared, u_squared)
 
   def get_slot_names(self):

@@ -12,8 +12,12 @@ default) ``apply`` runs ``native_update``, the native CPU kernel
 (``native.trust_momentum``: each variable's norms and update in one visit,
 about the cost of plain momentum), or where it does not apply ``xla_update``:
 norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
-launches over groups of variables (``lars_update_all``, ``fused.pipelined``);
-``dispatch.update_path`` chooses (docs/performance.md).
+launches over groups of variables (``lars_update_all``, ``backend.pipelined``);
+``backend.update_path`` chooses (docs/performance.md).
+
+``MomentumOptimizer`` is Keras' momentum SGD under its TF 1 name, with the
+same fused paths; after LARC, where the native kernel applies, LARC and its
+update run as one kernel (``native_larc_update``).
 
 References:
   You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
@@ -23,11 +27,11 @@ References:
 import keras
 import tensorflow as tf
 
+from optimizers import backend
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
-from optimizers.keras_adapter import FusedUpdate
+from optimizers.backend import FusedUpdate
+from optimizers.backend import unwrap
 
 
 def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
@@ -47,6 +51,11 @@ def trust_ratio(w_norm, g_norm, eeta, weight_decay, epsilon):
   usable = tf.logical_and(w_norm > 0.0, g_norm > 0.0)
   # The division above may be 0/0 when both norms vanish; tf.where discards it.
   return tf.where(usable, ratio, tf.ones_like(ratio))
+
+
+def decayed_gradient(grad, var, weight_decay):
+  """g + wd·w, the gradient LARS updates with (computed in the gradient's dtype)."""
+  return grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
 
 
 def lars_momentum_update(var, momentum_slot, grad, scaled_lr, momentum, use_nesterov):
@@ -103,9 +112,20 @@ def lars_update_all(variables, slots, grads, adapt, decay, learning_rate, w_squa
       scaled_lr = lr * ratios[k]
       k += 1
     if decayed:
-      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype)
+      grad = decayed_gradient(grad, var, weight_decay)
     lars_momentum_update(var, slot, grad, scaled_lr, momentum, use_nesterov)
   return ratios
+
+
+def deduplicate(grad):
+  """Sums the rows of an IndexedSlices gradient that share an index.
+
+  Returns:
+    (values, unique_indices).
+  """
+  unique, positions = tf.unique(grad.indices)
+  values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+  return values, unique
 
 
 def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, use_nesterov):
@@ -116,7 +136,7 @@ def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, us
   var ← var − lr·accum (Nesterov: var ← var − lr·(g + m·accum)). Duplicate
   indices are summed first.
   """
-  values, indices = tf1_compat.deduplicate(grad)
+  values, indices = deduplicate(grad)
   values = tf.cast(values, var.dtype)
   lr = tf.cast(learning_rate, var.dtype)
   momentum = tf.cast(momentum, var.dtype)
@@ -133,8 +153,7 @@ def _check_non_negative(**values):
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1OptimizerMixin,
-                    keras.optimizers.Optimizer):
+class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimizer):
   """Layer-wise Adaptive Rate Scaling with momentum.
 
   For each variable w with gradient g: trust = eeta·‖w‖ / (‖g‖ + weight_decay·‖w‖
@@ -197,6 +216,7 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
 
   # Weight decay is part of the LARS gradient (g + wd·w), not a separate step.
   FOLDS_WEIGHT_DECAY = True
+  SLOTS = ('_momentums',)
 
   def build(self, var_list):
     if self.built:
@@ -243,12 +263,12 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
       g_norm = tf.norm(tf.cast(grad, tf.float32))
       lr = lr * trust_ratio(w_norm, g_norm, self.eeta, weight_decay, self.epsilon)
     if decayed:
-      grad = grad + tf.cast(weight_decay, grad.dtype) * tf.cast(w, grad.dtype)
+      grad = decayed_gradient(grad, w, weight_decay)
     return lr, grad
 
   def update_step(self, gradient, variable, learning_rate):
-    slot = tf1_compat.unwrap(self._momentums[self._get_variable_index(variable)])
-    tf_var = tf1_compat.unwrap(variable)
+    slot = unwrap(self._momentums[self._get_variable_index(variable)])
+    tf_var = unwrap(variable)
     if isinstance(gradient, tf.IndexedSlices):
       sparse_momentum_update(tf_var, slot, gradient, learning_rate, self.momentum,
                              self.use_nesterov)
@@ -256,13 +276,9 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
     scaled_lr, grad = self.compute_lr(gradient, variable, learning_rate)
     lars_momentum_update(tf_var, slot, grad, scaled_lr, self.momentum, self.use_nesterov)
 
-  def native_slots(self, variables):
-    """The momentum slots of ``variables`` (tf.Variables), which the native kernel writes."""
-    return [tf1_compat.unwrap(self._momentums[self._get_variable_index(v)]) for v in variables]
-
   def native_update(self, grads, variables, indices, learning_rate):
     """The update of all variables in the native kernel (``native.trust_momentum``)."""
-    native.trust_momentum(variables, [tf1_compat.unwrap(self._momentums[i]) for i in indices],
+    native.trust_momentum(variables, [self._momentums[i].value for i in indices],
                           grads, tf.cast(learning_rate, tf.float32),
                           [self._adapts[i] for i in indices], 'lars', self.momentum,
                           self.weight_decay, self.eeta, self.epsilon,
@@ -270,25 +286,25 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
 
   def xla_update(self, grads, variables, indices, learning_rate):
     """The update of all variables as XLA launches over groups, their norms overlapped."""
-    slots = [tf1_compat.unwrap(self._momentums[i]) for i in indices]
+    slots = [unwrap(self._momentums[i]) for i in indices]
     adapt = [self._adapts[i] for i in indices]
     decay = [self._decays[i] for i in indices]
     learning_rate = tf.cast(learning_rate, tf.float32)
 
     def norms(group):
       adapted = [k for k in group if adapt[k]]
-      return (fused.squared_norms([variables[k] for k in adapted]),
-              fused.squared_norms([grads[k] for k in adapted]))
+      return (backend.squared_norms([variables[k] for k in adapted]),
+              backend.squared_norms([grads[k] for k in adapted]))
 
     def update(n, group, group_norms):
-      update_all = fused.jit_for(self, lars_update_all, f'lars_update_all_{n}')
+      update_all = backend.jit_for(self, lars_update_all, f'lars_update_all_{n}')
       return update_all([variables[k] for k in group], [slots[k] for k in group],
                         [grads[k] for k in group], tuple(adapt[k] for k in group),
                         tuple(decay[k] for k in group), learning_rate, *group_norms,
                         self.momentum, self.weight_decay, self.eeta, self.epsilon,
                         self.use_nesterov)
 
-    fused.pipelined(fused.split_by_size(variables, fused.PIPELINE_GROUPS), norms, update)
+    backend.pipelined(backend.split_by_size(variables, backend.PIPELINE_GROUPS), norms, update)
 
   def get_slot_names(self):
     """The names of the per-variable slots: ``['momentum']``."""
@@ -308,4 +324,77 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, tf1_compat.TF1O
         'fused': self.fused,
         **self._exclusion_config(),
     })
+    return config
+
+
+@keras.saving.register_keras_serializable(package='largebatch')
+class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
+  """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
+
+  Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
+  constant learning rate. The updates of all variables run as one XLA launch
+  (``xla_update``); after LARC, where the native kernel applies, LARC and the
+  update run as that one kernel (``native_larc_update``).
+
+  Args:
+    learning_rate: the learning rate.
+    momentum: the momentum coefficient, in [0, 1].
+    use_nesterov: Nesterov momentum (TF 1's name).
+    name: the optimizer's name.
+    nesterov: Keras' name for ``use_nesterov``; give one of the two.
+    **kwargs: other Keras optimizer arguments.
+
+  Raises:
+    ValueError: for a momentum outside [0, 1], or ``use_nesterov`` and
+      ``nesterov`` given with different values.
+  """
+
+  def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
+               nesterov=None, **kwargs):
+    if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
+      raise ValueError(f'Momentum: momentum must be in [0, 1], got {momentum!r}')
+    if nesterov is not None and use_nesterov and not nesterov:
+      raise ValueError(f'Momentum: use_nesterov={use_nesterov!r} and nesterov={nesterov!r} are '
+                       'the same setting; give one of them')
+    super().__init__(learning_rate=learning_rate, momentum=float(momentum),
+                     nesterov=bool(use_nesterov or nesterov), name=name, **kwargs)
+
+  SLOTS = ('momentums',)
+
+  def get_slot_names(self):
+    return ['momentum']
+
+  def _slot_lists(self):
+    return {'momentum': self.momentums}
+
+  def xla_update(self, grads, variables, indices, learning_rate):
+    """Keras' ``update_step`` for every variable, in one XLA launch."""
+    del indices
+    backend.jit_for(self, self._update_all)(grads, variables, tf.convert_to_tensor(learning_rate))
+
+  def _update_all(self, grads, variables, learning_rate):
+    for grad, var in zip(grads, variables):
+      self.update_step(grad, var, learning_rate)
+
+  def native_larc_update(self, grads, keras_variables, variables, indices, learning_rate,
+                         larc_params):
+    """LARC (docs/math.md) followed by this optimizer's update, in the native kernel.
+
+    Same math as ``stages.larc`` followed by ``update_step``: each adapted
+    variable's gradient is scaled by its LARC factor c, then
+    v ← m·v − lr·c·g; w ← w + v.
+
+    Returns:
+      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+    """
+    slots = [self.momentums[i].value for i in indices]
+    adapt = exclusions.larc_mask(keras_variables, larc_params)
+    return native.trust_momentum(
+        variables, slots, grads, learning_rate, adapt, 'larc_' + larc_params['larc_mode'],
+        self.momentum, eeta=larc_params['larc_eta'], epsilon=larc_params['epsilon'],
+        min_update=larc_params['min_update'], use_nesterov=self.nesterov)
+
+  def get_config(self):
+    config = super().get_config()
+    config['use_nesterov'] = config.pop('nesterov')
     return config

@@ -4,7 +4,7 @@
 many float32 variables and their slots in place, taking each variable's norms
 and applying its update while the variable is still in the cache (see the
 file for the math). LARS and Momentum + LARC then move about the bytes of a
-plain momentum step, where the XLA path (``fused.py``) needs 1.5-1.7x that
+plain momentum step, where the XLA path (``backend.py``) needs 1.5-1.7x that
 (docs/performance.md).
 
 The library is compiled with the TensorFlow headers and flags of the running
@@ -14,7 +14,7 @@ hash of the source, the TensorFlow version and the compiler flags;
 of time, and ``load`` builds it on first use when it is missing (10-40 s on
 two cores), saying so in one line. Where it cannot be used (no C++ compiler, a
 GPU, another dtype, an XLA-compiled train step, ``LARGEBATCH_NATIVE_KERNELS=0``)
-the optimizers take the XLA path (``fused.py``), which has the same math.
+the optimizers take the XLA path (``backend.py``), which has the same math.
 """
 
 import fcntl
@@ -153,7 +153,8 @@ def applies(variables, slots, grads):
   """Whether the kernels can update these: all float32, dense, on the CPU, and they load.
 
   Inside an XLA-compiled function (``jit_compile=True``) they cannot run, and
-  the optimizers take the XLA path.
+  the optimizers take the XLA path. Only dtypes and types are read, so Keras
+  variables may stand for the tf.Variables behind them.
   """
   if tf.config.list_logical_devices('GPU') or tf.distribute.has_strategy():
     return False
@@ -226,6 +227,14 @@ def lamb(variables, first_moments, second_moments, grads, learning_rate, step, d
       decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
       one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
       epsilon=float(epsilon), weight_decay=float(weight_decay))
+
+
+@tf.autograph.experimental.do_not_convert
+def gradient_stats_where_applies(grads):
+  """``gradient_stats(grads)`` where the kernels apply to ``grads`` (``applies``), else None."""
+  if not applies([], [], grads):
+    return None
+  return gradient_stats(grads)
 
 
 def gradient_stats(grads):

@@ -12,10 +12,10 @@ each a call to a small function of ``stages.py`` (or of the module named):
 6. LARC (``larc_params``)
 7. the optimizer's update, then global_step += 1
 
-Stages 6 and 7 are two steps (``larc_and_apply``) that run as one native
-kernel where ``dispatch.update_path`` allows it; that one call chooses the
-optimizer's own path too (native kernel, XLA, Keras' reference), once per
-update, and the optimizer is handed it. A pipeline holds
+Stages 6 and 7 are one call, ``backend.update_all``, which runs them as one
+native kernel where ``backend.update_path`` allows it and otherwise chooses
+the optimizer's own path (native kernel, XLA, Keras' reference), once per
+update. A pipeline holds
 the state of the update (optimizer, global step, loss scaler, accumulators)
 and returns the metrics of each micro-step; the trainer calls it directly,
 users' own loops through ``optimize_loss``.
@@ -24,75 +24,23 @@ users' own loops through ``optimize_loss``.
 import tensorflow as tf
 
 from optimizers import allreduce
-from optimizers import dispatch
+from optimizers import backend
 from optimizers import exclusions
 from optimizers import stages
-from optimizers import summaries as summaries_lib
-from optimizers import tf1_compat
 from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
 from optimizers.catalog import make_optimizer
 from optimizers.catalog import normalize_dtype
-from optimizers.keras_adapter import FusedUpdate
 
 
-def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params, fuse=True):
-  """Stages 6 and 7: LARC (when ``larc_params``), then the optimizer's update.
-
-  ``dispatch.update_path`` chooses the path of the two once: one native
-  kernel, which reads each variable once (``fuse=False``, LARC's learning
-  rate is not the optimizer's, keeps them apart), or LARC as a step of its
-  own and the update on the optimizer's path, which the optimizer is given
-  (``FusedUpdate.apply_on``). An optimizer without fused paths (Keras' own,
-  AGN) runs Keras' ``apply``.
-
-  Args:
-    optimizer: a Keras optimizer (or ``AGNOptimizer``).
-    grads: gradients (None entries are left out of the update).
-    var_list: the matching variables.
-    learning_rate: the current base learning rate.
-    larc_params: checked ``larc_params`` or None.
-    fuse: whether ``learning_rate`` is the rate of the optimizer's update.
-
-  Returns:
-    {variable index: LARC factor} for the adapted variables.
-  """
-  present = [i for i, g in enumerate(grads) if g is not None]
-  grads_present = [grads[i] for i in present]
-  vars_present = [var_list[i] for i in present]
-  path = None
-  if present and isinstance(optimizer, FusedUpdate):
-    path = dispatch.update_path(optimizer, grads_present, vars_present, larc_params, fuse)
-  if path == dispatch.NATIVE_WITH_LARC:
-    # 6 and 7 in one kernel.
-    factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
-    adapts = exclusions.larc_mask(vars_present, larc_params)
-    return {i: factors[k] for k, i in enumerate(present) if adapts[k]}
-  factors = {}
-  if larc_params is not None:
-    # 6. LARC scales the gradients.
-    grads, factors = stages.larc(grads, var_list, learning_rate, larc_params)
-  # 7. The optimizer's update. Keras' reference update passes the gradients
-  # through a custom_gradient op (its replica-context sum, an identity on one
-  # replica), which needs them all from one graph: the gradients LARC left
-  # alone come from outside the branch the update runs in (stages.apply_if),
-  # the scaled ones from inside it.
-  update = [_in_this_graph(grads[i]) for i in present]
-  if path is None:
-    optimizer.apply(update, vars_present)
-  else:
-    optimizer.apply_on(path, update, vars_present)
-  return factors
-
-
-def _in_this_graph(grad):
-  """``grad`` as a tensor (or IndexedSlices) of the graph being built, without a copy."""
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
-                            grad.dense_shape)
-  return tf.identity(grad)
+def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
+                   larc_rate_is_optimizers=True):
+  """Stages 6 and 7 with LARC given as ``larc_params``: ``backend.update_all``."""
+  larc = stages.Larc(larc_params, var_list) if larc_params is not None else None
+  return backend.update_all(optimizer, grads, var_list, learning_rate, larc,
+                            larc_rate_is_optimizers)
 
 
 def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
@@ -125,6 +73,9 @@ class GradientPipeline(tf.Module):
 
   Args: as ``optimize_loss``, plus
     var_list: the variables to train.
+    multi_worker: average the gradients over the workers (Horovod or
+      tf.distribute) once per applied update; ``on_horovod``, OpenSeq2Seq's
+      name for it, is still accepted.
     horovod_params: ``{'compression': 'none' | 'fp16'}`` for the allreduce.
     log_global_norm: compute the global gradient norm every step for logging
       (it is computed anyway when clipping or summarising it).
@@ -132,8 +83,8 @@ class GradientPipeline(tf.Module):
 
   def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
                dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
-               loss_scaling=1.0, loss_scaling_params=None, on_horovod=False, iter_size=1,
-               horovod_params=None, log_global_norm=False, name='optimize_loss'):
+               loss_scaling=1.0, loss_scaling_params=None, multi_worker=False, iter_size=1,
+               horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None):
     super().__init__(name=name)
     self.var_list = list(var_list)
     if not self.var_list:
@@ -142,19 +93,21 @@ class GradientPipeline(tf.Module):
     self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
         clip_gradients, larc_params, horovod_params, iter_size)
     self.summaries = validation.check_summaries(summaries)
-    self.on_horovod = bool(on_horovod)
+    self.multi_worker = bool(multi_worker if on_horovod is None else on_horovod)
     self.log_global_norm = log_global_norm
     # The global norm is taken when clipping, logging or summarising it.
     self._with_norm = (self.clip_gradients is not None or self.log_global_norm
                        or 'global_gradient_norm' in self.summaries)
-    if self.on_horovod and allreduce.engine_name() == allreduce.NONE:
+    if self.multi_worker and allreduce.engine_name() == allreduce.NONE:
       # OpenSeq2Seq's on_horovod=True starts Horovod; an engine already running serves as it is.
       allreduce.init()
     optimizer_params = dict(optimizer_params or {})
     self.learning_rate_decay_fn = learning_rate_decay_fn
     self._base_lr = _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn)
-    # The pipeline sets the optimizer's rate each update when it knows it.
-    self._owns_lr = learning_rate_decay_fn is not None or self._base_lr is not None
+    # The pipeline sets the optimizer's rate each update when it knows it; LARC's
+    # rate is then the optimizer's own.
+    self._larc_rate_is_optimizers = (learning_rate_decay_fn is not None
+                                     or self._base_lr is not None)
     with tf.init_scope():
       self._create_state(optimizer, optimizer_params, loss_scaling, loss_scaling_params)
 
@@ -172,7 +125,7 @@ class GradientPipeline(tf.Module):
       # A list written for another model's names excludes nothing: say so once, not per step.
       exclusions.warn_unmatched(self.var_list, self.optimizer, self.larc_params)
     # AGN communicates by itself, once per period, instead of every update.
-    self._allreduce = self.on_horovod and not isinstance(self.optimizer, AGNOptimizer)
+    self._allreduce = self.multi_worker and not isinstance(self.optimizer, AGNOptimizer)
     self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
     mixed = self.dtype.startswith('mixed_')
     self.masters = stages.MasterWeights(self.var_list) if mixed else None
@@ -180,6 +133,8 @@ class GradientPipeline(tf.Module):
     self.optimizer.build(list(self.update_vars))
     self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
                         else None)
+    self._larc = (stages.Larc(self.larc_params, self.update_vars)
+                  if self.larc_params is not None else None)
 
   def _current_lr_value(self):
     if self.learning_rate_decay_fn is not None:
@@ -197,6 +152,11 @@ class GradientPipeline(tf.Module):
     return tf.cast(self.optimizer.learning_rate, tf.float32)
 
   @property
+  def on_horovod(self):
+    """OpenSeq2Seq's name of ``multi_worker``."""
+    return self.multi_worker
+
+  @property
   def loss_scale(self):
     return self.loss_scaler.loss_scale
 
@@ -206,7 +166,7 @@ class GradientPipeline(tf.Module):
     # tf.train.Checkpoint treats an object with get_slot_names() as a TF 1
     # optimizer and would save its slots twice.
     items = {'global_step': self.global_step, 'micro_step': self.micro_step,
-             'optimizer_variables': [tf1_compat.unwrap(v) for v in self.optimizer.variables],
+             'optimizer_variables': [backend.unwrap(v) for v in self.optimizer.variables],
              'loss_scaler': self.loss_scaler}
     if self.accumulator is not None:
       items['accumulators'] = list(self.accumulator.sums)
@@ -217,7 +177,7 @@ class GradientPipeline(tf.Module):
   def state_variables(self):
     """Every variable of the pipeline's state (optimizer slots included), e.g. to broadcast."""
     result = [self.global_step, self.micro_step]
-    result += [tf1_compat.unwrap(v) for v in self.optimizer.variables]
+    result += [backend.unwrap(v) for v in self.optimizer.variables]
     result += list(self.loss_scaler.variables)
     if self.accumulator is not None:
       result += list(self.accumulator.sums)
@@ -253,8 +213,7 @@ class GradientPipeline(tf.Module):
     loss_scale = self.loss_scaler.loss_scale
     metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
     # 1. loss × S -> float32 gradients -> × 1/S
-    loss, grads = stages.scaled_gradients(_collecting(loss_fn, metrics), self.var_list,
-                                          loss_scale)
+    loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
     # 2. accumulation over iter_size micro-batches; stages 3-7 run when an update is due.
     if self.accumulator is None:
       due = tf.constant(True)
@@ -280,10 +239,9 @@ class GradientPipeline(tf.Module):
     return tf.logical_not(tf.convert_to_tensor(skip_update))
 
   def _update_accumulated(self):
-    applied = self._update(self.accumulator.mean(self.micro_step))
-    self.accumulator.reset()
+    grads = self.accumulator.take(self.micro_step)
     self.micro_step.assign(0)
-    return applied
+    return self._update(grads)
 
   def _update(self, grads):
     """Stages 3-7 on one update's gradients; returns whether the update was applied."""
@@ -296,34 +254,27 @@ class GradientPipeline(tf.Module):
     self.loss_scaler.update_op(has_nan, amax)
     if norm is not None:
       self.last_global_norm.assign(norm)
-    return stages.apply_if(tf.logical_not(has_nan), lambda: self._apply(grads, norm))
+    return tf.cond(tf.logical_not(has_nan), lambda: self._apply(grads, norm),
+                   lambda: tf.constant(False))
 
   def _apply(self, grads, norm):
-    """Stages 5-7 on finite gradients, then global_step += 1."""
+    """Stages 5-7 on finite gradients, then global_step += 1; returns True."""
     lr = self.learning_rate()
     # 5. global-norm clipping.
     update = grads
     if self.clip_gradients is not None:
       update, _ = stages.clip_by_global_norm(update, self.clip_gradients, norm)
-    # 6. LARC, and 7. the optimizer's update (one kernel where dispatch allows).
-    if self._owns_lr:
+    # 6. LARC, and 7. the optimizer's update, in one call.
+    if self._larc_rate_is_optimizers:
       self.optimizer.learning_rate = lr
-    larc_factors = larc_and_apply(self.optimizer, update, self.update_vars, lr,
-                                  self.larc_params, fuse=self._owns_lr)
+    larc_factors = backend.update_all(self.optimizer, update, self.update_vars, lr, self._larc,
+                                      self._larc_rate_is_optimizers)
     if self.masters is not None:
       self.masters.copy_back()
-    summaries_lib.write(self.summaries, self.global_step,
-                        {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
-                         'global_norm': norm}, self.var_list, grads, larc_factors)
+    if self.summaries:
+      stages.write_summaries(self.summaries, self.global_step,
+                          {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
+                           'global_norm': norm}, self.var_list, grads, larc_factors)
     self.global_step.assign_add(1)
+    return tf.constant(True)
 
-
-def _collecting(loss_fn, metrics):
-  """``loss_fn`` returning the loss alone; a dict it returns with the loss goes into ``metrics``."""
-  def loss():
-    result = loss_fn()
-    if isinstance(result, tuple):
-      result, extra = result
-      metrics.update(extra)
-    return result
-  return loss

@@ -46,7 +46,7 @@ _OPTIMIZERS = (
     ('Ftrl', 'keras.optimizers:Ftrl', ('learning_rate_power', 'initial_accumulator_value',
                                        'l1_regularization_strength', 'l2_regularization_strength',
                                        'l2_shrinkage_regularization_strength', 'beta')),
-    ('Momentum', 'optimizers.momentum:MomentumOptimizer', ('momentum', 'use_nesterov', 'nesterov')),
+    ('Momentum', 'optimizers.lars:MomentumOptimizer', ('momentum', 'use_nesterov', 'nesterov')),
     ('RMSProp', 'keras.optimizers:RMSprop', ('rho', 'momentum', 'epsilon', 'centered')),
     ('SGD', 'keras.optimizers:SGD', ('momentum', 'nesterov')),
     ('AdamW', 'keras.optimizers:AdamW', ('beta_1', 'beta_2', 'epsilon', 'amsgrad')),
@@ -59,7 +59,7 @@ _OPTIMIZERS = (
     # Keras 3's Muon (Jordan et al. 2024; Liu et al. 2025): momentum
     # orthogonalized by Newton-Schulz iterations for 2-D variables whose path names
     # no embedding nor any of exclude_layers, AdamW for every other variable.
-    ('Muon', 'optimizers.muon:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
+    ('Muon', 'optimizers.catalog:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
                                        'epsilon', 'exclude_layers', 'exclude_embeddings',
                                        'muon_a', 'muon_b', 'muon_c', 'adam_lr_ratio', 'momentum',
                                        'ns_steps', 'nesterov', 'rms_rate')),

@@ -7,18 +7,27 @@ plain tensor function (or a tf.Module holding only that stage's variables) so
 it can be tested on its own.
 
 The norms of the clipping and LARC stages are taken with one
-``tf.nn.l2_loss`` kernel per tensor (``fused.squared_norms``); ``norms`` and
+``tf.nn.l2_loss`` kernel per tensor (``squared_norms``); ``norms`` and
 ``larc_reference`` keep the one-``tf.norm``-per-tensor form they are checked
 against.
 """
 
+import keras
 import tensorflow as tf
 
 from optimizers import automatic_loss_scaler
 from optimizers import exclusions
-from optimizers import fused
 from optimizers import native
-from optimizers import tf1_compat
+
+
+def unwrap(var):
+  """The tf.Variable behind a Keras 3 variable (or the argument itself)."""
+  return var.value if isinstance(var, keras.Variable) else var
+
+
+def unwrap_all(variables):
+  """``unwrap`` of each variable, as a list."""
+  return [unwrap(v) for v in variables]
 
 
 def _map_dense(fn, grad):
@@ -35,12 +44,15 @@ def to_float32(grads):
   return [_map_dense(lambda g: tf.cast(g, tf.float32), g) for g in grads]
 
 
-def scaled_gradients(loss_fn, var_list, loss_scale):
+def scaled_gradients(loss_fn, var_list, loss_scale, extras=None):
   """Runs ``loss_fn`` on a tape and returns (loss, float32 gradients of loss·scale, unscaled).
 
   The loss is multiplied by ``loss_scale`` before differentiation so small
   half-precision gradients do not underflow; the gradients are cast to float32
   and multiplied by 1/loss_scale there, where they are representable.
+
+  ``loss_fn`` may return a pair (loss, dict of tensors); the dict then goes
+  into ``extras`` (e.g. the batch's accuracy, returned among the metrics).
   """
   # A fixed scale of 1 (the default) multiplies nothing: leave the two
   # multiplies per gradient out of the graph (x·1 is exact, so the gradients
@@ -48,6 +60,10 @@ def scaled_gradients(loss_fn, var_list, loss_scale):
   unit = tf.get_static_value(loss_scale) == 1.0
   with tf.GradientTape() as tape:
     loss = loss_fn()
+    if isinstance(loss, tuple):
+      loss, extra = loss
+      if extras is not None:
+        extras.update(extra)
     scaled = tf.cast(loss, tf.float32)
     if not unit:
       scaled = scaled * loss_scale
@@ -69,9 +85,38 @@ def norms(tensors):
   return result
 
 
+def _dense_float32(tensor):
+  if isinstance(tensor, tf.IndexedSlices):
+    tensor = tensor.values
+  return tf.cast(tensor, tf.float32)
+
+
+def squared_norms(tensors):
+  """Σx² of each tensor, in float32, as one vector, with one ``tf.nn.l2_loss`` kernel per tensor.
+
+  ``tf.nn.l2_loss`` takes Σx²/2 in one vectorised pass without a temporary;
+  ``tf.norm`` materialises x² first (2-5x slower on CPU, docs/performance.md).
+
+  Args:
+    tensors: tensors or variables (``tf.IndexedSlices``: of their values).
+
+  Returns:
+    A float32 vector with one entry per tensor (shape ``[0]`` for none).
+  """
+  if not tensors:
+    return tf.zeros([0], tf.float32)
+  # 2·(Σx²/2) is exact in binary floating point.
+  return tf.stack([2.0 * tf.nn.l2_loss(_dense_float32(t)) for t in tensors])
+
+
+def norm_vector(tensors):
+  """L2 norms of each tensor, in float32, as one vector (see ``squared_norms``)."""
+  return tf.sqrt(squared_norms(tensors))
+
+
 def global_norm(grads):
-  """The float32 global L2 norm of the non-None gradients."""
-  return fused.global_norm([g for g in grads if g is not None])
+  """The float32 global L2 norm of the non-None gradients (0 when there are none)."""
+  return tf.sqrt(tf.reduce_sum(squared_norms([g for g in grads if g is not None])))
 
 
 def gradient_statistics(grads, with_norm):
@@ -81,15 +126,16 @@ def gradient_statistics(grads, with_norm):
   float32 on the CPU; otherwise the tensor ops of
   ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order. A
-  sparse gradient counts with its values on both (as ``fused.squared_norms``
+  sparse gradient counts with its values on both (as ``squared_norms``
   takes them), so an embedding's gradient keeps the kernel.
 
   Returns:
     (has_nan, amax, norm): as ``gradient_stats``; norm is None unless ``with_norm``.
   """
   present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
-  if present and native.applies([], [], present):
-    has_nan, amax, norm = native.gradient_stats(present)
+  stats = native.gradient_stats_where_applies(present) if present else None
+  if stats is not None:
+    has_nan, amax, norm = stats
     return has_nan, amax, (norm if with_norm else None)
   return gradient_statistics_reference(grads, with_norm)
 
@@ -147,11 +193,11 @@ def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode,
   return tf.where(usable, factors, tf.ones_like(factors))
 
 
-def larc(grads, var_list, learning_rate, params):
+def larc(grads, var_list, learning_rate, params, adapts=None):
   """Applies LARC to the gradients.
 
   The norms of all adapted gradients and variables are taken in one go
-  (``fused.norms``); ``larc_reference`` is the same stage with one ``tf.norm``
+  (``norm_vector``); ``larc_reference`` is the same stage with one ``tf.norm``
   per tensor.
 
   Args:
@@ -159,25 +205,47 @@ def larc(grads, var_list, learning_rate, params):
     var_list: the matching variables.
     learning_rate: the current base learning rate.
     params: checked ``larc_params`` (see ``validation.check_larc_params``).
+    adapts: ``exclusions.larc_mask(var_list, params)`` when known already.
 
   Returns:
     (new gradients, {variable index: LARC factor}) for the adapted variables.
   """
-  return _larc(grads, var_list, learning_rate, params, fused.norms)
+  return _larc(grads, var_list, learning_rate, params, norm_vector, adapts)
 
 
-def larc_reference(grads, var_list, learning_rate, params):
+def larc_reference(grads, var_list, learning_rate, params, adapts=None):
   """``larc`` with the norms taken one ``tf.norm`` at a time (the reference path)."""
-  return _larc(grads, var_list, learning_rate, params, lambda ts: tf.stack(norms(ts)))
+  return _larc(grads, var_list, learning_rate, params, lambda ts: tf.stack(norms(ts)), adapts)
 
 
-def _larc(grads, var_list, learning_rate, params, norms_fn):
-  adapts = exclusions.larc_mask(var_list, params)
+class Larc:
+  """The LARC stage with its settings: ``(grads, variables, learning_rate) -> (grads, factors)``.
+
+  ``backend.update_all`` takes it as ``larc=``: it either calls it, or reads
+  ``params`` and ``adapts`` to run LARC inside the optimizer's native kernel.
+
+  Args:
+    params: checked ``larc_params``.
+    var_list: the variables it will be called with; which of them LARC
+      adapts is decided once, here.
+  """
+
+  def __init__(self, params, var_list):
+    self.params = params
+    self.adapts = exclusions.larc_mask(var_list, params)
+
+  def __call__(self, grads, var_list, learning_rate):
+    return larc(grads, var_list, learning_rate, self.params, self.adapts)
+
+
+def _larc(grads, var_list, learning_rate, params, norms_fn, adapts=None):
+  if adapts is None:
+    adapts = exclusions.larc_mask(var_list, params)
   adapted = [i for i, g in enumerate(grads) if g is not None and adapts[i]]
   if not adapted:
     return list(grads), {}
   g_norms = norms_fn([grads[i] for i in adapted])
-  v_norms = norms_fn([tf1_compat.unwrap(var_list[i]) for i in adapted])
+  v_norms = norms_fn([unwrap(var_list[i]) for i in adapted])
   factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
                               params['larc_mode'], params['min_update'], params['epsilon'])
   result = list(grads)
@@ -213,6 +281,12 @@ class GradientAccumulator(tf.Module):
     inverse = 1.0 / tf.cast(count, tf.float32)
     return [acc * inverse for acc in self.sums]
 
+  def take(self, count):
+    """``mean(count)``, then the sums start again from zero (the mean was read before)."""
+    result = self.mean(count)
+    self.reset()
+    return result
+
   def reset(self):
     for acc in self.sums:
       acc.assign(tf.zeros_like(acc))
@@ -234,7 +308,7 @@ class MasterWeights(tf.Module):
     with tf.init_scope():
       for v in self.model_vars:
         if v.dtype in (tf.float16, tf.bfloat16):
-          master = tf.Variable(tf.cast(tf1_compat.unwrap(v), tf.float32), trainable=False,
+          master = tf.Variable(tf.cast(unwrap(v), tf.float32), trainable=False,
                                name='master/' + exclusions.variable_name(v))
           self.masters.append(master)
         else:
@@ -261,3 +335,46 @@ def apply_if(condition, apply_fn):
     return tf.constant(True)
 
   return tf.cond(condition, run, skip)
+
+
+# --- the summaries optimize_loss writes inside its update (``summaries=[...]``) ----------
+
+def write_summaries(wanted, step, values, var_list, grads, larc_factors):
+  """Writes the ``wanted`` summaries of one update at ``step``.
+
+  Args:
+    wanted: checked names of ``optimize_loss``'s ``summaries``.
+    step: the global step before the update.
+    values: the update's scalars ``learning_rate``, ``loss_scale`` and ``global_norm``.
+    var_list: the variables; their gradients ``grads`` (None entries are left out).
+    larc_factors: {variable index: LARC factor}.
+  """
+  if not wanted:
+    return
+  # Written inside the update's tf.cond; reset the name scope so the tags
+  # are the plain names ('learning_rate', not 'cond/learning_rate').
+  with tf.compat.v1.name_scope(None):
+    _write_unscoped(set(wanted), step, values, var_list, grads, larc_factors)
+
+
+def _write_unscoped(wanted, step, values, var_list, grads, larc_factors):
+  names = [exclusions.variable_name(v) for v in var_list]
+  for key, tag in (('learning_rate', 'learning_rate'), ('loss_scale', 'loss_scale'),
+                   ('global_norm', 'global_gradient_norm')):
+    if tag in wanted:
+      tf.summary.scalar(tag, values[key], step=step)
+  for name, g, v in zip(names, grads, var_list):
+    if g is None:
+      continue
+    if 'gradients' in wanted:
+      tf.summary.histogram(f'gradients/{name}', g, step=step)
+    if 'gradient_norm' in wanted:
+      tf.summary.scalar(f'gradient_norm/{name}', norms([g])[0], step=step)
+    if 'variables' in wanted:
+      tf.summary.histogram(f'variables/{name}', v, step=step)
+    if 'variable_norm' in wanted:
+      tf.summary.scalar(f'variable_norm/{name}', norms([v])[0], step=step)
+  if 'larc_summaries' in wanted:
+    for i, factor in larc_factors.items():
+      tf.summary.scalar(f'larc_grad_update/{names[i]}', factor, step=step)
+      tf.summary.scalar(f'larc_clip_on/{names[i]}', tf.cast(factor < 1.0, tf.float32), step=step)

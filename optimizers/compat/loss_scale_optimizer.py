@@ -19,8 +19,16 @@ Both take the loss scales ``optimize_loss`` takes (a fixed number,
   loops: ``compute_gradients`` multiplies the loss by the loss scale and
   divides the gradients by it; ``apply_gradients`` applies them only when every
   gradient is finite (otherwise no variable changes and ``global_step``
-  stays), and advances the loss scale either way. ``mp_wrapper.py`` adds
-  float32 master weights to it.
+  stays), and advances the loss scale either way.
+* :class:`MixedPrecisionOptimizerWrapper` (OpenSeq2Seq's ``mp_wrapper``) adds
+  float32 master weights to it: variables that are themselves float16 or
+  bfloat16 get a float32 copy that the optimizer and its slots update, and
+  the half-precision variable receives the rounded result, so small updates
+  accumulate instead of rounding away. Under Keras 3's mixed policies the
+  variables are float32 already and only the loss scaling remains.
+
+``import optimizers.loss_scale_optimizer`` and ``import optimizers.mp_wrapper``
+(the old paths) give this module.
 """
 
 import math
@@ -29,7 +37,7 @@ import keras
 import tensorflow as tf
 
 from optimizers import stages
-from optimizers import tf1_compat
+from optimizers import backend
 from optimizers.automatic_loss_scaler import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
 
@@ -141,9 +149,9 @@ class MixedPrecisionLossScaleOptimizer(tf.Module):
     ValueError: for any other ``loss_scale``.
   """
 
-  GATE_NONE = tf1_compat.TF1OptimizerMixin.GATE_NONE
-  GATE_OP = tf1_compat.TF1OptimizerMixin.GATE_OP
-  GATE_GRAPH = tf1_compat.TF1OptimizerMixin.GATE_GRAPH
+  GATE_NONE = backend.TF1OptimizerMixin.GATE_NONE
+  GATE_OP = backend.TF1OptimizerMixin.GATE_OP
+  GATE_GRAPH = backend.TF1OptimizerMixin.GATE_GRAPH
 
   def __init__(self, opt, loss_scale, name=None):
     super().__init__(name=name or f'{getattr(opt, "name", "optimizer")}_loss_scale')
@@ -174,7 +182,7 @@ class MixedPrecisionLossScaleOptimizer(tf.Module):
     """The wrapped optimizer's variables followed by the loss scaler's."""
     inner = self._optimizer.variables
     inner = inner() if callable(inner) else inner
-    return tf1_compat.CallableList(list(inner) + list(self.scaler.variables))
+    return backend.CallableList(list(inner) + list(self.scaler.variables))
 
   def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
                         aggregation_method=None, colocate_gradients_with_ops=False,
@@ -237,3 +245,36 @@ class MixedPrecisionLossScaleOptimizer(tf.Module):
     grads_and_vars = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss,
                                             tape=tape)
     return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+
+class MixedPrecisionOptimizerWrapper(MixedPrecisionLossScaleOptimizer):
+  """Loss scaling plus float32 master weights around an optimizer.
+
+  Args:
+    optimizer: the optimizer to wrap.
+    loss_scale: None (no scaling), a positive number (integers work),
+      ``'dynamic'``, ``'Backoff'``, ``'LogMax'`` or a scaler object.
+  """
+
+  def __init__(self, optimizer, loss_scale=None, name=None):
+    super().__init__(optimizer, 1.0 if loss_scale is None else loss_scale, name=name)
+    self._masters = {}
+
+  def master_weights(self, var_list):
+    """The MasterWeights for ``var_list`` (created on first use)."""
+    key = tuple(id(v) for v in var_list)
+    if key not in self._masters:
+      self._masters[key] = stages.MasterWeights(var_list)
+    return self._masters[key]
+
+  def _apply(self, grads_and_vars):
+    var_list = [v for _, v in grads_and_vars]
+    masters = self.master_weights(var_list)
+    apply_to(self._optimizer, [(g, m) for (g, _), m in zip(grads_and_vars, masters.masters)])
+    masters.copy_back()
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    # Masters and slots must exist before the conditional update is traced.
+    build(self._optimizer, self.master_weights([v for _, v in grads_and_vars]).masters)
+    return super().apply_gradients(grads_and_vars, global_step=global_step, name=name)

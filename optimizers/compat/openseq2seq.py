@@ -195,23 +195,27 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
     raise ValueError('optimize_loss: pass var_list or model (TF 2 has no global collection '
                      'of trainable variables)')
   given = {name: value for name, value in locals().items() if name in PIPELINE_ARGUMENTS}
-  given['dtype'] = normalize_dtype(dtype)
   if var_list is None:
     var_list = model.trainable_variables
   key = _key(model, var_list)
   if key in _PIPELINES:
     _, pipeline, created = _PIPELINES[key]
+    # The dtype as given the first time needs no normalising ('mixed' is 'mixed_float16').
+    same_as_given = _same(created['given dtype'], dtype)
+    given['dtype'] = created['dtype'] if same_as_given else normalize_dtype(dtype)
     _check_same_arguments(created, given)
     return pipeline
+  given['dtype'] = normalize_dtype(dtype)
   pipeline = GradientPipeline(
       var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
       clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
       loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
-      on_horovod=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
+      multi_worker=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
       log_global_norm=log_global_norm)
   # The owner is kept alive with the entry so its id cannot be reused.
-  _PIPELINES[key] = (model if model is not None else list(var_list), pipeline,
-                     {name: _snapshot(value) for name, value in given.items()})
+  created = {name: _snapshot(value) for name, value in given.items()}
+  created['given dtype'] = dtype
+  _PIPELINES[key] = (model if model is not None else list(var_list), pipeline, created)
   return pipeline
 
 

@@ -1,0 +1,494 @@
+"""The one module that runs an optimizer's update, choosing its path once.
+
+Three paths compute the same math (docs/math.md) at different speeds:
+
+* ``NATIVE``: the CPU kernels of ``native.py``, each variable read once
+  (LARS, LAMB, and LARC followed by Momentum as one kernel);
+* ``XLA``: norms with ``tf.nn.l2_loss`` kernels (``squared_norms``) and the
+  element-wise updates as a few XLA launches (``jit_for``, ``pipelined``);
+* ``REFERENCE``: Keras' own ``update_step``, one variable at a time.
+
+``update_all`` is the end of the gradient chain: LARC, when asked for, and
+the optimizer's update, in one call. ``update_path`` applies the rules of the
+choice in one order, once per update, and the first time an optimizer class
+takes a path the choice is logged at INFO level on the ``optimizers``
+logger. ``FusedUpdate`` is the base of the package's optimizers: it runs the
+chosen path inside Keras' ``apply``, so ``model.fit`` and a user's loop take
+it too, and brings ``TF1OptimizerMixin``, the ``tf.compat.v1.train.Optimizer``
+methods ported code calls (``compute_gradients``, ``apply_gradients(...,
+global_step)``, ``minimize``, ``get_slot``; in TF 2 ``loss`` is a
+zero-argument callable, or a tensor with the ``tape`` that recorded it).
+
+Why two kinds of work: an update written as a Python loop over variables runs
+several small ops per variable, each reading and writing a whole tensor.
+``tf.nn.l2_loss`` computes Σx²/2 in one vectorised pass without a temporary
+(``tf.norm`` materialises x², an XLA reduction is not vectorised: both 2-5x
+slower on CPU, docs/performance.md), and XLA fuses a group of variables'
+element-wise arithmetic into one launch; ``pipelined`` overlaps the two.
+"""
+
+import logging
+
+import tensorflow as tf
+
+from optimizers import exclusions
+from optimizers import native
+from optimizers import stages
+
+
+# --- building blocks of the XLA path ------------------------------------------------------
+
+# Groups of variables whose norms and updates are overlapped (``pipelined``):
+# three measured best on ResNet-50 (docs/performance.md); 1 turns it off.
+PIPELINE_GROUPS = 3
+
+
+# The norms of the XLA path are the stages' own (one ``tf.nn.l2_loss`` kernel per tensor).
+squared_norms = stages.squared_norms
+norms = stages.norm_vector
+global_norm = stages.global_norm
+unwrap = stages.unwrap
+unwrap_all = stages.unwrap_all
+
+
+def split_by_size(tensors, parts):
+  """Splits ``range(len(tensors))`` into up to ``parts`` consecutive groups of about equal size.
+
+  Returns:
+    A list of non-empty lists of indices, in order.
+  """
+  sizes = [max(1, int(t.shape.num_elements() or 1)) for t in tensors]
+  total = float(sum(sizes))
+  groups, current, seen = [], [], 0
+  for i, size in enumerate(sizes):
+    current.append(i)
+    seen += size
+    if seen >= total * (len(groups) + 1) / parts and len(groups) < parts - 1:
+      groups.append(current)
+      current = []
+  if current:
+    groups.append(current)
+  return groups
+
+
+def pipelined(groups, norms_fn, update_fn):
+  """Runs ``update_fn(i, group, norms_fn(group))`` group by group, norms overlapping updates.
+
+  Inside a ``tf.function`` the norms of group i + 1 are ordered only after
+  those of group i, and the update of group i only after that of group i − 1,
+  so the norm kernels of the next group run while XLA updates the current one.
+  Each pass alone leaves part of the memory bandwidth unused; together they
+  fill more of it. Eagerly, the groups simply run in turn.
+
+  Args:
+    groups: lists of indices (see ``split_by_size``).
+    norms_fn: ``group -> nest of tensors``, the norms one update needs.
+    update_fn: ``(i, group, norms) -> tensor`` (a result to order the next update by).
+  """
+  norm_deps, update_deps = [], []
+  for i, group in enumerate(groups):
+    with tf.control_dependencies(norm_deps):
+      group_norms = norms_fn(group)
+    with tf.control_dependencies(update_deps):
+      result = update_fn(i, group, group_norms)
+    norm_deps = tf.nest.flatten(group_norms)
+    update_deps = tf.nest.flatten(result)
+
+
+def fusable(grads):
+  """Whether the fused path applies: every gradient dense and no tf.distribute strategy.
+
+  Under a ``tf.distribute`` strategy Keras routes each variable's update
+  through the strategy, which the per-variable path keeps doing.
+  """
+  if tf.distribute.has_strategy():
+    return False
+  return all(not isinstance(g, tf.IndexedSlices) for g in grads)
+
+
+def jit(fn):
+  """``fn`` as a ``tf.function`` that XLA compiles into one launch.
+
+  Called from inside another ``tf.function`` (a train step, ``model.fit``)
+  it becomes one compiled cluster of that graph. Lists of variables may be
+  passed as arguments, and one trace serves every step.
+  """
+  return tf.function(fn, jit_compile=True, autograph=False)
+
+
+def jit_for(owner, fn, name=None):
+  """``jit(fn)`` private to ``owner`` (an optimizer), created on first use.
+
+  A trace keeps weak references to the variables it was traced with and marks
+  them as accessed whenever it is called from another graph, so a trace must
+  not be shared between the variables of two models: once the first model is
+  deleted, the second one's call fails. One function per optimizer keeps each
+  trace with the variables it was made for. The functions are held in a plain
+  dict so checkpoint and SavedModel tracking do not see them.
+  """
+  functions = owner.__dict__.get('_fused_functions')
+  if functions is None:
+    functions = {}
+    object.__setattr__(owner, '_fused_functions', functions)
+  key = name or fn.__name__
+  if key not in functions:
+    functions[key] = jit(fn)
+  return functions[key]
+
+
+# --- the choice of path ------------------------------------------------------------------
+
+NATIVE = 'native'
+XLA = 'xla'
+REFERENCE = 'reference'
+# LARC and the update as one native kernel (``MomentumOptimizer.native_larc_update``).
+NATIVE_WITH_LARC = 'native LARC-and-update'
+
+_LOG = logging.getLogger('optimizers')
+_logged = set()
+
+
+@tf.autograph.experimental.do_not_convert
+def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_optimizers=True):
+  """The path of one update of ``variables`` by ``optimizer``, LARC included when given.
+
+  With ``larc_params`` (LARC, then the update): NATIVE_WITH_LARC when one
+  kernel can do both: the optimizer has that kernel (``MomentumOptimizer``,
+  momentum > 0), LARC's learning rate is the optimizer's own
+  (``larc_rate_is_optimizers``), nothing of Keras' runs between the two steps
+  (no ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``weight_decay``, EMA,
+  gradient accumulation, ``loss_scale_factor``, ``overwrite_with_gradient``)
+  and the kernel applies. Otherwise LARC runs first as a step of its own and
+  the update takes its own path:
+
+  REFERENCE when the optimizer has no fused paths or asked for none
+  (``fused=False``), or a gradient is sparse and the optimizer's update does
+  not read it as the dense one it sums to (``SPARSE_AS_DENSE``: LAMB does), or
+  a ``tf.distribute`` strategy routes each variable's update; else NATIVE
+  when the optimizer has a kernel and it applies (float32, dense, CPU, not
+  inside an XLA cluster, built and loaded, not turned off by
+  ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
+
+  Args:
+    optimizer: the Keras optimizer.
+    grads: the gradients of the update (no None entries).
+    variables: the matching variables.
+    larc_params: checked ``larc_params``, or None for the update alone.
+    larc_rate_is_optimizers: whether LARC's learning rate is the one the
+      optimizer's update uses.
+
+  Returns:
+    NATIVE_WITH_LARC (only with ``larc_params``), NATIVE, XLA or REFERENCE.
+  """
+  if larc_params is not None and (
+      larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
+      and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
+      and native.applies(variables, [], grads)):
+    return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
+  if getattr(optimizer, 'SPARSE_AS_DENSE', False):
+    # The fused paths are given a sparse gradient densified (FusedUpdate);
+    # its values stand in for it here, where only types and dtypes are checked.
+    grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+  if not (getattr(optimizer, 'fused', False) and fusable(grads)):
+    return _chosen(optimizer, 'update', REFERENCE)
+  if hasattr(optimizer, 'native_update') and native.applies(
+      variables, optimizer.native_slots(variables), grads):
+    return _chosen(optimizer, 'update', NATIVE)
+  return _chosen(optimizer, 'update', XLA)
+
+
+def _keras_adds_nothing(optimizer, variables):
+  """Whether Keras' ``apply`` would do nothing but ``update_step`` and count the iteration."""
+  return not (optimizer.clipnorm is not None or optimizer.clipvalue is not None
+              or optimizer.global_clipnorm is not None or optimizer.weight_decay
+              or optimizer.use_ema or optimizer.gradient_accumulation_steps
+              or optimizer.loss_scale_factor is not None
+              or any(getattr(v, 'overwrite_with_gradient', False) for v in variables))
+
+
+def _chosen(optimizer, what, path):
+  key = (type(optimizer).__name__, what, path)
+  if key not in _logged:
+    _logged.add(key)
+    reason = f' ({native.error()})' if path != NATIVE and native.error() else ''
+    _LOG.info('%s: %s on the %s path%s', key[0], what, path, reason)
+  return path
+
+
+# --- TF 1's optimizer methods on Keras 3 optimizers ---------------------------------------
+
+class CallableList(list):
+  """A list that also answers a call with itself: ``opt.variables`` and ``opt.variables()`` both work."""
+
+  def __call__(self):
+    return list(self)
+
+
+def gradients_of(loss, var_list, tape=None, grad_loss=None):
+  """Gradients of ``loss`` (a zero-argument callable, or a tensor recorded on ``tape``)."""
+  if callable(loss):
+    with tf.GradientTape() as tape:
+      value = loss()
+  else:
+    if tape is None:
+      raise ValueError('compute_gradients: in TF 2 `loss` must be a zero-argument callable, '
+                       'or a tensor passed with the `tape` that recorded it')
+    value = loss
+  return tape.gradient(value, list(var_list), output_gradients=grad_loss)
+
+
+class TF1OptimizerMixin:
+  """Adds the ``tf.compat.v1.train.Optimizer`` methods to a Keras 3 optimizer.
+
+  The subclass provides ``get_slot_names()`` and ``_slot_lists()`` (slot name ->
+  list of slot variables in the order of the built variables).
+  """
+
+  GATE_NONE = 0
+  GATE_OP = 1
+  GATE_GRAPH = 2
+
+  def get_name(self):
+    """The optimizer's name."""
+    return self.name
+
+  @property
+  def variables(self):
+    return CallableList(super().variables)
+
+  def _default_var_list(self, var_list):
+    if var_list is not None:
+      return list(var_list)
+    if getattr(self, 'built', False):
+      return list(self._trainable_variables)
+    raise ValueError(f'{self.name}: var_list is required (TF 2 has no collection of '
+                     'trainable variables); pass model.trainable_variables')
+
+  def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP,
+                        aggregation_method=None, colocate_gradients_with_ops=False,
+                        grad_loss=None, tape=None):
+    """Computes the gradients of ``loss`` for ``var_list``.
+
+    Args:
+      loss: a zero-argument callable returning the loss (or a tensor with ``tape``).
+      var_list: the variables; defaults to the ones the optimizer was built with.
+      gate_gradients, aggregation_method, colocate_gradients_with_ops: accepted
+        for compatibility; TF 2 eager gradients need no gating.
+      grad_loss: optional gradient of the loss (``output_gradients``).
+      tape: the GradientTape that recorded a tensor ``loss``.
+
+    Returns:
+      A list of (gradient, variable) pairs; the gradient is None for a variable
+      the loss does not depend on.
+    """
+    del gate_gradients, aggregation_method, colocate_gradients_with_ops
+    var_list = self._default_var_list(var_list)
+    grads = gradients_of(loss, var_list, tape=tape, grad_loss=grad_loss)
+    return list(zip(grads, var_list))
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """Applies gradients; increments ``global_step`` by one when given.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs; pairs with a None gradient are ignored.
+      global_step: optional integer variable incremented after the update.
+      name: accepted for compatibility.
+
+    Returns:
+      The optimizer's iteration counter.
+
+    Raises:
+      ValueError: when no pair has a gradient.
+    """
+    del name
+    grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+    if not grads_and_vars:
+      raise ValueError(f'{self.name}: no gradients provided for any variable')
+    result = super().apply_gradients(grads_and_vars)
+    if global_step is not None:
+      global_step.assign_add(tf.cast(1, global_step.dtype))
+    return result
+
+  def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
+               aggregation_method=None, colocate_gradients_with_ops=False, name=None,
+               grad_loss=None, tape=None):
+    """compute_gradients followed by apply_gradients (TF 1 argument order).
+
+    The Keras order ``minimize(loss, var_list)`` is accepted too: a list in the
+    second position is taken as ``var_list``.
+    """
+    if isinstance(global_step, (list, tuple)):
+      global_step, var_list = None, global_step
+    grads_and_vars = self.compute_gradients(
+        loss, var_list=var_list, gate_gradients=gate_gradients,
+        aggregation_method=aggregation_method,
+        colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss, tape=tape)
+    return self.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+  def get_slot(self, var, name):
+    """The slot variable ``name`` (see ``get_slot_names``) of ``var``, or None."""
+    slots = self._slot_lists().get(name)
+    if slots is None or not getattr(self, 'built', False):
+      return None
+    try:
+      return slots[self._get_variable_index(var)]
+    except KeyError:
+      return None
+
+  def get_slot_names(self):
+    raise NotImplementedError
+
+  def _slot_lists(self):
+    raise NotImplementedError
+
+
+# --- the optimizers' side: Keras' apply on the chosen path -------------------------------
+
+class FusedUpdate(TF1OptimizerMixin):
+  """Base of the package's Keras 3 optimizers: their update on one of three paths, TF 1's methods.
+
+  First among the bases of the optimizer class; it brings the
+  ``tf.compat.v1.train.Optimizer`` methods (``TF1OptimizerMixin``) with it.
+
+  The subclass provides ``xla_update(grads, variables, indices, learning_rate)``
+  (all variables in a few XLA launches) and may provide ``native_update``
+  with the same arguments, and ``native_larc_update(grads, keras_variables,
+  variables, indices, learning_rate, larc_params)``. ``variables`` are the
+  tf.Variables behind the Keras ones and ``indices`` their positions in the
+  built variable list. ``SLOTS`` names the attributes that hold its slot
+  lists, in the order the native kernel takes them.
+  """
+
+  # The attributes holding the optimizer's per-variable slot lists.
+  SLOTS = ()
+
+  # Whether the fused paths may be taken (LARS and LAMB take ``fused=`` for it).
+  fused = True
+  # Weight decay is part of the subclass's update, not Keras' decoupled step.
+  FOLDS_WEIGHT_DECAY = False
+  # The update reads a sparse gradient (tf.IndexedSlices) as the dense tensor it
+  # sums to, as the subclass's update_step does: the fused paths then take it too.
+  SPARSE_AS_DENSE = False
+  # The path ``apply_on`` was given for the update under way; None: choose it here.
+  _given_path = None
+
+  def _apply_weight_decay(self, variables):
+    if self.FOLDS_WEIGHT_DECAY:
+      return None
+    return super()._apply_weight_decay(variables)
+
+  def native_slots(self, variables):
+    """The slots of ``variables`` (tf.Variables) the native kernel writes, to check their dtypes."""
+    indices = [self._get_variable_index(v) for v in variables]
+    return [getattr(self, name)[i].value for name in self.SLOTS for i in indices]
+
+  def apply_on(self, path, grads, trainable_variables):
+    """Keras' ``apply`` on a path already chosen for this update.
+
+    Args:
+      path: ``NATIVE``, ``XLA`` or ``REFERENCE``, from
+        ``update_path`` on these gradients and variables.
+      grads: the gradients (no None entries).
+      trainable_variables: the matching variables.
+    """
+    if path not in (NATIVE, XLA, REFERENCE):
+      raise ValueError(f'{self.name}: apply_on takes the path of an update alone, got {path!r}')
+    self._given_path = path
+    try:
+      return self.apply(grads, trainable_variables)
+    finally:
+      self._given_path = None
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    path = self._given_path
+    if path is None:  # Keras' apply called directly: this is where the update starts
+      path = update_path(self, grads, trainable_variables)
+    if path == REFERENCE:
+      return super()._backend_update_step(grads, trainable_variables, learning_rate)
+    indices = [self._get_variable_index(v) for v in trainable_variables]
+    variables = unwrap_all(trainable_variables)
+    update = self.native_update if path == NATIVE else self.xla_update
+    # Sparse gradients come this far only when SPARSE_AS_DENSE: the dense
+    # tensor they sum to is what update_step would read.
+    update([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads],
+           variables, indices, learning_rate)
+    return None
+
+  def apply_with_larc(self, grads, trainable_variables, larc_params):
+    """LARC at this optimizer's learning rate, then its update, as one kernel.
+
+    Call only where ``update_path(self, grads, trainable_variables,
+    larc_params)`` is NATIVE_WITH_LARC: then Keras' ``apply`` would run nothing but the
+    update between building the optimizer and applying the variables'
+    constraints and counting the iteration, which this does too.
+
+    Returns:
+      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+    """
+    trainable_variables = list(trainable_variables)
+    if not self.built:
+      self.build(trainable_variables)
+    with tf.name_scope(self.name):
+      indices = [self._get_variable_index(v) for v in trainable_variables]
+      factors = self.native_larc_update(
+          list(grads), trainable_variables, unwrap_all(trainable_variables),
+          indices, self.learning_rate, larc_params)
+      for variable in trainable_variables:
+        if variable.constraint is not None:
+          variable.assign(variable.constraint(variable))
+    self.iterations.assign_add(1)
+    return factors
+
+
+def update_all(optimizer, grads, variables, learning_rate, larc=None, larc_rate_is_optimizers=True):
+  """The end of the chain: LARC (when ``larc``), then the optimizer's update of every variable.
+
+  The path is chosen once (``update_path``): one native kernel for both,
+  which reads each variable once, or LARC as a step of its own and the
+  update on the optimizer's own path. An optimizer without fused paths
+  (Keras' own, AGN) runs Keras' ``apply``.
+
+  Args:
+    optimizer: a Keras optimizer (or ``AGNOptimizer``).
+    grads: gradients (None entries are left out of the update).
+    variables: the matching variables.
+    learning_rate: the current base learning rate.
+    larc: the LARC stage (``stages.Larc``) or None.
+    larc_rate_is_optimizers: whether ``learning_rate`` is the rate of the
+      optimizer's update (when it is not, LARC and the update stay apart).
+
+  Returns:
+    {variable index: LARC factor} for the adapted variables.
+  """
+  present = [i for i, g in enumerate(grads) if g is not None]
+  grads_present = [grads[i] for i in present]
+  vars_present = [variables[i] for i in present]
+  larc_params = larc.params if larc is not None else None
+  path = None
+  if present and isinstance(optimizer, FusedUpdate):
+    path = update_path(optimizer, grads_present, vars_present, larc_params,
+                       larc_rate_is_optimizers)
+  if path == NATIVE_WITH_LARC:
+    factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
+    return {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
+  factors = {}
+  if larc is not None:
+    grads, factors = larc(grads, variables, learning_rate)
+  # Keras' reference update passes the gradients through a custom_gradient op
+  # (its replica-context sum, an identity on one replica), which needs them
+  # all from one graph: the gradients LARC left alone come from outside the
+  # branch the update runs in, the scaled ones from inside it.
+  update = [_in_this_graph(grads[i]) for i in present]
+  if path is None:
+    optimizer.apply(update, vars_present)
+  else:
+    optimizer.apply_on(path, update, vars_present)
+  return factors
+
+
+def _in_this_graph(grad):
+  """``grad`` as a tensor (or IndexedSlices) of the graph being built, without a copy."""
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
+                            grad.dense_shape)
+  return tf.identity(grad)
