@@ -15,7 +15,6 @@ import numpy as np
 from data import schemas
 from data.base import DataError, InMemoryDataLayer
 
-DEFAULT_DIR = schemas.FASHION_MNIST_DEFAULT_DIR
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
 FILES = schemas.FASHION_MNIST_FILES

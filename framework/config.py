@@ -44,18 +44,12 @@ from core.registry import is_import_path
 from framework import argument_checks
 from framework import schedule
 from framework import tasks
-from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
 from framework.config_file import IMPORT_PATHS_KEY
 from framework.config_file import absolute_import_paths
 from framework.config_file import MODES  # noqa: F401  (re-exported)
-from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
-from framework.config_file import YAML_EXTENSIONS  # noqa: F401
 from framework.config_file import durations_given
 from framework.config_file import format_error  # noqa: F401
 from framework.config_file import load_config_file
-from framework.config_file import load_yaml  # noqa: F401
-from framework.config_file import merge  # noqa: F401
-from framework.config_file import parse_override  # noqa: F401
 from framework.config_file import resolve  # noqa: F401
 from framework.config_file import resolve_modes
 from framework.config_file import run_config  # noqa: F401
@@ -63,7 +57,6 @@ from framework.config_file import run_config_yaml  # noqa: F401
 from framework.config_file import to_yaml  # noqa: F401
 from framework.config_file import write_config  # noqa: F401
 from framework.config_file import write_run_config  # noqa: F401
-from framework.config_file import write_text  # noqa: F401
 from framework.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.schema import EPOCH_KEYS
 from framework.schema import FRACTION_KEYS
