@@ -71,6 +71,7 @@ sys.path.insert(0, ROOT)
 from core import signals  # noqa: E402  pylint: disable=wrong-import-position
 from framework import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework import schedule  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import results  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -500,12 +501,12 @@ def archive_failures(out, archive):
       continue  # the lock file
     for point in sorted(os.listdir(os.path.join(out, sweep))):
       logdir = os.path.join(out, sweep, point)
-      if not os.path.isdir(logdir) or runner.read_result(logdir) is not None:
+      if not os.path.isdir(logdir) or results.read_result(logdir) is not None:
         continue
-      error = runner.read_error(logdir)
+      error = results.read_error(logdir)
       if error is not None:
         os.makedirs(os.path.join(archive, sweep), exist_ok=True)
-        shutil.copyfile(os.path.join(logdir, runner.ERROR_FILE),
+        shutil.copyfile(os.path.join(logdir, results.ERROR_FILE),
                         os.path.join(archive, sweep, point + study.ARCHIVED_ERROR))
 
 

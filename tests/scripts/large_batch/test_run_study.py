@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from framework.sweep import runner
+from framework.sweep import results
 
 # The study script runs scripts/sweep.py and its report script dozens of times a test.
 pytestmark = pytest.mark.slow
@@ -167,11 +167,11 @@ def test_finished_points_are_skipped_and_only_they(tmp_path, fresh):
              for seed in (0, 1)}
   runs, lines = dry_run(out, with_lines=True)
   # The sweep skips a point whose result.json it finds in the point's logdir
-  # (framework.sweep.runner.read_result): each finished point is listed where
+  # (framework.sweep.results.read_result): each finished point is listed where
   # its result lies, every time it is listed, and no other point is.
-  finished = [r[:5] for r, line in zip(runs, lines) if runner.read_result(logdir_of(line))]
+  finished = [r[:5] for r, line in zip(runs, lines) if results.read_result(logdir_of(line))]
   assert set(finished) == written
-  assert all(runner.read_result(logdir_of(line)) for r, line in zip(runs, lines)
+  assert all(results.read_result(logdir_of(line)) for r, line in zip(runs, lines)
              if r[:5] in written)
   # These results move no grid (each is its grid's middle rate, or alone): the
   # rest of the study is what a fresh one runs.
