@@ -6,9 +6,10 @@
   each tuned over its learning rates and the overrides that tell its sweeps
   apart), grouped by a key, with their updates and time to an accuracy;
 - :mod:`scripts.large_batch.targets`: whether the study's targets are met;
-- :mod:`scripts.large_batch.seq2seq_study` and :mod:`scripts.large_batch.seq2seq_report`:
-  the sequence-to-sequence study of docs/large_batch_seq2seq.md (LAMB, AdamW
-  and Muon on a CMUdict Transformer), its runs planned from its archive, and its page.
+- :mod:`scripts.large_batch.seq2seq_plan`, :mod:`scripts.large_batch.seq2seq_study` and
+  :mod:`scripts.large_batch.seq2seq_report`: the sequence-to-sequence study of
+  docs/large_batch_seq2seq.md (LAMB, AdamW and Muon on a CMUdict Transformer): its
+  runs planned from its archive, the driver that runs them, and its page.
 
 It stands on the generic sweep tools of :mod:`framework.sweep`.
 """

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import report as study_report  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import seq2seq_study as plan  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import seq2seq_plan as plan  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -91,7 +91,7 @@ def tuned_rate(runs, sweep, batch):
   """The rate of ``sweep``'s best seed-0 run at ``batch``, or None before a run there.
 
   Seed 0 alone, as the study's plan centres the larger batches' grids on it
-  (``seq2seq_study.plan``): a second seed at the best rate can change which
+  (``seq2seq_plan.plan``): a second seed at the best rate can change which
   rate has the best mean, not the centre the grids were given.
   """
   seed0 = [r for r in study.at_value(runs, sweep, KEY, batch) if r['seed'] == 0]
