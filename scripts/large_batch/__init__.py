@@ -6,10 +6,11 @@
   each tuned over its learning rates and the overrides that tell its sweeps
   apart), grouped by a key, with their updates and time to an accuracy;
 - :mod:`scripts.large_batch.targets`: whether the study's targets are met;
-- :mod:`scripts.large_batch.seq2seq_plan`, :mod:`scripts.large_batch.seq2seq_study` and
-  :mod:`scripts.large_batch.seq2seq_report`: the sequence-to-sequence study of
-  docs/large_batch_seq2seq.md (LAMB, AdamW and Muon on a CMUdict Transformer): its
-  runs planned from its archive, the driver that runs them, and its page.
+- :mod:`scripts.large_batch.seq2seq_plan`, :mod:`scripts.large_batch.seq2seq_study`,
+  :mod:`scripts.large_batch.seq2seq_report` and :mod:`scripts.large_batch.seq2seq_findings`:
+  the sequence-to-sequence study of docs/large_batch_seq2seq.md (LAMB, AdamW and Muon
+  on a CMUdict Transformer): its runs planned from its archive, the driver that runs
+  them, its page and the page's recipe.
 
 It stands on the generic sweep tools of :mod:`framework.sweep`.
 """

@@ -6,8 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from scripts.large_batch import seq2seq_report as page
+from scripts.large_batch import seq2seq_findings as findings
 from scripts.large_batch import seq2seq_plan as s2s_plan
+from scripts.large_batch import seq2seq_report as page
 from tests.scripts.large_batch.test_seq2seq_study import write_archive
 
 LAMB, ADAMW, MUON = s2s_plan.ARMS
@@ -84,7 +85,7 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
   assert '| 0.048 (one rate, not tuned) | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | **0.048: 99.00** (one rate, not tuned) |' in page.grids(runs)
   # Only a grid that holds its rate inside enters the rate rule: 16384 does not.
-  assert 'at 16384' not in '\n'.join(page.recipe(runs, TARGET))
+  assert 'at 16384' not in '\n'.join(findings.recipe(runs, TARGET))
   # With a grid there (the best arm at 8192 gets one), the mark goes.
   write_archive(archive, 'lamb', 16384, {(0.024, 0): 0.995, (0.096, 0): 0.999},
                 steps=s2s_plan.updates(16384))
@@ -94,7 +95,7 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
   assert '| 0.048 | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | 0.024: 99.50; **0.048: 99.00**; 0.096: 99.90 |' in page.grids(runs)
   # ... and its best rate enters the rule's line: 0.048 / (0.003·sqrt(64) = 0.024) = 2.00.
-  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(page.recipe(runs, TARGET))
+  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(findings.recipe(runs, TARGET))
 
 
 def test_targets_budget_and_failures(archive):
@@ -115,10 +116,10 @@ def test_targets_budget_and_failures(archive):
 
 def test_the_recipe_is_computed_from_the_runs(archive):
   runs = page.read(str(archive), TARGET)
-  text = '\n'.join(page.recipe(runs, TARGET))
+  text = '\n'.join(findings.recipe(runs, TARGET))
   # AdamW's rate inside its grid at 256 (0.001), 1024 (0.002) and 8192 (0.005657): slope
   # of log(lr) on log(B) by least squares; LAMB's 8192 rate is at the grid's edge: left out.
-  expected = page.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
+  expected = findings.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
   assert 0.49 < expected < 0.51
   assert (f'AdamW: 0.001 at 256, 0.002 at 1024, 0.005657 at 8192 (lr ∝ B^{expected:.2f})'
           in text)
@@ -196,10 +197,10 @@ def test_the_rate_tuned_at_256_is_the_one_the_plan_centres_on(tmp_path):
   write_archive(tmp_path, 'lamb', 256, {(0.0015, 0): 0.40, (0.003, 0): 0.30, (0.006, 0): 0.31,
                                         (0.003, 1): 0.34})
   runs = page.read(str(tmp_path), TARGET)
-  assert page.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
+  assert findings.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
   # The grids above 256 were centred on the seed-0 best, and the report measures against it.
-  assert page.tuned_rate(runs, 'lamb', 256) == 0.003
-  centre = s2s_plan.centre(s2s_plan.ARMS[0], 8192, lambda name, batch: page.tuned_rate(runs, name, batch))
+  assert findings.tuned_rate(runs, 'lamb', 256) == 0.003
+  centre = s2s_plan.centre(s2s_plan.ARMS[0], 8192, lambda name, batch: findings.tuned_rate(runs, name, batch))
   assert centre in [r.lr for r in s2s_plan.plan(s2s_plan.Results(str(tmp_path)))
                     if isinstance(r, s2s_plan.Run) and r.sweep == 'lamb' and r.batch == 8192]
 
@@ -208,9 +209,9 @@ def test_a_mean_reads_the_same_in_the_table_and_in_the_targets():
   # 31.12 % and 31.37 %: their mean, 31.245 %, lies on a rounding edge. The table and
   # the target lines both take the mean of the fractions (0.31245), then scale it.
   wers = [0.3112, 0.3137]
-  assert page.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
-  assert page.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
-  assert page.percent([0.5]) == '50.00' and page.percent([None]) == 'n/a'
+  assert findings.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
+  assert findings.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
+  assert findings.percent([0.5]) == '50.00' and findings.percent([None]) == 'n/a'
 
 
 def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch_fit_nothing(
@@ -232,9 +233,9 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   write_archive(archive, 'muon', 1024, {(0.001, 0): 0.40, (0.002, 0): 0.38, (0.004, 0): 0.39},
                 steps=s1k, curve=curve(s1k, [0.7, 0.6, 0.5, 0.38]))
   runs = page.read(str(archive), TARGET)
-  assert page.study.metric_mean(page.members_at(runs, 'lamb', 8192), page.study.WER) == (
+  assert page.study.metric_mean(findings.members_at(runs, 'lamb', 8192), page.study.WER) == (
       pytest.approx(0.301))
-  text = '\n'.join(page.recipe(runs, TARGET))
+  text = '\n'.join(findings.recipe(runs, TARGET))
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
           '5 %: 35.00 %; 20 %: not yet run; 40 %: 30.00 %. Its 2 seeds at the recipe\'s warm-up '
           'differ by 2.20 points. Its best is the longest warm-up the study tries (40 %): past '
@@ -246,7 +247,7 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   # With 20 % in, the best warm-up tried is 40 %: 31.20 - 30.00 = 1.20 points over the recipe.
   write_archive(archive, 'lamb_warmup0.2', 8192, {(0.03394, 0): 0.33}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.2',))
-  text = '\n'.join(page.recipe(page.read(str(archive), TARGET), TARGET))
+  text = '\n'.join(findings.recipe(page.read(str(archive), TARGET), TARGET))
   assert ("the warm-up of LAMB (its best tried, 40 %, against the recipe's 10 %, seed 0): 1.20;"
           in text)
   # The target line gives the arm's best warm-up too, against the best at 256 (AdamW, 30.50 %):
@@ -269,12 +270,12 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
 def test_the_critical_batch_fit_recovers_the_model_and_is_least_squares_on_one_over_b():
   # Exact points of S = 100·(1 + 1000/B) give back S_min 100 and B_crit 1000.
   exact = {b: 100 * (1 + 1000 / b) for b in (256, 1024, 4096, 8192)}
-  s_min, b_crit = page.critical_fit(exact)
+  s_min, b_crit = findings.critical_fit(exact)
   assert s_min == pytest.approx(100) and b_crit == pytest.approx(1000)
   # Noisy points: the line of numpy's least squares of S on 1/B.
   noisy = {256: 592, 1024: 294, 4096: 108, 8192: 90}
   slope_, intercept = np.polyfit([1 / b for b in noisy], list(noisy.values()), 1)
-  assert page.critical_fit(noisy) == pytest.approx((intercept, slope_ / intercept))
+  assert findings.critical_fit(noisy) == pytest.approx((intercept, slope_ / intercept))
   # One batch, or updates that do not level off: nothing.
-  assert page.critical_fit({256: 592}) is None
-  assert page.critical_fit({256: 500, 1024: 600}) is None
+  assert findings.critical_fit({256: 592}) is None
+  assert findings.critical_fit({256: 500, 1024: 600}) is None
