@@ -23,6 +23,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import figures as study_figures  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import report as study_report  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import seq2seq_plan as plan  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
@@ -201,11 +202,11 @@ def figures(runs, target, path):
   labels = {a.name: a.label for a in plan.ARMS}
   batches = list(plan.BATCHES + plan.BEYOND)  # the whole axis from the start, and its line
   drawn = []
-  if study_report.plot_steps(runs, KEY, arms, path, title, target,
+  if study_figures.plot_steps(runs, KEY, arms, path, title, target,
                              ylabel=f'updates to {target * 100:g} % dev WER',
                              xlabel='batch (words)', labels=labels, values=batches, bounds=True):
     drawn.append(path)
-  if study_report.plot_steps(runs, KEY, arms, wall, title, target,
+  if study_figures.plot_steps(runs, KEY, arms, wall, title, target,
                              ylabel=f'wall seconds to {target * 100:g} % dev WER (one CPU)',
                              xlabel='batch (words)', field='seconds_to_target', perfect=False,
                              labels=labels, values=batches, bounds=True):
