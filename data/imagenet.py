@@ -18,10 +18,11 @@ References:
 import logging
 
 from data import images, schemas
-# The names this module has always offered, now homed with the shared code.
+# Importable from here too: the crop and the TFRecord framing and shuffle this layer reads with.
+from data.encoded_images import window_shuffle  # pylint: disable=unused-import
 from data.images import train_crop_window  # pylint: disable=unused-import
 from data.tfrecord import (TFRecordDataLayer, count_records, crc32c,  # pylint: disable=unused-import
-                           masked_crc32c, verified_record_counts, window_shuffle)
+                           masked_crc32c, verified_record_counts)
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import DATA_LAYERS, schemas, tfrecord
+from data import DATA_LAYERS, encoded_images, schemas, tfrecord
 from data.base import DataError, data_error_in
 
 SIZE = 8
@@ -227,11 +227,11 @@ def test_statistics_are_computed_once_and_kept_in_the_run_directory(tfds_keys, t
   mean, std = data.statistics()
   np.testing.assert_allclose(mean, pixels.mean(axis=0), rtol=1e-6)
   np.testing.assert_allclose(std, pixels.std(axis=0), rtol=1e-5)
-  kept = json.loads((run_dir / tfrecord.STATISTICS_FILE).read_text())
+  kept = json.loads((run_dir / encoded_images.STATISTICS_FILE).read_text())
   assert kept['mean'] == list(mean) and kept['std'] == list(std) and kept['channels'] == 3
   # Another layer of the run (eval, export) takes the kept numbers, whatever its files hold.
   kept.update(mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
-  (run_dir / tfrecord.STATISTICS_FILE).write_text(json.dumps(kept))
+  (run_dir / encoded_images.STATISTICS_FILE).write_text(json.dumps(kept))
   evaluated = layer(tfds_keys, 'eval', image_size=[10, 12], augment='flip')
   evaluated.use_run_dir(str(run_dir))
   assert evaluated.statistics() == ((0.5,) * 3, (0.25,) * 3)
