@@ -10,7 +10,7 @@ A run is described by a config file (OpenSeq2Seq layout) holding
   write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
 
 or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve`` overlays the mode's params on the base params and applies the
-command-line overrides (``framework.config_file``); ``validate`` checks every
+command-line overrides (``framework.config_resolve``); ``validate`` checks every
 key against ``framework.schema.SCHEMA`` before anything is built and fills in
 defaults. Its checks run in two steps: first everything a config states by
 itself (keys, types, names, durations, the settings other packages own, the
@@ -45,18 +45,18 @@ from framework import argument_checks
 from framework import schedule
 from framework import tasks
 from framework.config_file import IMPORT_PATHS_KEY
-from framework.config_file import absolute_import_paths
 from framework.config_file import MODES  # noqa: F401  (re-exported)
-from framework.config_file import durations_given
+from framework.config_file import absolute_import_paths
 from framework.config_file import format_error  # noqa: F401
 from framework.config_file import load_config_file
-from framework.config_file import resolve  # noqa: F401
-from framework.config_file import resolve_modes
 from framework.config_file import run_config  # noqa: F401
 from framework.config_file import run_config_yaml  # noqa: F401
 from framework.config_file import to_yaml  # noqa: F401
 from framework.config_file import write_config  # noqa: F401
 from framework.config_file import write_run_config  # noqa: F401
+from framework.config_resolve import durations_given
+from framework.config_resolve import resolve  # noqa: F401  (re-exported)
+from framework.config_resolve import resolve_modes
 from framework.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.schema import EPOCH_KEYS
 from framework.schema import FRACTION_KEYS

@@ -219,6 +219,7 @@ def test_lars_8k_config_is_the_study_point(fresh):
   eeta grid's winner there, docs/large_batch.md).
   """
   from framework import config_file  # pylint: disable=import-outside-toplevel
+  from framework import config_resolve  # pylint: disable=import-outside-toplevel
   line, = [line for line in fresh[1]
            if '/lars_eeta0.004/batch_size_per_gpu=8192__iter_size=1__' in line
            and 'random_seed=0' in line]
@@ -230,10 +231,10 @@ def test_lars_8k_config_is_the_study_point(fresh):
   overrides.remove('iter_size=1')
   # The training config is the same to the key. (The study's --set also makes
   # its evaluation batch 8192, lars_8k.py's is 1000: the same 10,000 test images.)
-  point = config_file.resolve(
+  point = config_resolve.resolve(
       config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars.py')), 'train',
       overrides)
-  one = config_file.resolve(
+  one = config_resolve.resolve(
       config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars_8k.py')), 'train')
   assert one == point
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192
