@@ -11,9 +11,9 @@ beside it:
 
 - ``framework.train_loop``: the loop behind :meth:`Trainer.train`, given the
   pieces of the run it calls (:meth:`Trainer.loop_parts`), and its
-  bookkeeping (when to stop, save, write summaries and evaluate; the
-  divergence check; one-line errors for failed reads and writes), and
-  ``TrainingError``;
+  bookkeeping (when to stop, save, write summaries and evaluate; one-line
+  errors for failed reads and writes); ``framework.run_outputs``, what it
+  writes; ``framework.divergence``, the divergence check and ``TrainingError``;
 - ``framework.tasks``: what depends on the workload (the model from the data
   layer's facts, the loss and train metrics, the evaluation and its metric
   that picks the best checkpoint, the serving signature, infer);
@@ -49,8 +49,8 @@ from framework import summaries
 from framework import train_loop
 from framework import tasks
 from framework.checkpoints import BestCheckpoint
+from framework.divergence import TrainingError
 from framework.stopping import RunStopped
-from framework.train_loop import TrainingError
 from core.params import ConfigError
 from optimizers import exclusions
 from optimizers.agn import AGNOptimizer
