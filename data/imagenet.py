@@ -17,7 +17,7 @@ References:
 
 import logging
 
-from data import images, schemas
+from data import images, schemas, split_sizes
 # Importable from here too: the crop and the TFRecord framing and shuffle this layer reads with.
 from data.encoded_images import window_shuffle  # pylint: disable=unused-import
 from data.images import train_crop_window  # pylint: disable=unused-import
@@ -27,7 +27,7 @@ from data.tfrecord import (TFRecordDataLayer, count_records, crc32c,  # pylint: 
 log = logging.getLogger(__name__)
 
 DEFAULT_PATTERN = {'train': 'train-*', 'eval': 'validation-*'}
-DEFAULT_NUM_EXAMPLES = schemas.IMAGENET_NUM_EXAMPLES
+DEFAULT_NUM_EXAMPLES = split_sizes.IMAGENET_NUM_EXAMPLES
 # Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
 MEAN = schemas.IMAGENET_MEAN
 STD = schemas.IMAGENET_STD

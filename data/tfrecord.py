@@ -25,7 +25,7 @@ import struct
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import images, schemas
+from data import images, schemas, split_sizes
 from data.base import SHUFFLE_KEY, DataError, epoch_key, sub_key, write_json_atomically
 from data.encoded_images import EncodedImageLayer
 
@@ -126,14 +126,14 @@ def verified_record_counts(paths):
 
 def _read_counts(cache_path):
   if '://' not in cache_path:
-    return schemas.read_record_counts(cache_path)
+    return split_sizes.read_record_counts(cache_path)
   try:
     with tf.io.gfile.GFile(cache_path) as f:
       content = json.loads(f.read())
   except (tf.errors.OpError, ValueError):
     return {}
   files = content.get('files') if isinstance(content, dict) else None
-  return files if content.get('format') == schemas.RECORD_COUNTS_FORMAT and isinstance(files, dict) \
+  return files if content.get('format') == split_sizes.RECORD_COUNTS_FORMAT and isinstance(files, dict) \
       else {}
 
 
@@ -141,7 +141,7 @@ def _merge_counts(cache_path, entries):
   """Adds ``entries`` (``key -> {'size', 'mtime_ns', 'records'}``) to a count cache file."""
   files = dict(_read_counts(cache_path))
   files.update(entries)
-  write_json_atomically(cache_path, {'format': schemas.RECORD_COUNTS_FORMAT, 'files': files})
+  write_json_atomically(cache_path, {'format': split_sizes.RECORD_COUNTS_FORMAT, 'files': files})
 
 
 def read_records(files):
@@ -274,16 +274,16 @@ class TFRecordDataLayer(EncodedImageLayer):
       return self.record_counts
     counts, missing = {}, []
     beside = {}
-    kept = (_read_counts(os.path.join(self.run_dir, schemas.RECORD_COUNTS_FILE))
+    kept = (_read_counts(os.path.join(self.run_dir, split_sizes.RECORD_COUNTS_FILE))
             if self.run_dir else {})
     for path in self.files:
       size, mtime = file_signature(path)
       directory = os.path.dirname(path)
       if directory not in beside:
-        beside[directory] = _read_counts(os.path.join(directory, schemas.RECORD_COUNTS_FILE))
-      count = schemas.cached_count(beside[directory], os.path.basename(path), size, mtime)
+        beside[directory] = _read_counts(os.path.join(directory, split_sizes.RECORD_COUNTS_FILE))
+      count = split_sizes.cached_count(beside[directory], os.path.basename(path), size, mtime)
       if count is None:
-        count = schemas.cached_count(kept, path, size, mtime)
+        count = split_sizes.cached_count(kept, path, size, mtime)
       if count is None:
         count = _RECORD_COUNTS.get((path, size, mtime))
       if count is None:
@@ -316,7 +316,7 @@ class TFRecordDataLayer(EncodedImageLayer):
           'size': size, 'mtime_ns': mtime, 'records': count}
     for directory, entries in by_directory.items():
       try:
-        _merge_counts(os.path.join(directory, schemas.RECORD_COUNTS_FILE), entries)
+        _merge_counts(os.path.join(directory, split_sizes.RECORD_COUNTS_FILE), entries)
       except (OSError, tf.errors.OpError):
         for name, entry in entries.items():
           self._unsaved_counts[os.path.join(directory, name)] = entry
@@ -325,7 +325,7 @@ class TFRecordDataLayer(EncodedImageLayer):
   def _save_counts_in_run_dir(self):
     if self._unsaved_counts and self.run_dir and self.worker_index == 0:
       tf.io.gfile.makedirs(self.run_dir)
-      _merge_counts(os.path.join(self.run_dir, schemas.RECORD_COUNTS_FILE), self._unsaved_counts)
+      _merge_counts(os.path.join(self.run_dir, split_sizes.RECORD_COUNTS_FILE), self._unsaved_counts)
       self._unsaved_counts = {}
 
   def use_run_dir(self, run_dir):
