@@ -5,7 +5,7 @@ whose ``tf.train.Example`` records hold ``image/encoded`` (JPEG bytes) and
 ``image/class/label`` (int64, 1-based in the standard conversion).
 
 The layer is the ``tfrecord`` layer (``data/tfrecord.py``) with its
-``imagenet`` preset and the params ImageNet configs have always used; it keeps
+``imagenet`` preset and the params of the ImageNet configs; it keeps
 ImageNet's documented sizes rather than counting the files (``tfrecord`` with
 ``preset: imagenet`` counts them, for a part of ImageNet). With fewer files
 than workers, records are dealt to the workers instead of files.
@@ -106,5 +106,5 @@ class ImageNetDataLayer(TFRecordDataLayer):
                   self.pattern, total, self.num_examples)
 
   def _save_counts(self, counted):
-    # ImageNet's counts stay in the process, as they always did: its sizes are fixed.
+    # ImageNet's counts stay in the process, never in a file: its sizes are documented.
     del counted

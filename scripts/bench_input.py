@@ -1,4 +1,4 @@
-"""Input-pipeline benchmark: the data layers alone against what training consumes (issue 5).
+"""Input-pipeline benchmark: the data layers alone against what training consumes.
 
   .venv/bin/python scripts/bench_input.py [--repeats 3] [--only PART,PART,...]
 

