@@ -32,7 +32,8 @@ def recomputed_statistics(model, dataset, batch_size, keep, stop=None, all_worke
     StopRequested: a signal came while the statistics were recomputed; the
       training statistics are back in place.
   """
-  moving = [v for layer in batch_norm_layers(model) for v in (layer.moving_mean, layer.moving_variance)]
+  moving = [v for layer in batch_norm_layers(model)
+            for v in (layer.moving_mean, layer.moving_variance)]
   saved = [v.numpy() for v in moving]
 
   def until_stopped(batches):

@@ -1,4 +1,4 @@
-"""The plan of the sequence-to-sequence large-batch study (docs/large_batch_seq2seq.md): which runs, in which order.
+"""The plan of the sequence-to-sequence large-batch study: which runs, in which order.
 
 A small Transformer on CMUdict (configs/large_batch_seq2seq/common.py), the
 same epochs at every global batch of B = 256, 1024, 4096 and 8192 words (32 x
@@ -38,7 +38,8 @@ warm-ups for the other arms at 8192, at their chosen rates.
 
 :func:`plan` finds every run from the archived results alone (:class:`Results`),
 so a study resumed in any checkout plans the same runs;
-scripts/large_batch/seq2seq_study.py runs them and seq2seq_report.py writes the page.
+scripts/large_batch/seq2seq_study.py runs them and seq2seq_report.py writes the
+page, docs/large_batch_seq2seq.md.
 """
 
 import collections
