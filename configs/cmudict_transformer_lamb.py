@@ -3,20 +3,8 @@
 Launch (one command, from a clean checkout after scripts/setup.sh):
   .venv/bin/python run.py --config=configs/cmudict_transformer_lamb.py --mode=train_eval --logdir=runs/cmudict_transformer_lamb
 
-Result: test WER 28.1 %, PER 6.8 % (the best checkpoint by dev WER, the last,
-decoded with a beam of 4; greedy: 28.6 %, 6.9 %), dev WER 28.2 %. Dev WER by
-epoch 4 / 8 / 13.3 / 17.3 / 20: 47.0 / 37.1 / 31.2 / 29.3 / 28.2 %. That is
-below the 31 % of cmusphinx/g2p-seq2seq's Transformer on this data. Ten
-epochs give 34.3 % (beam 4). The run: docs/results/cmudict/cmudict_transformer_lamb_20ep.log.
-
-Time: about 41 minutes on a quiet 2-core AMD EPYC with AVX512-BF16, in
-mixed_bfloat16 (4,740 updates at 0.48 s each in --mode=benchmark, plus five
-greedy dev decodes and the test decode with a beam, about 3 minutes). The
-recorded run shared that machine with other jobs (load average 5-12) and
-took about 70 minutes for its last 2,540 updates. On a 2-core Intel Xeon
-without AVX512-BF16 the step trains 442 words/sec in float32 (what dtype
-auto picks there) and 171 in mixed_bfloat16: about 1.5 hours of updates in
-float32, about 4 hours in mixed_bfloat16.
+Result: test WER 28.1 %, PER 6.8 % in about 41 minutes on a 2-core AMD EPYC; the runs,
+their times and other machines' are in docs/sequence.md, "Results".
 
 Recipe: a pre-norm Transformer of 3 + 3 layers, d_model 256 (5.55 M
 parameters, the default size), trained with dtype auto (mixed bfloat16 where

@@ -4,7 +4,7 @@
 TensorFlow, yet the config layer imports these packages for their registries
 before TensorFlow is loaded. A package therefore names its exports as
 ``"module:attribute"`` and loads each one the first time it is read, so
-``from optimizers import LARSOptimizer`` still works and ``import optimizers``
+``from optimizers import LARSOptimizer`` works and ``import optimizers``
 costs nothing.
 """
 

@@ -3,7 +3,7 @@
 The config's ``dtype`` and ``optimize_loss``'s ``dtype`` take Keras' dtype
 policy names: ``float32``, ``float16``, ``bfloat16`` (variables and compute in
 that type), ``mixed_float16`` and ``mixed_bfloat16`` (float32 variables,
-half-precision compute). OpenSeq2Seq's ``mixed`` is kept as another name of
+half-precision compute). OpenSeq2Seq's ``mixed`` is another name of
 ``mixed_float16``. The config also takes ``auto``: mixed bfloat16 where the
 hardware computes bfloat16 natively, float32 elsewhere (:func:`auto_dtype`,
 given what the machine has; ``framework.hardware`` asks TensorFlow about the

@@ -11,12 +11,13 @@ References:
 import numpy as np
 
 from data import schemas
+from data import split_sizes
 from data.base import DataError, InMemoryDataLayer
 
-FILES = schemas.CIFAR10_FILES
+FILES = split_sizes.CIFAR10_FILES
 HEIGHT = WIDTH = 32
 CHANNELS = 3
-RECORD_BYTES = schemas.CIFAR10_RECORD_BYTES
+RECORD_BYTES = split_sizes.CIFAR10_RECORD_BYTES
 NUM_CLASSES = 10
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship',
                'truck')

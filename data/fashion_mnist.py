@@ -13,12 +13,12 @@ import zlib
 import numpy as np
 
 from data import schemas
+from data import split_sizes
 from data.base import DataError, InMemoryDataLayer
 
-DEFAULT_DIR = schemas.FASHION_MNIST_DEFAULT_DIR
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
-FILES = schemas.FASHION_MNIST_FILES
+FILES = split_sizes.FASHION_MNIST_FILES
 NUM_CLASSES = 10
 CLASS_NAMES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
                'Bag', 'Ankle boot')

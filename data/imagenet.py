@@ -5,7 +5,7 @@ whose ``tf.train.Example`` records hold ``image/encoded`` (JPEG bytes) and
 ``image/class/label`` (int64, 1-based in the standard conversion).
 
 The layer is the ``tfrecord`` layer (``data/tfrecord.py``) with its
-``imagenet`` preset and the params ImageNet configs have always used; it keeps
+``imagenet`` preset and the params of the ImageNet configs; it keeps
 ImageNet's documented sizes rather than counting the files (``tfrecord`` with
 ``preset: imagenet`` counts them, for a part of ImageNet). With fewer files
 than workers, records are dealt to the workers instead of files.
@@ -17,16 +17,17 @@ References:
 
 import logging
 
-from data import images, schemas
-# The names this module has always offered, now homed with the shared code.
+from data import images, schemas, split_sizes
+# Importable from here too: the crop and the TFRecord framing and shuffle this layer reads with.
+from data.encoded_images import window_shuffle  # pylint: disable=unused-import
 from data.images import train_crop_window  # pylint: disable=unused-import
 from data.tfrecord import (TFRecordDataLayer, count_records, crc32c,  # pylint: disable=unused-import
-                           masked_crc32c, verified_record_counts, window_shuffle)
+                           masked_crc32c, verified_record_counts)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PATTERN = {'train': 'train-*', 'eval': 'validation-*'}
-DEFAULT_NUM_EXAMPLES = schemas.IMAGENET_NUM_EXAMPLES
+DEFAULT_NUM_EXAMPLES = split_sizes.IMAGENET_NUM_EXAMPLES
 # Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
 MEAN = schemas.IMAGENET_MEAN
 STD = schemas.IMAGENET_STD
@@ -105,5 +106,5 @@ class ImageNetDataLayer(TFRecordDataLayer):
                   self.pattern, total, self.num_examples)
 
   def _save_counts(self, counted):
-    # ImageNet's counts stay in the process, as they always did: its sizes are fixed.
+    # ImageNet's counts stay in the process, never in a file: its sizes are documented.
     del counted

@@ -17,7 +17,7 @@ import tensorflow as tf
 from core.params import ConfigError
 from data import images, schemas
 from data.base import DataError
-from data.tfrecord import EncodedImageLayer
+from data.encoded_images import EncodedImageLayer
 
 
 # A worker's share of a split whose encoded images fit in this many bytes is

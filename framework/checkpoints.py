@@ -34,7 +34,7 @@ BEST_RECORD = 'best.json'
 _OS_REASONS = sorted({os.strerror(code) for code in errno.errorcode}, key=len, reverse=True)
 _GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
 # The variable of a run's checkpoint that records what its data position counts in:
-# ``[workers, batch per worker]`` (checkpoints written before it lack it).
+# ``[workers, batch per worker]`` (a checkpoint may lack it: then nothing is compared).
 DATA_LAYOUT = 'data_layout'
 _DATA_LAYOUT_KEY = f'{DATA_LAYOUT}/.ATTRIBUTES/VARIABLE_VALUE'
 
@@ -213,8 +213,8 @@ def data_layout(prefix):
     prefix: a checkpoint prefix.
 
   Returns:
-    ``(workers, batch per worker)``, or None for a checkpoint written before
-    checkpoints recorded them.
+    ``(workers, batch per worker)``, or None for a checkpoint that does not
+    record them.
 
   Raises:
     tf.errors.OpError, ValueError: the checkpoint cannot be read.

@@ -9,8 +9,9 @@ A run is described by a config file (OpenSeq2Seq layout) holding
   eval_cfg = validate(resolve(raw, 'eval', ['optimizer_params.momentum=0.95']), names, 'eval')
   write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
 
-or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve`` overlays the mode's params on the base params and applies the
-command-line overrides (``framework.config_file``); ``validate`` checks every
+or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve``
+overlays the mode's params on the base params and applies the command-line
+overrides (``framework.config_resolve``); ``validate`` checks every
 key against ``framework.schema.SCHEMA`` before anything is built and fills in
 defaults. Its checks run in two steps: first everything a config states by
 itself (keys, types, names, durations, the settings other packages own, the
@@ -23,7 +24,9 @@ its durations in steps. Where the data layer declares the size of its
 training split (its ``TRAIN_EXAMPLES`` fact), the run's length is checked
 too, in steps, as the trainer checks it: an epoch holds a full batch and the
 warm-up ends within the run (``framework.schedule``), so ``--print_config``
-and a sweep's check of its points refuse what a run would refuse. Every mistake raises
+and a sweep's check of its points refuse what a run would refuse. The run's
+one source of weight decay is chosen in ``framework.weight_decay``; what a
+config's names stand for is read through ``framework.config_names``. Every mistake raises
 :class:`ConfigError` with a one-line message that starts with the key path,
 and no function modifies the dict it is given.
 """
@@ -32,7 +35,6 @@ import copy
 import inspect
 import math
 import os
-import sys
 
 from core.params import ConfigError
 from core.params import Param
@@ -40,30 +42,24 @@ from core.params import REQUIRED
 from core.params import check_params
 from core.params import positive
 from core.params import reject_unknown_keys
-from core.registry import is_import_path
 from framework import argument_checks
+from framework import config_names
 from framework import schedule
 from framework import tasks
-from framework.config_file import CONFIG_EXTENSIONS  # noqa: F401  (re-exported)
+from framework import weight_decay
 from framework.config_file import IMPORT_PATHS_KEY
-from framework.config_file import absolute_import_paths
 from framework.config_file import MODES  # noqa: F401  (re-exported)
-from framework.config_file import TOP_LEVEL_KEYS  # noqa: F401
-from framework.config_file import YAML_EXTENSIONS  # noqa: F401
-from framework.config_file import durations_given
+from framework.config_file import absolute_import_paths
 from framework.config_file import format_error  # noqa: F401
 from framework.config_file import load_config_file
-from framework.config_file import load_yaml  # noqa: F401
-from framework.config_file import merge  # noqa: F401
-from framework.config_file import parse_override  # noqa: F401
-from framework.config_file import resolve  # noqa: F401
-from framework.config_file import resolve_modes
 from framework.config_file import run_config  # noqa: F401
 from framework.config_file import run_config_yaml  # noqa: F401
 from framework.config_file import to_yaml  # noqa: F401
 from framework.config_file import write_config  # noqa: F401
 from framework.config_file import write_run_config  # noqa: F401
-from framework.config_file import write_text  # noqa: F401
+from framework.config_resolve import durations_given
+from framework.config_resolve import resolve  # noqa: F401  (re-exported)
+from framework.config_resolve import resolve_modes
 from framework.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.schema import EPOCH_KEYS
 from framework.schema import FRACTION_KEYS
@@ -162,18 +158,18 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   result = _check_schema(config)
   given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
-    _check_name(result, kind, registries)
-    _check_declared_params(result, kind, _declared(result, kind, registries, 'PARAMS'))
+    config_names.check_name(result, kind, registries)
+    _check_declared_params(result, kind, config_names.declared(result, kind, registries, 'PARAMS'))
   tasks.task_of(result, registries)
   _check_optimizer(result, registries)
-  result = _one_weight_decay(result, given_model_params, registries)
+  result = weight_decay.one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
   _check_declared_arguments(result, registries)
   _check_batches(result, mode)
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
-  _no_regularizer_beside_decay(result, registries)
+  weight_decay.no_regularizer_beside_decay(result, registries)
   argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
   if mode == 'train':
     check_jit_compile(result)
@@ -220,7 +216,7 @@ def _declared_steps_per_epoch(result, registries):
   Raises:
     ConfigError: when an epoch holds no full batch.
   """
-  count = _declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
+  count = config_names.declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
   examples = count(result['data_layer_params']) if count is not None else None
   if examples is None:
     return None
@@ -257,13 +253,13 @@ def _check_schema(config):
 
 def _check_optimizer(result, registries):
   """The optimizer's name, and AGN's ``agn_params`` when the optimizer wraps another one."""
-  _check_name(result, 'optimizer', registries)
-  if _declared(result, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+  config_names.check_name(result, 'optimizer', registries)
+  if config_names.declared(result, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
     # A wrapper (AGN) takes optimizer_params for the optimizer it wraps.
     result['agn_params'] = check_params(result['agn_params'], validation.AGN_SCHEMA, 'agn_params')
     inner = {'optimizer': result['agn_params']['optimizer']}
-    _check_name(inner, 'optimizer', registries)
-    if _declared(inner, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+    config_names.check_name(inner, 'optimizer', registries)
+    if config_names.declared(inner, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
       raise ConfigError('agn_params.optimizer: must be a plain optimizer, not another wrapper')
   elif result['agn_params'] is not None:
     raise ConfigError('agn_params: only used with optimizer: AGN')
@@ -271,93 +267,9 @@ def _check_optimizer(result, registries):
                                   _OPTIMIZER_SUPPLIED)
 
 
-def _one_weight_decay(result, given_model_params, registries):
-  """The run's one source of weight decay: the model's L2 loss or the optimizer's own decay.
-
-  ``model_params.weight_decay`` (L2 on the kernels, in the loss; 1e-4 unless
-  given) would stack on the decay of an optimizer that has one (LARS, LAMB,
-  AdamW, Muon: ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``) or that is given
-  Keras' ``weight_decay``. So the optimizer's is the run's where it has one
-  or one is given, and the model's default is turned off; a model decay the
-  config gives turns an optimizer's own default off instead. Given both
-  (other than 0) is a mistake.
-  An optimizer that keeps its decay in more arguments than ``weight_decay``
-  (``OWN_DECAY_ARGUMENTS``: Muon's ``adam_weight_decay`` as well) has them
-  all turned off, or refused, together.
-
-  Returns:
-    ``result``, or a new dict with the source not taken at 0.
-
-  Raises:
-    ConfigError: naming both keys, when both are given.
-  """
-  model_params = result['model_params']
-  if not isinstance(model_params, dict) or 'weight_decay' not in model_params:
-    return result  # the model has no such parameter, or declares none
-  model_given = (given_model_params or {}).get('weight_decay')
-  entry = _optimizer_entry(result, registries)
-  own = _declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
-  # Muon holds its own decay in two arguments (its AdamW fallback's is adam_weight_decay).
-  names = _declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
-  given = {name: result['optimizer_params'].get(name) for name in names}
-  optimizer_given = given['weight_decay']
-  for name, value in given.items():
-    if model_given and value:
-      raise ConfigError(f'model_params.weight_decay: {model_given} given together with '
-                        f'optimizer_params.{name}: {value}; a run takes one source '
-                        'of weight decay (the L2 loss of the model, or the optimizer\'s own): set '
-                        'the other to 0')
-  if model_given:
-    if own and optimizer_given is None:  # the optimizer's defaults would stack on it
-      return dict(result, optimizer_params=dict(
-          result['optimizer_params'], **{name: 0.0 for name, value in given.items()
-                                         if value is None}))
-    return result
-  if optimizer_given or own is not None:
-    return dict(result, model_params=dict(model_params, weight_decay=0.0))
-  return result
-
-
-def _no_regularizer_beside_decay(result, registries):
-  """Refuses ``regularizer: l2`` beside an optimizer's own weight decay, as two sources of decay.
-
-  The optimizer's decay is what it trains with after :func:`_one_weight_decay`:
-  the value given, else its own default (LARS 1e-4, AdamW and Muon 0.004;
-  LAMB's is 0). Unlike the model's default L2, which gives way to the
-  optimizer's, the regularizer is always given, so neither is turned off
-  silently: the config says which one to keep.
-
-  Raises:
-    ConfigError: naming the regularizer and the optimizer's decay, when both are other than 0.
-  """
-  scale = (result['regularizer_params'] or {}).get('scale')
-  if result['regularizer'] is None or not scale:
-    return
-  entry = _optimizer_entry(result, registries)
-  own = _declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
-  names = _declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
-  optimizer = entry['optimizer']
-  optimizer = optimizer if isinstance(optimizer, str) else getattr(optimizer, '__name__',
-                                                                    'the optimizer')
-  values = {name: result['optimizer_params'].get(name) for name in names}
-  defaults = [f'optimizer_params.{name}' for name, value in values.items()
-              if value is None and own]
-  decays = [f'optimizer_params.{name}: {value}' for name, value in values.items() if value]
-  if defaults:
-    decays.insert(0, f"{optimizer}'s own weight decay ({' and '.join(defaults)}, {own} by "
-                     'default)')
-  taken = [f'optimizer_params.{name}' for name, value in values.items()
-           if value or (value is None and own)]
-  if decays:
-    raise ConfigError(f'regularizer: {result["regularizer"]} (regularizer_params.scale: {scale}) '
-                      f'given together with {" and ".join(decays)}; a run takes one source of '
-                      'weight decay (the L2 loss of the regularizer, or the optimizer\'s own): set '
-                      f'{" and ".join(taken)} to 0, or drop the regularizer')
-
-
 def _check_lr_policy(result, registries):
   """The lr policy's name, its base learning rate and the durations in epochs or fractions."""
-  _check_name(result, 'lr_policy', registries)
+  config_names.check_name(result, 'lr_policy', registries)
   lr_params = result['lr_policy_params']
   if result['lr_scaling'] is not None:
     if 'learning_rate' in lr_params:
@@ -464,29 +376,24 @@ def _check_with_owners(config, registries, per_epoch=None):
   from framework import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
   for kind in ('model', 'data_layer'):
-    if _declared(config, kind, registries, 'PARAMS') is None:
-      _check_declared_params(config, kind, getattr(_lookup(config, kind, registries), 'PARAMS', None))
-  entry = _optimizer_entry(config, registries)
-  optimizer = _lookup(entry, 'optimizer', registries)
-  if _declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:  # else checked already
+    if config_names.declared(config, kind, registries, 'PARAMS') is None:
+      owner = config_names.lookup(config, kind, registries)
+      _check_declared_params(config, kind, getattr(owner, 'PARAMS', None))
+  entry = config_names.optimizer_entry(config, registries)
+  optimizer = config_names.lookup(entry, 'optimizer', registries)
+  # Where the registration declares the arguments, they were checked already.
+  if config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:
     argument_checks.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
                                     _OPTIMIZER_SUPPLIED)
   if inspect.isclass(optimizer):
     argument_checks.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
                                           learning_rate=_TRIAL_LEARNING_RATE)
-  if _declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:  # else checked already
-    policy = _lookup(config, 'lr_policy', registries)
+  if config_names.declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
+    policy = config_names.lookup(config, 'lr_policy', registries)
     argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
   if per_epoch is not None:
     schedule.learning_rate_fn(config, per_epoch)
-
-
-def _optimizer_entry(config, registries):
-  """``{'optimizer': ...}`` naming the optimizer that takes ``optimizer_params`` (AGN's inner one)."""
-  if _declared(config, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
-    return {'optimizer': config['agn_params']['optimizer']}
-  return config
 
 
 def _check_declared_arguments(result, registries):
@@ -498,60 +405,14 @@ def _check_declared_arguments(result, registries):
   Raises:
     ConfigError: for an unknown or missing argument, as the signature check says it.
   """
-  declared = _declared(_optimizer_entry(result, registries), 'optimizer', registries, 'ARGUMENTS')
+  entry = config_names.optimizer_entry(result, registries)
+  declared = config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS')
   if declared is not None:
     argument_checks.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
                                     _OPTIMIZER_SUPPLIED)
-  declared = _declared(result, 'lr_policy', registries, 'ARGUMENTS')
+  declared = config_names.declared(result, 'lr_policy', registries, 'ARGUMENTS')
   if declared is not None:
     argument_checks.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
 
 
-def _registry(key, registries):
-  registry = registries.get(key)
-  if registry is None:
-    raise ValueError(f'validate: no {key!r} registry given')
-  return registry
-
-
-def _check_name(config, key, registries):
-  """Refuses a name ``config[key]`` that its registry does not hold.
-
-  A registered name imports nothing; an import path (``"package.module:name"``,
-  the user's own code) is imported here, TensorFlow first and quietly, since
-  such a module almost always imports it.
-  """
-  value = config[key]
-  if isinstance(value, str):
-    registry = _registry(key, registries)
-    if is_import_path(value) and 'tensorflow' not in sys.modules:
-      from framework import tf_import  # pylint: disable=import-outside-toplevel
-      tf_import.import_tensorflow()
-    if value not in registry:
-      raise ConfigError(f'{key}: {registry.unknown_message(value)}')
-
-
-def _declared(config, key, registries, fact):
-  """What the object ``config[key]`` names (or is) declares as ``fact`` (``PARAMS``, ``WRAPS_OPTIMIZER``).
-
-  A lazily registered entry answers from its registration, without being
-  imported; an object, or an entry already loaded, from its attribute.
-  """
-  value = config[key]
-  if not isinstance(value, str):
-    return getattr(value, fact, None)
-  registry = _registry(key, registries)
-  facts = registry.facts(value)
-  if fact in facts:
-    return facts[fact]
-  return getattr(registry[value], fact, None) if registry.is_loaded(value) else None
-
-
-def _lookup(config, key, registries):
-  """Returns the object ``config[key]`` names (or is), importing it."""
-  value = config[key]
-  if not isinstance(value, str):
-    return value
-  _check_name(config, key, registries)
-  return _registry(key, registries)[value]

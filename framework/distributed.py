@@ -51,7 +51,6 @@ broadcast_variables = allreduce.broadcast
 engine_name = allreduce.engine_name
 
 AUTO = 'auto'
-CHOICES = (AUTO, allreduce.NONE, allreduce.HOROVOD, allreduce.MULTI_WORKER_MIRRORED)
 
 _LAUNCHER_VARIABLES = ('HOROVOD_RANK', 'HOROVOD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
 _CLUSTER_JOBS = ('chief', 'worker')

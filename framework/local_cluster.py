@@ -156,7 +156,7 @@ def ends_with_parent(signum=signal.SIGTERM):
   The setting is made in the forked child before its exec and is kept across
   exec (and across run.py's own re-exec under tcmalloc, the same process);
   it is cleared only for a set-user-id program. None where there is no
-  ``prctl`` (the workers then outlive a killed launcher, as before).
+  ``prctl`` (there the workers outlive a killed launcher).
   """
   prctl = _libc_prctl()  # loaded here: the forked child only calls it
   if prctl is None:

@@ -220,7 +220,7 @@ def read_config_file(path):
 
   The file holds ``base_params``, ``train_params`` and ``eval_params`` (the
   layout ``--config`` reads); the train view is the first two merged. A flat
-  file, as older versions wrote, is that view already.
+  file (no ``base_params``) is read as that view itself.
   """
   try:
     with open(path, encoding='utf-8') as f:

@@ -5,12 +5,12 @@ as one :class:`LoopParts` (the compiled step, the batches, the checkpoint and
 model, the evaluations, the precise batch-norm block, the data check, the
 run's sizes and task), and no trainer. :func:`train`
 
-1. opens what the run writes (:class:`RunOutputs`: the periodic checkpoints,
+1. opens what the run writes (``framework.run_outputs.RunOutputs``: the periodic checkpoints,
    the best checkpoint, the train and eval summary writers; the chief alone
    writes), so that a logdir that cannot be written fails before any step;
 2. runs a :class:`TrainLoop` over the compiled step; between steps the loop
    keeps the run's bookkeeping from the metrics each step returns (its
-   global step among them): the divergence check (:class:`Divergence`), the
+   global step among them): the divergence check (``framework.divergence``), the
    images/sec window, the train summaries, the periodic checkpoints, the
    evaluations (with the best checkpoint), and the stop on a signal, which
    saves and raises ``stopping.RunStopped``;
@@ -29,25 +29,23 @@ import signal
 import time
 from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
-import yaml
 
 from data.base import DataError
 from data.base import data_error_in
 from framework import checkpoints
-from framework import config as config_lib
 from framework import console
 from framework import distributed
 from framework import evaluation
 from framework import rundir
+from framework import run_outputs
 from framework import summaries
 from framework.checkpoints import CheckpointError
+from framework.divergence import Divergence
+from framework.run_outputs import RunOutputs
 from framework.stopping import RunStopped
 from framework.stopping import StopRequested
 
-# Updates in a row that a dynamic loss scale may skip before the run is declared stuck.
-_MAX_SKIPPED_UPDATES = 50
 # The images/sec rate is measured over a window of steps that starts again after this long.
 _RATE_WINDOW_SECONDS = 10.0
 _WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied',
@@ -56,9 +54,6 @@ _WRITE_FAILURES = ('No space left', 'Read-only file system', 'Permission denied'
 # signal cut off is still to do; the resumed run does it.
 ENDING_MARK = 'ending.json'
 
-
-class TrainingError(RuntimeError):
-  """A run stopped for a reason the user must act on (e.g. a non-finite loss)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +153,7 @@ def train(parts, evaluate_every=None, stop=None):
   try:
     with outputs.writer.as_default():
       if outputs.writes:  # at every start: a resumed run's values replace the first ones
-        _write_run_config(parts)
+        run_outputs.write_run_config(parts)
       eval_metrics = TrainLoop(parts, outputs, evaluate_every, stop).run()
     outputs.close()
   except tf.errors.OpError as exc:
@@ -190,149 +185,6 @@ def _is_write_failure(exc, logdir):
   return logdir in message or os.path.abspath(logdir) in message or any(
       text in message for text in _WRITE_FAILURES)
 
-
-def _write_run_config(parts):
-  """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
-  text = config_lib.to_yaml(parts.config)
-  values = summaries.hparams(yaml.safe_load(text), parts.overrides,
-                             {'global_batch': parts.sizes.global_batch,
-                              'num_workers': parts.sizes.num_workers})
-  summaries.write_run_config(parts.logdir, text, values, parts.task.EVAL_METRICS)
-
-
-class RunOutputs:
-  """What a training run writes, opened before its first step.
-
-  Attributes:
-    manager: the ``tf.train.CheckpointManager`` of the periodic checkpoints
-      (None on the workers that write nothing).
-    best: the ``checkpoints.BestCheckpoint`` by ``task``'s metric (None on those workers).
-    writes: whether train summaries are written (chief, summaries on, steps to train).
-    writer: the train summary writer (a no-op writer when nothing is written).
-    eval_writer: the eval summary writer; its file appears with the first evaluation.
-
-  Args:
-    checkpoint: the ``tf.train.Checkpoint`` of the run's state.
-    model: the model in it, whose variables are checked before each save.
-    logdir: the run directory.
-    config: the train config (``num_checkpoints``, ``save_summaries_steps``).
-    trains: whether the run has steps to train.
-    task: the run's ``framework.tasks`` task, whose ``BEST_METRIC`` picks the
-      best checkpoint (default: an image classifier's accuracy).
-
-  Raises:
-    CheckpointError: the logdir cannot be written; nothing of the run was written.
-  """
-
-  def __init__(self, checkpoint, model, logdir, config, trains, task=None):
-    self.model = model
-    self.logdir = logdir
-    chief = distributed.is_chief()
-    # A run that trains nothing or writes no summaries leaves no empty event file.
-    self.writes = bool(chief and config['save_summaries_steps'] and trains)
-    try:
-      self.manager = tf.train.CheckpointManager(
-          checkpoint, logdir, max_to_keep=config['num_checkpoints'],
-          checkpoint_name=checkpoints.CHECKPOINT_NAME) if chief else None
-      metric, higher = ((task.BEST_METRIC, task.HIGHER_IS_BETTER) if task is not None
-                        else ('accuracy', True))
-      self.best = checkpoints.BestCheckpoint(
-          checkpoint, os.path.join(logdir, checkpoints.BEST_DIR),
-          log=distributed.log, metric=metric, higher_is_better=higher) if chief else None
-      self.writer = (tf.summary.create_file_writer(logdir) if self.writes
-                     else tf.summary.create_noop_writer())
-      self.eval_writer = summaries.LazyWriter(os.path.join(logdir, summaries.EVAL_DIR), chief)
-    except (OSError, tf.errors.OpError) as exc:
-      raise CheckpointError(f'cannot write to logdir {logdir} ({exc}); nothing of this '
-                            'run was written') from None
-    # The directory each save checks it still writes into (see save()).
-    self._logdir_identity = checkpoints.directory_identity(logdir)
-
-  def latest(self):
-    """The newest periodic checkpoint (None when there is none, or on other workers)."""
-    return self.manager.latest_checkpoint if self.manager is not None else None
-
-  def save(self, step):
-    """Saves a checkpoint (chief only), never one holding non-finite model variables.
-
-    A diverging run can overflow the batch-norm statistics while its loss is
-    still finite; such a state is not saved and the run stops, keeping the
-    last good checkpoint.
-
-    Returns:
-      The saved path (None on other workers).
-
-    Raises:
-      TrainingError: when a model variable holds NaN or infinity.
-      CheckpointError: when the checkpoint cannot be written (its partial files are removed).
-    """
-    if self.manager is None:
-      return None
-    bad = [v.path for v in self.model.variables if not np.all(np.isfinite(v.numpy()))]
-    if bad:
-      raise TrainingError(
-          f'non-finite model variables at step {step} ({len(bad)}, e.g. {bad[0]}), not saved; '
-          f'last checkpoint kept: {self.latest() or "none yet"}. Lower the learning '
-          'rate, enable clipping (max_grad_norm) or LARC.')
-    replaced = checkpoints.directory_identity(self.logdir) != self._logdir_identity
-    path = checkpoints.save(self.manager, step)
-    if replaced:
-      # The files the run wrote before are gone (or belong to another directory now):
-      # the state is kept, and the run ends rather than train on unseen.
-      raise checkpoints.LogdirRemoved(
-          f'the logdir {self.logdir} was removed or replaced while the run trained; the '
-          f'checkpoint of step {step} was saved into the directory now there ({path}), with '
-          'the run\'s config.yaml; the checkpoints and summaries written before are gone. '
-          'Resume with --continue_learning, or delete the directory to drop the run', step)
-    return path
-
-  def close(self):
-    self.writer.close()
-    self.eval_writer.close()
-
-
-class Divergence:
-  """Stops a run whose loss or gradients are not finite and will not become so.
-
-  With float32 and a fixed loss scale a non-finite loss or gradient will not
-  go away by itself: the run stops at once. An adaptive loss scale skips such
-  steps and lowers the scale; the run stops only when no update lands for
-  ``_MAX_SKIPPED_UPDATES`` updates' worth of micro-steps.
-
-  Args:
-    config: the train config (``dtype``, ``loss_scaling``).
-    iter_size: micro-steps per update.
-    step: the global step training starts at.
-  """
-
-  def __init__(self, config, iter_size, step):
-    self.fail_fast = config['dtype'] == 'float32' and not isinstance(config['loss_scaling'], str)
-    self.limit = iter_size * (1 if self.fail_fast else _MAX_SKIPPED_UPDATES)
-    self.last_step = step
-    self.stalled = 0  # micro-steps in a row after which the global step had not moved
-
-  def check(self, step, loss, last_checkpoint):
-    """Counts one micro-step that ended at global ``step`` with ``loss``.
-
-    Args:
-      step: the global step after the micro-step.
-      loss: its loss.
-      last_checkpoint: ``f() -> path or None``, the checkpoint the message names as kept.
-
-    Raises:
-      TrainingError: when the run cannot go on.
-    """
-    self.stalled = self.stalled + 1 if step == self.last_step else 0
-    self.last_step = step
-    if (self.fail_fast and not np.isfinite(loss)) or self.stalled >= self.limit:
-      # Not saved now: the forward passes may have left non-finite batch-norm
-      # statistics; the last periodic checkpoint is the last good state.
-      what = 'loss' if not np.isfinite(loss) else 'gradients'
-      raise TrainingError(
-          f'non-finite {what} (loss {loss}) at step {step + 1}, '
-          f'{self.stalled} micro-step(s) without an applied update; last checkpoint kept: '
-          f'{last_checkpoint() or "none yet"}. Lower the learning rate, enable clipping '
-          '(max_grad_norm) or LARC.')
 
 
 class _Rate:

@@ -11,15 +11,16 @@ beside it:
 
 - ``framework.train_loop``: the loop behind :meth:`Trainer.train`, given the
   pieces of the run it calls (:meth:`Trainer.loop_parts`), and its
-  bookkeeping (when to stop, save, write summaries and evaluate; the
-  divergence check; one-line errors for failed reads and writes), and
-  ``TrainingError``;
+  bookkeeping (when to stop, save, write summaries and evaluate; one-line
+  errors for failed reads and writes); ``framework.run_outputs``, what it
+  writes; ``framework.divergence``, the divergence check and ``TrainingError``;
 - ``framework.tasks``: what depends on the workload (the model from the data
   layer's facts, the loss and train metrics, the evaluation and its metric
   that picks the best checkpoint, the serving signature, infer);
 - ``framework.evaluation``: the image classifier's eval step, the report of an evaluation;
 - ``framework.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
 - ``framework.stopping``: stopping on a signal, ``RunStopped``;
+- ``framework.precise_bn``: the batch-norm statistics recomputed for a block;
 - ``framework.summaries`` and ``framework.console``: what TensorBoard and the
   console show.
 
@@ -42,16 +43,15 @@ from framework import config as config_lib
 from framework import distributed
 from framework import evaluation
 from framework import hardware
+from framework import precise_bn
 from framework import schedule
 from framework import summaries
 from framework import train_loop
 from framework import tasks
 from framework.checkpoints import BestCheckpoint
+from framework.divergence import TrainingError
 from framework.stopping import RunStopped
-from framework.stopping import StopRequested
-from framework.train_loop import TrainingError
 from core.params import ConfigError
-from models.batch_norm import batch_norm_layers, precise_statistics
 from optimizers import exclusions
 from optimizers.agn import AGNOptimizer
 from optimizers.catalog import make_optimizer
@@ -78,75 +78,40 @@ class Trainer:
     self.overrides = list(overrides)
     # (path, damaged newer ones) of the checkpoint restore() loaded; None before.
     self._restored = None
-    cfg = self.config
     # What depends on the kind of data and model: loss, metrics, evaluation, export.
-    self.task = tasks.make_task(cfg, eval_config)
+    self.task = tasks.make_task(self.config, eval_config)
     self.num_workers = distributed.size()
     self.rank = distributed.rank()
 
-    keras.utils.set_random_seed(cfg['random_seed'])
-    if cfg['deterministic']:
+    keras.utils.set_random_seed(self.config['random_seed'])
+    if self.config['deterministic']:
       tf.config.experimental.enable_op_determinism()
     # launch resolved dtype auto already; a script's Trainer has it resolved here.
-    self.config = cfg = dict(cfg, dtype=hardware.set_precision(cfg['dtype'],
-                                                               warn=distributed.is_chief()))
+    self.config = dict(self.config, dtype=hardware.set_precision(self.config['dtype'],
+                                                                 warn=distributed.is_chief()))
 
-    self.train_data = None
-    if config is not None:
-      self.train_data = self._data_layer(config, 'train')
+    self.train_data = self._data_layer(config, 'train') if config is not None else None
     self.eval_data = self._data_layer(eval_config, 'eval') if eval_config is not None else None
     # The split of the evaluation after training, when it differs (a test split after a dev one).
     self.final_eval_config = self.task.final_eval_config(eval_config) if config else None
-    self.final_eval_data = None
-    self.final_task = self.task
-    if self.final_eval_config is not None:
-      self.final_eval_data = self._data_layer(self.final_eval_config, 'eval')
-      # Its own decoding, when the view asks for one (a wider beam on the test split).
-      self.final_task = tasks.make_task(cfg, self.final_eval_config)
+    self.final_eval_data, self.final_task = self._final_evaluation()
     self.model = self.task.build_model(self.train_data or self.eval_data)
 
-    self.batch_size = cfg['batch_size_per_gpu']
-    self.iter_size = cfg['iter_size']
+    self.batch_size = self.config['batch_size_per_gpu']
+    self.iter_size = self.config['iter_size']
     self.global_batch = self.batch_size * self.num_workers * self.iter_size
-    if self.train_data is not None:
-      self.steps_per_epoch = schedule.steps_per_epoch(self.train_data, self.batch_size,
-                                                      self.iter_size)
-      # The warm-up against the run's length in this run's steps (the config layer
-      # checks it only where the data layer declares its size, for one worker).
-      self.config, note = schedule.fit_warmup(
-          cfg, self.steps_per_epoch, bool(config_lib.durations_given(self.overrides)))
-      cfg = self.config
-      if note is not None:
-        distributed.log(note)
-    else:
-      # Evaluating and exporting train nothing: no epoch to count.
-      self.steps_per_epoch = 1
-    self.max_steps = schedule.total_steps(cfg, self.steps_per_epoch)
-    if self.train_data is not None and self.global_batch > self.train_data.num_examples:
-      # It trains (the micro-batches stream on across epochs), but one update then
-      # counts some examples twice, which is seldom what a config meant.
-      distributed.log(
-          f'warning: the global batch {self.global_batch} ({self.batch_size} per worker x '
-          f'{self.num_workers} worker(s) x iter_size {self.iter_size}) is larger than the '
-          f'{self.train_data.num_examples} training examples: each update reads '
-          f'{1 / self.steps_per_epoch:.2f} epochs, some examples twice')
+    self.steps_per_epoch, self.config = self._fit_schedule()
+    self.max_steps = schedule.total_steps(self.config, self.steps_per_epoch)
 
-    self.opt_kwargs = self._optimize_loss_arguments(cfg)
-    config_lib.check_jit_compile(cfg, self.num_workers)
+    self.opt_kwargs = self._optimize_loss_arguments(self.config)
+    config_lib.check_jit_compile(self.config, self.num_workers)
     self.pipeline = GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
                                      log_global_norm=True)
-    self.data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position')
-    # Updates skipped because their gradients were not finite (loss scaling overflow).
-    self.skipped_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates')
+    self.data_position, self.skipped_updates, self.data_layout = self._counters()
     # What a checkpoint of the run holds, by name (also to name what a checkpoint lacks).
     self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
                                  skipped_updates=self.skipped_updates,
                                  **self.pipeline.checkpoint_items())
-    # What the data position counts in ([workers, batch per worker]): saved with every
-    # checkpoint, never restored (a resume that differs is refused, restore()). Kept out of
-    # checkpoint_items, so that checkpoints written before it restore and fit as before.
-    self.data_layout = tf.Variable([self.num_workers, self.batch_size], dtype=tf.int64,
-                                   trainable=False, name=checkpoints.DATA_LAYOUT)
     self.checkpoint = tf.train.Checkpoint(**self.checkpoint_items,
                                           **{checkpoints.DATA_LAYOUT: self.data_layout})
     # Regularization is L2 on weights, never on batch-norm parameters (by name or
@@ -154,6 +119,55 @@ class Trainer:
     self._regularized = exclusions.regularized(self.model)
 
   # --- set-up ------------------------------------------------------------------------------
+
+  def _final_evaluation(self):
+    """``(data layer, task)`` of the evaluation after training: its own split and decoding, if any.
+
+    A view may name another split for the end (a test split after a dev one) and
+    its own decoding (a wider beam); without one, the run's eval data and task serve.
+    """
+    if self.final_eval_config is None:
+      return None, self.task
+    return (self._data_layer(self.final_eval_config, 'eval'),
+            tasks.make_task(self.config, self.final_eval_config))
+
+  def _fit_schedule(self):
+    """``(steps per epoch, config)``: the config's warm-up fitted to the run's length in steps.
+
+    The config layer checks the warm-up only where the data layer declares its
+    size, for one worker; here it is checked against this run's steps. Evaluating
+    and exporting train nothing: no epoch to count (1). A global batch larger than
+    the training split trains (the micro-batches stream on across epochs) but counts
+    some examples twice in one update, seldom what a config meant: it is warned of.
+    """
+    if self.train_data is None:
+      return 1, self.config
+    steps_per_epoch = schedule.steps_per_epoch(self.train_data, self.batch_size, self.iter_size)
+    config, note = schedule.fit_warmup(
+        self.config, steps_per_epoch, bool(config_lib.durations_given(self.overrides)))
+    if note is not None:
+      distributed.log(note)
+    if self.global_batch > self.train_data.num_examples:
+      distributed.log(
+          f'warning: the global batch {self.global_batch} ({self.batch_size} per worker x '
+          f'{self.num_workers} worker(s) x iter_size {self.iter_size}) is larger than the '
+          f'{self.train_data.num_examples} training examples: each update reads '
+          f'{1 / steps_per_epoch:.2f} epochs, some examples twice')
+    return steps_per_epoch, config
+
+  def _counters(self):
+    """The run's counters: ``(data position, skipped updates, data layout)`` variables.
+
+    The skipped updates are those whose gradients were not finite (loss scaling
+    overflow). The data layout is what the data position counts in ([workers,
+    batch per worker]): saved with every checkpoint, never restored (a resume
+    that differs is refused, restore()); it is kept out of ``checkpoint_items``
+    so that checkpoints without it restore and fit too.
+    """
+    return (tf.Variable(0, dtype=tf.int64, trainable=False, name='data_position'),
+            tf.Variable(0, dtype=tf.int64, trainable=False, name='skipped_updates'),
+            tf.Variable([self.num_workers, self.batch_size], dtype=tf.int64, trainable=False,
+                        name=checkpoints.DATA_LAYOUT))
 
   def _data_layer(self, cfg, mode):
     layer_cls = DATA_LAYERS.resolve(cfg['data_layer'])
@@ -367,7 +381,6 @@ class Trainer:
     """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""
     self.train_data.check_corrupt_fraction(int(self.data_position.numpy()) * self.batch_size)
 
-  @contextlib.contextmanager
   def precise_bn(self, step, keep, when=True, stop=None):
     """Recomputes the batch-norm moving statistics over training batches (``precise_bn``).
 
@@ -387,45 +400,17 @@ class Trainer:
         every worker); a signal puts the training statistics back and raises
         ``StopRequested`` before the block runs.
 
-    Raises:
-      StopRequested: a signal came while the statistics were recomputed.
+    Returns:
+      A context manager (:func:`framework.precise_bn.recomputed_statistics`).
     """
     spec = self.config['precise_bn']
     if not when or spec is None or self.train_data is None:
-      yield
-      return
-    moving = [v for layer in batch_norm_layers(self.model)
-              for v in (layer.moving_mean, layer.moving_variance)]
-    saved = [v.numpy() for v in moving]
+      return contextlib.nullcontext()
     batch = spec['batch_size'] or self.batch_size
     batches = self.train_data.dataset(batch, seed=self.config['random_seed'] + 1 + step)
-
-    def until_stopped(dataset):
-      for item in dataset:
-        signum = stop.agreed() if stop is not None else 0
-        if signum:
-          raise StopRequested(signum)
-        yield item
-
-    try:
-      count = precise_statistics(
-          self.model, until_stopped(batches.take(spec['num_batches'])),
-          all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
-    except StopRequested:
-      # The forward passes moved the statistics: the training ones go back first.
-      for variable, value in zip(moving, saved):
-        variable.assign(value)
-      raise
-    if keep:
-      saved = None
-      distributed.log(f'precise batch norm: moving statistics averaged over {count} batches '
-                      f'of {batch}')
-    try:
-      yield
-    finally:
-      if saved is not None:
-        for variable, value in zip(moving, saved):
-          variable.assign(value)
+    return precise_bn.recomputed_statistics(
+        self.model, batches.take(spec['num_batches']), batch, keep, stop=stop,
+        all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
 
   # --- evaluation --------------------------------------------------------------------------
 

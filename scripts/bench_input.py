@@ -1,4 +1,4 @@
-"""Input-pipeline benchmark: the data layers alone against what training consumes (issue 5).
+"""Input-pipeline benchmark: the data layers alone against what training consumes.
 
   .venv/bin/python scripts/bench_input.py [--repeats 3] [--only PART,PART,...]
 
@@ -383,6 +383,74 @@ def memory_part(args, directory):
 # --- the parts ------------------------------------------------------------------------------
 
 
+def small_image_results(args, directory, resnet8):
+  """``{name: ratio}`` of the 28 px parts asked for: Fashion-MNIST, and a folder of PNGs.
+
+  ``resnet8()`` gives the training step they are held against (built once, on first use).
+  """
+  results = {}
+  if 'fashion_mnist' in args.parts:
+    for augment in (False, True):
+      layer = build_layer('fashion_mnist', {'augment': augment})
+      name = f'Fashion-MNIST, batch 256, augment={augment}'
+      results[name] = compare(name, lambda layer=layer: layer.dataset(256, seed=0), 256, 100,
+                              resnet8(), 4, args.repeats)
+  if 'folder' in args.parts:
+    folder = os.path.join(directory, 'png28')
+    mean_bytes, seconds = write_png_folder(folder, args.png_files)
+    print(f'  wrote {args.png_files} grey 28 px PNGs ({mean_bytes:.0f} bytes each) in '
+          f'{seconds:.1f} s', flush=True)
+    run_dir = os.path.join(directory, 'run_png28')
+    for augment in ('none', 'crop_flip'):
+      layer = build_layer('image_folder', {'train_dir': folder, 'channels': 1,
+                                           'augment': augment}, run_dir)
+      name = f'image_folder 28 px PNG files, batch 256, augment={augment}'
+      results[name] = compare(name, lambda layer=layer: layer.dataset(256, seed=0), 256, 40,
+                              resnet8(), 4, args.repeats)
+  return results
+
+
+def jpeg_results(args, directory, resnet50):
+  """``{name: ratio}`` of the 224 px JPEG parts asked for: ImageNet and tfds TFRecords, a folder.
+
+  The same made-up JPEGs fill each; ``resnet50()`` gives the training step they are
+  held against (built once, on first use).
+  """
+  parts = set(args.parts)
+  if not {'imagenet', 'tfrecord', 'folder_jpeg'} & parts:
+    return {}
+  start = time.perf_counter()
+  jpegs = make_jpegs(args.records)
+  kb = statistics.mean(len(encoded) for encoded, _ in jpegs) / 1e3
+  print(f'  made {args.records} JPEGs of 300-500 px ({kb:.0f} kB each) in '
+        f'{time.perf_counter() - start:.1f} s', flush=True)
+  layers = {}
+  if 'imagenet' in parts:
+    records = os.path.join(directory, 'imagenet')
+    os.makedirs(records)
+    write_records(records, jpegs, 'image/encoded', 'image/class/label', label_offset=1)
+    layers[f'ImageNet TFRecords 224 px, batch 32 ({kb:.0f} kB JPEGs)'] = build_layer(
+        'imagenet', {'data_dir': records, 'num_examples': args.records, 'num_classes': 1000,
+                     'shuffle_buffer': 256})
+  if 'tfrecord' in parts:
+    records = os.path.join(directory, 'tfds')
+    os.makedirs(records)
+    write_records(records, jpegs, 'image', 'label')
+    layers['tfrecord (tfds keys) 224 px, batch 32, inception_crop'] = build_layer(
+        'tfrecord', {'data_dir': records, 'train_files': 'train-*', 'preset': 'tfds',
+                     'num_classes': 1000, 'image_size': 224, 'augment': 'inception_crop',
+                     'shuffle_buffer': 256}, os.path.join(directory, 'run_tfds'))
+  if 'folder_jpeg' in parts:
+    folder = os.path.join(directory, 'jpeg')
+    write_jpeg_folder(folder, jpegs)
+    layers['image_folder 224 px JPEG files, batch 32, inception_crop'] = build_layer(
+        'image_folder', {'train_dir': folder, 'image_size': 224, 'channels': 3,
+                         'augment': 'inception_crop'}, os.path.join(directory, 'run_jpeg'))
+  return {name: compare(name, lambda layer=layer: layer.dataset(32, seed=0), 32, 24, resnet50(),
+                        2, args.repeats)
+          for name, layer in layers.items()}
+
+
 def main():
   args = parse_args()
   if args.memory_child:
@@ -391,7 +459,6 @@ def main():
   parts = args.parts
   print(f'TF {tf.__version__}; parts: {", ".join(parts)}; {args.repeats} alternating '
         'measurements, medians', flush=True)
-  results = {}
   verdicts = []
   steps = {}
 
@@ -408,61 +475,10 @@ def main():
 
   header = f'{"data set":64s} {"pipeline/s":>12s} {"training/s":>12s} {"ratio":>8s}'
   with tempfile.TemporaryDirectory() as directory:
-    speed_parts = [p for p in parts if p != 'memory']
-    if speed_parts:
+    if [p for p in parts if p != 'memory']:
       print(header, flush=True)
-    if 'fashion_mnist' in parts:
-      for augment in (False, True):
-        layer = build_layer('fashion_mnist', {'augment': augment})
-        name = f'Fashion-MNIST, batch 256, augment={augment}'
-        results[name] = compare(name, lambda layer=layer: layer.dataset(256, seed=0), 256, 100,
-                                resnet8(), 4, args.repeats)
-
-    if 'folder' in parts:
-      folder = os.path.join(directory, 'png28')
-      mean_bytes, seconds = write_png_folder(folder, args.png_files)
-      print(f'  wrote {args.png_files} grey 28 px PNGs ({mean_bytes:.0f} bytes each) in '
-            f'{seconds:.1f} s', flush=True)
-      run_dir = os.path.join(directory, 'run_png28')
-      for augment in ('none', 'crop_flip'):
-        layer = build_layer('image_folder', {'train_dir': folder, 'channels': 1,
-                                             'augment': augment}, run_dir)
-        name = f'image_folder 28 px PNG files, batch 256, augment={augment}'
-        results[name] = compare(name, lambda layer=layer: layer.dataset(256, seed=0), 256, 40,
-                                resnet8(), 4, args.repeats)
-
-    if {'imagenet', 'tfrecord', 'folder_jpeg'} & set(parts):
-      start = time.perf_counter()
-      jpegs = make_jpegs(args.records)
-      kb = statistics.mean(len(encoded) for encoded, _ in jpegs) / 1e3
-      print(f'  made {args.records} JPEGs of 300-500 px ({kb:.0f} kB each) in '
-            f'{time.perf_counter() - start:.1f} s', flush=True)
-      layers = {}
-      if 'imagenet' in parts:
-        records = os.path.join(directory, 'imagenet')
-        os.makedirs(records)
-        write_records(records, jpegs, 'image/encoded', 'image/class/label', label_offset=1)
-        layers[f'ImageNet TFRecords 224 px, batch 32 ({kb:.0f} kB JPEGs)'] = build_layer(
-            'imagenet', {'data_dir': records, 'num_examples': args.records, 'num_classes': 1000,
-                         'shuffle_buffer': 256})
-      if 'tfrecord' in parts:
-        records = os.path.join(directory, 'tfds')
-        os.makedirs(records)
-        write_records(records, jpegs, 'image', 'label')
-        layers['tfrecord (tfds keys) 224 px, batch 32, inception_crop'] = build_layer(
-            'tfrecord', {'data_dir': records, 'train_files': 'train-*', 'preset': 'tfds',
-                         'num_classes': 1000, 'image_size': 224, 'augment': 'inception_crop',
-                         'shuffle_buffer': 256}, os.path.join(directory, 'run_tfds'))
-      if 'folder_jpeg' in parts:
-        folder = os.path.join(directory, 'jpeg')
-        write_jpeg_folder(folder, jpegs)
-        layers['image_folder 224 px JPEG files, batch 32, inception_crop'] = build_layer(
-            'image_folder', {'train_dir': folder, 'image_size': 224, 'channels': 3,
-                             'augment': 'inception_crop'}, os.path.join(directory, 'run_jpeg'))
-      for name, layer in layers.items():
-        results[name] = compare(name, lambda layer=layer: layer.dataset(32, seed=0), 32, 24,
-                                resnet50(), 2, args.repeats)
-
+    results = small_image_results(args, directory, resnet8)
+    results.update(jpeg_results(args, directory, resnet50))
     for name, ratio in results.items():
       verdicts.append((ratio >= MIN_RATIO, f'input pipeline {name}: {ratio:.1f}x the training '
                        f'images/sec (goal >= {MIN_RATIO:.0f}x)'))

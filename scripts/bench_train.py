@@ -1,4 +1,4 @@
-"""Train-step and train-loop benchmark on the Fashion-MNIST ResNet (issue 5).
+"""Train-step and train-loop benchmark on the Fashion-MNIST ResNet.
 
   .venv/bin/python scripts/bench_train.py [--rounds 12] [--steps 3] [--loop_steps 120]
 

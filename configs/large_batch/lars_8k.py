@@ -6,12 +6,7 @@ study's grid chose at 8K (the table's "LARS (eeta tuned)" row):
 
   .venv/bin/python run.py --config=configs/large_batch/lars_8k.py --mode=train_eval --logdir=runs/lars_8k
 
-Gives 92.34 ± 0.30 % test top-1 after 48 epochs (336 updates) over seeds 0
-and 1 (92.13 % and 92.55 %), first reaching 90 % at update 182; the runs are
-archived in docs/results/large_batch_e48/lars_eeta0.004/. A run takes about
-16 minutes on an idle 2-core AMD EPYC and needs about 6.5 GB of memory. With the
-recipe's eeta (``--set optimizer_params.eeta=0.002``) it gives 92.19 ± 0.09 %;
-docs/large_batch.md has the other settings tried at 8K.
+Result and time: docs/large_batch.md, "Reproduce".
 """
 
 import copy

@@ -1,8 +1,9 @@
 """Sweeps of run.py over a grid of config values, the library under ``scripts/sweep.py``.
 
 - :mod:`framework.sweep.grid`: the points (grid values, derived values, seeds);
-- :mod:`framework.sweep.runner`: running them as run.py processes, resuming,
-  reading their results back;
+- :mod:`framework.sweep.runner`: running them as run.py processes, resuming;
+- :mod:`framework.sweep.results`: reading a point's run.log, result.json and
+  error.txt back;
 - :mod:`framework.sweep.report`: results.csv, results.md and accuracy.png, and the best
   point (``scripts/sweep.py --best``).
 

@@ -24,12 +24,12 @@ import os
 import statistics
 
 from framework.sweep.grid import is_number
-from framework.sweep.runner import HIGHER_IS_BETTER
-from framework.sweep.runner import METRICS
-from framework.sweep.runner import format_metric
+from framework.sweep.results import HIGHER_IS_BETTER
+from framework.sweep.results import METRICS
+from framework.sweep.results import format_metric
+from framework.sweep.results import read_error
+from framework.sweep.results import read_result
 from framework.sweep.runner import log
-from framework.sweep.runner import read_error
-from framework.sweep.runner import read_result
 
 # Columns of results.csv after the swept keys; best: 1 on the best point (choose_best), else 0.
 RESULT_COLUMNS = ['seed', 'status', 'best', 'accuracy', 'top5', 'loss', 'steps', 'wall_s',

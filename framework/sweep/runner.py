@@ -1,4 +1,4 @@
-"""Running the points of a sweep as run.py processes, resuming, and reading their results.
+"""Running the points of a sweep as run.py processes and resuming them.
 
 Each point runs as ``python run.py --config CONFIG --mode MODE --logdir
 OUT/<point> --continue_learning --set ...`` with its output in
@@ -17,7 +17,7 @@ directory. A failed point gets ``error.txt`` (the last line it printed).
 own lines (``[sweep] attempt N started at <unix time> ...`` and ``[sweep]
 attempt N ended after S s with exit status E``), so that the wall time and
 the seconds to each evaluation count the time the point ran, not the time
-between attempts.
+between attempts (framework.sweep.results reads them back).
 """
 
 import glob
@@ -35,43 +35,26 @@ import time
 from core import signals
 from framework import rundir
 from framework.sweep.grid import SweepError
+from framework.sweep.results import ERROR_FILE
+from framework.sweep.results import LOG_FILE
+from framework.sweep.results import RESULT_FILE
+from framework.sweep.results import STOPPED_RE
+from framework.sweep.results import attempt_spans
+from framework.sweep.results import attempts
+from framework.sweep.results import completed
+from framework.sweep.results import curve_metric
+from framework.sweep.results import finished_in_log
+from framework.sweep.results import last_attempt_text
+from framework.sweep.results import last_text_line
+from framework.sweep.results import own_metric_text
+from framework.sweep.results import parse_metrics
+from framework.sweep.results import read_log
+from framework.sweep.results import read_result
+from framework.sweep.results import timed_curve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_PY = os.path.join(ROOT, 'run.py')
 
-RESULT_FILE = 'result.json'
-ERROR_FILE = 'error.txt'
-LOG_FILE = 'run.log'
-# Every result holds these (None when run.py did not print them), and any other
-# metric its lines name (a sequence model's wer, per, token_accuracy).
-METRICS = ('accuracy', 'top5', 'loss', 'steps')
-
-# What run.py and the trainer print; parsed back from run.log. Each task words its
-# lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
-# step N" and "eval at step N: <name> <value>, ..." (framework.evaluation; a split
-# other than test is named: "final validation accuracy: ...", "... on the validation
-# split"); the first metric of the final line is the run's own (accuracy for images,
-# wer for sequences). A final line of the best checkpoint ends "(best checkpoint by
-# <split> <metric>; the run ended at step M)": the run's steps are M.
-FINAL_RE = re.compile(r'^final (\S+) (\w+): (\S+) \((.*?)\) at step (\d+)'
-                      r'(?: \(best checkpoint by [^;)]*(?:; the run ended at step (\d+))?\))?')
-EVAL_RE = re.compile(r'^eval at step (\d+): (.*)$')
-_PAIR_RE = re.compile(r'([A-Za-z][\w-]*) (-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))(?=,|$| \()')
-# The image classifier's names in its lines, as results name them.
-_ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
-# Whether more is better, for each metric a run's final line can lead with: its
-# task's BEST_METRIC and HIGHER_IS_BETTER (framework.tasks, which load TensorFlow;
-# tests/framework/test_tasks.py holds the two equal).
-HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
-                    'wer': False, 'per': False, 'ser': False, 'ter': False, 'loss': False}
-TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
-STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
-# The last line run.py prints when a training run ends well, and a benchmark's.
-COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
-# The sweep's own lines around each attempt in run.log.
-ATTEMPT_RE = re.compile(r'^\[sweep\] attempt (\d+) started at (\S+) ')
-ENDED_RE = re.compile(r'^\[sweep\] attempt (\d+) ended after (\S+) s with exit status (-?\d+)')
-RESUMED_RE = re.compile(r'; resuming from ckpt-(\d+)$')
 # How long checking every point's config may take (one process, TensorFlow loaded once).
 CHECK_SECONDS = 1800
 # How long the runs under way may take to save and stop after a signal to the sweep.
@@ -87,271 +70,6 @@ def log(message):
   """Prints a line of the sweep's own progress."""
   print(f'[sweep] {message}', flush=True)
 
-
-# ---------------------------------------------------------------------------
-# Reading a finished run
-
-def named_values(text):
-  """``{name: value}`` of the ``name value`` pairs of an eval or final line's text."""
-  return {_ALIASES.get(name, name): float(value) for name, value in _PAIR_RE.findall(text)}
-
-
-def parse_metrics(log_text):
-  """Reads the final metrics from run.py's output.
-
-  Returns:
-    ``{'accuracy', 'top5', 'loss', 'steps'}`` and every other metric the
-    lines name (``wer``, ``per``, ``token_accuracy`` for sequences), each None
-    when run.py did not print it: train_eval ends with ``final <split>
-    <metric>: ...`` (the last ``eval at step ...`` line serves when that is
-    missing), train and benchmark only give the steps of ``training ... for
-    N steps``. ``steps`` is the step the run ended at.
-  """
-  metrics = dict.fromkeys(METRICS)
-  for line in log_text.splitlines():
-    line = line.strip()
-    final, evaluation, training = FINAL_RE.match(line), EVAL_RE.match(line), TRAINING_RE.match(line)
-    if final:
-      metrics.update({final.group(2): float(final.group(3)), **named_values(final.group(4)),
-                      'steps': int(final.group(6) or final.group(5))})
-    elif evaluation:
-      metrics.update(named_values(evaluation.group(2)), steps=int(evaluation.group(1)))
-    elif training and metrics['steps'] is None:
-      metrics['steps'] = int(training.group(1))
-  return metrics
-
-
-def curve_metric(log_text):
-  """The run's own metric, which its curve follows: the first of its final line, else ``accuracy``.
-
-  ``accuracy`` for an image classifier, ``wer`` for a sequence model.
-  """
-  for line in reversed(log_text.splitlines()):
-    final = FINAL_RE.match(line.strip())
-    if final:
-      return final.group(2)
-  for line in log_text.splitlines():
-    evaluation = EVAL_RE.match(line.strip())
-    if evaluation and 'wer' in named_values(evaluation.group(2)):
-      return 'wer'
-  return 'accuracy'
-
-
-def last_text_line(text):
-  """The last non-empty line of ``text``, stripped; '' when there is none."""
-  lines = [l.strip() for l in text.splitlines() if l.strip()]
-  return lines[-1] if lines else ''
-
-
-def last_line(path):
-  """The last non-empty line of a file: run.py's one-line error, or the exception of a crash."""
-  try:
-    with open(path, encoding='utf-8', errors='replace') as f:
-      return last_text_line(f.read())
-  except OSError:
-    return ''
-
-
-def read_log(logdir):
-  """The text of the point's ``run.log`` ('' when there is none)."""
-  try:
-    with open(os.path.join(logdir, LOG_FILE), encoding='utf-8', errors='replace') as f:
-      return f.read()
-  except OSError:
-    return ''
-
-
-def attempts(log_text):
-  """The attempts of a point, from the sweep's own lines in its run.log.
-
-  Returns:
-    list of ``{'start': unix time, 'seconds': float or None, 'status': int or
-    None, 'resumed_from': step or None}``, oldest first; ``seconds`` and
-    ``status`` are None for an attempt whose end the sweep did not see (it was
-    killed, or the attempt is running); ``resumed_from`` is the checkpoint's
-    step an attempt started from.
-  """
-  found = []
-  for line in log_text.splitlines():
-    started, ended = ATTEMPT_RE.match(line), ENDED_RE.match(line)
-    if started:
-      resumed = RESUMED_RE.search(line)
-      found.append({'start': float(started.group(2)), 'seconds': None, 'status': None,
-                    'resumed_from': int(resumed.group(1)) if resumed else None})
-    elif ended and found:
-      found[-1].update(seconds=float(ended.group(2)), status=int(ended.group(3)))
-  return found
-
-
-def last_attempt_text(log_text):
-  """The part of run.log the last attempt wrote (all of it for a log without sections)."""
-  starts = [m.start() for m in re.finditer(r'^\[sweep\] attempt \d+ started at ', log_text,
-                                           re.MULTILINE)]
-  return log_text[starts[-1]:] if starts else log_text
-
-
-def finished_in_log(log_text):
-  """Whether the point's last attempt ended well, as run.log tells it.
-
-  The sweep's closing line says so (exit status 0); otherwise run.py's own
-  last line does (the sweep did not see the end, or a signal came as the run
-  ended).
-  """
-  tried = attempts(log_text)
-  if tried and tried[-1]['status'] == 0:
-    return True
-  return completed(last_attempt_text(log_text))
-
-
-def completed(attempt_text):
-  """Whether run.py printed the last line of a run that got to its end.
-
-  Such a run may still exit by a signal, one that came as the process ended.
-  """
-  return any(COMPLETE_RE.match(line.strip()) for line in attempt_text.splitlines())
-
-
-def eval_curve(logdir, metric='accuracy'):
-  """``[(step, metric)]`` of the evaluations in the run's ``run.log``, by step.
-
-  A step evaluated by two attempts (the second resumed from an earlier
-  checkpoint) counts once, with the later evaluation.
-  """
-  matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
-  curve = {}
-  for m in matches:
-    if m and metric in named_values(m.group(2)):
-      curve[int(m.group(1))] = named_values(m.group(2))[metric]
-  return sorted(curve.items())
-
-
-def eval_times(logdir, metric='accuracy'):
-  """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
-  tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
-  first, times = None, {}
-  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), metric)):
-    if not os.path.isdir(directory):
-      return {}, None
-    events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
-    events.Reload()
-    if tag is None:
-      first = events.FirstEventTimestamp()
-    elif tag in events.Tags()['tensors']:
-      times = {e.step: e.wall_time for e in events.Tensors(tag)}
-  return times, first
-
-
-def _event_files(logdir):
-  """``[(creation unix time, path)]`` of the TensorBoard event files of a run and of its evaluations."""
-  found = []
-  for path in glob.glob(os.path.join(glob.escape(logdir), '**', 'events.out.tfevents.*'),
-                        recursive=True):
-    try:
-      found.append((float(os.path.basename(path).split('.')[3]), path))
-    except (IndexError, ValueError):
-      continue
-  return found
-
-
-def _last_event_time(files, since, before, max_step):
-  """The wall time of the last event at or before ``max_step`` in the files created in ``[since, before)``."""
-  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
-  last = None
-  for created, path in files:
-    if not since <= created < before:
-      continue
-    try:
-      for event in event_file_loader.EventFileLoader(path).Load():
-        if (max_step is None or event.step <= max_step) and event.wall_time < before:
-          last = event.wall_time if last is None else max(last, event.wall_time)
-    except (OSError, ValueError):
-      continue
-  return last
-
-
-def attempt_spans(logdir, tried):
-  """``[(start, end)]``: the unix times in which each attempt of ``tried`` did work a straight run does.
-
-  An attempt the sweep saw end ends then. One it did not see end (killed
-  with the session it ran in) but that a later attempt resumed ends at the
-  last TensorBoard event it wrote at or before the step the next attempt
-  resumed from, since the next attempt does again what came after that
-  checkpoint (at the next attempt's start when no event says). The last
-  attempt, running or killed, has no end.
-  """
-  files = None
-  spans = []
-  for i, attempt in enumerate(tried):
-    end = float('inf')
-    if attempt['seconds'] is not None:
-      end = attempt['start'] + attempt['seconds']
-    elif i + 1 < len(tried):
-      following = tried[i + 1]
-      if files is None:
-        files = _event_files(logdir)
-      last = _last_event_time(files, attempt['start'], following['start'],
-                              following.get('resumed_from'))
-      end = following['start'] if last is None else last
-    spans.append((attempt['start'], end))
-  return spans
-
-
-def running_seconds(spans, start, end):
-  """The seconds of ``[start, end]`` that fall inside the attempts' ``spans`` (``[(from, to)]``)."""
-  return sum(max(0.0, min(to, end) - max(since, start)) for since, to in spans)
-
-
-def timed_curve(logdir, metric='accuracy', spans=None):
-  """``[[step, metric, seconds or None]]`` of the run's evaluations, as result.json keeps them.
-
-  ``metric`` is the run's own (:func:`curve_metric`): top-1 ``accuracy`` for
-  an image classifier, ``wer`` for a sequence model.
-
-  The seconds count from the run's first TensorBoard event (the start of
-  training) to the evaluation's, within the attempts only: the time between
-  a stopped attempt and the one that resumed it is not counted. None where
-  the events do not say. ``spans``: the attempts' :func:`attempt_spans`
-  when the caller has them (read from the run's log and events otherwise).
-  """
-  try:
-    times, first = eval_times(logdir, metric)
-  except (ValueError, OSError):
-    times, first = {}, None
-  if spans is None:
-    spans = attempt_spans(logdir, attempts(read_log(logdir)))
-  curve = []
-  for step, value in eval_curve(logdir, metric):
-    seconds = None
-    if step in times and first is not None:
-      seconds = (running_seconds(spans, first, times[step]) if spans
-                 else times[step] - first)
-    curve.append([step, value, None if seconds is None else round(seconds, 2)])
-  return curve
-
-
-def read_result(logdir):
-  path = os.path.join(logdir, RESULT_FILE)
-  if not os.path.isfile(path):
-    return None
-  try:
-    with open(path, encoding='utf-8') as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def read_error(logdir):
-  path = os.path.join(logdir, ERROR_FILE)
-  if not os.path.isfile(path):
-    return None
-  with open(path, encoding='utf-8') as f:
-    return f.read().strip()
-
-
-# ---------------------------------------------------------------------------
-# Running
 
 class Sweep:
   """Runs the points that have no result yet, ``jobs`` at a time.
@@ -683,14 +401,3 @@ def machine():
   if 'cpu family' in fields and 'model' in fields:
     name += f' (family {fields["cpu family"]}, model {fields["model"]})'
   return f'{name}, {os.cpu_count()} CPUs'
-
-
-def own_metric_text(result):
-  """``accuracy 0.9123`` or ``wer 0.3120``: a result's own metric (its curve's), for the sweep's lines."""
-  name = result.get('curve_metric') or 'accuracy'
-  return f'{name} {format_metric((result.get("metrics") or {}).get(name))}'
-
-
-def format_metric(value, digits=4):
-  """``value`` with ``digits`` decimals, or 'n/a' for None."""
-  return 'n/a' if value is None else f'{value:.{digits}f}'

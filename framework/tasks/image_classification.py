@@ -1,6 +1,6 @@
 """Image classification: softmax cross-entropy, top-1/top-5 accuracy, images in, classes out.
 
-The framework's first task, as the trainer had it before tasks: the model is
+The task of the image data layers: the model is
 ``build(model_params, image_shape, num_classes)``; the loss of a batch
 ``(images, labels)`` is the mean cross-entropy of the logits (with the
 config's ``label_smoothing``); the train metric is top-1 ``accuracy``; an

@@ -46,9 +46,9 @@
 # missing from OUT are put back, so a fresh checkout skips every point already
 # archived and the report covers them. ARCHIVE= (empty) turns this off.
 #
-# At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU (17 on a Zen 5
-# EPYC); about 50 runs before any result, 78 as the grids grew and second
-# seeds were added here (8 of them at half length), 20-60 hours. 8K and 16K need about 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/large_batch/report.py writes
+# At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU; the study is about
+# 80 runs, 20-60 hours (docs/large_batch.md, "Reproduce"). 8K and 16K need about
+# 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/large_batch/report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md, the plots into docs/images, and the study at a
 # glance (accuracy by arm and batch, and the targets) at its top.

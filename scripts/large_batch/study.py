@@ -27,9 +27,9 @@ import os
 import statistics
 
 from framework.sweep.grid import parse_value
-from framework.sweep.runner import read_error
-from framework.sweep.runner import read_result
-from framework.sweep.runner import timed_curve
+from framework.sweep.results import read_error
+from framework.sweep.results import read_result
+from framework.sweep.results import timed_curve
 
 LR_KEY = 'lr_policy_params.learning_rate'
 SEED_KEY = 'random_seed'

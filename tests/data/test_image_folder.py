@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import DATA_LAYERS, image_files, images, schemas
+from data import DATA_LAYERS, image_files, images, schemas, split_sizes
 from data.base import AUGMENT_KEY, DataError, data_error_in, epoch_key, sub_key
 from framework.tasks.image_classification import ImageClassificationTask
 
@@ -105,9 +105,9 @@ def test_classes_counts_and_shape(tree):
   assert sorted(os.path.relpath(p, os.path.join(root, 'train')) for p, _ in data.files) == sorted(
       rel for rel, _ in values.values())
   assert {label for _, label in data.files} == {0, 1, 2}
-  assert schemas.image_folder_train_examples(full_defaults({'train_dir': root + '/train'})) == 26
-  assert schemas.image_folder_train_examples(full_defaults({'train_dir': root + '/none'})) is None
-  assert DATA_LAYERS.facts('image_folder')['TRAIN_EXAMPLES'] is schemas.image_folder_train_examples
+  assert split_sizes.image_folder_train_examples(full_defaults({'train_dir': root + '/train'})) == 26
+  assert split_sizes.image_folder_train_examples(full_defaults({'train_dir': root + '/none'})) is None
+  assert DATA_LAYERS.facts('image_folder')['TRAIN_EXAMPLES'] is split_sizes.image_folder_train_examples
 
 
 def test_eval_reads_eval_dir_in_order_and_labels_by_folder(tree):
@@ -143,7 +143,7 @@ def test_validation_split_is_disjoint_sized_and_independent_of_listing(tree, tmp
   other_seed = layer(root, 'eval', validation_fraction=0.25, split_seed=4)
   assert {p for p, _ in other_seed.files} != held
   # The declared size agrees with the layer.
-  assert schemas.image_folder_train_examples(
+  assert split_sizes.image_folder_train_examples(
       full_defaults({'train_dir': root + '/train', **params})) == 20
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import DATA_LAYERS, schemas, tfrecord
+from data import DATA_LAYERS, encoded_images, schemas, split_sizes, tfrecord
 from data.base import DataError, data_error_in
 
 SIZE = 8
@@ -95,7 +95,7 @@ def test_counts_are_cached_beside_the_files_and_reused(tfds_keys, monkeypatch):
   assert data.num_examples == 6 and data.split == 'train' and data.class_names is None
   assert data.record_counts == {str(tfds_keys / 'data-train-0'): 6}
   assert layer(tfds_keys, 'eval').num_examples == 5
-  cache = json.loads((tfds_keys / schemas.RECORD_COUNTS_FILE).read_text())
+  cache = json.loads((tfds_keys / split_sizes.RECORD_COUNTS_FILE).read_text())
   assert cache['files']['data-train-0'] == {
       'records': 6, 'size': os.path.getsize(tfds_keys / 'data-train-0'),
       'mtime_ns': os.stat(tfds_keys / 'data-train-0').st_mtime_ns}
@@ -124,8 +124,8 @@ def test_counts_go_to_the_run_directory_when_the_files_directory_is_read_only(
   run_dir = tmp_path_factory.mktemp('run')
   data = layer(tfds_keys)
   data.use_run_dir(str(run_dir))
-  assert data.num_examples == 6 and not (tfds_keys / schemas.RECORD_COUNTS_FILE).exists()
-  kept = json.loads((run_dir / schemas.RECORD_COUNTS_FILE).read_text())
+  assert data.num_examples == 6 and not (tfds_keys / split_sizes.RECORD_COUNTS_FILE).exists()
+  kept = json.loads((run_dir / split_sizes.RECORD_COUNTS_FILE).read_text())
   assert kept['files'][str(tfds_keys / 'data-train-0')]['records'] == 6
   forget_counts(monkeypatch)
   again = layer(tfds_keys)
@@ -227,11 +227,11 @@ def test_statistics_are_computed_once_and_kept_in_the_run_directory(tfds_keys, t
   mean, std = data.statistics()
   np.testing.assert_allclose(mean, pixels.mean(axis=0), rtol=1e-6)
   np.testing.assert_allclose(std, pixels.std(axis=0), rtol=1e-5)
-  kept = json.loads((run_dir / tfrecord.STATISTICS_FILE).read_text())
+  kept = json.loads((run_dir / encoded_images.STATISTICS_FILE).read_text())
   assert kept['mean'] == list(mean) and kept['std'] == list(std) and kept['channels'] == 3
   # Another layer of the run (eval, export) takes the kept numbers, whatever its files hold.
   kept.update(mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
-  (run_dir / tfrecord.STATISTICS_FILE).write_text(json.dumps(kept))
+  (run_dir / encoded_images.STATISTICS_FILE).write_text(json.dumps(kept))
   evaluated = layer(tfds_keys, 'eval', image_size=[10, 12], augment='flip')
   evaluated.use_run_dir(str(run_dir))
   assert evaluated.statistics() == ((0.5,) * 3, (0.25,) * 3)

@@ -11,7 +11,8 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODULES = ('trainer', 'train_loop', 'evaluation', 'checkpoints', 'summaries', 'stopping')
+MODULES = ('trainer', 'train_loop', 'run_outputs', 'divergence', 'evaluation', 'checkpoints',
+           'summaries', 'stopping')
 
 
 def self_attributes(function):

@@ -209,7 +209,7 @@ def test_a_lost_wer_record_is_read_back_from_the_eval_events(tmp_path):
 # --- sweeps read the metrics by name -----------------------------------------------------
 
 def test_a_sweep_reads_a_sequence_run_by_the_names_of_its_lines(tmp_path):
-  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  from framework.sweep import results  # pylint: disable=import-outside-toplevel
   task = SequenceToSequenceTask(sequence_config(tmp_path / 'x'))
   dev = {'wer': 0.4, 'per': 0.1, 'loss': 0.3, 'token_accuracy': 0.9, 'examples': 6289}
   test = {'wer': 0.35, 'per': 0.0864, 'loss': 0.2634, 'token_accuracy': 0.9343, 'examples': 6315}
@@ -219,32 +219,32 @@ def test_a_sweep_reads_a_sequence_run_by_the_names_of_its_lines(tmp_path):
       f'eval at step 20: {task.describe_eval(dev)}',
       f'test split, best checkpoint by wer, at step 20: {task.describe_eval(test)}',
       f'final test {task.describe_final(test)} at step 20'])
-  assert runner.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 0.2634,
+  assert results.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 0.2634,
                                        'steps': 20, 'wer': 0.35, 'per': 0.0864,
                                        'token_accuracy': 0.9343}
-  assert runner.curve_metric(log) == 'wer'
+  assert results.curve_metric(log) == 'wer'
   (tmp_path / 'run.log').write_text(log)
-  assert runner.eval_curve(str(tmp_path), 'wer') == [(10, 0.5), (20, 0.4)]
+  assert results.eval_curve(str(tmp_path), 'wer') == [(10, 0.5), (20, 0.4)]
 
 
 def test_an_image_run_reads_as_before(tmp_path):
-  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  from framework.sweep import results  # pylint: disable=import-outside-toplevel
   task = ImageClassificationTask({'label_smoothing': 0.0})
   metrics = {'loss': 0.2345, 'accuracy': 0.9069, 'top5_accuracy': 0.9979, 'examples': 10000}
   log = (f'eval at step 5: {task.describe_eval(metrics)}\n'
          f'final test {task.describe_final(metrics)} at step 5\n')
   assert log == ('eval at step 5: loss 0.2345, top-1 0.9069, top-5 0.9979 (10000 examples)\n'
                  'final test accuracy: 0.9069 (top-5 0.9979, loss 0.2345) at step 5\n')
-  assert runner.parse_metrics(log) == {'accuracy': 0.9069, 'top5': 0.9979, 'loss': 0.2345,
+  assert results.parse_metrics(log) == {'accuracy': 0.9069, 'top5': 0.9979, 'loss': 0.2345,
                                        'steps': 5}
-  assert runner.curve_metric(log) == 'accuracy'
+  assert results.curve_metric(log) == 'accuracy'
 
 
 def test_the_sweep_knows_the_direction_of_each_tasks_metric():
   # The sweep picks its best point without TensorFlow, from its own table of directions.
-  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  from framework.sweep import results  # pylint: disable=import-outside-toplevel
   for task in (ImageClassificationTask, SequenceToSequenceTask):
-    assert runner.HIGHER_IS_BETTER[task.BEST_METRIC] == task.HIGHER_IS_BETTER, task.NAME
+    assert results.HIGHER_IS_BETTER[task.BEST_METRIC] == task.HIGHER_IS_BETTER, task.NAME
 
 
 # --- a text-pairs task names its error rates for what they count -------------------------------
@@ -266,7 +266,7 @@ class ReversingModel:
 
 
 def test_a_text_pairs_task_counts_sequence_and_token_errors(tmp_path, capsys):
-  from framework.sweep import runner  # pylint: disable=import-outside-toplevel
+  from framework.sweep import results  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'pairs.tsv'
   # 'abc' has a second reference, 'dd': one of its tokens differs from the decoded 'cba'.
   path.write_text('abc\tcba\nabc\tdd\nba\tab\ncab\tbca\n')
@@ -275,7 +275,7 @@ def test_a_text_pairs_task_counts_sequence_and_token_errors(tmp_path, capsys):
             'model_params': {'beam_size': 1}, 'data_layer_params': params}
   task = SequenceToSequenceTask(config)
   assert task.EVAL_METRICS == ('ser', 'ter', 'loss', 'token_accuracy')
-  assert task.BEST_METRIC == 'ser' and runner.HIGHER_IS_BETTER['ser'] is False
+  assert task.BEST_METRIC == 'ser' and results.HIGHER_IS_BETTER['ser'] is False
   assert SequenceToSequenceTask(sequence_config(tmp_path / 'x')).BEST_METRIC == 'wer'
   layer = DATA_LAYERS['text_pairs'](params, 'eval')
   metrics = task.evaluate(ReversingModel(layer), layer, batch_size=2)

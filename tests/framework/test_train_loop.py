@@ -15,7 +15,8 @@ from tensorboard.backend.event_processing import event_accumulator
 from framework import summaries
 from framework import train_loop
 from framework.tasks.image_classification import ImageClassificationTask
-from framework.train_loop import Divergence, RunOutputs, TrainingError
+from framework.divergence import Divergence, TrainingError
+from framework.run_outputs import RunOutputs
 
 
 def config(dtype='float32', loss_scaling=1.0):

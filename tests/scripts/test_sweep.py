@@ -35,6 +35,7 @@ sweep = load_script(SCRIPT, 'sweep_under_test')
 
 from framework.sweep import grid  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import results  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -205,9 +206,9 @@ def test_metrics_are_read_from_the_last_lines_of_run_py():
          'eval at step 2: loss 2.5000, top-1 0.0500, top-5 0.4000 (10000 examples)\n'
          'eval at step 3: loss 2.3045, top-1 0.0886, top-5 0.5061 (10000 examples)\n'
          'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
-  assert runner.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
+  assert results.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
                                       'steps': 3}
-  assert runner.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
+  assert results.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
                                                       'loss': None, 'steps': 3}
 
 
@@ -215,18 +216,18 @@ def test_final_lines_that_name_their_split_and_best_checkpoint_are_read(tmp_path
   log = ('eval at step 30: loss 0.4000, top-1 0.8000, top-5 0.9900 (500 examples) on the '
          'validation split\n'
          'final validation accuracy: 0.8000 (top-5 0.9900, loss 0.4000) at step 30\n')
-  assert runner.parse_metrics(log) == {'accuracy': 0.8, 'top5': 0.99, 'loss': 0.4, 'steps': 30}
-  (tmp_path / runner.LOG_FILE).write_text(log)
-  assert runner.eval_curve(str(tmp_path), 'accuracy') == [(30, 0.8)]
+  assert results.parse_metrics(log) == {'accuracy': 0.8, 'top5': 0.99, 'loss': 0.4, 'steps': 30}
+  (tmp_path / results.LOG_FILE).write_text(log)
+  assert results.eval_curve(str(tmp_path), 'accuracy') == [(30, 0.8)]
   # The best checkpoint's numbers on the final split: the run's steps are those it ended at.
   log = ('final test wer: 0.2810 (per 0.0680, loss 1.2000, token_accuracy 0.9100) at step 15 '
          '(best checkpoint by dev wer; the run ended at step 60)\n')
-  assert runner.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 1.2, 'steps': 60,
+  assert results.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 1.2, 'steps': 60,
                                        'wer': 0.281, 'per': 0.068, 'token_accuracy': 0.91}
-  assert runner.curve_metric(log) == 'wer'
+  assert results.curve_metric(log) == 'wer'
   log = ('final eval accuracy: 0.7000 (top-5 0.9000, loss 0.5000) at step 60 (best checkpoint '
          'by validation accuracy)\n')
-  assert runner.parse_metrics(log)['steps'] == 60
+  assert results.parse_metrics(log)['steps'] == 60
 
 
 # ---------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def write_result(out, point, metrics, curve_metric='accuracy'):
   """A finished point's result.json as the runner writes it (the fields the choice reads)."""
   logdir = out / point.name
   logdir.mkdir(parents=True)
-  (logdir / runner.RESULT_FILE).write_text(json.dumps({
+  (logdir / results.RESULT_FILE).write_text(json.dumps({
       'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
       'seed': point.seed, 'metrics': metrics, 'curve_metric': curve_metric, 'wall_s': 1.0}))
   return str(logdir)
@@ -257,8 +258,8 @@ def test_the_best_point_is_the_best_mean_over_seeds_then_its_best_seed(tmp_path,
   for point, accuracy in zip(stub.points, accuracies):
     if accuracy is not None:
       write_result(out, point, {'accuracy': accuracy, 'top5': 0.99, 'loss': 0.3, 'steps': 3})
-  (out / stub.points[4].name / runner.RESULT_FILE).unlink()  # 8192, seed 0: failed
-  (out / stub.points[4].name / runner.ERROR_FILE).write_text('error: boom\n')
+  (out / stub.points[4].name / results.RESULT_FILE).unlink()  # 8192, seed 0: failed
+  (out / stub.points[4].name / results.ERROR_FILE).write_text('error: boom\n')
   best = report.best_of_sweep(stub)
   assert best == report.Best(stub.logdir(stub.points[1]), 'accuracy', True, 0.90,
                              pytest.approx(0.85), 2)
@@ -612,23 +613,23 @@ def test_attempts_and_their_seconds_are_read_from_run_log():
          '[sweep] attempt 1 ended after 30.00 s with exit status 130\n'
          '[sweep] attempt 2 started at 5000.00 (...); resuming from ckpt-7\n$ run.py ...\n'
          'TensorBoard: tensorboard --logdir /x\n')
-  assert runner.attempts(log) == [
+  assert results.attempts(log) == [
       {'start': 1000.0, 'seconds': 30.0, 'status': 130, 'resumed_from': None},
       {'start': 5000.0, 'seconds': None, 'status': None, 'resumed_from': 7}]
   # The sweep did not see attempt 2 end; run.py's last line says it ended well, also when
   # a signal came as the process ended.
-  assert runner.finished_in_log(log)
-  assert runner.finished_in_log(log + '[sweep] attempt 2 ended after 9 s with exit status -15\n')
+  assert results.finished_in_log(log)
+  assert results.finished_in_log(log + '[sweep] attempt 2 ended after 9 s with exit status -15\n')
   unfinished = log.replace('TensorBoard: ', 'step 9 ')
-  assert not runner.finished_in_log(unfinished)
-  assert not runner.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
+  assert not results.finished_in_log(unfinished)
+  assert not results.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
                                                  'status 1\n')
-  assert runner.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
+  assert results.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
                                              'status 0\n')
   # Seconds from the first event (1010) to an evaluation (5020) count inside the attempts
   # only: 20 s of attempt 1 and 20 s of attempt 2, not the 4,000 s between them.
   spans = [(1000.0, 1030.0), (5000.0, float('inf'))]
-  assert runner.running_seconds(spans, 1010.0, 5020.0) == pytest.approx(40.0)
+  assert results.running_seconds(spans, 1010.0, 5020.0) == pytest.approx(40.0)
 
 
 def test_an_attempt_killed_with_its_session_counts_up_to_the_checkpoint_resumed_from(tmp_path):
@@ -650,12 +651,12 @@ def test_an_attempt_killed_with_its_session_counts_up_to_the_checkpoint_resumed_
       'eval at step 9: loss 0.3000, top-1 0.6200, top-5 0.9900 (10 examples)\n'
       'eval at step 14: loss 0.3000, top-1 0.7000, top-5 0.9900 (10 examples)\n'
       '[sweep] attempt 2 ended after 60.00 s with exit status 0\n')
-  tried = runner.attempts(runner.read_log(str(logdir)))
+  tried = results.attempts(results.read_log(str(logdir)))
   assert [a['resumed_from'] for a in tried] == [None, 7]
   # Attempt 1 ends at its last event at or before step 7: the evaluation 21 s in.
-  assert runner.attempt_spans(str(logdir), tried) == [(1000.0, 1021.0), (5000.0, 5060.0)]
+  assert results.attempt_spans(str(logdir), tried) == [(1000.0, 1021.0), (5000.0, 5060.0)]
   # Step 9 counts with attempt 2's evaluation: 21 s + 20 s; step 14: 21 s + 40 s.
-  assert runner.timed_curve(str(logdir)) == [[7, 0.5, 21.0], [9, 0.62, 41.0], [14, 0.7, 61.0]]
+  assert results.timed_curve(str(logdir)) == [[7, 0.5, 21.0], [9, 0.62, 41.0], [14, 0.7, 61.0]]
 
 
 def read_log_until(path, prefix, timeout):
@@ -790,7 +791,7 @@ def test_a_point_whose_run_is_still_going_is_neither_emptied_nor_shared(tmp_path
   point = stub.points[0]
   logdir = out / point.name
   logdir.mkdir(parents=True)
-  (logdir / runner.LOG_FILE).write_text('[sweep] attempt 1 started at 1000.00 (...)\n')
+  (logdir / results.LOG_FILE).write_text('[sweep] attempt 1 started at 1000.00 (...)\n')
   (logdir / 'config.yaml').write_text('base_params: {}\n')
   with hold_lock(logdir, 'run.lock') as orphan:
     with pytest.raises(grid.SweepError, match=(

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from scripts.large_batch import figures
 from scripts.large_batch import report as study_report
 from scripts.large_batch import study as study_lib
 from tests.scripts.test_plots import check_png
@@ -396,7 +397,7 @@ def test_the_machine_names_its_cpu_and_count():
 def test_the_accuracy_figure_draws_the_tables_rates(study):
   arms, runs = study_report.read_arms([f'SGD={study / "sgd"}', f'LARS={study / "lars"}'],
                                       'batch_size_per_gpu', 0.9)
-  series = study_report.accuracy_series(runs, 'batch_size_per_gpu', arms)
+  series = figures.accuracy_series(runs, 'batch_size_per_gpu', arms)
   # SGD at 256: lr 0.1's two seeds (91 %, 93 %), not lr 0.2's 90 % of the grid;
   # 16K failed, so SGD has no point there, and LARS's 16K run is unfinished.
   assert [(v, round(m, 6), round(s, 6)) for v, m, s in series['SGD']] == [
@@ -454,7 +455,7 @@ def test_an_arm_of_several_sweeps_is_tuned_over_their_overrides(study, tmp_path)
   labels, runs = study_report.read_arms([a for a in arms if a != '--arm'],
                                         'batch_size_per_gpu', 0.9)
   assert labels == ['SGD', 'LARS', 'half']
-  series = study_report.accuracy_series(runs, 'batch_size_per_gpu', labels)
+  series = figures.accuracy_series(runs, 'batch_size_per_gpu', labels)
   assert [(v, round(m, 6)) for v, m, _ in series['LARS']] == [(256, 90.0), (8192, 88.0)]
   # Fewest updates to 90 % over LARS's settings at 8K: eeta 0.004's, 70 on average.
   assert study_lib.steps_to_target([r for r in runs if r['arm'] == 'LARS'
@@ -463,7 +464,7 @@ def test_an_arm_of_several_sweeps_is_tuned_over_their_overrides(study, tmp_path)
 
 def test_the_steps_figure_draws_the_reference_arms(study, tmp_path, monkeypatch):
   drawn = []
-  monkeypatch.setattr(study_report, 'plot_steps',
+  monkeypatch.setattr(figures, 'plot_steps',
                       lambda runs, key, arms, *rest: drawn.append(list(arms)) or False)
   args = ['--arm', f'SGD={study / "sgd"}', '--arm', f'LARS={study / "lars"}',
           '--key', 'batch_size_per_gpu', '--out', str(tmp_path)]
@@ -529,11 +530,11 @@ def test_an_arm_that_never_reached_the_target_is_bounded_by_its_shortest_run(tmp
       run('B', '1024', 0.4, None, None, status='failed')]
   grouped = study_lib.groups(runs, 'batch')
   values = ['256', '1024']
-  assert study_report.unreached(grouped, ['A', 'B'], values) == {
+  assert figures.unreached(grouped, ['A', 'B'], values) == {
       'A': [(1024.0, 100)], 'B': [(256.0, 400)]}
-  assert study_report.unreached(grouped, ['A', 'B'], values, 'seconds_to_target') == {
+  assert figures.unreached(grouped, ['A', 'B'], values, 'seconds_to_target') == {
       'A': [(1024.0, 60.0)], 'B': [(256.0, 70.0)]}
   # The figure draws them beside the arm that reached it.
   path = str(tmp_path / 'steps.png')
-  assert study_report.plot_steps(runs, 'batch', ['A', 'B'], path, 't', 0.5, bounds=True)
+  assert figures.plot_steps(runs, 'batch', ['A', 'B'], path, 't', 0.5, bounds=True)
   check_png(path)

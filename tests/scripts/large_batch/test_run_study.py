@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from framework.sweep import runner
+from framework.sweep import results
 
 # The study script runs scripts/sweep.py and its report script dozens of times a test.
 pytestmark = pytest.mark.slow
@@ -167,11 +167,11 @@ def test_finished_points_are_skipped_and_only_they(tmp_path, fresh):
              for seed in (0, 1)}
   runs, lines = dry_run(out, with_lines=True)
   # The sweep skips a point whose result.json it finds in the point's logdir
-  # (framework.sweep.runner.read_result): each finished point is listed where
+  # (framework.sweep.results.read_result): each finished point is listed where
   # its result lies, every time it is listed, and no other point is.
-  finished = [r[:5] for r, line in zip(runs, lines) if runner.read_result(logdir_of(line))]
+  finished = [r[:5] for r, line in zip(runs, lines) if results.read_result(logdir_of(line))]
   assert set(finished) == written
-  assert all(runner.read_result(logdir_of(line)) for r, line in zip(runs, lines)
+  assert all(results.read_result(logdir_of(line)) for r, line in zip(runs, lines)
              if r[:5] in written)
   # These results move no grid (each is its grid's middle rate, or alone): the
   # rest of the study is what a fresh one runs.
@@ -219,6 +219,7 @@ def test_lars_8k_config_is_the_study_point(fresh):
   eeta grid's winner there, docs/large_batch.md).
   """
   from framework import config_file  # pylint: disable=import-outside-toplevel
+  from framework import config_resolve  # pylint: disable=import-outside-toplevel
   line, = [line for line in fresh[1]
            if '/lars_eeta0.004/batch_size_per_gpu=8192__iter_size=1__' in line
            and 'random_seed=0' in line]
@@ -230,10 +231,10 @@ def test_lars_8k_config_is_the_study_point(fresh):
   overrides.remove('iter_size=1')
   # The training config is the same to the key. (The study's --set also makes
   # its evaluation batch 8192, lars_8k.py's is 1000: the same 10,000 test images.)
-  point = config_file.resolve(
+  point = config_resolve.resolve(
       config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars.py')), 'train',
       overrides)
-  one = config_file.resolve(
+  one = config_resolve.resolve(
       config_file.load_config_file(os.path.join(ROOT, 'configs/large_batch/lars_8k.py')), 'train')
   assert one == point
   assert one['lr_policy_params']['learning_rate'] == 11.31 and one['batch_size_per_gpu'] == 8192

@@ -6,11 +6,12 @@ import os
 import numpy as np
 import pytest
 
+from scripts.large_batch import seq2seq_findings as findings
+from scripts.large_batch import seq2seq_plan as s2s_plan
 from scripts.large_batch import seq2seq_report as page
-from scripts.large_batch import seq2seq_study as s2s
 from tests.scripts.large_batch.test_seq2seq_study import write_archive
 
-LAMB, ADAMW, MUON = s2s.ARMS
+LAMB, ADAMW, MUON = s2s_plan.ARMS
 # The target dev WER of these tests' curves (the page's is page.TARGET_WER).
 TARGET = 0.45
 
@@ -25,7 +26,7 @@ def curve(steps, wers):
 def fixture_archive(tmp_path):
   """A study half done: every arm at 256; LAMB and AdamW at 8192; AdamW at 1024; a budget check."""
   archive = tmp_path / 'archive'
-  s256 = s2s.updates(256)
+  s256 = s2s_plan.updates(256)
   # At 256: AdamW best (30 % and 31 %: 30.5 ± 0.71), LAMB 31 %, Muon 32 %.
   write_archive(archive, 'adamw', 256, {(0.0005, 0): 0.33, (0.001, 0): 0.30, (0.002, 0): 0.32,
                                         (0.001, 1): 0.31}, steps=s256,
@@ -36,7 +37,7 @@ def fixture_archive(tmp_path):
                                        (0.002, 0): 'error: the loss is NaN at step 12'},
                 steps=s256)
   # At 8192: LAMB's best at the top edge, 31.2 % (within 1 point); AdamW 33 % (missed).
-  s8k = s2s.updates(8192)
+  s8k = s2s_plan.updates(8192)
   write_archive(archive, 'lamb', 8192, {(0.008485, 0): 0.36, (0.01697, 0): 0.33,
                                         (0.03394, 0): 0.312}, steps=s8k,
                 curve=curve(s8k, [0.9, 0.7, 0.5, 0.40, 0.312]))
@@ -44,7 +45,7 @@ def fixture_archive(tmp_path):
                                          (0.01131, 0): 0.34}, steps=s8k,
                 curve=curve(s8k, [0.9, 0.8, 0.6, 0.5, 0.46]))
   # AdamW at 1024, its rate inside the grid, reaching 45 % at the second eighth.
-  s1k = s2s.updates(1024)
+  s1k = s2s_plan.updates(1024)
   write_archive(archive, 'adamw', 1024, {(0.001, 0): 0.33, (0.002, 0): 0.31, (0.004, 0): 0.32},
                 steps=s1k, curve=curve(s1k, [0.6, 0.45, 0.35, 0.31]))
   # The budget check: AdamW at its rate, half the epochs: 30.6 and 31.2 %.
@@ -58,15 +59,15 @@ def test_the_table_has_every_point_and_the_chosen_rates_numbers(archive):
   lines = page.table(runs, TARGET)
   rows = {tuple(c.strip() for c in line.split('|')[1:4]): [c.strip() for c in line.split('|')[4:-1]]
           for line in lines if line.startswith('| ') and 'batch (words)' not in line}
-  assert len(rows) == 3 * len(s2s.BATCHES + s2s.BEYOND)
+  assert len(rows) == 3 * len(s2s_plan.BATCHES + s2s_plan.BEYOND)
   adamw = rows[('256', '4.1 K', 'AdamW')]
   # Rate, seeds, test WER mean ± std over the two seeds, PER (a quarter, as written), gap 0.
   assert adamw[:5] == ['0.001', '2/2', '30.50 ± 0.71', '7.62 ± 0.18', '+0.00']
-  assert adamw[5] == str(s2s.updates(256))
+  assert adamw[5] == str(s2s_plan.updates(256))
   lamb_8k = rows[('8192 (1024 × 8)', '130.3 K', 'LAMB')]
   assert lamb_8k[:5] == ['0.03394', '1/1', '31.20', '7.80', '+0.70']
   # 45 % dev WER first at the fourth of five evaluations: 4/5 of the updates, 10 s each.
-  s8k = s2s.updates(8192)
+  s8k = s2s_plan.updates(8192)
   assert lamb_8k[6:8] == [f'{s8k * 4 // 5:.0f}', f'{10.0 * s8k * 4 / 5:.0f}']
   assert rows[('8192 (1024 × 8)', '130.3 K', 'AdamW')][6] == 'not reached'
   # Muon at 256: its best rate of the two that finished; the failed one is listed below.
@@ -77,24 +78,24 @@ def test_the_table_has_every_point_and_the_chosen_rates_numbers(archive):
 
 def test_the_one_run_past_32x_is_marked_not_tuned(archive):
   # LAMB at 16384: its rate at 8192 (0.03394) × sqrt(2) = 0.048, once.
-  write_archive(archive, 'lamb', 16384, {(0.048, 0): 0.99}, steps=s2s.updates(16384))
+  write_archive(archive, 'lamb', 16384, {(0.048, 0): 0.99}, steps=s2s_plan.updates(16384))
   runs = page.read(str(archive), TARGET)
   row = next(line for line in page.table(runs, TARGET) if line.startswith('| 16384')
              and '| LAMB |' in line)
   assert '| 0.048 (one rate, not tuned) | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | **0.048: 99.00** (one rate, not tuned) |' in page.grids(runs)
   # Only a grid that holds its rate inside enters the rate rule: 16384 does not.
-  assert 'at 16384' not in '\n'.join(page.recipe(runs, TARGET))
+  assert 'at 16384' not in '\n'.join(findings.recipe(runs, TARGET))
   # With a grid there (the best arm at 8192 gets one), the mark goes.
   write_archive(archive, 'lamb', 16384, {(0.024, 0): 0.995, (0.096, 0): 0.999},
-                steps=s2s.updates(16384))
+                steps=s2s_plan.updates(16384))
   runs = page.read(str(archive), TARGET)
   row = next(line for line in page.table(runs, TARGET) if line.startswith('| 16384')
              and '| LAMB |' in line)
   assert '| 0.048 | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | 0.024: 99.50; **0.048: 99.00**; 0.096: 99.90 |' in page.grids(runs)
   # ... and its best rate enters the rule's line: 0.048 / (0.003·sqrt(64) = 0.024) = 2.00.
-  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(page.recipe(runs, TARGET))
+  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(findings.recipe(runs, TARGET))
 
 
 def test_targets_budget_and_failures(archive):
@@ -115,10 +116,10 @@ def test_targets_budget_and_failures(archive):
 
 def test_the_recipe_is_computed_from_the_runs(archive):
   runs = page.read(str(archive), TARGET)
-  text = '\n'.join(page.recipe(runs, TARGET))
+  text = '\n'.join(findings.recipe(runs, TARGET))
   # AdamW's rate inside its grid at 256 (0.001), 1024 (0.002) and 8192 (0.005657): slope
   # of log(lr) on log(B) by least squares; LAMB's 8192 rate is at the grid's edge: left out.
-  expected = page.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
+  expected = findings.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
   assert 0.49 < expected < 0.51
   assert (f'AdamW: 0.001 at 256, 0.002 at 1024, 0.005657 at 8192 (lr ∝ B^{expected:.2f})'
           in text)
@@ -137,14 +138,14 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
           '5 %: not yet run') in text
   # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).
-  s256, s1k = s2s.updates(256) * 3 // 5, s2s.updates(1024) * 2 // 4
+  s256, s1k = s2s_plan.updates(256) * 3 // 5, s2s_plan.updates(1024) * 2 // 4
   assert f'AdamW: {s256 * 256 / (s1k * 1024):.2f} at 1024' in text
   # LAMB: 3/5 of 4740 at 256, 4/5 of 148 at 8192: (2844·256) / (118·8192) = 0.75.
   assert 'LAMB: 0.75 at 8192' in text
   # The critical batch, S(B) = S_min (1 + B_crit/B) through LAMB's two batches: S_min =
   # (S1·B1 - S2·B2) / (B1 - B2), B_crit = (S1 - S_min)·B1 / S_min. AdamW's updates fall
   # faster than 1/B from 256 to 1024 (S_min would be negative): no fit. Muon: one batch.
-  s8k = s2s.updates(8192) * 4 // 5
+  s8k = s2s_plan.updates(8192) * 4 // 5
   s_min = (s256 * 256 - s8k * 8192) / (256 - 8192)
   b_crit = (s256 - s_min) * 256 / s_min
   assert 23000 < b_crit < 25000
@@ -165,8 +166,8 @@ def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, 
   assert '\nold\n' not in text and '| 256 | 4.1 K | AdamW | 0.001 | 2/2 |' in text
   assert '![updates to 45 % dev WER against the batch, log-log](images/steps.png)' in text
   # 21 archived runs (one failed), their wall times (2 s an update) in hours.
-  hours = sum(2.0 * n for n in [s2s.updates(256)] * 9 + [s2s.updates(256) // 2] * 2
-              + [s2s.updates(8192)] * 6 + [s2s.updates(1024)] * 3) / 3600
+  hours = sum(2.0 * n for n in [s2s_plan.updates(256)] * 9 + [s2s_plan.updates(256) // 2] * 2
+              + [s2s_plan.updates(8192)] * 6 + [s2s_plan.updates(1024)] * 3) / 3600
   assert f'Progress: 21 run(s) archived ({hours:.1f} hours of this machine), ' in text
   assert '![wall seconds to 45 % dev WER against the batch, log-log](images/steps_wall.png)' in text
   assert figure.stat().st_size > 1000 and (tmp_path / 'images' / 'steps_wall.png').stat().st_size > 1000
@@ -196,45 +197,45 @@ def test_the_rate_tuned_at_256_is_the_one_the_plan_centres_on(tmp_path):
   write_archive(tmp_path, 'lamb', 256, {(0.0015, 0): 0.40, (0.003, 0): 0.30, (0.006, 0): 0.31,
                                         (0.003, 1): 0.34})
   runs = page.read(str(tmp_path), TARGET)
-  assert page.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
+  assert findings.members_at(runs, 'lamb', 256)[0]['lr'] == 0.006  # the table's: the best mean
   # The grids above 256 were centred on the seed-0 best, and the report measures against it.
-  assert page.tuned_rate(runs, 'lamb', 256) == 0.003
-  centre = s2s.centre(s2s.ARMS[0], 8192, lambda name, batch: page.tuned_rate(runs, name, batch))
-  assert centre in [r.lr for r in s2s.plan(s2s.Results(str(tmp_path)))
-                    if isinstance(r, s2s.Run) and r.sweep == 'lamb' and r.batch == 8192]
+  assert findings.tuned_rate(runs, 'lamb', 256) == 0.003
+  centre = s2s_plan.centre(s2s_plan.ARMS[0], 8192, lambda name, batch: findings.tuned_rate(runs, name, batch))
+  assert centre in [r.lr for r in s2s_plan.plan(s2s_plan.Results(str(tmp_path)))
+                    if isinstance(r, s2s_plan.Run) and r.sweep == 'lamb' and r.batch == 8192]
 
 
 def test_a_mean_reads_the_same_in_the_table_and_in_the_targets():
   # 31.12 % and 31.37 %: their mean, 31.245 %, lies on a rounding edge. The table and
   # the target lines both take the mean of the fractions (0.31245), then scale it.
   wers = [0.3112, 0.3137]
-  assert page.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
-  assert page.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
-  assert page.percent([0.5]) == '50.00' and page.percent([None]) == 'n/a'
+  assert findings.percent(wers) == '31.25 ± 0.18'  # stdev: 0.0025 / sqrt(2) = 0.00177
+  assert findings.percent(wers).split(' ± ')[0] == f'{math.fsum(wers) / 2 * 100:.2f}'
+  assert findings.percent([0.5]) == '50.00' and findings.percent([None]) == 'n/a'
 
 
 def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch_fit_nothing(
     archive):
   # LAMB at 8192 gets a second seed at its rate: the table's mean is (31.2 + 29.0) / 2 = 30.1 %,
   # but the warm-ups ran with seed 0 alone, so the recipe's 10 % reads seed 0's 31.20 %.
-  s8k = s2s.updates(8192)
+  s8k = s2s_plan.updates(8192)
   write_archive(archive, 'lamb', 8192, {(0.03394, 1): 0.29}, steps=s8k)
   write_archive(archive, 'lamb_warmup0.05', 8192, {(0.03394, 0): 0.35}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.05',))
-  # A warm-up the plan added past the longest (seq2seq_study.warmup_fractions) is read too.
+  # A warm-up the plan added past the longest (seq2seq_plan.warmup_fractions) is read too.
   write_archive(archive, 'lamb_warmup0.4', 8192, {(0.03394, 0): 0.30}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.4',))
   # Muon at 256 reaches 45 % at its first fifth (948 updates), at 1024 only at its last
   # (1180): 948·256 / (1180·1024) = 0.20.
-  s256, s1k = s2s.updates(256), s2s.updates(1024)
+  s256, s1k = s2s_plan.updates(256), s2s_plan.updates(1024)
   write_archive(archive, 'muon', 256, {(0.001, 0): 0.32}, steps=s256,
                 curve=curve(s256, [0.44, 0.40, 0.36, 0.34, 0.32]))
   write_archive(archive, 'muon', 1024, {(0.001, 0): 0.40, (0.002, 0): 0.38, (0.004, 0): 0.39},
                 steps=s1k, curve=curve(s1k, [0.7, 0.6, 0.5, 0.38]))
   runs = page.read(str(archive), TARGET)
-  assert page.study.metric_mean(page.members_at(runs, 'lamb', 8192), page.study.WER) == (
+  assert page.study.metric_mean(findings.members_at(runs, 'lamb', 8192), page.study.WER) == (
       pytest.approx(0.301))
-  text = '\n'.join(page.recipe(runs, TARGET))
+  text = '\n'.join(findings.recipe(runs, TARGET))
   assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
           '5 %: 35.00 %; 20 %: not yet run; 40 %: 30.00 %. Its 2 seeds at the recipe\'s warm-up '
           'differ by 2.20 points. Its best is the longest warm-up the study tries (40 %): past '
@@ -246,7 +247,7 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   # With 20 % in, the best warm-up tried is 40 %: 31.20 - 30.00 = 1.20 points over the recipe.
   write_archive(archive, 'lamb_warmup0.2', 8192, {(0.03394, 0): 0.33}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.2',))
-  text = '\n'.join(page.recipe(page.read(str(archive), TARGET), TARGET))
+  text = '\n'.join(findings.recipe(page.read(str(archive), TARGET), TARGET))
   assert ("the warm-up of LAMB (its best tried, 40 %, against the recipe's 10 %, seed 0): 1.20;"
           in text)
   # The target line gives the arm's best warm-up too, against the best at 256 (AdamW, 30.50 %):
@@ -255,8 +256,8 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   assert ('(lr 0.03394), -0.40 points: **met**; with its best warm-up (40 %, seed 0) 30.00 %, '
           '-0.50 points\n') in targets
   assert '+2.50 points: **missed** (provisional: 1 of 2 seeds)\n' in targets
-  # 40 % is the longest the plan tries (seq2seq_study.WARMUP_LIMITS): the page says so.
-  assert s2s.WARMUP_LIMITS[1] == 0.4
+  # 40 % is the longest the plan tries (seq2seq_plan.WARMUP_LIMITS): the page says so.
+  assert s2s_plan.WARMUP_LIMITS[1] == 0.4
   assert ("20 %: 33.00 %; 40 %: 30.00 %. Its 2 seeds at the recipe's warm-up differ by 2.20 "
           "points. Its best is the longest warm-up the study tries (40 %): past it may be better "
           "still. AdamW at 8192") in text
@@ -269,12 +270,12 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
 def test_the_critical_batch_fit_recovers_the_model_and_is_least_squares_on_one_over_b():
   # Exact points of S = 100·(1 + 1000/B) give back S_min 100 and B_crit 1000.
   exact = {b: 100 * (1 + 1000 / b) for b in (256, 1024, 4096, 8192)}
-  s_min, b_crit = page.critical_fit(exact)
+  s_min, b_crit = findings.critical_fit(exact)
   assert s_min == pytest.approx(100) and b_crit == pytest.approx(1000)
   # Noisy points: the line of numpy's least squares of S on 1/B.
   noisy = {256: 592, 1024: 294, 4096: 108, 8192: 90}
   slope_, intercept = np.polyfit([1 / b for b in noisy], list(noisy.values()), 1)
-  assert page.critical_fit(noisy) == pytest.approx((intercept, slope_ / intercept))
+  assert findings.critical_fit(noisy) == pytest.approx((intercept, slope_ / intercept))
   # One batch, or updates that do not level off: nothing.
-  assert page.critical_fit({256: 592}) is None
-  assert page.critical_fit({256: 500, 1024: 600}) is None
+  assert findings.critical_fit({256: 592}) is None
+  assert findings.critical_fit({256: 500, 1024: 600}) is None
