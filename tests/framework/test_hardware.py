@@ -12,6 +12,7 @@ from core import precision
 from framework import config as cfg
 from framework import hardware
 from framework import launch
+from framework import resume
 from framework import rundir
 from optimizers.pipeline import GradientPipeline
 from tests.framework.test_config import base_config
@@ -119,7 +120,7 @@ def test_config_yaml_records_the_dtype_the_run_computes_in(monkeypatch, tmp_path
   fake_machine(monkeypatch, BF16)
   configs, line = launch.resolve_dtype(views(), Log())
   options = argparse.Namespace(config=None)
-  launch.record_configs(options, configs, str(tmp_path), 0, line)
+  resume.record_configs(options, configs, str(tmp_path), 0, line)
   text = (tmp_path / 'config.yaml').read_text()
   assert text.splitlines()[0] == (
       '# dtype auto: mixed_bfloat16 (this CPU computes bfloat16 natively: avx512_bf16); the '
@@ -138,8 +139,8 @@ def test_a_train_only_runs_eval_view_read_again_records_the_trains_dtype(monkeyp
   fake_machine(monkeypatch, NO_BF16)
   configs, line = launch.resolve_dtype(dict(views(), eval=None), Log())
   # The eval view recorded beside a train-only run is the config file's, read again: auto.
-  monkeypatch.setattr(launch, 'recorded_eval_view', lambda options, configs: views()['eval'])
-  launch.record_configs(argparse.Namespace(config=None), configs, str(tmp_path), 0, line)
+  monkeypatch.setattr(resume, 'recorded_eval_view', lambda options, configs: views()['eval'])
+  resume.record_configs(argparse.Namespace(config=None), configs, str(tmp_path), 0, line)
   saved = yaml.safe_load((tmp_path / 'config.yaml').read_text())
   assert saved['base_params']['dtype'] == 'float32'
   assert 'dtype' not in (saved.get('eval_params') or {})
@@ -166,19 +167,19 @@ def test_resuming_on_a_machine_that_resolves_auto_otherwise_says_so(monkeypatch,
   # Trained where auto chose mixed_bfloat16 ...
   fake_machine(monkeypatch, BF16)
   configs, line = launch.resolve_dtype(views(), Log())
-  launch.record_configs(argparse.Namespace(config=None), configs, str(tmp_path), 0, line)
+  resume.record_configs(argparse.Namespace(config=None), configs, str(tmp_path), 0, line)
   # ... resumed on a CPU without bfloat16: float32, said, and the checkpoints taken as they are.
   fake_machine(monkeypatch, NO_BF16)
   configs, _ = launch.resolve_dtype(views(), Log())
   capsys.readouterr()
-  launch.check_resume_config(str(tmp_path), configs['train'])
+  resume.check_resume_config(str(tmp_path), configs['train'])
   assert capsys.readouterr().out == (
       "resuming with changed settings: dtype: 'mixed_bfloat16' -> 'float32' (the variables are "
       'float32 in both dtypes)\n')
   # A change the checkpoints cannot take is refused as before.
   with pytest.raises(launch.LaunchError, match=r"cannot take these changes: dtype: "
                                                r"'mixed_bfloat16' -> 'float16' "):
-    launch.check_resume_config(str(tmp_path), check(base_config(dtype='float16')))
+    resume.check_resume_config(str(tmp_path), check(base_config(dtype='float16')))
 
 
 def checkpoint_of(policy):
