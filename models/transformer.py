@@ -37,6 +37,9 @@ Variable names: every layer normalization's path contains
 ``exclude_from_weight_decay: ['layer_normalization', 'bias']`` keeps exactly
 those from weight decay.
 
+The layers themselves are in ``models.transformer_layers``, the training
+loss (``teacher_forced_loss``) in ``models.sequence_losses``.
+
 References:
   Vaswani et al. "Attention Is All You Need", NeurIPS 2017. arXiv:1706.03762.
   Wang et al. "Learning Deep Transformer Models for Machine Translation",
@@ -52,6 +55,7 @@ import tensorflow as tf
 
 from core.params import ConfigError, check_params
 from models import schemas
+from models.transformer_layers import DecoderLayer, EncoderLayer, build_all, layer_norm
 
 PAD_ID, START_ID, END_ID = 0, 1, 2
 # Never a decoded token.
@@ -59,7 +63,6 @@ FORBIDDEN_OUTPUT_IDS = (PAD_ID, START_ID)
 # Added to the attention logits of masked positions and to forbidden logits:
 # finite, so a fully masked row gives a uniform distribution, not NaN.
 NEG_INF = -1e9
-LAYER_NORM_EPSILON = 1e-6
 
 
 def sinusoids(length, depth):
@@ -90,226 +93,56 @@ def length_penalty(length, alpha):
   return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-@keras.saving.register_keras_serializable(package='models')
-class Attention(keras.layers.Layer):
-  """Multi-head scaled dot-product attention with a fused query-key-value projection.
+def _beam_candidates(alive, alive_log_prob, log_probs, position, limit, shape):
+  """The best ``2 x beams`` one-token extensions of the live hypotheses (one beam-search step).
 
   Args:
-    d_model: model width (a multiple of ``num_heads``).
-    num_heads: number of heads.
-    dropout: dropout rate on the attention probabilities.
-    self_attention: one ``qkv`` projection of the input; otherwise ``query``
-      projects the input and ``key_value`` the memory.
+    alive: int32 ``[B, beams, limit]``, the live hypotheses' ids so far.
+    alive_log_prob: float32 ``[B, beams]``, their log-probabilities.
+    log_probs: float32 ``[B x beams, V]``, the next token's log-probabilities.
+    position: int32 scalar, the step.
+    limit: the steps the batch may take.
+    shape: ``(B, beams, V)``.
+
+  Returns:
+    ``(scores, parent beams, tokens)``, each ``[B, 2 x beams]`` best first,
+    and the extended ids ``[B, 2 x beams, limit]``.
   """
-
-  def __init__(self, d_model, num_heads, dropout=0.0, self_attention=True, **kwargs):
-    super().__init__(**kwargs)
-    self.d_model, self.num_heads, self.rate = d_model, num_heads, dropout
-    self.self_attention = self_attention
-    self.depth = d_model // num_heads
-    if self_attention:
-      self.qkv = keras.layers.Dense(3 * d_model, name='qkv')
-    else:
-      self.query = keras.layers.Dense(d_model, name='query')
-      self.key_value = keras.layers.Dense(2 * d_model, name='key_value')
-    self.output_projection = keras.layers.Dense(d_model, name='output')
-    self.dropout = keras.layers.Dropout(dropout)
-
-  def build(self, input_shape):
-    # Every input of these layers (and a memory) is d_model wide, so the variables are made
-    # here rather than by tracing a first call.
-    del input_shape
-    width = (None, None, self.d_model)
-    projections = [self.qkv] if self.self_attention else [self.query, self.key_value]
-    for layer in projections + [self.output_projection]:
-      layer.build(width)
-
-  def _heads(self, x):
-    """``[B, T, d_model]`` -> ``[B, T, heads, depth]``."""
-    shape = tf.shape(x)
-    return tf.reshape(x, [shape[0], shape[1], self.num_heads, self.depth])
-
-  def _merge(self, x):
-    shape = tf.shape(x)
-    return tf.reshape(x, [shape[0], shape[1], self.d_model])
-
-  def memory_kv(self, memory):
-    """The heads' keys and values of ``memory`` (cross-attention), each ``[B, S, heads, depth]``."""
-    key, value = tf.split(self.key_value(memory), 2, axis=-1)
-    return self._heads(key), self._heads(value)
-
-  def attend(self, query, key, value, bias, training=False):
-    """Attention of heads-shaped queries over keys/values; ``bias`` is float32, broadcast to ``[B, heads, T, S]``."""
-    logits = tf.einsum('bthd,bshd->bhts', query, key)
-    # Keras casts a layer's float arguments to its compute dtype; the bias is added in float32.
-    logits = tf.cast(logits, tf.float32) / math.sqrt(self.depth) + tf.cast(bias, tf.float32)
-    weights = tf.cast(tf.nn.softmax(logits, axis=-1), query.dtype)
-    weights = self.dropout(weights, training=training)
-    return self.output_projection(self._merge(tf.einsum('bhts,bshd->bthd', weights, value)))
-
-  def call(self, inputs, memory=None, bias=0.0, training=False):
-    if self.self_attention:
-      query, key, value = (self._heads(x) for x in tf.split(self.qkv(inputs), 3, axis=-1))
-    else:
-      query = self._heads(self.query(inputs))
-      key, value = self.memory_kv(memory)
-    return self.attend(query, key, value, bias, training)
-
-  def step(self, inputs, position, cache, bias):
-    """Self-attention of one new position over the cached ones (decoding).
-
-    Args:
-      inputs: ``[N, 1, d_model]``, the new position.
-      position: int32 scalar, its index.
-      cache: ``(keys, values)``, each ``[N, L, heads, depth]``; positions
-        before ``position`` hold earlier steps' keys and values.
-      bias: float32 ``[1, 1, 1, L]`` hiding the positions after ``position``.
-
-    Returns:
-      ``(output [N, 1, d_model], updated cache)``.
-    """
-    query, key, value = (self._heads(x) for x in tf.split(self.qkv(inputs), 3, axis=-1))
-    keys, values = cache
-    at = tf.cast(tf.equal(tf.range(tf.shape(keys)[1]), position), keys.dtype)
-    at = at[tf.newaxis, :, tf.newaxis, tf.newaxis]
-    keys, values = keys + at * key, values + at * value
-    return self.attend(query, keys, values, bias), (keys, values)
-
-  def cross_step(self, inputs, memory_kv, bias):
-    """Attention of new positions over precomputed memory keys and values (decoding)."""
-    return self.attend(self._heads(self.query(inputs)), *memory_kv, bias)
-
-  def get_config(self):
-    return {**super().get_config(), 'd_model': self.d_model, 'num_heads': self.num_heads,
-            'dropout': self.rate, 'self_attention': self.self_attention}
+  batch, beams, vocab = shape
+  scores = alive_log_prob[:, :, tf.newaxis] + tf.reshape(log_probs, [batch, beams, vocab])
+  top_scores, top_index = tf.math.top_k(tf.reshape(scores, [batch, beams * vocab]), 2 * beams)
+  parent, token = top_index // vocab, top_index % vocab
+  here = tf.one_hot(position, limit, dtype=tf.int32)
+  candidates = (tf.gather(alive, parent, batch_dims=1)
+                + token[:, :, tf.newaxis] * here[tf.newaxis, tf.newaxis, :])
+  return top_scores, parent, token, candidates
 
 
-@keras.saving.register_keras_serializable(package='models')
-class FeedForward(keras.layers.Layer):
-  """``Dense(ff_size, relu) -> dropout -> Dense(d_model)``."""
-
-  def __init__(self, d_model, ff_size, dropout=0.0, **kwargs):
-    super().__init__(**kwargs)
-    self.d_model, self.ff_size, self.rate = d_model, ff_size, dropout
-    self.hidden = keras.layers.Dense(ff_size, activation='relu', name='hidden')
-    self.output_projection = keras.layers.Dense(d_model, name='output')
-    self.dropout = keras.layers.Dropout(dropout)
-
-  def build(self, input_shape):
-    del input_shape
-    self.hidden.build((None, None, self.d_model))
-    self.output_projection.build((None, None, self.ff_size))
-
-  def call(self, inputs, training=False):
-    return self.output_projection(self.dropout(self.hidden(inputs), training=training))
-
-  def get_config(self):
-    return {**super().get_config(), 'd_model': self.d_model, 'ff_size': self.ff_size,
-            'dropout': self.rate}
+def _keep_ended(ended, ended_score, candidates, top_scores, is_end, position, limits, alpha,
+                beams):
+  """The best ``beams`` ended hypotheses and their normalized scores, with this step's endings added."""
+  # An ending candidate ends a hypothesis only when it ranks among the best beam_size
+  # (as in fairseq), so beam size 1 follows the greedy path. At a source's own length
+  # limit every candidate ends; past it, none (the batch may go on for longer sources).
+  in_beam = tf.range(2 * beams) < beams
+  at_limit = tf.equal(position, limits - 1)[:, tf.newaxis]
+  ends = (is_end & in_beam[tf.newaxis, :]) | at_limit
+  ends &= (position < limits)[:, tf.newaxis]
+  normalized = top_scores / length_penalty(position + 1, alpha)
+  ended_now = tf.where(ends, normalized, NEG_INF)
+  pool_score = tf.concat([ended_score, ended_now], axis=1)
+  pool = tf.concat([ended, candidates], axis=1)
+  ended_score, keep = tf.math.top_k(pool_score, beams)
+  return tf.gather(pool, keep, batch_dims=1), ended_score
 
 
-class _Residual:
-  """One residual sub-layer with its layer normalization, before (pre) or after (post) the sum."""
-
-  def __init__(self, norm, dropout, pre_norm):
-    self.norm, self.dropout, self.pre_norm = norm, dropout, pre_norm
-
-  def __call__(self, x, sublayer, training):
-    if self.pre_norm:
-      return x + self.dropout(sublayer(self.norm(x)), training=training)
-    return self.norm(x + self.dropout(sublayer(x), training=training))
-
-
-def _layer_norm(name):
-  return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=name)
-
-
-def _build_all(layers, d_model):
-  for layer in layers:
-    layer.build((None, None, d_model))
-
-
-@keras.saving.register_keras_serializable(package='models')
-class EncoderLayer(keras.layers.Layer):
-  """Self-attention then feed-forward, each residual."""
-
-  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm, **kwargs):
-    super().__init__(**kwargs)
-    self.settings = dict(d_model=d_model, num_heads=num_heads, ff_size=ff_size, dropout=dropout,
-                         attention_dropout=attention_dropout, pre_norm=pre_norm)
-    self.self_attention = Attention(d_model, num_heads, attention_dropout, name='self_attention')
-    self.self_attention_norm = _layer_norm('self_attention_layer_normalization')
-    self.feed_forward = FeedForward(d_model, ff_size, dropout, name='feed_forward')
-    self.feed_forward_norm = _layer_norm('feed_forward_layer_normalization')
-    self.dropout = keras.layers.Dropout(dropout)
-    self._attention_block = _Residual(self.self_attention_norm, self.dropout, pre_norm)
-    self._feed_forward_block = _Residual(self.feed_forward_norm, self.dropout, pre_norm)
-
-  def build(self, input_shape):
-    del input_shape
-    _build_all([self.self_attention, self.self_attention_norm, self.feed_forward,
-                self.feed_forward_norm], self.settings['d_model'])
-
-  def call(self, x, bias, training=False):
-    x = self._attention_block(
-        x, lambda y: self.self_attention(y, bias=bias, training=training), training)
-    return self._feed_forward_block(x, lambda y: self.feed_forward(y, training=training), training)
-
-  def get_config(self):
-    return {**super().get_config(), **self.settings}
-
-
-@keras.saving.register_keras_serializable(package='models')
-class DecoderLayer(keras.layers.Layer):
-  """Causal self-attention, attention over the encoder output, feed-forward; each residual."""
-
-  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm, **kwargs):
-    super().__init__(**kwargs)
-    self.settings = dict(d_model=d_model, num_heads=num_heads, ff_size=ff_size, dropout=dropout,
-                         attention_dropout=attention_dropout, pre_norm=pre_norm)
-    self.self_attention = Attention(d_model, num_heads, attention_dropout, name='self_attention')
-    self.self_attention_norm = _layer_norm('self_attention_layer_normalization')
-    self.cross_attention = Attention(d_model, num_heads, attention_dropout, self_attention=False,
-                                     name='cross_attention')
-    self.cross_attention_norm = _layer_norm('cross_attention_layer_normalization')
-    self.feed_forward = FeedForward(d_model, ff_size, dropout, name='feed_forward')
-    self.feed_forward_norm = _layer_norm('feed_forward_layer_normalization')
-    self.dropout = keras.layers.Dropout(dropout)
-    self._blocks = [_Residual(norm, self.dropout, pre_norm) for norm in (
-        self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm)]
-
-  def build(self, input_shape):
-    del input_shape
-    _build_all([self.self_attention, self.self_attention_norm, self.cross_attention,
-                self.cross_attention_norm, self.feed_forward, self.feed_forward_norm],
-               self.settings['d_model'])
-
-  def call(self, x, memory, source_bias, target_bias, training=False):
-    attend_self, attend_memory, feed_forward = self._blocks
-    x = attend_self(x, lambda y: self.self_attention(y, bias=target_bias, training=training),
-                    training)
-    x = attend_memory(
-        x, lambda y: self.cross_attention(y, memory=memory, bias=source_bias, training=training),
-        training)
-    return feed_forward(x, lambda y: self.feed_forward(y, training=training), training)
-
-  def step(self, x, position, cache, memory_kv, source_bias, target_bias):
-    """One decoding position: ``x`` ``[N, 1, d_model]``; returns ``(output, updated cache)``."""
-    attend_self, attend_memory, feed_forward = self._blocks
-    updated = []
-
-    def self_attention(y):
-      out, new_cache = self.self_attention.step(y, position, cache, target_bias)
-      updated.append(new_cache)
-      return out
-
-    x = attend_self(x, self_attention, False)
-    x = attend_memory(x, lambda y: self.cross_attention.cross_step(y, memory_kv, source_bias),
-                      False)
-    return feed_forward(x, self.feed_forward, False), updated[0]
-
-  def get_config(self):
-    return {**super().get_config(), **self.settings}
+def _beam_search_goes_on(position, alive_log_prob, ended_score, limits, limit, alpha):
+  """Beam search's loop condition: some source is not done and the batch's limit is not reached."""
+  # A source is done when no live hypothesis can beat its best ended one (the penalty
+  # is largest at its limit) or its limit is reached.
+  best_possible = alive_log_prob[:, 0] / length_penalty(limits, alpha)
+  done = (ended_score[:, 0] >= best_possible) | (position >= limits)
+  return (position < limit) & ~tf.reduce_all(done)
 
 
 @keras.saving.register_keras_serializable(package='models')
@@ -365,8 +198,8 @@ class Transformer(keras.Model):
     for layer in self.encoder_layers + self.decoder_layers:
       setattr(self, layer.name, layer)
     # Pre-norm blocks leave their sum unnormalized; one last normalization each.
-    self.encoder_norm = _layer_norm('encoder_output_layer_normalization') if pre_norm else None
-    self.decoder_norm = _layer_norm('decoder_output_layer_normalization') if pre_norm else None
+    self.encoder_norm = layer_norm('encoder_output_layer_normalization') if pre_norm else None
+    self.decoder_norm = layer_norm('decoder_output_layer_normalization') if pre_norm else None
 
   def build(self, input_shape):
     del input_shape
@@ -375,7 +208,7 @@ class Transformer(keras.Model):
         embedding.build()
     norms = [n for n in (self.encoder_norm, self.decoder_norm) if n is not None]
     projection = [self.output_projection] if self.output_projection is not None else []
-    _build_all(self.encoder_layers + self.decoder_layers + norms + projection, self.d_model)
+    build_all(self.encoder_layers + self.decoder_layers + norms + projection, self.d_model)
 
   # --- pieces -------------------------------------------------------------------------------
 
@@ -547,26 +380,11 @@ class Transformer(keras.Model):
 
     def body(position, tokens, alive, alive_log_prob, ended, ended_score, caches):
       log_probs, caches = self._step(tokens, position, caches, memory_kv, source_bias, limit)
-      scores = alive_log_prob[:, :, tf.newaxis] + tf.reshape(log_probs, [batch, beams, vocab])
-      top_scores, top_index = tf.math.top_k(tf.reshape(scores, [batch, beams * vocab]), 2 * beams)
-      parent, token = top_index // vocab, top_index % vocab
-      here = tf.one_hot(position, limit, dtype=tf.int32)
-      candidates = (tf.gather(alive, parent, batch_dims=1)
-                    + token[:, :, tf.newaxis] * here[tf.newaxis, tf.newaxis, :])
+      top_scores, parent, token, candidates = _beam_candidates(
+          alive, alive_log_prob, log_probs, position, limit, (batch, beams, vocab))
       is_end = tf.equal(token, END_ID)
-      # An ending candidate ends a hypothesis only when it ranks among the best beam_size
-      # (as in fairseq), so beam size 1 follows the greedy path. At a source's own length
-      # limit every candidate ends; past it, none (the batch may go on for longer sources).
-      in_beam = tf.range(2 * beams) < beams
-      at_limit = tf.equal(position, limits - 1)[:, tf.newaxis]
-      ends = (is_end & in_beam[tf.newaxis, :]) | at_limit
-      ends &= (position < limits)[:, tf.newaxis]
-      normalized = top_scores / length_penalty(position + 1, alpha)
-      ended_now = tf.where(ends, normalized, NEG_INF)
-      pool_score = tf.concat([ended_score, ended_now], axis=1)
-      pool = tf.concat([ended, candidates], axis=1)
-      ended_score, keep = tf.math.top_k(pool_score, beams)
-      ended = tf.gather(pool, keep, batch_dims=1)
+      ended, ended_score = _keep_ended(ended, ended_score, candidates, top_scores, is_end,
+                                       position, limits, alpha, beams)
       # The best candidates that go on.
       alive_log_prob, keep = tf.math.top_k(tf.where(is_end, NEG_INF, top_scores), beams)
       alive = tf.gather(candidates, keep, batch_dims=1)
@@ -577,11 +395,7 @@ class Transformer(keras.Model):
 
     def not_done(position, tokens, alive, alive_log_prob, ended, ended_score, caches):
       del tokens, alive, ended, caches
-      # A source is done when no live hypothesis can beat its best ended one (the penalty
-      # is largest at its limit) or its limit is reached.
-      best_possible = alive_log_prob[:, 0] / length_penalty(limits, alpha)
-      done = (ended_score[:, 0] >= best_possible) | (position >= limits)
-      return (position < limit) & ~tf.reduce_all(done)
+      return _beam_search_goes_on(position, alive_log_prob, ended_score, limits, limit, alpha)
 
     start = (tf.constant(0), tf.fill([batch * beams], START_ID), alive, alive_log_prob, ended,
              ended_score, caches)
@@ -637,134 +451,3 @@ def build_transformer(params, source_vocab_size, target_vocab_size):
 
 build_transformer.PARAMS = schemas.TRANSFORMER_PARAMS
 build_transformer.TASK = 'sequence_to_sequence'
-
-
-def sequence_cross_entropy(labels, logits, label_smoothing=0.0):
-  """Summed token cross-entropy of logits against labels, padding (id 0) left out.
-
-  With label smoothing ``e``, the target distribution is ``1 - e`` on the
-  label plus ``e / V`` on every id (Keras' convention).
-
-  Args:
-    labels: int ``[B, T]``, 0 at padding.
-    logits: float ``[B, T, V]``.
-    label_smoothing: ``e`` in ``[0, 1)``.
-
-  Returns:
-    ``(loss sum, token count)``, float32 scalars: divide for the mean per
-    token, or add sums over micro-batches and workers first.
-  """
-  logits = tf.cast(logits, tf.float32)
-  log_probs = tf.nn.log_softmax(logits, axis=-1)
-  vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
-  token_loss = -tf.gather(log_probs, labels, batch_dims=2) * (1.0 - label_smoothing)
-  if label_smoothing:
-    token_loss -= label_smoothing / vocab * tf.reduce_sum(log_probs, axis=-1)
-  mask = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
-  return tf.reduce_sum(token_loss * mask), tf.reduce_sum(mask)
-
-
-def token_accuracy(labels, logits):
-  """``(correct, count)``: teacher-forced argmax predictions equal to the non-padding labels (float32)."""
-  mask = tf.not_equal(labels, PAD_ID)
-  right = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(labels, tf.int32))
-  return (tf.reduce_sum(tf.cast(right & mask, tf.float32)),
-          tf.reduce_sum(tf.cast(mask, tf.float32)))
-
-
-def teacher_forced_loss(model, source, target, label_smoothing=0.0, chunk_size=None):
-  """The training loss of a batch: mean label-smoothed token cross-entropy, and token accuracy.
-
-  The decoder reads ``target[:, :-1]`` and predicts ``target[:, 1:]``; both
-  means are over the batch's real tokens. With ``chunk_size``, the gradient
-  of the loss is computed chunk by chunk: the batch's rows are cut into
-  consecutive chunks of at most ``chunk_size``, each stripped of the columns
-  that are padding in all its rows, and one chunk's forward and backward pass
-  runs after the other, adding its gradient. The loss, its gradient and the
-  accuracy are the same as in one pass, but to float rounding and the
-  dropout draws (which each chunk makes anew), while the memory and the
-  working set are those of one chunk. On a CPU that is what keeps a
-  micro-batch of thousands of examples as fast per example as one of a
-  thousand (the activations of one chunk stay in the caches, a chunk of
-  sources of similar length carries less padding than the whole batch) and
-  within the machine's memory.
-
-  Chunks need a dtype without loss scaling: under a ``float16`` policy, or
-  with no ``chunk_size``, the batch is one pass.
-
-  Args:
-    model: a :class:`Transformer` (any model of ``(source, decoder inputs)``
-      to logits, with ``trainable_variables``).
-    source: int ``[B, S]`` source ids, padded with 0.
-    target: int ``[B, T]``: ``<s>``, the target ids, ``</s>``, padded with 0.
-    label_smoothing: the loss's ``e`` (``sequence_cross_entropy``).
-    chunk_size: rows per chunk, or None for one pass.
-
-  Returns:
-    ``(loss, token accuracy)``, float32 scalars; the loss is differentiable
-    with respect to ``model.trainable_variables``.
-  """
-  labels = target[:, 1:]
-  count = tf.maximum(tf.reduce_sum(tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)), 1.0)
-  if not chunk_size or model.dtype_policy.compute_dtype == 'float16':
-    logits = model((source, target[:, :-1]), training=True)
-    loss_sum, _ = sequence_cross_entropy(labels, logits, label_smoothing)
-    correct, _ = token_accuracy(labels, logits)
-    return loss_sum / count, correct / count
-  return _loss_in_chunks(model, source, target, label_smoothing, chunk_size, count)
-
-
-def _without_padding_columns(ids):
-  """``ids`` ``[N, L]`` cut after the last column where some row has a token (one column at least)."""
-  used = tf.cast(tf.reduce_any(tf.not_equal(ids, PAD_ID), axis=0), tf.int32)
-  width = tf.reduce_max(used * tf.range(1, tf.shape(ids)[1] + 1))
-  return ids[:, :tf.maximum(width, 1)]
-
-
-def _loss_in_chunks(model, source, target, label_smoothing, chunk_size, count):
-  """:func:`teacher_forced_loss` with the gradient summed over chunks of ``chunk_size`` rows."""
-  variables = model.trainable_variables
-  rows = tf.shape(source)[0]
-  chunks = (rows + chunk_size - 1) // chunk_size
-  # Which variables have a gradient at all is known when the chunk's pass is traced.
-  connected = [True] * len(variables)
-
-  def body(index, loss_sum, correct, sums):
-    start = index * chunk_size
-    chunk_source = _without_padding_columns(source[start:start + chunk_size])
-    chunk_target = _without_padding_columns(target[start:start + chunk_size])
-    labels = chunk_target[:, 1:]
-    with tf.GradientTape() as tape:
-      logits = model((chunk_source, chunk_target[:, :-1]), training=True)
-      chunk_loss, _ = sequence_cross_entropy(labels, logits, label_smoothing)
-      # Divided by the whole batch's count, as the one-pass loss is before its gradient.
-      scaled = chunk_loss / count
-    grads = tape.gradient(scaled, variables)
-    for i, grad in enumerate(grads):
-      connected[i] = grad is not None
-    grads = [tf.zeros_like(s) if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
-             for g, s in zip(grads, sums)]
-    chunk_correct, _ = token_accuracy(labels, logits)
-    return (index + 1, loss_sum + chunk_loss, correct + chunk_correct,
-            [s + g for s, g in zip(sums, grads)])
-
-  zeros = [tf.zeros(v.shape, tf.float32) for v in variables]
-  # One chunk at a time: the point is that only one chunk's activations exist at once.
-  _, loss_sum, correct, sums = tf.while_loop(
-      lambda index, *_: index < chunks, body,
-      (tf.constant(0), tf.constant(0.0), tf.constant(0.0), zeros), parallel_iterations=1)
-  used = [(tf.convert_to_tensor(v), g) for v, g, c in zip(variables, sums, connected) if c]
-
-  # The batch's loss, whose gradient with respect to each variable is its summed chunk gradient
-  # (times the upstream gradient: a loss scale, or 1).
-  @tf.custom_gradient
-  def attach(value, *values):
-    del values  # only there for the gradient to reach the variables they were read from
-
-    def gradient(upstream):
-      return [None] + [tf.cast(upstream * g, v.dtype) for v, g in used]
-
-    return tf.identity(value), gradient
-
-  loss = attach(tf.stop_gradient(loss_sum / count), *[v for v, _ in used])
-  return loss, tf.stop_gradient(correct / count)

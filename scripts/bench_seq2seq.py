@@ -14,7 +14,7 @@ on the same length-bucketed batches of the cmudict data layer, in one run:
 * **Keras**: ``model.fit`` of an identical model (same seed) compiled with
   ``keras.optimizers.Lamb`` (the same rate, betas, epsilon and weight decay,
   layer normalization and biases excluded from the decay), the same loss
-  function (``models.transformer.sequence_cross_entropy`` over the real
+  function (``models.sequence_losses.sequence_cross_entropy`` over the real
   tokens) and ``jit_compile`` as Keras chooses it (``'auto'``, which
   resolves to no XLA for this model), on the same ``tf.data`` pipeline
   mapped to ``((source, decoder inputs), labels)``.
@@ -95,12 +95,14 @@ from data import DATA_LAYERS  # noqa: E402
 from data import sequences  # noqa: E402
 from framework import config as config_lib  # noqa: E402
 from models import MODELS  # noqa: E402
-from models.transformer import sequence_cross_entropy  # noqa: E402
+from models.sequence_losses import sequence_cross_entropy  # noqa: E402
+from scripts.bench_seq2seq_batches import chunked_padding_waste, format_dtype_ratios  # noqa: E402
+from scripts.bench_seq2seq_batches import format_table, measurements, ratio_to_reference  # noqa: E402
+from scripts.bench_seq2seq_batches import rotated, row_name, summarize  # noqa: E402
 from scripts.bench_train import TurnCallback, TurnTrainer, in_strict_turns  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'cmudict_transformer_lamb.py')
 BFLOAT16_FLAGS = ('avx512_bf16', 'amx_bf16')
-REFERENCE_BATCH = 1024  # the size the sweep's ratios are to
 
 
 def parse_args(argv=None):
@@ -260,50 +262,7 @@ def interleaved_loops(path, overrides, cfg, steps, against=None):
 
   return in_strict_turns(train_loop, fit_loop)
 
-# --- micro-batch sizes and dtypes --------------------------------------------------------------
-
-
-def chunked_padding_waste(batches, chunk_size):
-  """The padding waste of ``batches`` as chunks of ``chunk_size`` rows see them (None: whole batches).
-
-  Each chunk loses the columns that are padding in all its rows, as
-  ``models.transformer.teacher_forced_loss`` cuts it.
-  """
-  def chunks():
-    for batch in batches:
-      rows = len(batch['source'])
-      size = chunk_size or rows
-      for start in range(0, rows, size):
-        yield {key: _trimmed(batch[key][start:start + size]) for key in ('source', 'target')}
-
-  return sequences.batch_padding_waste(chunks(), sequences.Vocabulary.PAD)
-
-
-def _trimmed(ids):
-  used = np.flatnonzero((ids != sequences.Vocabulary.PAD).any(axis=0))
-  return ids[:, :max(int(used[-1]) + 1 if len(used) else 0, 1)]
-
-
-def measurements(sizes, dtypes, one_pass, chunk_size):
-  """The sweep's rows: dicts of ``batch``, ``dtype`` and ``chunked`` (False: one pass).
-
-  A size of at most ``chunk_size`` runs in one pass anyway, so it has one row;
-  a larger one also a row in one pass when ``one_pass`` is ``'all'`` or lists it.
-  """
-  rows = []
-  for dtype in dtypes:
-    for size in sizes:
-      chunked = bool(chunk_size) and size > chunk_size
-      rows.append({'batch': size, 'dtype': dtype, 'chunked': chunked})
-      if chunked and (one_pass == 'all' or size in (one_pass or ())):
-        rows.append({'batch': size, 'dtype': dtype, 'chunked': False})
-  return rows
-
-
-def rotated(rows, round_index):
-  """``rows`` started ``round_index`` places later, so no row is always first or last."""
-  shift = round_index % len(rows) if rows else 0
-  return rows[shift:] + rows[:shift]
+# --- micro-batch sizes and dtypes (rows and table: bench_seq2seq_batches.py) -------------------
 
 
 def measure(job):
@@ -352,40 +311,6 @@ def run_child(args, row):
   return {'error': tail[:120]}
 
 
-def summarize(rows, results):
-  """Per row: words/sec over all rounds, its rounds' spread, steps, peak bytes, or the error."""
-  table = []
-  for row, runs in zip(rows, results):
-    errors = [r['error'] for r in runs if 'error' in r]
-    if errors:
-      table.append({**row, 'error': errors[0]})
-      continue
-    rates = [r['words'] / r['seconds'] for r in runs]
-    table.append({**row, 'words_per_sec': sum(r['words'] for r in runs)
-                  / sum(r['seconds'] for r in runs),
-                  'cpu_words_per_sec': sum(r['words'] for r in runs)
-                  / sum(r['cpu_seconds'] for r in runs),
-                  'spread': (min(rates), max(rates)), 'steps': sum(r['steps'] for r in runs),
-                  'peak_bytes': max(r['peak_bytes'] for r in runs)})
-  return table
-
-
-def ratio_to_reference(table, sizes):
-  """Adds ``ratio``: words/sec over those of the reference size's row of the same dtype.
-
-  Returns:
-    The reference size: 1,024 when measured, else the first size.
-  """
-  reference = REFERENCE_BATCH if REFERENCE_BATCH in sizes else sizes[0]
-  for entry in table:
-    # The reference's chunked row when it has one (it runs in one pass unless chunks are small).
-    candidates = [e for e in table if e['batch'] == reference and e['dtype'] == entry['dtype']]
-    base = next((e for e in candidates if e['chunked']), candidates[0] if candidates else None)
-    if base and 'words_per_sec' in base and 'words_per_sec' in entry:
-      entry['ratio'] = entry['words_per_sec'] / base['words_per_sec']
-  return reference
-
-
 def sweep(args, cfg, layer):
   """``--batches`` / ``--dtypes``: the table of words/sec, peak memory and padding waste."""
   sizes = args.batches or [cfg['batch_size_per_gpu']]
@@ -407,57 +332,13 @@ def sweep(args, cfg, layer):
       results[rows.index(row)].append(result)
       shown = (f'{result["words"] / result["seconds"]:.1f} {layer.batch_unit}/sec'
                if 'error' not in result else result['error'])
-      print(f'  round {round_index + 1}/{args.rounds}: {_row_name(row, chunk)}: {shown}',
+      print(f'  round {round_index + 1}/{args.rounds}: {row_name(row, chunk)}: {shown}',
             flush=True)
   table = summarize(rows, results)
   reference = ratio_to_reference(table, sizes)
   print(format_table(table, waste, reference, layer.batch_unit, chunk, args))
   if len(dtypes) > 1:
     print(format_dtype_ratios(table, dtypes))
-
-
-def _row_name(row, chunk):
-  passes = f'chunks of {chunk}' if row['chunked'] else 'one pass'
-  return f'{row["batch"]} {row["dtype"]} {passes}'
-
-
-def format_table(table, waste, reference, unit, chunk, args):
-  """The sweep's table as text (one line per row)."""
-  lines = [f'{args.rounds} round(s) of {args.words} {unit} per row after {args.warmup} untimed '
-           f'steps; ratio: to the {reference}-{unit} row of the same dtype',
-           f'{"batch":>6s} {"dtype":15s} {"passes":16s} {unit + "/sec":>10s} {"(rounds)":>15s} '
-           f'{"ratio":>6s} {"cpu " + unit + "/s":>11s} {"steps":>5s} {"peak RSS":>9s} '
-           f'{"padding waste":>13s}']
-  for entry in table:
-    passes = f'chunks of {chunk}' if entry['chunked'] else 'one pass'
-    pad = waste[entry['batch']][1 if entry['chunked'] else 0]
-    head = f'{entry["batch"]:6d} {entry["dtype"]:15s} {passes:16s}'
-    if 'error' in entry:
-      lines.append(f'{head} {entry["error"]} {pad:13.1%}')
-      continue
-    low, high = entry['spread']
-    ratio = f'{entry["ratio"]:.2f}x' if 'ratio' in entry else 'n/a'
-    lines.append(f'{head} {entry["words_per_sec"]:10.1f} {f"({low:.0f}-{high:.0f})":>15s} '
-                 f'{ratio:>6s} {entry["cpu_words_per_sec"]:11.1f} {entry["steps"]:5d} '
-                 f'{entry["peak_bytes"] / 2 ** 30:7.2f} GB {pad:13.1%}')
-  return '\n'.join(lines)
-
-
-def format_dtype_ratios(table, dtypes):
-  """Per size (and passes): words/sec of each further dtype over the first's."""
-  first, lines = dtypes[0], []
-  for entry in table:
-    if entry['dtype'] == first or 'words_per_sec' not in entry:
-      continue
-    base = next((e for e in table if e['dtype'] == first and e['batch'] == entry['batch']
-                 and e['chunked'] == entry['chunked'] and 'words_per_sec' in e), None)
-    if base:
-      passes = '' if entry['chunked'] else ', one pass'
-      lines.append(f'{entry["dtype"]} against {first} at {entry["batch"]}{passes}: '
-                   f'{entry["words_per_sec"] / base["words_per_sec"]:.2f}x the words/sec '
-                   f'({entry["cpu_words_per_sec"] / base["cpu_words_per_sec"]:.2f}x per '
-                   'CPU-second)')
-  return '\n'.join(lines)
 
 
 def main():

@@ -10,7 +10,7 @@ the dict of ``data.seq2seq`` (``source``, ``target`` = ``<s>`` ... ``</s>``,
 * **Training**: the decoder reads ``target[:, :-1]`` and predicts
   ``target[:, 1:]``; the loss is the label-smoothed cross-entropy summed over
   the real tokens of the micro-batch over their number
-  (``models.transformer.sequence_cross_entropy``, the smoothing of
+  (``models.sequence_losses.sequence_cross_entropy``, the smoothing of
   ``model_params.label_smoothing``), and the train metric is the
   teacher-forced ``token_accuracy``.
 * **Evaluation**: every source of the split is decoded (greedy, or beam
@@ -45,9 +45,9 @@ from data.sequences import Vocabulary
 from framework import distributed
 from framework.tasks import base
 from models import MODELS
-from models.transformer import sequence_cross_entropy
-from models.transformer import teacher_forced_loss
-from models.transformer import token_accuracy
+from models.sequence_losses import sequence_cross_entropy
+from models.sequence_losses import teacher_forced_loss
+from models.sequence_losses import token_accuracy
 
 # Sources decoded at once by --mode=infer when the eval view gives no batch.
 INFER_BATCH = 256
@@ -116,7 +116,7 @@ class SequenceToSequenceTask(base.Task):
 
     A micro-batch larger than ``model_params.train_chunk_size`` has its
     gradient summed over chunks of that many examples
-    (``models.transformer.teacher_forced_loss``); one never larger runs in one pass.
+    (``models.sequence_losses.teacher_forced_loss``); one never larger runs in one pass.
     """
     chunk = self.config['model_params'].get('train_chunk_size')
     if chunk and self.config['batch_size_per_gpu'] <= chunk:

@@ -12,10 +12,9 @@ from core.params import ConfigError
 from core.sequence_metrics import error_counts
 from data.cmudict import CmudictDataLayer
 from models import MODELS
-from models.transformer import END_ID, FORBIDDEN_OUTPUT_IDS, START_ID, sequence_cross_entropy
-from models.transformer import _without_padding_columns  # pylint: disable=protected-access
-from models.transformer import teacher_forced_loss
-from models.transformer import token_accuracy
+from models.sequence_losses import _without_padding_columns  # pylint: disable=protected-access
+from models.sequence_losses import sequence_cross_entropy, teacher_forced_loss, token_accuracy
+from models.transformer import END_ID, FORBIDDEN_OUTPUT_IDS, START_ID
 
 TINY = {'d_model': 16, 'num_heads': 2, 'ff_size': 24, 'encoder_layers': 2, 'decoder_layers': 2,
         'dropout': 0.0}

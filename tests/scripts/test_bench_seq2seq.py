@@ -1,4 +1,4 @@
-"""Tests of scripts/bench_seq2seq.py's micro-batch sweep: its rows, their order, padding waste and ratios.
+"""Tests of the micro-batch sweep of scripts/bench_seq2seq.py: its rows, their order, padding waste and ratios.
 
 The measurements themselves (child processes training the CMUdict model)
 are what the bench is for and are not run here.
@@ -22,7 +22,7 @@ def load_script(name):
   return module
 
 
-bench = load_script('bench_seq2seq')
+bench = load_script('bench_seq2seq_batches')
 
 
 def test_rows_have_one_pass_twins_only_above_the_chunk_size():
