@@ -246,6 +246,21 @@ class DataLayer:
     raise NotImplementedError
 
 
+def text_lines(path):
+  """Yields ``(line number, line)`` of a UTF-8 text file, the line with its newline.
+
+  Raises:
+    DataError: naming the file, the line and the byte of the first bytes that
+      are not UTF-8.
+  """
+  with open(path, 'rb') as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        yield number, raw.decode('utf-8')
+      except UnicodeDecodeError as exc:
+        raise DataError(f'{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})') from None
+
+
 def write_json_atomically(path, content):
   """Writes ``content`` as JSON to ``path`` (local or remote) through a temporary file.
 

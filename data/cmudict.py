@@ -52,7 +52,7 @@ import numpy as np
 import tensorflow as tf
 
 from data import schemas
-from data.base import DataError, cached_load
+from data.base import DataError, cached_load, text_lines
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
 
@@ -136,23 +136,18 @@ def parse_dictionary(path):
       not ARPAbet), or a file holding no entry.
   """
   entries = []
-  with open(path, 'rb') as f:
-    for number, raw in enumerate(f, start=1):
-      try:
-        line = raw.decode('utf-8')
-      except UnicodeDecodeError as exc:
-        raise DataError(f'{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})') from None
-      fields = line.split('#', 1)[0].split()
-      if not fields:
-        continue
-      if len(fields) < 2:
-        raise DataError(f'{path}:{number}: expected a word and its phones, got {line.strip()!r}')
-      word = fields[0].lower()
-      alternate = _ALTERNATE.fullmatch(word)
-      if alternate:
-        word = alternate.group(1)
-      _check_phones(fields[1:], path, number)
-      entries.append((word, tuple(fields[1:])))
+  for number, line in text_lines(path):
+    fields = line.split('#', 1)[0].split()
+    if not fields:
+      continue
+    if len(fields) < 2:
+      raise DataError(f'{path}:{number}: expected a word and its phones, got {line.strip()!r}')
+    word = fields[0].lower()
+    alternate = _ALTERNATE.fullmatch(word)
+    if alternate:
+      word = alternate.group(1)
+    _check_phones(fields[1:], path, number)
+    entries.append((word, tuple(fields[1:])))
   if not entries:
     raise DataError(f'{path}: holds no pronunciation (expected lines "word PH1 PH2 ...")')
   return entries

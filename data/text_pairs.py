@@ -43,7 +43,7 @@ import sys
 
 from core.params import ConfigError
 from data import schemas
-from data.base import DataError, write_json_atomically
+from data.base import DataError, text_lines, write_json_atomically
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
 from data.sequences import token_separator
@@ -79,31 +79,26 @@ def read_pairs(path, delimiter='\t', columns=(0, 1), source_tokens='chars',
     raise DataError(f'text_pairs: {path} not found')
   needed = max(columns) + 1
   pairs = []
-  with open(path, 'rb') as f:
-    for number, raw in enumerate(f, start=1):
-      try:
-        line = raw.decode('utf-8')
-      except UnicodeDecodeError as exc:
-        raise DataError(f'{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})') from None
-      line = line.rstrip('\r\n')
-      if not line.strip():
-        continue
-      fields = line.split(delimiter)
-      if len(fields) < needed:
-        raise DataError(f'{path}:{number}: expected {needed} fields separated by {delimiter!r} '
-                        f'(columns {list(columns)}), got {len(fields)}: {line[:60]!r}')
-      sides = []
-      for name, column, unit in (('source', columns[0], source_tokens),
-                                 ('target', columns[1], target_tokens)):
-        tokens = tokenize(fields[column].strip(), unit, lowercase)
-        if not tokens:
-          raise DataError(f'{path}:{number}: the {name} (column {column}) is empty')
-        reserved = set(tokens) & set(Vocabulary.SPECIALS)
-        if reserved:
-          raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
-                          f'reserved for {", ".join(Vocabulary.SPECIALS)}')
-        sides.append(tokens)
-      pairs.append((number, sides[0], sides[1]))
+  for number, line in text_lines(path):
+    line = line.rstrip('\r\n')
+    if not line.strip():
+      continue
+    fields = line.split(delimiter)
+    if len(fields) < needed:
+      raise DataError(f'{path}:{number}: expected {needed} fields separated by {delimiter!r} '
+                      f'(columns {list(columns)}), got {len(fields)}: {line[:60]!r}')
+    sides = []
+    for name, column, unit in (('source', columns[0], source_tokens),
+                               ('target', columns[1], target_tokens)):
+      tokens = tokenize(fields[column].strip(), unit, lowercase)
+      if not tokens:
+        raise DataError(f'{path}:{number}: the {name} (column {column}) is empty')
+      reserved = set(tokens) & set(Vocabulary.SPECIALS)
+      if reserved:
+        raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
+                        f'reserved for {", ".join(Vocabulary.SPECIALS)}')
+      sides.append(tokens)
+    pairs.append((number, sides[0], sides[1]))
   if not pairs:
     raise DataError(f'{path}: holds no pair (expected lines "source{delimiter}target"; '
                     f'delimiter {delimiter!r})')
