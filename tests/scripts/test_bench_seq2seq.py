@@ -4,23 +4,10 @@ The measurements themselves (child processes training the CMUdict model)
 are what the bench is for and are not run here.
 """
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def load_script(name):
-  # scripts/ is not a package; load the file itself so no other 'scripts' can shadow it.
-  spec = importlib.util.spec_from_file_location(f'{name}_under_test',
-                                                os.path.join(ROOT, 'scripts', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
+from tests.script_modules import load_script
 
 bench = load_script('bench_seq2seq_batches')
 

@@ -1,24 +1,16 @@
 """Tests of scripts/plot_lr.py and scripts/plot_runs.py."""
 
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.script_modules import load_script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
-
-
-def load_script(name):
-  # scripts/ is not a package; load the file itself so no other 'scripts' can shadow it.
-  spec = importlib.util.spec_from_file_location(f'{name}_under_test',
-                                                os.path.join(ROOT, 'scripts', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 plot_lr = load_script('plot_lr')

@@ -1,7 +1,6 @@
 """Tests of scripts/sweep.py and framework.sweep: grids, derived values, tables, real sweeps (marked slow)."""
 
 import csv
-import importlib.util
 import json
 import os
 import re
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.processes import Child
+from tests.script_modules import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, 'scripts', 'sweep.py')
@@ -23,15 +23,7 @@ SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
-def load_script(path, name):
-  # scripts/ is not a package; load the file itself so no other 'scripts' can shadow it.
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-sweep = load_script(SCRIPT, 'sweep_under_test')
+sweep = load_script('sweep')
 
 from framework.sweep import grid  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
