@@ -440,7 +440,7 @@ class FusedUpdate(TF1OptimizerMixin):
     return factors
 
 
-def update_all(optimizer, grads, variables, learning_rate, larc=None, larc_rate_is_optimizers=True):
+def update_all(optimizer, grads, variables, update, larc=None, larc_rate_is_optimizers=True):
   """The end of the chain: LARC (when ``larc``), then the optimizer's update of every variable.
 
   The path is chosen once (``update_path``): one native kernel for both,
@@ -452,13 +452,14 @@ def update_all(optimizer, grads, variables, learning_rate, larc=None, larc_rate_
     optimizer: a Keras optimizer (or ``AGNOptimizer``).
     grads: gradients (None entries are left out of the update).
     variables: the matching variables.
-    learning_rate: the current base learning rate.
+    update: what the update's stages share (``pipeline.Update``): its
+      ``learning_rate``, the base rate; ``larc_factors`` is set here.
     larc: the LARC stage (``stages.Larc``) or None.
     larc_rate_is_optimizers: whether ``learning_rate`` is the rate of the
       optimizer's update (when it is not, LARC and the update stay apart).
 
   Returns:
-    {variable index: LARC factor} for the adapted variables.
+    ``update.larc_factors``: {variable index: LARC factor} for the adapted variables.
   """
   present = [i for i, g in enumerate(grads) if g is not None]
   grads_present = [grads[i] for i in present]
@@ -470,20 +471,20 @@ def update_all(optimizer, grads, variables, learning_rate, larc=None, larc_rate_
                        larc_rate_is_optimizers)
   if path == NATIVE_WITH_LARC:
     factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
-    return {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
-  factors = {}
+    update.larc_factors = {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
+    return update.larc_factors
   if larc is not None:
-    grads, factors = larc(grads, variables, learning_rate)
+    grads = larc(grads, update)
   # Keras' reference update passes the gradients through a custom_gradient op
   # (its replica-context sum, an identity on one replica), which needs them
   # all from one graph: the gradients LARC left alone come from outside the
   # branch the update runs in, the scaled ones from inside it.
-  update = [_in_this_graph(grads[i]) for i in present]
+  grads_present = [_in_this_graph(grads[i]) for i in present]
   if path is None:
-    optimizer.apply(update, vars_present)
+    optimizer.apply(grads_present, vars_present)
   else:
-    optimizer.apply_on(path, update, vars_present)
-  return factors
+    optimizer.apply_on(path, grads_present, vars_present)
+  return update.larc_factors
 
 
 def _in_this_graph(grad):

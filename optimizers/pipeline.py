@@ -1,24 +1,22 @@
-"""``GradientPipeline``: one large-batch update, read top to bottom.
+"""``GradientPipeline``: one large-batch update, as a short chain of stages.
 
 The stages, in the order of docs/math.md ("One update of optimize_loss"),
-each a call to a small function of ``stages.py`` (or of the module named):
+each an object of ``stages.py`` called as ``stage(grads, update) -> grads``:
 
-1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale
-2. accumulation over ``iter_size`` micro-batches (float32, mean)
-3. all-reduce (average over workers, Horovod or tf.distribute), once per applied update
-   (``allreduce.py``)
-4. finite check -> loss-scaler update; a non-finite step stops here
-5. global-norm clipping (``clip_gradients``)
-6. LARC (``larc_params``)
-7. the optimizer's update, then global_step += 1
+1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale (``stages.scaled_gradients``)
+2. accumulation over ``iter_size`` micro-batches (``Accumulate``)
+3. all-reduce: the average over workers, either engine (``AllReduce``)
+4. finite check -> loss-scaler update; a non-finite update stops here (``FiniteCheck``)
+5. global-norm clipping (``Clip``)
+6. LARC (``Larc``) and 7. the optimizer's update, then global_step += 1
 
-Stages 6 and 7 are one call, ``backend.update_all``, which runs them as one
-native kernel where ``backend.update_path`` allows it and otherwise chooses
-the optimizer's own path (native kernel, XLA, Keras' reference), once per
-update. A pipeline holds
-the state of the update (optimizer, global step, loss scaler, accumulators)
-and returns the metrics of each micro-step; the trainer calls it directly,
-users' own loops through ``optimize_loss``.
+The chain ends in one call, ``backend.update_all(optimizer, grads, variables,
+learning_rate, larc=...)``, which runs LARC and the update as one native
+kernel where it can and otherwise LARC as a stage, then the optimizer's own
+path (native kernel, XLA, Keras' reference). A pipeline holds the state of
+the update (optimizer, global step, loss scaler, accumulators) and returns
+the metrics of each micro-step; the trainer calls it directly, users' own
+loops through ``optimize_loss``.
 """
 
 import tensorflow as tf
@@ -28,18 +26,44 @@ from optimizers import backend
 from optimizers import exclusions
 from optimizers import stages
 from optimizers import validation
-from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
 from optimizers.catalog import make_optimizer
 from optimizers.catalog import normalize_dtype
 
 
+class Update:
+  """What the stages of one update share besides the gradients.
+
+  Attributes:
+    learning_rate: the base learning rate of the update (float32 tensor).
+    global_norm: the global norm of its gradients before clipping, once
+      ``FiniteCheck`` took it (None when nobody asked for it).
+    checked: the gradients as ``FiniteCheck`` saw them (averaged, not yet
+      clipped), for the summaries.
+    go_on: set by a stage that may end the update (``FiniteCheck``): a
+      boolean tensor, False to stop there; the pipeline runs the rest of the
+      chain under ``tf.cond`` on it.
+    larc_factors: {variable index: LARC factor}, set by ``Larc``.
+  """
+
+  def __init__(self, learning_rate):
+    self.learning_rate = learning_rate
+    self.global_norm = None
+    self.checked = None
+    self.go_on = None
+    self.larc_factors = {}
+
+
 def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
                    larc_rate_is_optimizers=True):
-  """Stages 6 and 7 with LARC given as ``larc_params``: ``backend.update_all``."""
+  """Stages 6 and 7 with LARC given as ``larc_params``: ``backend.update_all``.
+
+  Returns:
+    {variable index: LARC factor} for the adapted variables.
+  """
   larc = stages.Larc(larc_params, var_list) if larc_params is not None else None
-  return backend.update_all(optimizer, grads, var_list, learning_rate, larc,
+  return backend.update_all(optimizer, grads, var_list, Update(learning_rate), larc,
                             larc_rate_is_optimizers)
 
 
@@ -124,8 +148,6 @@ class GradientPipeline(tf.Module):
     if allreduce.rank() == 0:
       # A list written for another model's names excludes nothing: say so once, not per step.
       exclusions.warn_unmatched(self.var_list, self.optimizer, self.larc_params)
-    # AGN communicates by itself, once per period, instead of every update.
-    self._allreduce = self.multi_worker and not isinstance(self.optimizer, AGNOptimizer)
     self.loss_scaler = make_loss_scaler(loss_scaling, loss_scaling_params)
     mixed = self.dtype.startswith('mixed_')
     self.masters = stages.MasterWeights(self.var_list) if mixed else None
@@ -133,8 +155,23 @@ class GradientPipeline(tf.Module):
     self.optimizer.build(list(self.update_vars))
     self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
                         else None)
-    self._larc = (stages.Larc(self.larc_params, self.update_vars)
-                  if self.larc_params is not None else None)
+    self.chain = self._chain()
+    self.larc = (stages.Larc(self.larc_params, self.update_vars)
+                 if self.larc_params is not None else None)
+
+  def _chain(self):
+    """Stages 2-5, those before the optimizer's call; LARC (6) is handed to that call."""
+    chain = []
+    if self.accumulator is not None:
+      chain.append(stages.Accumulate(self.accumulator, self.micro_step, self.iter_size))
+    # An optimizer that communicates by itself (AGN: once per period) is not
+    # given gradients averaged every update.
+    if self.multi_worker and not getattr(self.optimizer, 'COMMUNICATES_ITSELF', False):
+      chain.append(stages.AllReduce(self.compression, self.allreduce_count))
+    chain.append(stages.FiniteCheck(self.loss_scaler, self._with_norm, self.last_global_norm))
+    if self.clip_gradients is not None:
+      chain.append(stages.Clip(self.clip_gradients))
+    return chain
 
   def _current_lr_value(self):
     if self.learning_rate_decay_fn is not None:
@@ -214,13 +251,13 @@ class GradientPipeline(tf.Module):
     metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
     # 1. loss × S -> float32 gradients -> × 1/S
     loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
-    # 2. accumulation over iter_size micro-batches; stages 3-7 run when an update is due.
+    # 2. accumulation: the chain runs when an update is due.
     if self.accumulator is None:
       due = tf.constant(True)
       applied = self._update(grads)
     else:
-      due = self._accumulate(grads, skip_update)
-      applied = tf.cond(due, self._update_accumulated, lambda: tf.constant(False))
+      due = self.chain[0].add(grads, skip_update)
+      applied = tf.cond(due, lambda: self._update(grads), lambda: tf.constant(False))
     metrics.update(loss=loss, applied=applied,
                    skipped=tf.logical_and(due, tf.logical_not(applied)),
                    global_step=tf.identity(self.global_step),
@@ -230,51 +267,76 @@ class GradientPipeline(tf.Module):
       metrics['global_norm'] = tf.identity(self.last_global_norm)
     return metrics
 
-  def _accumulate(self, grads, skip_update):
-    """Adds the micro-batch's gradients; returns whether an update is due."""
-    self.accumulator.add(grads)
-    self.micro_step.assign_add(1)
-    if skip_update is None:
-      return self.micro_step >= self.iter_size
-    return tf.logical_not(tf.convert_to_tensor(skip_update))
-
-  def _update_accumulated(self):
-    grads = self.accumulator.take(self.micro_step)
-    self.micro_step.assign(0)
-    return self._update(grads)
-
   def _update(self, grads):
-    """Stages 3-7 on one update's gradients; returns whether the update was applied."""
-    # 3. the average over workers, once per update.
-    if self._allreduce:
-      grads = allreduce.average(grads, self.compression)
-      self.allreduce_count.assign_add(1)
-    # 4. finite check -> loss-scaler update; a non-finite step stops here.
-    has_nan, amax, norm = stages.gradient_statistics(grads, self._with_norm)
-    self.loss_scaler.update_op(has_nan, amax)
-    if norm is not None:
-      self.last_global_norm.assign(norm)
-    return tf.cond(tf.logical_not(has_nan), lambda: self._apply(grads, norm),
-                   lambda: tf.constant(False))
+    """The chain on one update's gradients; returns whether the update was applied."""
+    return self._run(self.chain, grads, Update(self.learning_rate()))
 
-  def _apply(self, grads, norm):
-    """Stages 5-7 on finite gradients, then global_step += 1; returns True."""
-    lr = self.learning_rate()
-    # 5. global-norm clipping.
-    update = grads
-    if self.clip_gradients is not None:
-      update, _ = stages.clip_by_global_norm(update, self.clip_gradients, norm)
-    # 6. LARC, and 7. the optimizer's update, in one call.
+  def _run(self, chain, grads, update):
+    """Runs ``chain`` in order, the rest of it under ``tf.cond`` after a stage that may stop it."""
+    for k, stage in enumerate(chain):
+      grads = stage(grads, update)
+      if update.go_on is not None:
+        go_on, update.go_on = update.go_on, None
+        rest = chain[k + 1:]
+        return tf.cond(go_on, lambda: self._run(rest, grads, update), lambda: tf.constant(False))
+    return self._finish(grads, update)
+
+  def _finish(self, grads, update):
+    """Stages 6 and 7 in one call, then global_step += 1; returns True."""
+    lr = update.learning_rate
     if self._larc_rate_is_optimizers:
       self.optimizer.learning_rate = lr
-    larc_factors = backend.update_all(self.optimizer, update, self.update_vars, lr, self._larc,
-                                      self._larc_rate_is_optimizers)
+    backend.update_all(self.optimizer, grads, self.update_vars, update, self.larc,
+                       self._larc_rate_is_optimizers)
     if self.masters is not None:
       self.masters.copy_back()
     if self.summaries:
-      stages.write_summaries(self.summaries, self.global_step,
-                          {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
-                           'global_norm': norm}, self.var_list, grads, larc_factors)
+      write_summaries(self.summaries, self.global_step,
+                      {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
+                       'global_norm': update.global_norm}, self.var_list, update.checked,
+                      update.larc_factors)
     self.global_step.assign_add(1)
     return tf.constant(True)
 
+
+# --- the summaries optimize_loss writes inside its update (``summaries=[...]``) ----------
+
+def write_summaries(wanted, step, values, var_list, grads, larc_factors):
+  """Writes the ``wanted`` summaries of one update at ``step``.
+
+  Args:
+    wanted: checked names of ``optimize_loss``'s ``summaries``.
+    step: the global step before the update.
+    values: the update's scalars ``learning_rate``, ``loss_scale`` and ``global_norm``.
+    var_list: the variables; their gradients ``grads`` (None entries are left out).
+    larc_factors: {variable index: LARC factor}.
+  """
+  if not wanted:
+    return
+  # Written inside the update's tf.cond; reset the name scope so the tags
+  # are the plain names ('learning_rate', not 'cond/learning_rate').
+  with tf.compat.v1.name_scope(None):
+    _write_unscoped(set(wanted), step, values, var_list, grads, larc_factors)
+
+
+def _write_unscoped(wanted, step, values, var_list, grads, larc_factors):
+  names = [exclusions.variable_name(v) for v in var_list]
+  for key, tag in (('learning_rate', 'learning_rate'), ('loss_scale', 'loss_scale'),
+                   ('global_norm', 'global_gradient_norm')):
+    if tag in wanted:
+      tf.summary.scalar(tag, values[key], step=step)
+  for name, g, v in zip(names, grads, var_list):
+    if g is None:
+      continue
+    if 'gradients' in wanted:
+      tf.summary.histogram(f'gradients/{name}', g, step=step)
+    if 'gradient_norm' in wanted:
+      tf.summary.scalar(f'gradient_norm/{name}', stages.norms([g])[0], step=step)
+    if 'variables' in wanted:
+      tf.summary.histogram(f'variables/{name}', v, step=step)
+    if 'variable_norm' in wanted:
+      tf.summary.scalar(f'variable_norm/{name}', stages.norms([v])[0], step=step)
+  if 'larc_summaries' in wanted:
+    for i, factor in larc_factors.items():
+      tf.summary.scalar(f'larc_grad_update/{names[i]}', factor, step=step)
+      tf.summary.scalar(f'larc_clip_on/{names[i]}', tf.cast(factor < 1.0, tf.float32), step=step)

@@ -1,10 +1,14 @@
-"""The stages of one update, as small functions with explicit state.
+"""The stages of one update: small transforms with one signature, and the tensor math they use.
 
-``pipeline.GradientPipeline`` composes them in the order of docs/math.md:
-loss scaling -> accumulation -> allreduce (``allreduce.py``) -> finite check
--> global-norm clipping -> LARC -> the optimizer's update. Each stage here is a
-plain tensor function (or a tf.Module holding only that stage's variables) so
-it can be tested on its own.
+``pipeline.GradientPipeline`` runs them in the order of docs/math.md:
+accumulation (``GradientAccumulator``) -> all-reduce (``AllReduce``) ->
+finite check and loss-scaler update (``FiniteCheck``) -> global-norm
+clipping (``Clip``) -> LARC (``Larc``) -> the optimizer's update
+(``backend.update_all``). Each stage is called as ``stage(grads, update) ->
+grads``: ``update`` (a ``pipeline.Update``) carries what the stages of one update
+share (its learning rate, the global norm, whether it goes on, the LARC
+factors). A stage holds only its own settings and variables, and its math
+is a plain tensor function here, so each can be tested on its own.
 
 The norms of the clipping and LARC stages are taken with one
 ``tf.nn.l2_loss`` kernel per tensor (``squared_norms``); ``norms`` and
@@ -15,6 +19,7 @@ against.
 import keras
 import tensorflow as tf
 
+from optimizers import allreduce
 from optimizers import automatic_loss_scaler
 from optimizers import exclusions
 from optimizers import native
@@ -164,6 +169,66 @@ def clip_by_global_norm(grads, clip_norm, use_norm=None):
   return [_map_dense(lambda g: g * tf.cast(factor, g.dtype), g) for g in grads], use_norm
 
 
+class AllReduce:
+  """Stage 3: the average of the gradients over the workers (either engine), once per update.
+
+  Args:
+    compression: ``'none'`` or ``'fp16'`` (float16 on the wire).
+    count: a tf.Variable counting the calls, so that tests and logs can
+      confirm one all-reduce per applied update.
+  """
+
+  def __init__(self, compression, count):
+    self.compression = compression
+    self.count = count
+
+  def __call__(self, grads, update):
+    del update
+    grads = allreduce.average(grads, self.compression)
+    self.count.assign_add(1)
+    return grads
+
+
+class FiniteCheck:
+  """Stage 4: the finite check and the loss scaler's update; non-finite gradients end the update.
+
+  One pass over the gradients (``gradient_statistics``) gives the finite
+  flag, the largest magnitude (for LogMax) and, when ``with_norm``, the
+  global norm, which goes to ``update.global_norm`` and ``last_norm``.
+
+  Args:
+    loss_scaler: the pipeline's loss scaler (``automatic_loss_scaler``).
+    with_norm: take the global norm (to clip, log or summarise it).
+    last_norm: a float32 tf.Variable keeping the latest update's norm.
+  """
+
+  def __init__(self, loss_scaler, with_norm, last_norm):
+    self.loss_scaler = loss_scaler
+    self.with_norm = with_norm
+    self.last_norm = last_norm
+
+  def __call__(self, grads, update):
+    has_nan, amax, norm = gradient_statistics(grads, self.with_norm)
+    self.loss_scaler.update_op(has_nan, amax)
+    if norm is not None:
+      self.last_norm.assign(norm)
+    update.global_norm = norm
+    update.checked = grads
+    update.go_on = tf.logical_not(has_nan)
+    return grads
+
+
+class Clip:
+  """Stage 5: global-norm clipping to ``clip_norm`` (``clip_by_global_norm``), with the update's norm."""
+
+  def __init__(self, clip_norm):
+    self.clip_norm = clip_norm
+
+  def __call__(self, grads, update):
+    grads, _ = clip_by_global_norm(grads, self.clip_norm, update.global_norm)
+    return grads
+
+
 def larc_coefficients(grad_norms, var_norms, learning_rate, larc_eta, larc_mode, min_update,
                       epsilon):
   """The LARC factor c for each variable, from float32 norms.
@@ -219,23 +284,28 @@ def larc_reference(grads, var_list, learning_rate, params, adapts=None):
 
 
 class Larc:
-  """The LARC stage with its settings: ``(grads, variables, learning_rate) -> (grads, factors)``.
+  """Stage 6, LARC: scales each adapted gradient by its LARC factor (``larc``).
 
-  ``backend.update_all`` takes it as ``larc=``: it either calls it, or reads
-  ``params`` and ``adapts`` to run LARC inside the optimizer's native kernel.
+  ``backend.update_all`` takes it as ``larc=``, the end of the chain: it
+  either calls it as a stage, or reads ``params`` and ``adapts`` to run LARC
+  inside the optimizer's native kernel. The factors go to
+  ``update.larc_factors``.
 
   Args:
     params: checked ``larc_params``.
-    var_list: the variables it will be called with; which of them LARC
-      adapts is decided once, here.
+    var_list: the variables it updates; which of them LARC adapts is decided
+      once, here.
   """
 
   def __init__(self, params, var_list):
     self.params = params
+    self.variables = list(var_list)
     self.adapts = exclusions.larc_mask(var_list, params)
 
-  def __call__(self, grads, var_list, learning_rate):
-    return larc(grads, var_list, learning_rate, self.params, self.adapts)
+  def __call__(self, grads, update):
+    grads, update.larc_factors = larc(grads, self.variables, update.learning_rate, self.params,
+                                      self.adapts)
+    return grads
 
 
 def _larc(grads, var_list, learning_rate, params, norms_fn, adapts=None):
@@ -292,6 +362,43 @@ class GradientAccumulator(tf.Module):
       acc.assign(tf.zeros_like(acc))
 
 
+class Accumulate:
+  """Stage 2: gradient accumulation over ``iter_size`` micro-batches (float32 means).
+
+  ``add`` runs every micro-step: it adds the micro-batch's gradients and
+  says whether an update is due. As the chain's first stage, run when one
+  is, it returns the mean of the gradients added since the last update
+  (the micro-step's own among them) and starts the sums again from zero.
+
+  Args:
+    accumulator: the ``GradientAccumulator`` holding the sums.
+    micro_step: an int64 tf.Variable, micro-batches added since the last update.
+    iter_size: micro-batches per update.
+  """
+
+  def __init__(self, accumulator, micro_step, iter_size):
+    self.accumulator = accumulator
+    self.micro_step = micro_step
+    self.iter_size = iter_size
+
+  def add(self, grads, skip_update=None):
+    """Adds a micro-batch's gradients; returns whether an update is due (a boolean tensor).
+
+    ``skip_update``, when given, decides instead of the count: True accumulates only.
+    """
+    self.accumulator.add(grads)
+    self.micro_step.assign_add(1)
+    if skip_update is None:
+      return self.micro_step >= self.iter_size
+    return tf.logical_not(tf.convert_to_tensor(skip_update))
+
+  def __call__(self, grads, update):
+    del grads, update  # added already, by ``add``
+    grads = self.accumulator.take(self.micro_step)
+    self.micro_step.assign(0)
+    return grads
+
+
 class MasterWeights(tf.Module):
   """float32 master copies of half-precision variables.
 
@@ -323,58 +430,3 @@ class MasterWeights(tf.Module):
     for m, v in zip(self.masters, self.model_vars):
       if m is not v:
         v.assign(tf.cast(m, v.dtype))
-
-
-def apply_if(condition, apply_fn):
-  """Runs ``apply_fn`` only when ``condition`` holds, eagerly or inside a tf.function."""
-  def skip():
-    return tf.constant(False)
-
-  def run():
-    apply_fn()
-    return tf.constant(True)
-
-  return tf.cond(condition, run, skip)
-
-
-# --- the summaries optimize_loss writes inside its update (``summaries=[...]``) ----------
-
-def write_summaries(wanted, step, values, var_list, grads, larc_factors):
-  """Writes the ``wanted`` summaries of one update at ``step``.
-
-  Args:
-    wanted: checked names of ``optimize_loss``'s ``summaries``.
-    step: the global step before the update.
-    values: the update's scalars ``learning_rate``, ``loss_scale`` and ``global_norm``.
-    var_list: the variables; their gradients ``grads`` (None entries are left out).
-    larc_factors: {variable index: LARC factor}.
-  """
-  if not wanted:
-    return
-  # Written inside the update's tf.cond; reset the name scope so the tags
-  # are the plain names ('learning_rate', not 'cond/learning_rate').
-  with tf.compat.v1.name_scope(None):
-    _write_unscoped(set(wanted), step, values, var_list, grads, larc_factors)
-
-
-def _write_unscoped(wanted, step, values, var_list, grads, larc_factors):
-  names = [exclusions.variable_name(v) for v in var_list]
-  for key, tag in (('learning_rate', 'learning_rate'), ('loss_scale', 'loss_scale'),
-                   ('global_norm', 'global_gradient_norm')):
-    if tag in wanted:
-      tf.summary.scalar(tag, values[key], step=step)
-  for name, g, v in zip(names, grads, var_list):
-    if g is None:
-      continue
-    if 'gradients' in wanted:
-      tf.summary.histogram(f'gradients/{name}', g, step=step)
-    if 'gradient_norm' in wanted:
-      tf.summary.scalar(f'gradient_norm/{name}', norms([g])[0], step=step)
-    if 'variables' in wanted:
-      tf.summary.histogram(f'variables/{name}', v, step=step)
-    if 'variable_norm' in wanted:
-      tf.summary.scalar(f'variable_norm/{name}', norms([v])[0], step=step)
-  if 'larc_summaries' in wanted:
-    for i, factor in larc_factors.items():
-      tf.summary.scalar(f'larc_grad_update/{names[i]}', factor, step=step)
-      tf.summary.scalar(f'larc_clip_on/{names[i]}', tf.cast(factor < 1.0, tf.float32), step=step)

@@ -119,6 +119,15 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     }
 
 
+def _apply_if(condition, apply_fn):
+  """Runs ``apply_fn`` only when ``condition`` holds, eagerly or inside a tf.function."""
+  def run():
+    apply_fn()
+    return tf.constant(True)
+
+  return tf.cond(condition, run, lambda: tf.constant(False))
+
+
 def apply_to(optimizer, grads_and_vars):
   """Applies (gradient, variable) pairs with a Keras 3 optimizer, building it first if needed."""
   grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -234,7 +243,7 @@ class MixedPrecisionLossScaleOptimizer(tf.Module):
       if global_step is not None:
         global_step.assign_add(tf.cast(1, global_step.dtype))
 
-    return stages.apply_if(tf.logical_not(has_nan), update)
+    return _apply_if(tf.logical_not(has_nan), update)
 
   def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
                aggregation_method=None, colocate_gradients_with_ops=False, name=None,
