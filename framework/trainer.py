@@ -53,7 +53,6 @@ from framework.divergence import TrainingError
 from framework.stopping import RunStopped
 from core.params import ConfigError
 from optimizers import exclusions
-from optimizers.agn import AGNOptimizer
 from optimizers.catalog import make_optimizer
 from optimizers.pipeline import GradientPipeline
 
@@ -265,10 +264,9 @@ class Trainer:
     distributed.broadcast_variables(state, root_rank=0)
 
   def begin(self):
-    """Run once before training, after restore: broadcast, then optimizer hooks (AGN)."""
+    """Run once before training, after restore: broadcast, then the pipeline's start (AGN's center)."""
     self.broadcast_state()
-    if isinstance(self.pipeline.optimizer, AGNOptimizer):
-      self.pipeline.optimizer.make_session_run_hook(is_chief=distributed.is_chief()).begin()
+    self.pipeline.start()
 
   # --- the train step ----------------------------------------------------------------------
 

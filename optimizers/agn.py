@@ -73,6 +73,9 @@ class AGNOptimizer(tf.Module):
 
   # Configs name it with agn_params giving the optimizer it wraps.
   WRAPS_OPTIMIZER = True
+  # It averages over the workers by itself, once per period: the pipeline
+  # gives it each worker's own gradients.
+  COMMUNICATES_ITSELF = True
 
   def __init__(self, optimizer, num_worker=None, custom_getter=None, communication_period=10,
                use_locking=True, name='AGNOptimizer'):
@@ -195,21 +198,27 @@ class AGNOptimizer(tf.Module):
     del kwargs
     return self.apply_gradients(self.compute_gradients(loss, var_list), global_step, name)
 
-  def get_init_op(self, task_index=0):
-    """Initialises the run: the center comes from rank 0 and every local copy from the center.
+  def synchronize(self):
+    """Starts the run's state: the center comes from rank 0 and every local copy from the center.
 
-    TF 2 has no init op to return: this runs eagerly (call it after building
-    and after restoring a checkpoint).
+    ``GradientPipeline.start`` calls it once before training, after the
+    variables are restored and broadcast.
+    """
+    if not self.built:
+      raise ValueError('AGNOptimizer: build the optimizer on the model variables before '
+                       'synchronizing it')
+    allreduce.broadcast(self.center, root_rank=0)
+    for local, center in zip(self._local_vars, self.center):
+      local.assign(tf.cast(center, local.dtype))
+
+  def get_init_op(self, task_index=0):
+    """TF 1's name of ``synchronize``; TF 2 has no init op to return, so it runs eagerly.
 
     Args:
       task_index: accepted for compatibility (the Horovod rank is used).
     """
     del task_index
-    if not self.built:
-      raise ValueError('AGNOptimizer.get_init_op: build the optimizer on the model variables first')
-    allreduce.broadcast(self.center, root_rank=0)
-    for local, center in zip(self._local_vars, self.center):
-      local.assign(tf.cast(center, local.dtype))
+    self.synchronize()
 
   def make_session_run_hook(self, is_chief=True, task_index=0):
     """The trainer hook that calls get_init_op when training begins (TF 2's session hook)."""

@@ -29,6 +29,7 @@ element-wise arithmetic into one launch; ``pipelined`` overlaps the two.
 
 import logging
 
+import keras
 import tensorflow as tf
 
 from optimizers import exclusions
@@ -162,7 +163,8 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   the update takes its own path:
 
   REFERENCE when the optimizer has no fused paths or asked for none
-  (``fused=False``), or a gradient is sparse and the optimizer's update does
+  (``fused=False``), or Keras' ``apply`` adds a step around ``update_step``
+  (``keras_adds_nothing`` is False), or a gradient is sparse and the optimizer's update does
   not read it as the dense one it sums to (``SPARSE_AS_DENSE``: LAMB does), or
   a ``tf.distribute`` strategy routes each variable's update; else NATIVE
   when the optimizer has a kernel and it applies (float32, dense, CPU, not
@@ -182,14 +184,15 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   """
   if larc_params is not None and (
       larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
-      and optimizer.momentum > 0 and _keras_adds_nothing(optimizer, variables)
+      and optimizer.momentum > 0 and keras_adds_nothing(optimizer, variables)
       and native.applies(variables, [], grads)):
     return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
   if getattr(optimizer, 'SPARSE_AS_DENSE', False):
     # The fused paths are given a sparse gradient densified (FusedUpdate);
     # its values stand in for it here, where only types and dtypes are checked.
     grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-  if not (getattr(optimizer, 'fused', False) and fusable(grads)):
+  if not (getattr(optimizer, 'fused', False) and fusable(grads)
+          and keras_adds_nothing(optimizer, variables)):
     return _chosen(optimizer, 'update', REFERENCE)
   if hasattr(optimizer, 'native_update') and native.applies(
       variables, optimizer.native_slots(variables), grads):
@@ -197,10 +200,15 @@ def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_opti
   return _chosen(optimizer, 'update', XLA)
 
 
-def _keras_adds_nothing(optimizer, variables):
-  """Whether Keras' ``apply`` would do nothing but ``update_step`` and count the iteration."""
+def keras_adds_nothing(optimizer, variables):
+  """Whether Keras' ``apply`` would do nothing but ``update_step`` and count the iteration.
+
+  A decay the optimizer folds into its update (``FOLDS_WEIGHT_DECAY``) is no
+  step of Keras'.
+  """
+  decoupled_decay = optimizer.weight_decay and not getattr(optimizer, 'FOLDS_WEIGHT_DECAY', False)
   return not (optimizer.clipnorm is not None or optimizer.clipvalue is not None
-              or optimizer.global_clipnorm is not None or optimizer.weight_decay
+              or optimizer.global_clipnorm is not None or decoupled_decay
               or optimizer.use_ema or optimizer.gradient_accumulation_steps
               or optimizer.loss_scale_factor is not None
               or any(getattr(v, 'overwrite_with_gradient', False) for v in variables))
@@ -357,6 +365,13 @@ class FusedUpdate(TF1OptimizerMixin):
   tf.Variables behind the Keras ones and ``indices`` their positions in the
   built variable list. ``SLOTS`` names the attributes that hold its slot
   lists, in the order the native kernel takes them.
+
+  Keras' ``apply`` (``model.fit``, a user's loop) takes the path
+  ``update_path`` chooses where Keras would add nothing around
+  ``update_step``, and is Keras' own otherwise: ``update_step`` variable by
+  variable (the reference path), after Keras' clipping, EMA or accumulation,
+  routed through a ``tf.distribute`` strategy. The pipeline calls
+  ``apply_path`` with the path it chose.
   """
 
   # The attributes holding the optimizer's per-variable slot lists.
@@ -369,75 +384,83 @@ class FusedUpdate(TF1OptimizerMixin):
   # The update reads a sparse gradient (tf.IndexedSlices) as the dense tensor it
   # sums to, as the subclass's update_step does: the fused paths then take it too.
   SPARSE_AS_DENSE = False
-  # The path ``apply_on`` was given for the update under way; None: choose it here.
-  _given_path = None
 
-  def _apply_weight_decay(self, variables):
+  def build(self, var_list):
     if self.FOLDS_WEIGHT_DECAY:
-      return None
-    return super()._apply_weight_decay(variables)
+      # The decay is folded into the update: Keras' own decoupled step, which
+      # its apply runs before update_step, must decay nothing (the subclass
+      # read its decay masks before this).
+      self.exclude_from_weight_decay(var_list=list(var_list))
+    super().build(var_list)
 
   def native_slots(self, variables):
     """The slots of ``variables`` (tf.Variables) the native kernel writes, to check their dtypes."""
     indices = [self._get_variable_index(v) for v in variables]
     return [getattr(self, name)[i].value for name in self.SLOTS for i in indices]
 
-  def apply_on(self, path, grads, trainable_variables):
-    """Keras' ``apply`` on a path already chosen for this update.
+  def apply(self, grads, trainable_variables=None):
+    """Keras' ``apply``: on a fused path where one applies and Keras adds nothing, else Keras' own."""
+    if trainable_variables is not None and grads and all(g is not None for g in grads):
+      grads, variables = list(grads), list(trainable_variables)
+      self._build_as_keras_does(variables)
+      path = update_path(self, grads, variables)
+      if path != REFERENCE:
+        return self.apply_path(path, grads, variables)
+    return super().apply(grads, trainable_variables)
+
+  def reference_apply(self, grads, trainable_variables=None):
+    """Keras' own ``apply``: its steps around ``update_step``, called variable by variable."""
+    return super().apply(grads, trainable_variables)
+
+  def _build_as_keras_does(self, variables):
+    if not self.built:
+      with keras.name_scope(self.name, caller=self):
+        self.build(variables)
+      self.built = True
+
+  def apply_path(self, path, grads, trainable_variables, larc_params=None):
+    """What Keras' ``apply`` does when it adds nothing to the update, on a fused path.
+
+    Builds the optimizer if needed, runs the update of every variable on
+    ``path``, applies the variables' constraints and counts the iteration.
+    Call it only where ``keras_adds_nothing`` holds.
 
     Args:
-      path: ``NATIVE``, ``XLA`` or ``REFERENCE``, from
-        ``update_path`` on these gradients and variables.
+      path: ``NATIVE`` or ``XLA`` (the update), or ``NATIVE_WITH_LARC`` (LARC
+        at this optimizer's learning rate, then the update, as one kernel),
+        as ``update_path`` chose it for these gradients and variables.
       grads: the gradients (no None entries).
       trainable_variables: the matching variables.
-    """
-    if path not in (NATIVE, XLA, REFERENCE):
-      raise ValueError(f'{self.name}: apply_on takes the path of an update alone, got {path!r}')
-    self._given_path = path
-    try:
-      return self.apply(grads, trainable_variables)
-    finally:
-      self._given_path = None
-
-  def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    path = self._given_path
-    if path is None:  # Keras' apply called directly: this is where the update starts
-      path = update_path(self, grads, trainable_variables)
-    if path == REFERENCE:
-      return super()._backend_update_step(grads, trainable_variables, learning_rate)
-    indices = [self._get_variable_index(v) for v in trainable_variables]
-    variables = unwrap_all(trainable_variables)
-    update = self.native_update if path == NATIVE else self.xla_update
-    # Sparse gradients come this far only when SPARSE_AS_DENSE: the dense
-    # tensor they sum to is what update_step would read.
-    update([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads],
-           variables, indices, learning_rate)
-    return None
-
-  def apply_with_larc(self, grads, trainable_variables, larc_params):
-    """LARC at this optimizer's learning rate, then its update, as one kernel.
-
-    Call only where ``update_path(self, grads, trainable_variables,
-    larc_params)`` is NATIVE_WITH_LARC: then Keras' ``apply`` would run nothing but the
-    update between building the optimizer and applying the variables'
-    constraints and counting the iteration, which this does too.
+      larc_params: checked ``larc_params``, with ``NATIVE_WITH_LARC`` only.
 
     Returns:
-      A float32 vector, the LARC factor of each variable (1 for skipped ones).
+      With ``NATIVE_WITH_LARC``, a float32 vector: the LARC factor of each
+      variable (1 for skipped ones); else None.
     """
+    if path not in (NATIVE, XLA, NATIVE_WITH_LARC) or (larc_params is None) != (
+        path != NATIVE_WITH_LARC):
+      raise ValueError(f'{self.name}: apply_path takes a fused path ({NATIVE}, {XLA}, or '
+                       f'{NATIVE_WITH_LARC} with larc_params), got {path!r}')
     trainable_variables = list(trainable_variables)
-    if not self.built:
-      self.build(trainable_variables)
+    self._build_as_keras_does(trainable_variables)
+    result = None
     with tf.name_scope(self.name):
       indices = [self._get_variable_index(v) for v in trainable_variables]
-      factors = self.native_larc_update(
-          list(grads), trainable_variables, unwrap_all(trainable_variables),
-          indices, self.learning_rate, larc_params)
+      variables = unwrap_all(trainable_variables)
+      if path == NATIVE_WITH_LARC:
+        result = self.native_larc_update(list(grads), trainable_variables, variables, indices,
+                                         self.learning_rate, larc_params)
+      else:
+        update = self.native_update if path == NATIVE else self.xla_update
+        # A sparse gradient comes this far only when SPARSE_AS_DENSE: the
+        # dense tensor it sums to is what update_step would read.
+        update([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                for g in grads], variables, indices, self.learning_rate)
       for variable in trainable_variables:
         if variable.constraint is not None:
           variable.assign(variable.constraint(variable))
     self.iterations.assign_add(1)
-    return factors
+    return result
 
 
 def update_all(optimizer, grads, variables, update, larc=None, larc_rate_is_optimizers=True):
@@ -470,7 +493,7 @@ def update_all(optimizer, grads, variables, update, larc=None, larc_rate_is_opti
     path = update_path(optimizer, grads_present, vars_present, larc_params,
                        larc_rate_is_optimizers)
   if path == NATIVE_WITH_LARC:
-    factors = optimizer.apply_with_larc(grads_present, vars_present, larc_params)
+    factors = optimizer.apply_path(path, grads_present, vars_present, larc_params)
     update.larc_factors = {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
     return update.larc_factors
   if larc is not None:
@@ -480,10 +503,12 @@ def update_all(optimizer, grads, variables, update, larc=None, larc_rate_is_opti
   # all from one graph: the gradients LARC left alone come from outside the
   # branch the update runs in, the scaled ones from inside it.
   grads_present = [_in_this_graph(grads[i]) for i in present]
-  if path is None:
-    optimizer.apply(grads_present, vars_present)
+  if path in (NATIVE, XLA):
+    optimizer.apply_path(path, grads_present, vars_present)
+  elif path == REFERENCE:
+    optimizer.reference_apply(grads_present, vars_present)
   else:
-    optimizer.apply_on(path, grads_present, vars_present)
+    optimizer.apply(grads_present, vars_present)
   return update.larc_factors
 
 

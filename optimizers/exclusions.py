@@ -213,7 +213,9 @@ class LayerwiseExclusions:
   """The exclusion arguments of a Keras optimizer with weight decay and a trust ratio.
 
   A mixin for Keras 3 optimizer classes: call ``_set_exclusions`` in
-  ``__init__`` and read ``decays(var)`` / ``adapts(var)`` in ``build``.
+  ``__init__`` and ``take_masks(var_list)`` at the start of ``build``; the
+  masks are then ``_decays`` and ``_adapts`` (one bool per built variable),
+  and ``decays(var)`` / ``adapts(var)`` answer for any variable.
   """
 
   def _set_exclusions(self, exclude_from_weight_decay=None, exclude_from_layer_adaptation=None,
@@ -232,15 +234,36 @@ class LayerwiseExclusions:
       return list(self.decay_exclusions)
     return list(self.explicit_adaptation_exclusions)
 
+  def take_masks(self, var_list):
+    """Decides once, before the optimizer is built, which of ``var_list`` decay and adapt."""
+    self._decays = [self._decays_by_name(v) for v in var_list]
+    self._adapts = [self._adapts_by_name(v) for v in var_list]
+
   def decays(self, var):
     """Whether ``var`` gets weight decay."""
-    # Keras' exclude_from_weight_decay(...) is answered by Keras' own test.
-    return mask([var], self.decay_exclusions, self.skip_list)[0] and self._use_weight_decay(var)
+    return self._masks_for(var)[0]
 
   def adapts(self, var):
     """Whether ``var`` gets the layer-wise trust ratio."""
+    return self._masks_for(var)[1]
+
+  def _masks_for(self, var):
+    """(decays, adapts) of ``var``: as decided at build time when it was built with it."""
+    if getattr(self, 'built', False):
+      try:
+        index = self._get_variable_index(var)
+        return self._decays[index], self._adapts[index]
+      except KeyError:
+        pass
+    return self._decays_by_name(var), self._adapts_by_name(var)
+
+  def _decays_by_name(self, var):
+    # Keras' exclude_from_weight_decay(...) is answered by Keras' own test.
+    return mask([var], self.decay_exclusions, self.skip_list)[0] and self._use_weight_decay(var)
+
+  def _adapts_by_name(self, var):
     if self.explicit_adaptation_exclusions is None:
-      return self.decays(var)
+      return self._decays_by_name(var)
     return mask([var], self.explicit_adaptation_exclusions, self.skip_list)[0]
 
   def _exclusion_config(self):

@@ -147,11 +147,10 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimiz
   def build(self, var_list):
     if self.built:
       return
+    self.take_masks(var_list)
     super().build(var_list)
     self._m = self.add_optimizer_variables(var_list, 'm')
     self._v = self.add_optimizer_variables(var_list, 'v')
-    self._decays = [self.decays(v) for v in var_list]
-    self._adapts = [self.adapts(v) for v in var_list]
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)

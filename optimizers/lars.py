@@ -221,25 +221,13 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
   def build(self, var_list):
     if self.built:
       return
+    self.take_masks(var_list)
     super().build(var_list)
     self._momentums = self.add_optimizer_variables(var_list, 'momentum')
-    self._adapts = [self.adapts(v) for v in var_list]
-    self._decays = [self.decays(v) for v in var_list]
 
   def is_skipped(self, var):
     """Whether ``var`` is excluded from both the trust ratio and weight decay."""
-    adapted, decayed = self._masks_for(var)
-    return not adapted and not decayed
-
-  def _masks_for(self, var):
-    """(adapts, decays) of ``var``, from the lists made at build time when it is built."""
-    if self.built:
-      try:
-        index = self._get_variable_index(var)
-        return self._adapts[index], self._decays[index]
-      except KeyError:
-        pass
-    return self.adapts(var), self.decays(var)
+    return not self.decays(var) and not self.adapts(var)
 
   def compute_lr(self, grad, var, learning_rate=None):
     """Returns (scaled_lr, grad') for one variable, as tf.contrib.opt's LARS does.
@@ -255,7 +243,7 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
     """
     lr = self.learning_rate if learning_rate is None else learning_rate
     lr = tf.cast(lr, tf.float32)
-    adapted, decayed = self._masks_for(var)
+    decayed, adapted = self._masks_for(var)
     weight_decay = self.weight_decay if decayed else 0.0
     w = tf.convert_to_tensor(var)
     if adapted:

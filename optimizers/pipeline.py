@@ -180,6 +180,16 @@ class GradientPipeline(tf.Module):
       return self._base_lr
     return None
 
+  def start(self):
+    """Once before training, after a restore and the broadcast of the state.
+
+    An optimizer with state of its own across the workers starts it here
+    (``synchronize``: AGN takes its center from rank 0).
+    """
+    synchronize = getattr(self.optimizer, 'synchronize', None)
+    if synchronize is not None:
+      synchronize()
+
   def learning_rate(self):
     """The learning rate for the next update (a float32 tensor)."""
     if self.learning_rate_decay_fn is not None:

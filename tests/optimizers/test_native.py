@@ -110,9 +110,11 @@ def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
   params = validation.check_larc_params({'larc_eta': 0.002})
-  # LARC runs first on its own; the update takes Momentum's own path (XLA: it has no
-  # native kernel of its own).
-  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.XLA
+  # LARC runs first on its own; the update is Keras' own apply, which clips
+  # before update_step (the reference path).
+  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.REFERENCE
+  # Without clipnorm, but with momentum 0 (the kernel's LARC needs momentum), the
+  # update takes Momentum's own fused path (XLA: it has no native kernel of its own).
   assert dispatch.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
                               params) == dispatch.XLA
 
@@ -370,9 +372,10 @@ def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, cap
 @pytest.mark.parametrize('make, larc, expected', [
     (lambda: LARSOptimizer(0.1), None, dispatch.NATIVE),
     (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002}, dispatch.NATIVE_WITH_LARC),
-    # Keras' clipnorm runs between LARC and the update: LARC on its own, then the update's path.
+    # Keras' clipnorm runs between LARC and the update: LARC on its own, then
+    # Keras' own apply, its clipping and update_step variable by variable.
     (lambda: MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
-     dispatch.XLA),
+     dispatch.REFERENCE),
 ])
 def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc, expected):
   asked = []
@@ -389,13 +392,18 @@ def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc,
   params = validation.check_larc_params(larc) if larc is not None else None
   larc_and_apply(optimizer, grads, variables, 0.1, params)
   assert asked == [expected]
-  # The path handed to Keras' apply is the one taken: the reference path runs no kernel.
+  # The path given is the one taken: Keras' own apply runs no kernel.
   asked.clear()
   lars = LARSOptimizer(0.1)
   lars.build(variables)
   assert 'LargebatchTrustMomentum' not in op_types(
-      lambda: lars.apply_on(dispatch.REFERENCE, grads, variables))
+      lambda: lars.reference_apply(grads, variables))
+  assert 'LargebatchTrustMomentum' in op_types(
+      lambda: lars.apply_path(dispatch.NATIVE, grads, variables))
+  assert asked == []
   assert 'LargebatchTrustMomentum' in op_types(lambda: lars.apply(grads, variables))
   assert asked == [dispatch.NATIVE]  # a plain apply asks once itself
-  with pytest.raises(ValueError, match='apply_on takes the path of an update alone'):
-    lars.apply_on(dispatch.NATIVE_WITH_LARC, grads, variables)
+  with pytest.raises(ValueError, match='apply_path takes a fused path'):
+    lars.apply_path(dispatch.REFERENCE, grads, variables)
+  with pytest.raises(ValueError, match='apply_path takes a fused path'):
+    lars.apply_path(dispatch.NATIVE_WITH_LARC, grads, variables)
