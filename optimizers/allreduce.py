@@ -28,7 +28,6 @@ import tensorflow as tf
 NONE = 'none'
 HOROVOD = 'horovod'
 MULTI_WORKER_MIRRORED = 'multi_worker_mirrored'
-ENGINES = (NONE, HOROVOD, MULTI_WORKER_MIRRORED)
 
 CYCLE_TIME_VARIABLE = 'HOROVOD_CYCLE_TIME'
 # Horovod's background thread runs a negotiation round, a collective between
