@@ -10,21 +10,17 @@ Three paths compute the same math (docs/math.md) at different speeds:
 
 ``update_all`` is the end of the gradient chain: LARC, when asked for, and
 the optimizer's update, in one call. ``update_path`` applies the rules of the
-choice in one order, once per update, and the first time an optimizer class
-takes a path the choice is logged at INFO level on the ``optimizers``
-logger. ``FusedUpdate`` is the base of the package's optimizers: it runs the
-chosen path inside Keras' ``apply``, so ``model.fit`` and a user's loop take
-it too, and brings ``TF1OptimizerMixin``, the ``tf.compat.v1.train.Optimizer``
-methods ported code calls (``compute_gradients``, ``apply_gradients(...,
-global_step)``, ``minimize``, ``get_slot``; in TF 2 ``loss`` is a
-zero-argument callable, or a tensor with the ``tape`` that recorded it).
+choice in one order, once per update, and logs the first time an optimizer
+class takes a path (INFO, ``optimizers`` logger). ``FusedUpdate``, the base
+of the package's optimizers, runs a fused path as ``apply_path`` (Keras'
+``apply`` takes it too) and brings ``TF1OptimizerMixin``, the
+``tf.compat.v1.train.Optimizer`` methods ported code calls.
 
-Why two kinds of work: an update written as a Python loop over variables runs
-several small ops per variable, each reading and writing a whole tensor.
-``tf.nn.l2_loss`` computes Σx²/2 in one vectorised pass without a temporary
-(``tf.norm`` materialises x², an XLA reduction is not vectorised: both 2-5x
-slower on CPU, docs/performance.md), and XLA fuses a group of variables'
-element-wise arithmetic into one launch; ``pipelined`` overlaps the two.
+Why: a Python loop over variables runs several small ops per variable, each
+reading and writing a whole tensor; ``tf.nn.l2_loss`` takes Σx²/2 in one
+vectorised pass (``tf.norm`` and XLA reductions are 2-5x slower on CPU,
+docs/performance.md), XLA fuses a group's element-wise arithmetic into one
+launch, and ``pipelined`` overlaps the two.
 """
 
 import logging
@@ -108,24 +104,17 @@ def fusable(grads):
 
 
 def jit(fn):
-  """``fn`` as a ``tf.function`` that XLA compiles into one launch.
-
-  Called from inside another ``tf.function`` (a train step, ``model.fit``)
-  it becomes one compiled cluster of that graph. Lists of variables may be
-  passed as arguments, and one trace serves every step.
-  """
+  """``fn`` as a ``tf.function`` that XLA compiles into one launch (one cluster of an outer graph)."""
   return tf.function(fn, jit_compile=True, autograph=False)
 
 
 def jit_for(owner, fn, name=None):
   """``jit(fn)`` private to ``owner`` (an optimizer), created on first use.
 
-  A trace keeps weak references to the variables it was traced with and marks
-  them as accessed whenever it is called from another graph, so a trace must
-  not be shared between the variables of two models: once the first model is
-  deleted, the second one's call fails. One function per optimizer keeps each
-  trace with the variables it was made for. The functions are held in a plain
-  dict so checkpoint and SavedModel tracking do not see them.
+  A trace keeps weak references to its variables and fails once they are
+  deleted, so a trace is never shared between two models' variables. The
+  functions are held in a plain dict, out of checkpoint and SavedModel
+  tracking.
   """
   functions = owner.__dict__.get('_fused_functions')
   if functions is None:
@@ -153,23 +142,16 @@ _logged = set()
 def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_optimizers=True):
   """The path of one update of ``variables`` by ``optimizer``, LARC included when given.
 
-  With ``larc_params`` (LARC, then the update): NATIVE_WITH_LARC when one
-  kernel can do both: the optimizer has that kernel (``MomentumOptimizer``,
-  momentum > 0), LARC's learning rate is the optimizer's own
-  (``larc_rate_is_optimizers``), nothing of Keras' runs between the two steps
-  (no ``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``weight_decay``, EMA,
-  gradient accumulation, ``loss_scale_factor``, ``overwrite_with_gradient``)
-  and the kernel applies. Otherwise LARC runs first as a step of its own and
-  the update takes its own path:
-
-  REFERENCE when the optimizer has no fused paths or asked for none
-  (``fused=False``), or Keras' ``apply`` adds a step around ``update_step``
-  (``keras_adds_nothing`` is False), or a gradient is sparse and the optimizer's update does
-  not read it as the dense one it sums to (``SPARSE_AS_DENSE``: LAMB does), or
-  a ``tf.distribute`` strategy routes each variable's update; else NATIVE
-  when the optimizer has a kernel and it applies (float32, dense, CPU, not
-  inside an XLA cluster, built and loaded, not turned off by
-  ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
+  With ``larc_params``: NATIVE_WITH_LARC when one kernel can do LARC and the
+  update (``MomentumOptimizer``, momentum > 0, LARC at the optimizer's own
+  rate, ``keras_adds_nothing``, the kernel applies). Otherwise LARC runs as
+  a step of its own, and the update takes REFERENCE when the optimizer has
+  no fused paths or asked for none (``fused=False``), Keras' ``apply`` adds a
+  step around ``update_step`` (``keras_adds_nothing``), a gradient is sparse
+  and not read as dense (``SPARSE_AS_DENSE``: LAMB reads it so), or a
+  ``tf.distribute`` strategy routes each variable's update; else NATIVE where
+  the kernel applies (float32, dense, CPU, not inside XLA, built and loaded,
+  not off by ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
 
   Args:
     optimizer: the Keras optimizer.
@@ -367,11 +349,8 @@ class FusedUpdate(TF1OptimizerMixin):
   lists, in the order the native kernel takes them.
 
   Keras' ``apply`` (``model.fit``, a user's loop) takes the path
-  ``update_path`` chooses where Keras would add nothing around
-  ``update_step``, and is Keras' own otherwise: ``update_step`` variable by
-  variable (the reference path), after Keras' clipping, EMA or accumulation,
-  routed through a ``tf.distribute`` strategy. The pipeline calls
-  ``apply_path`` with the path it chose.
+  ``update_path`` chooses, as the pipeline's ``update_all`` does; on the
+  reference path it is Keras' own (``reference_apply``).
   """
 
   # The attributes holding the optimizer's per-variable slot lists.
