@@ -107,7 +107,7 @@ def regularized(model):
   layers whatever their names, are left out. Where every batch norm's name
   holds 'batch_normalization' (this framework's models) this is the list
   ``kept(variables, NORMALIZATION_AND_BIAS)`` gives, in the same order.
-  Layer and group normalization keep their regularization, as before.
+  Layer and group normalization parameters stay regularized.
   """
   owned = {id(v) for v in batch_norm_variables(model)}
   return [v for v in kept(model.trainable_variables, NORMALIZATION_AND_BIAS) if id(v) not in owned]
