@@ -4,7 +4,7 @@
   .venv/bin/python scripts/config_reference.py --check   # exit 1 when the page is out of date
 
 The block between the page's markers is made from what validates a config, so
-it cannot drift from it: ``SCHEMA`` (framework/schema.py) and the schemas it
+it cannot drift from it: ``SCHEMA`` (framework/config/schema.py) and the schemas it
 nests, the ``PARAMS`` of each registered model and data layer, the
 ``ARGUMENTS`` each optimizer and lr policy registers (optimizers/registry.py)
 with the defaults of the signatures they declare, AGN's and the loss
@@ -25,9 +25,9 @@ from core import precision  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
-from framework import config  # noqa: E402  pylint: disable=wrong-import-position
-from framework import schema  # noqa: E402  pylint: disable=wrong-import-position
-from framework import tf_import  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import schema  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import validation as config  # noqa: E402  pylint: disable=wrong-import-position
+from framework.engines import tf_import  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
 

@@ -37,14 +37,14 @@ def parse_args(argv):
 
 def load_train_config(path, overrides):
   """The validated train-mode config, as run.py builds it."""
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   return config_lib.load_configs(path, 'train', list(overrides))['train']
 
 
 def steps_per_epoch(cfg, num_workers=1):
   """Updates per epoch, as the trainer computes them (builds the train data layer to learn its size)."""
   from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
-  from framework import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import schedule  # pylint: disable=import-outside-toplevel
   layer = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train',
                                                  num_workers=num_workers, worker_index=0)
   return schedule.steps_per_epoch(layer, cfg['batch_size_per_gpu'], cfg['iter_size'])
@@ -61,7 +61,7 @@ def learning_rates(cfg, per_epoch, last_step):
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from framework import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import schedule  # pylint: disable=import-outside-toplevel
   rate_fn = schedule.learning_rate_fn(cfg, per_epoch)
   steps = tf.range(last_step + 1, dtype=tf.int64)
   # Policies take a scalar step; vectorized_map runs one over every step at once.
@@ -110,15 +110,15 @@ def main(argv=None):
   if args.steps is not None and args.steps < 1:
     print(f'error: --steps: must be >= 1, got {args.steps}', file=sys.stderr)
     return 2
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
-  from data.base import DataError  # pylint: disable=import-outside-toplevel
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   try:
     cfg = load_train_config(args.config, args.set)
     per_epoch = steps_per_epoch(cfg, args.workers)
-    from framework import schedule  # pylint: disable=import-outside-toplevel
+    from framework.config import schedule  # pylint: disable=import-outside-toplevel
     total = schedule.total_steps(cfg, per_epoch)
     last = args.steps if args.steps is not None else total
     steps, rates = learning_rates(cfg, per_epoch, last)

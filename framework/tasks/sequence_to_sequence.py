@@ -42,7 +42,7 @@ from core.params import ConfigError
 from data import DATA_LAYERS
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
-from framework import distributed
+from framework.engines import distributed
 from framework.tasks import base
 from models import MODELS
 from models.sequence_losses import sequence_cross_entropy
