@@ -213,6 +213,20 @@ def named_params_section(title, registry_, intro):
   return lines
 
 
+def task_keys_section(registries):
+  """The keys each task owns, written at the top level of that task's configs."""
+  from framework.tasks import TASKS  # pylint: disable=import-outside-toplevel
+  lines = []
+  for name in TASKS:
+    keys = TASKS.facts(name).get('CONFIG_KEYS')
+    if keys:
+      lines += [f'### The {name} task\'s keys', '',
+                f'Written at the top level of a config of the {name} task; a config of another '
+                'task refuses them unless they keep their defaults.', '',
+                *param_table(keys, registries), '']
+  return lines
+
+
 def reference():
   """The generated block, markers included."""
   tf_import.import_tensorflow()  # the defaults are read from the classes and functions
@@ -221,6 +235,7 @@ def reference():
            '## Top-level keys', '',
            'A nested key (`larc_params.larc_eta`) follows its parent.', '',
            *param_table(schema.SCHEMA, registries), '',
+           *task_keys_section(registries),
            *named_params_section('model_params', registries['model'],
                                  'What each model declares (`PARAMS`, `models/schemas.py`).'),
            *named_params_section('data_layer_params', registries['data_layer'],

@@ -1,7 +1,9 @@
 """The keys a resolved config may hold, their types, defaults and allowed values.
 
-``SCHEMA`` declares every top-level key (``framework.config.validation.validate`` checks
-a config against it). The settings another package owns are declared there
+``SCHEMA`` declares every generic top-level key; a task declares its own
+keys (``framework.tasks``: the image classifier's ``label_smoothing`` and
+``precise_bn``), and :func:`top_level_keys` is both (``framework.config.validation.validate``
+checks a config against it). The settings another package owns are declared there
 and only referenced here: the multi-worker engine's in
 ``framework.engines.schema``, LARC, the allreduce compression, the loss-scaling
 algorithms and the summary names in ``optimizers.validation``, the dtype names in
@@ -23,6 +25,7 @@ from core.params import non_negative
 from core.params import positive
 from framework.engines.schema import DISTRIBUTION_CHOICES
 from framework.engines.schema import DISTRIBUTION_SCHEMA
+from framework.tasks import task_keys
 from optimizers import validation
 
 # lr_policy_params may give a duration in epochs; the trainer turns it into the
@@ -89,19 +92,8 @@ def _seed(value):
   return None if 0 <= value < 2 ** 32 else 'must be in [0, 2**32)'
 
 
-def _probability(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
-
-
 REGULARIZER_SCHEMA = {
     'scale': Param(float, REQUIRED, check=non_negative, doc='L2 weight-decay coefficient'),
-}
-
-PRECISE_BN_SCHEMA = {
-    'num_batches': Param(int, 20, check=positive, doc='training batches averaged'),
-    'batch_size': Param(int, None, check=positive,
-                        doc='images per batch (default: batch_size_per_gpu)'),
-    'before_each_eval': Param(bool, True, doc='also recompute before every evaluation'),
 }
 
 _OPTIONAL_INT = (int, type(None))
@@ -172,11 +164,12 @@ SCHEMA = {
                                 doc='all-reduce options (both engines; compression: fp16 sends '
                                     'float16)'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
-    'label_smoothing': Param(float, 0.0, check=_probability, doc='for the classification loss'),
-    'precise_bn': DictParam(PRECISE_BN_SCHEMA, None,
-                             doc='recompute batch-norm moving statistics as a plain average '
-                                 'over training batches after training'),
     'deterministic': Param(bool, False, doc='enable TensorFlow op determinism'),
     'jit_compile': Param(bool, False, doc='XLA-compile the train step'),
     'bench_warmup_steps': Param(int, 5, check=non_negative, doc='steps not timed in benchmark mode'),
 }
+
+
+def top_level_keys():
+  """Every key a config may hold at its top level: ``SCHEMA``'s and every task's own."""
+  return {**SCHEMA, **task_keys()}

@@ -12,7 +12,7 @@ A run is described by a config file (OpenSeq2Seq layout) holding
 or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve``
 overlays the mode's params on the base params and applies the command-line
 overrides (``framework.config.config_resolve``); ``validate`` checks every
-key against ``framework.config.schema.SCHEMA`` before anything is built and fills in
+key against ``framework.config.schema`` (and each task's own keys) before anything is built and fills in
 defaults. Its checks run in two steps: first everything a config states by
 itself (keys, types, names, durations, the settings other packages own, the
 loss scaler's params and the params of the model and data layer), with no
@@ -63,7 +63,7 @@ from framework.config.config_resolve import resolve_modes
 from framework.config.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.config.schema import EPOCH_KEYS
 from framework.config.schema import FRACTION_KEYS
-from framework.config.schema import SCHEMA
+from framework.config.schema import top_level_keys
 from optimizers import validation
 
 SUMMARY_NAMES = validation.SUMMARY_NAMES
@@ -148,7 +148,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     notes: a list the one-line note of a shortened warm-up is appended to.
 
   Returns:
-    A new dict holding every key of ``SCHEMA``, defaults filled in, including
+    A new dict holding every key of ``SCHEMA`` and of the tasks, defaults filled in, including
     defaults of ``model_params``/``data_layer_params`` declared in the
     object's ``PARAMS``. Names stay names and ``tf.DType`` becomes its name.
 
@@ -160,7 +160,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   for kind in ('model', 'data_layer'):
     config_names.check_name(result, kind, registries)
     _check_declared_params(result, kind, config_names.declared(result, kind, registries, 'PARAMS'))
-  tasks.task_of(result, registries)
+  tasks.check_task_keys(result, tasks.task_of(result, registries))
   _check_optimizer(result, registries)
   result = weight_decay.one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
@@ -230,13 +230,14 @@ def _check_declared_params(result, kind, schema):
 
 
 def _check_schema(config):
-  """The config checked against ``SCHEMA``, as a new dict with defaults filled in."""
+  """The config checked against ``SCHEMA`` and the tasks' keys, as a new dict with defaults filled in."""
   if not isinstance(config, dict):
     raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
   config = copy.deepcopy(config)
-  reject_unknown_keys(config, SCHEMA, '')
+  schema = top_level_keys()
+  reject_unknown_keys(config, schema, '')
   result = {}
-  for key, spec in SCHEMA.items():
+  for key, spec in schema.items():
     if key in config:
       value = config[key]
     elif spec.required:

@@ -80,7 +80,7 @@ class SequenceToSequenceTask(base.Task):
 
   def __init__(self, config, eval_config=None):
     super().__init__(config, eval_config)
-    if config['label_smoothing']:
+    if config.get('label_smoothing'):
       raise ConfigError('label_smoothing: the image classifiers\' setting; a sequence model '
                         'smooths its loss with model_params.label_smoothing')
     self.sequence_errors, self.token_errors = metric_names(config['data_layer'])

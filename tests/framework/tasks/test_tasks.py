@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from framework.tasks.image_classification import ImageClassificationTask
 from framework.tasks.sequence_to_sequence import SequenceToSequenceTask
 from models import MODELS
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 REGISTRIES = {'model': MODELS, 'data_layer': DATA_LAYERS}
 
 
@@ -294,3 +296,46 @@ def test_a_text_pairs_task_counts_sequence_and_token_errors(tmp_path, capsys):
   assert capsys.readouterr().out == (
       'note: 1 of the 6 source tokens are outside the vocabulary of the training data and were '
       'read as <unk>\n')
+
+
+# --- a task's own config keys ----------------------------------------------------------------
+
+def test_the_image_keys_are_the_image_tasks_and_every_config_holds_them():
+  from framework.config import schema  # pylint: disable=import-outside-toplevel
+  from framework.tasks import image_keys  # pylint: disable=import-outside-toplevel
+  assert 'label_smoothing' not in schema.SCHEMA and 'precise_bn' not in schema.SCHEMA
+  keys = schema.top_level_keys()
+  assert keys['label_smoothing'] is image_keys.KEYS['label_smoothing']
+  assert keys['precise_bn'] is image_keys.KEYS['precise_bn']
+  # The run directory's config lists them for every task, at their defaults elsewhere.
+  configs = config_lib.load_configs(os.path.join(ROOT, 'configs', 'cmudict_transformer_lamb.py'),
+                                    'train', construct=False)
+  assert configs['train']['label_smoothing'] == 0.0 and configs['train']['precise_bn'] is None
+
+
+@pytest.mark.parametrize('override, message', [
+    ('label_smoothing=0.1',
+     'label_smoothing: a setting of the image_classification task (for the classification loss), '
+     'but this config is a sequence_to_sequence one; a sequence model smooths its loss with '
+     'model_params.label_smoothing'),
+    ('precise_bn={num_batches: 3}',
+     'precise_bn: a setting of the image_classification task (recompute batch-norm moving '
+     'statistics as a plain average over training batches after training), but this config is '
+     'a sequence_to_sequence one'),
+])
+def test_an_image_key_in_a_sequence_config_is_one_line(override, message):
+  path = os.path.join(ROOT, 'configs', 'cmudict_transformer_lamb.py')
+  with pytest.raises(ConfigError) as error:
+    config_lib.load_configs(path, 'train', [override], construct=False)
+  assert str(error.value) == message
+  # At its default the key is no setting: old run directories' configs hold it.
+  config_lib.load_configs(path, 'train', ['label_smoothing=0.0', 'precise_bn=null'],
+                          construct=False)
+
+
+def test_an_image_config_keeps_its_keys_where_it_writes_them():
+  configs = config_lib.load_configs(os.path.join(ROOT, 'configs', 'resnet50_lars.py'), 'train',
+                                    ['label_smoothing=0.1', 'precise_bn.num_batches=7'],
+                                    construct=False)
+  assert configs['train']['label_smoothing'] == 0.1
+  assert configs['train']['precise_bn']['num_batches'] == 7
