@@ -187,6 +187,7 @@ def _main(args, argv):
   """main() once its signal handlers are installed."""
   check_flags(args)
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   try:
     # The checks that import TensorFlow (the optimizer's and lr policy's
@@ -196,11 +197,11 @@ def _main(args, argv):
     configs = config_lib.load_configs(args.config, args.mode, args.set, construct=False,
                                       notes=notes)
   except ConfigError as exc:
-    fail(config_lib.format_error(exc))
+    fail(config_file.format_error(exc))
   if args.print_config:
     for note in notes:
       print(note, file=sys.stderr)
-    print(config_lib.to_yaml(launch_lib.main_config(configs)), end='')
+    print(config_file.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
   if args.num_workers > 1:
     from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel

@@ -4,7 +4,7 @@ A package whose modules moved keeps a table ``{old path: new path}`` and
 hands it to :func:`redirect`. An import of an old path then gives the very
 module object of the new one (not a copy, not a wrapper), so code and
 monkeypatches written against the old path act on the module the package
-uses. No TensorFlow: the target is imported only when an old path is.
+uses, and ``python -m <old path>`` runs the module at the new one. No TensorFlow: the target is imported only when an old path is.
 """
 
 import importlib
@@ -28,7 +28,9 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     del path, target
     if fullname not in self.moved:
       return None
-    return importlib.util.spec_from_loader(fullname, self)
+    # The new file as the origin: python -m <old path> sets sys.argv[0] from it.
+    found = importlib.util.find_spec(self.moved[fullname])
+    return importlib.util.spec_from_loader(fullname, self, origin=found and found.origin)
 
   def create_module(self, spec):
     module = importlib.import_module(self.moved[spec.name])
@@ -38,6 +40,11 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def exec_module(self, module):
     # The import machinery stamped the old path's spec on the module; give it back its own.
     module.__spec__ = module.__spec__.loader_state
+
+  def get_code(self, fullname):
+    """The code of the module at the new path, for ``python -m <old path>`` (``runpy``)."""
+    new = self.moved[fullname]
+    return importlib.util.find_spec(new).loader.get_code(new)
 
 
 def redirect(moved):

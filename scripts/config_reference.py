@@ -25,8 +25,8 @@ from core import precision  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
+from framework import config  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import schema  # noqa: E402  pylint: disable=wrong-import-position
-from framework.config import validation as config  # noqa: E402  pylint: disable=wrong-import-position
 from framework.engines import tf_import  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
@@ -39,7 +39,7 @@ COMMAND = '.venv/bin/python scripts/config_reference.py'
 # Keys whose allowed names live with their own check rather than in the
 # Param's choices: the same constants those checks read.
 NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': validation.LOSS_SCALING_ALGOS}
-# The optimizer argument the framework gives itself (config.py refuses it in optimizer_params).
+# The optimizer argument the framework gives itself (validation refuses it in optimizer_params).
 LEARNING_RATE = 'learning_rate'
 # The lr policy argument the trainer passes.
 GLOBAL_STEP = 'global_step'

@@ -114,7 +114,7 @@ def main(argv=None):
   tf_import.import_tensorflow()
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
-  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
   try:
     cfg = load_train_config(args.config, args.set)
     per_epoch = steps_per_epoch(cfg, args.workers)
@@ -123,7 +123,7 @@ def main(argv=None):
     last = args.steps if args.steps is not None else total
     steps, rates = learning_rates(cfg, per_epoch, last)
   except ConfigError as exc:
-    print(config_lib.format_error(exc), file=sys.stderr)
+    print(config_file.format_error(exc), file=sys.stderr)
     return 2
   except DataError as exc:
     print(f'error: {exc}', file=sys.stderr)
@@ -134,7 +134,7 @@ def main(argv=None):
   print(f'{policy}: {total} steps = {total / per_epoch:.4g} epochs of {per_epoch} steps, '
         f'global batch {global_batch} = {cfg["batch_size_per_gpu"]} per worker x '
         f'{args.workers} worker(s) x iter_size {cfg["iter_size"]}')
-  params = config_lib.epochs_to_steps(cfg['lr_policy_params'], per_epoch, total)
+  params = schedule.epochs_to_steps(cfg['lr_policy_params'], per_epoch, total)
   print(f'{"step":>10} {"epoch":>8}  learning rate')
   for step in landmarks(last, params):
     print(f'{step:>10} {step / per_epoch:>8.3f}  {rates[step]:.6g}')

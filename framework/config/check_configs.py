@@ -20,6 +20,7 @@ def check(config, mode, variants):
   from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   errors = []
   for overrides in variants:
@@ -27,7 +28,7 @@ def check(config, mode, variants):
       config_lib.load_configs(config, mode, list(overrides))
       errors.append(None)
     except ConfigError as exc:
-      errors.append(config_lib.format_error(exc))
+      errors.append(config_file.format_error(exc))
   return errors
 
 

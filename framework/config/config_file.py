@@ -5,8 +5,7 @@
 and ``to_yaml``/``run_config`` write a validated config back so that a run
 directory re-runs itself. Nothing here
 imports TensorFlow; ``load_yaml`` (YAML with ``1e-3`` read as a float) serves
-every reader of YAML in the project. ``framework.config.validation`` re-exports the
-public names.
+every reader of YAML in the project.
 """
 
 import importlib.util

@@ -3,32 +3,34 @@
 A run is described by a config file (OpenSeq2Seq layout) holding
 ``base_params`` and optionally ``train_params`` and ``eval_params``::
 
-  raw = load_config_file('configs/resnet50_lars.py')
+  raw = config_file.load_config_file('configs/resnet50_lars.py')
   names = default_registries()
-  cfg = validate(resolve(raw, 'train', ['optimizer_params.momentum=0.95']), names)
-  eval_cfg = validate(resolve(raw, 'eval', ['optimizer_params.momentum=0.95']), names, 'eval')
-  write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
+  cfg = validate(config_resolve.resolve(raw, 'train', ['optimizer_params.momentum=0.95']), names)
+  eval_cfg = validate(config_resolve.resolve(raw, 'eval', ['optimizer_params.momentum=0.95']),
+                      names, 'eval')
+  config_file.write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
 
 or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve``
 overlays the mode's params on the base params and applies the command-line
-overrides (``framework.config.config_resolve``); ``validate`` checks every
-key against ``framework.config.schema`` (and each task's own keys) before anything is built and fills in
-defaults. Its checks run in two steps: first everything a config states by
-itself (keys, types, names, durations, the settings other packages own, the
-loss scaler's params and the params of the model and data layer), with no
-TensorFlow imported, so a mistake there answers at once; then, unless
-``construct=False``, the checks only the owners can make
-(``framework.config.argument_checks``): the optimizer's and lr policy's arguments against
-their signatures, the optimizer constructed once, and the lr policy tried with
-its durations in steps. Where the data layer declares the size of its
-training split (its ``TRAIN_EXAMPLES`` fact), the run's length is checked
-too, in steps, as the trainer checks it: an epoch holds a full batch and the
-warm-up ends within the run (``framework.config.schedule``), so ``--print_config``
-and a sweep's check of its points refuse what a run would refuse. The run's
-one source of weight decay is chosen in ``framework.config.weight_decay``; what a
-config's names stand for is read through ``framework.config.config_names``. Every mistake raises
-:class:`ConfigError` with a one-line message that starts with the key path,
-and no function modifies the dict it is given.
+overrides (``framework.config.config_resolve``); ``validate`` checks every key
+against ``framework.config.schema`` (and each task's own keys) before anything
+is built and fills in defaults. Its checks run in two steps: first everything a
+config states by itself (keys, types, names, durations, the settings other
+packages own, the loss scaler's params and the params of the model and data
+layer), with no TensorFlow imported, so a mistake there answers at once; then,
+unless ``construct=False``, the checks only the owners can make
+(``framework.config.argument_checks``): the optimizer's and lr policy's
+arguments against their signatures, the optimizer constructed once, and the lr
+policy tried with its durations in steps. Where the data layer declares the
+size of its training split (its ``TRAIN_EXAMPLES`` fact), the run's length is
+checked too, in steps, as the trainer checks it: an epoch holds a full batch
+and the warm-up ends within the run (``framework.config.schedule``), so
+``--print_config`` and a sweep's check of its points refuse what a run would
+refuse. The run's one source of weight decay is chosen in
+``framework.config.weight_decay``; what a config's names stand for is read
+through ``framework.config.config_names``. Every mistake raises
+:class:`ConfigError` with a one-line message that starts with the key path, and
+no function modifies the dict it is given.
 """
 
 import copy
@@ -48,19 +50,10 @@ from framework.config import config_names
 from framework.config import schedule
 from framework.config import weight_decay
 from framework.config.config_file import IMPORT_PATHS_KEY
-from framework.config.config_file import MODES  # noqa: F401  (re-exported)
 from framework.config.config_file import absolute_import_paths
-from framework.config.config_file import format_error  # noqa: F401
 from framework.config.config_file import load_config_file
-from framework.config.config_file import run_config  # noqa: F401
-from framework.config.config_file import run_config_yaml  # noqa: F401
-from framework.config.config_file import to_yaml  # noqa: F401
-from framework.config.config_file import write_config  # noqa: F401
-from framework.config.config_file import write_run_config  # noqa: F401
 from framework.config.config_resolve import durations_given
-from framework.config.config_resolve import resolve  # noqa: F401  (re-exported)
 from framework.config.config_resolve import resolve_modes
-from framework.config.schedule import epochs_to_steps  # noqa: F401  (re-exported)
 from framework.config.schema import EPOCH_KEYS
 from framework.config.schema import FRACTION_KEYS
 from framework.config.schema import top_level_keys
@@ -230,7 +223,7 @@ def _check_declared_params(result, kind, schema):
 
 
 def _check_schema(config):
-  """The config checked against ``SCHEMA`` and the tasks' keys, as a new dict with defaults filled in."""
+  """The config checked against ``SCHEMA`` and the tasks' keys, a new dict with defaults filled in."""
   if not isinstance(config, dict):
     raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
   config = copy.deepcopy(config)

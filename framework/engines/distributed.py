@@ -40,7 +40,6 @@ from optimizers import allreduce
 # Start-up and the job's shape, as the optimizers see them.
 from optimizers.allreduce import CYCLE_TIME_VARIABLE  # noqa: F401  (re-exported)
 from optimizers.allreduce import IDLE_CYCLE_TIME_MS  # noqa: F401
-from optimizers.allreduce import init  # noqa: F401
 from optimizers.allreduce import rank
 from optimizers.allreduce import single_process  # noqa: F401
 from optimizers.allreduce import size  # noqa: F401

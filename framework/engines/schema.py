@@ -1,4 +1,4 @@
-"""The settings of the multi-worker engine (``distribution``, ``distribution_params``); no TensorFlow.
+"""The multi-worker engine's settings (``distribution``, ``distribution_params``); no TensorFlow.
 
 Declared here, beside the engine that reads them, and referenced by the
 config's schema (``framework.config.schema``), so a config is checked

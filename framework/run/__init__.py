@@ -1,1 +1,1 @@
-"""One run: launch, the trainer and its loop, checkpoints, the run directory, resume, stopping, summaries."""
+"""One run: launch, trainer and loop, checkpoints, the run directory, resume, stopping, summaries."""

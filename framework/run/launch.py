@@ -22,6 +22,7 @@ import copy
 import os
 import sys
 
+from framework.config import config_file
 from framework.config.config_file import MODES  # noqa: F401  (run.py's choices)
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TRAINING_MODES
@@ -159,7 +160,7 @@ def check_with_owners(configs):
   try:
     config_lib.check_with_owners(configs)
   except ConfigError as exc:
-    raise LaunchError(config_lib.format_error(exc)) from None
+    raise LaunchError(config_file.format_error(exc)) from None
 
 
 def start_engine(cfg):
@@ -195,12 +196,12 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
   from core import signals  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from data.base import DataError  # pylint: disable=import-outside-toplevel
-  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from framework.engines import start_watch  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
   from framework.run import stopping  # pylint: disable=import-outside-toplevel
-  from framework.run.trainer import RunStopped, Trainer, TrainingError  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from framework.run.trainer import RunStopped, Trainer, TrainingError
   training = options.mode in TRAINING_MODES
   # From here a stop signal is the trainer's: it saves, or takes a stop that came just
   # before as pending (core.signals raised it before).
@@ -227,7 +228,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
             flush=True)
     return stopping.exit_status(exc.signum)
   except ConfigError as exc:
-    raise LaunchError(config_lib.format_error(exc)) from None
+    raise LaunchError(config_file.format_error(exc)) from None
   except DataError as exc:
     raise LaunchError(str(exc)) from None
   except checkpoints.LogdirRemoved as exc:

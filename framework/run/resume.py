@@ -15,6 +15,7 @@ A refusal raises :class:`LaunchError` with its one line and exit status.
 import os
 import re
 
+from framework.config import config_file
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TRAINING_MODES
 
@@ -122,7 +123,6 @@ def check_logdir(logdir, options, chief):
 
 def check_resume_config(logdir, cfg):
   """Compares the config with the one the logdir was trained with; one line either way."""
-  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from framework.run import rundir  # pylint: disable=import-outside-toplevel
   import yaml  # pylint: disable=import-outside-toplevel
@@ -142,7 +142,7 @@ def check_resume_config(logdir, cfg):
           'of the run', flush=True)
   # The rate an lr_scaling rule gave is compared as the number it is recorded as.
   fixed, free = rundir.config_changes(
-      saved, yaml.safe_load(config_lib.to_yaml(as_recorded(cfg)[0])))
+      saved, yaml.safe_load(config_file.to_yaml(as_recorded(cfg)[0])))
   if fixed:
     raise LaunchError(
         f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
@@ -200,7 +200,6 @@ def record_configs(options, configs, logdir, step, dtype_line=None):
   ``dtype: auto`` resolved to, or None) is kept beside it as a comment.
   """
   from core import precision  # pylint: disable=import-outside-toplevel
-  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
   from framework.run import rundir  # pylint: disable=import-outside-toplevel
   train, rule = as_recorded(configs['train'])
@@ -208,7 +207,7 @@ def record_configs(options, configs, logdir, step, dtype_line=None):
   if evaluation is not None and evaluation['dtype'] == precision.AUTO:
     # The eval view read again from a train-only run's file: it evaluates as the run trained.
     evaluation = dict(evaluation, dtype=train['dtype'])
-  text = config_lib.run_config_yaml(train, evaluation)
+  text = config_file.run_config_yaml(train, evaluation)
   if dtype_line is not None:
     text = (f'# {dtype_line}; the config asked for dtype: auto, this file records the dtype '
             'the run computes in\n' + text)

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from framework.config import validation as config_lib
+from framework.config import config_file
 from framework.engines import distributed
 from framework.run import checkpoints
 from framework.run import summaries
@@ -22,7 +22,7 @@ from framework.run.divergence import TrainingError
 
 def write_run_config(parts):
   """The resolved config and the hyperparameters, for TensorBoard's Text and HParams tabs."""
-  text = config_lib.to_yaml(parts.config)
+  text = config_file.to_yaml(parts.config)
   values = summaries.hparams(yaml.safe_load(text), parts.overrides,
                              {'global_batch': parts.sizes.global_batch,
                               'num_workers': parts.sizes.num_workers})

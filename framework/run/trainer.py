@@ -17,7 +17,7 @@ beside it:
 - ``framework.tasks``: what depends on the workload (the model from the data
   layer's facts, the loss and train metrics, the evaluation and its metric
   that picks the best checkpoint, the serving signature, infer);
-- ``framework.run.evaluation``: the image classifier's eval step, the report of an evaluation;
+- ``framework.run.evaluation``: the report of an evaluation, the run's final line;
 - ``framework.run.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
 - ``framework.run.stopping``: stopping on a signal, ``RunStopped``;
 - ``framework.run.precise_bn``: the batch-norm statistics recomputed for a block;

@@ -53,7 +53,8 @@ TASKS.register_lazy(SEQUENCE_TO_SEQUENCE,
 
 def task_keys():
   """Every task's own top-level config keys, ``{name: Param}``; loads no task."""
-  return {key: spec for name in TASKS for key, spec in TASKS.facts(name).get('CONFIG_KEYS', {}).items()}
+  return {key: spec for name in TASKS
+          for key, spec in TASKS.facts(name).get('CONFIG_KEYS', {}).items()}
 
 
 def check_task_keys(config, task):

@@ -1,4 +1,4 @@
-"""An image classifier's evaluation: loss, top-1 and top-5 accuracy over the split and the workers."""
+"""An image classifier's evaluation: loss, top-1 and top-5 accuracy over the split and workers."""
 
 import keras
 import numpy as np

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from core import precision
-from framework.config import validation as cfg
+from framework import config as cfg
 from optimizers import openseq2seq as opt_lib
 from tests.framework.config.test_config import base_config
 from tests.framework.config.test_config import check

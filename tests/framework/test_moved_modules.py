@@ -2,10 +2,12 @@
 
 import importlib
 import os
+import sys
 
 import pytest
 
 import framework
+from core import moved_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,3 +54,13 @@ def test_the_old_config_module_names_are_read_from_their_modules():
   assert config.epochs_to_steps is schedule.epochs_to_steps
   with pytest.raises(AttributeError, match="'framework.config' has no attribute 'nothing'"):
     config.nothing  # pylint: disable=pointless-statement
+
+
+def test_python_m_of_an_old_path_runs_the_moved_module():
+  # runpy asks the loader of the old path's spec (the finder) for the code to run as __main__.
+  finder, = [f for f in sys.meta_path
+             if isinstance(f, moved_modules.MovedModuleFinder) and f.moved is framework.MOVED_MODULES]
+  path = os.path.join(ROOT, 'framework', 'config', 'check_configs.py')
+  assert finder.get_code('framework.check_configs').co_filename == path
+  # runpy's sys.argv[0] is the spec's origin.
+  assert finder.find_spec('framework.check_configs').origin == path

@@ -1,4 +1,4 @@
-"""framework/config/check_configs.py, the sweep's check of its points: what a run refuses before training."""
+"""framework/config/check_configs.py, a sweep's check of its points: what a run refuses first."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Tests of framework/config/validation.py: loading, overlays, overrides, validation, YAML output."""
+"""framework/config/validation.py and its room: loading, overlays, overrides, validation, YAML."""
 
 import copy
 import os
@@ -15,8 +15,10 @@ from core.params import REQUIRED
 from core.params import positive
 from core.registry import Registry
 from core.registry import load_attribute
+from framework import config as cfg
+from framework import tasks
 from framework.config import config_file
-from framework.config import validation as cfg
+from framework.config import schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -452,7 +454,7 @@ def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
 def test_validate_fills_defaults():
   config = base_config()
   result = check(config)
-  assert list(result) == list(cfg.SCHEMA)
+  assert list(result) == list(schema.top_level_keys())
   assert result == {
       'model': 'resnet50',
       'model_params': {'width': 16, 'depth': 20, 'initializer': None, 'block': None},
@@ -510,13 +512,13 @@ def test_validate_does_not_share_values_with_the_input():
 
 
 def test_schema_documents_every_key():
-  assert all(isinstance(spec, Param) and spec.doc for spec in cfg.SCHEMA.values())
+  assert all(isinstance(spec, Param) and spec.doc for spec in schema.top_level_keys().values())
 
 
 def test_unknown_top_level_key_suggests_the_closest():
   assert error_of(check, base_config(optimzer_params={})) == (
       f"optimzer_params: unknown key (did you mean optimizer_params?); "
-      f"allowed keys: {', '.join(sorted(cfg.SCHEMA))}")
+      f"allowed keys: {', '.join(sorted(schema.top_level_keys()))}")
 
 
 def test_wrong_type():
@@ -1211,7 +1213,7 @@ def test_a_yaml_config_names_code_beside_it(tmp_path, fresh_path):  # pylint: di
   assert config['model_params'] == {'width': 8}
   assert config['data_layer_params'] == {'root': 'here'}
   assert config['model'] == 'user_code:net' and config['import_paths'] == []
-  assert cfg.tasks.task_of(config, REGISTRIES) == 'image_classification'
+  assert tasks.task_of(config, REGISTRIES) == 'image_classification'
   # The run directory records where the code is imported from.
   assert config_file.code_roots(config) == [str(tmp_path)]
   assert config_file.with_code_roots(config)['import_paths'] == [str(tmp_path)]

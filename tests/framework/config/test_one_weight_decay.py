@@ -5,7 +5,7 @@ import os
 import pytest
 
 from core.params import ConfigError
-from framework.config import validation as cfg
+from framework import config as cfg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')

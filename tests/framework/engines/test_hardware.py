@@ -9,7 +9,7 @@ import tensorflow as tf
 import yaml
 
 from core import precision
-from framework.config import validation as cfg
+from framework import config as cfg
 from framework.engines import hardware
 from framework.run import launch
 from framework.run import resume

@@ -1,4 +1,5 @@
-"""horovodrun's stop of a worker (framework/engines/horovod_launcher.py), as Horovod's middleman runs it.
+"""horovodrun's stop of a worker (framework/engines/horovod_launcher.py), as Horovod's middleman
+runs it.
 
 The middleman starts ``/bin/sh -c COMMAND``, waits for that shell in its main
 thread, and calls the stop from another thread. These tests do the same with

@@ -108,7 +108,8 @@ def test_a_worker_gets_sigterm_when_its_launcher_dies_and_keeps_it_across_exec(t
               'preexec_fn=local_cluster.ends_with_parent())\n'
               'sys.stdin.readline()\n'
               'os.kill(os.getpid(), signal.SIGKILL)\n')
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
   with Child([sys.executable, '-c', launcher], stdin=subprocess.PIPE, cwd=root,
              env=dict(os.environ, PYTHONPATH=root)) as proc:
     # The worker's pid, once its handler is installed (it writes to the inherited pipe).

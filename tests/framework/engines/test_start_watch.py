@@ -1,4 +1,4 @@
-"""The deadline and the SIGTERM relay around TensorFlow's cluster start-up (framework.engines.start_watch)."""
+"""The deadline and the SIGTERM relay around TensorFlow's cluster start-up (engines/start_watch)."""
 
 import os
 import signal

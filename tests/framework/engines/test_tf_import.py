@@ -1,4 +1,4 @@
-"""framework/engines/tf_import.py: TensorFlow imported without its start-up lines, in a fresh process."""
+"""framework/engines/tf_import.py: TensorFlow imported without its start-up lines, afresh."""
 
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""An image classifier's evaluation against a numpy reference: mean loss, top-1 and top-5 over every batch."""
+"""An image classifier's evaluation against numpy: mean loss, top-1 and top-5 over every batch."""
 
 import keras
 import numpy as np

@@ -377,8 +377,8 @@ def test_updates_and_cadence_follow_the_trainers_count():
 
 def test_the_schedule_warms_up_for_a_tenth_and_ends_at_a_tenth_of_the_peak():
   """docs/large_batch_seq2seq.md's schedule: the decay, as long as the run, starts where the warm-up ends."""
+  from framework import config as cfg  # pylint: disable=import-outside-toplevel
   from framework.config import schedule  # pylint: disable=import-outside-toplevel
-  from framework.config import validation as cfg  # pylint: disable=import-outside-toplevel
   for batch in (256, 8192):
     micro, iter_size = s2s_plan.micro_batches(batch)
     path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb.py')
@@ -408,7 +408,7 @@ def test_the_recipes_data_facts_are_the_data_layers():
 
 
 def test_the_key_point_config_is_the_studys_point():
-  from framework.config import validation as cfg  # pylint: disable=import-outside-toplevel
+  from framework import config as cfg  # pylint: disable=import-outside-toplevel
   path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb_8k.py')
   config = cfg.load_configs(path, 'train', [], construct=False)['train']
   micro, iter_size = s2s_plan.micro_batches(s2s_plan.LARGE)
