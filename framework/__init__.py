@@ -24,11 +24,12 @@ MOVED_MODULES = {
         'argument_checks', 'check_configs', 'config_file', 'config_names', 'config_resolve',
         'schedule', 'schema', 'weight_decay')},
     **{f'framework.{name}': f'framework.run.{name}' for name in (
-        'checkpoints', 'divergence', 'evaluation', 'launch', 'precise_bn', 'resume',
+        'checkpoints', 'divergence', 'evaluation', 'launch', 'resume',
         'run_outputs', 'rundir', 'stopping', 'summaries', 'train_loop', 'trainer', 'warm_start')},
     **{f'framework.{name}': f'framework.engines.{name}' for name in (
         'console', 'distributed', 'hardware', 'horovod_launcher', 'local_cluster',
         'start_watch', 'tf_import')},
     'framework.export': 'framework.tasks.export',
+    'framework.precise_bn': 'framework.tasks.image_precise_bn',
 }
 redirect(MOVED_MODULES)

@@ -56,6 +56,23 @@ class StopRequested(Exception):
     self.signum = signum
 
 
+def until_stopped(items, stop):
+  """Yields ``items``, asking ``stop`` (every worker) before each one.
+
+  Args:
+    items: an iterable (the batches of work that stops at once, precise_bn).
+    stop: a :class:`StopRequest`, or None.
+
+  Raises:
+    StopRequested: a signal came (on any worker) before an item.
+  """
+  for item in items:
+    signum = stop.agreed() if stop is not None else 0
+    if signum:
+      raise StopRequested(signum)
+    yield item
+
+
 class StopRequest:
   """Records the first SIGTERM/SIGINT; a second one ends the process at once.
 

@@ -20,7 +20,7 @@ beside it:
 - ``framework.run.evaluation``: the report of an evaluation, the run's final line;
 - ``framework.run.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
 - ``framework.run.stopping``: stopping on a signal, ``RunStopped``;
-- ``framework.run.precise_bn``: the batch-norm statistics recomputed for a block;
+- ``framework.tasks.image_precise_bn``: the batch-norm statistics recomputed for a block;
 - ``framework.run.summaries`` and ``framework.engines.console``: what TensorBoard and the
   console show.
 
@@ -46,12 +46,13 @@ from framework.engines import distributed
 from framework.engines import hardware
 from framework.run import checkpoints
 from framework.run import evaluation
-from framework.run import precise_bn
+from framework.run import stopping
 from framework.run import summaries
 from framework.run import train_loop
 from framework.run.checkpoints import BestCheckpoint
 from framework.run.divergence import TrainingError
 from framework.run.stopping import RunStopped
+from framework.tasks import image_precise_bn
 from optimizers import exclusions
 from optimizers.agn import AGNOptimizer
 from optimizers.catalog import make_optimizer
@@ -401,15 +402,15 @@ class Trainer:
         ``StopRequested`` before the block runs.
 
     Returns:
-      A context manager (:func:`framework.run.precise_bn.recomputed_statistics`).
+      A context manager (:func:`framework.tasks.image_precise_bn.recomputed_statistics`).
     """
     spec = self.config['precise_bn']
     if not when or spec is None or self.train_data is None:
       return contextlib.nullcontext()
     batch = spec['batch_size'] or self.batch_size
     batches = self.train_data.dataset(batch, seed=self.config['random_seed'] + 1 + step)
-    return precise_bn.recomputed_statistics(
-        self.model, batches.take(spec['num_batches']), batch, keep, stop=stop,
+    return image_precise_bn.recomputed_statistics(
+        self.model, stopping.until_stopped(batches.take(spec['num_batches']), stop), batch, keep,
         all_workers_sum=distributed.sum_array if self.num_workers > 1 else None)
 
   # --- evaluation --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Precise batch norm: the moving statistics recomputed as plain averages over training batches.
+"""The image classifier's precise batch norm: moving statistics averaged over training batches.
 
 Training leaves batch norm's moving mean and variance an exponential average of
 statistics taken while the weights moved; averaging them over a few batches of
@@ -10,42 +10,34 @@ block, and puts the training statistics back after it unless told to keep them.
 import contextlib
 
 from framework.engines import distributed
-from framework.run.stopping import StopRequested
 from models.batch_norm import batch_norm_layers
 from models.batch_norm import precise_statistics
 
 
 @contextlib.contextmanager
-def recomputed_statistics(model, dataset, batch_size, keep, stop=None, all_workers_sum=None):
-  """Inside the block, ``model``'s moving statistics are the averages over ``dataset``.
+def recomputed_statistics(model, batches, batch_size, keep, all_workers_sum=None):
+  """Inside the block, ``model``'s moving statistics are the averages over ``batches``.
 
   Args:
     model: the Keras model whose batch-norm layers are recomputed.
-    dataset: the training batches to average over (already cut to their number).
+    batches: the training batches to average over (already cut to their
+      number); the run's stop check raises from inside them
+      (``framework.run.stopping.until_stopped``).
     batch_size: the batches' size, for the line that says what was done.
     keep: keep the recomputed statistics after the block (the end of training).
-    stop: a ``framework.run.stopping.StopRequest`` asked before each batch (on
-      every worker), or None.
     all_workers_sum: sums a NumPy array over the workers, or None for one worker.
 
   Raises:
-    StopRequested: a signal came while the statistics were recomputed; the
-      training statistics are back in place.
+    What reading ``batches`` raises (``StopRequested`` on a signal), with the
+    training statistics back in place.
   """
   moving = [v for layer in batch_norm_layers(model)
             for v in (layer.moving_mean, layer.moving_variance)]
   saved = [v.numpy() for v in moving]
 
-  def until_stopped(batches):
-    for item in batches:
-      signum = stop.agreed() if stop is not None else 0
-      if signum:
-        raise StopRequested(signum)
-      yield item
-
   try:
-    count = precise_statistics(model, until_stopped(dataset), all_workers_sum=all_workers_sum)
-  except StopRequested:
+    count = precise_statistics(model, batches, all_workers_sum=all_workers_sum)
+  except BaseException:
     # The forward passes moved the statistics: the training ones go back first.
     _assign(moving, saved)
     raise
