@@ -81,7 +81,7 @@ COPY . /workspace
 
 # The environment's horovodrun runs scripts/horovodrun.py, as scripts/setup.sh
 # makes it on CPU machines: Horovod's launcher with a stop that gives the
-# workers time to save and exits 128 + the signal (framework/horovod_launcher.py).
+# workers time to save and exits 128 + the signal (framework/engines/horovod_launcher.py).
 RUN printf '#!/bin/sh\nexec /opt/venv/bin/python /workspace/scripts/horovodrun.py "$@"\n' \
       > /opt/venv/bin/horovodrun \
  && chmod +x /opt/venv/bin/horovodrun

@@ -21,7 +21,7 @@ after a signal stopped training and a checkpoint was saved (resume with
 stopped the start-up before anything had run.
 
 This file is the command line only: the flags, their one-line checks and the
-exit. Loading the config and running the mode is framework/launch.py's work.
+exit. Loading the config and running the mode is framework/run/launch.py's work.
 """
 
 import argparse
@@ -48,7 +48,7 @@ if __name__ == '__main__':
     print(f'error: {exc}', file=sys.stderr)
     sys.exit(2)
 
-from framework import launch as launch_lib  # noqa: E402  pylint: disable=wrong-import-position
+from framework.run import launch as launch_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def parse_args(argv):
@@ -92,7 +92,7 @@ def parse_args(argv):
 
 def fail(message, status=2):
   """Prints ``error: message`` on a line of its own and exits with ``status``."""
-  from framework import console  # pylint: disable=import-outside-toplevel
+  from framework.engines import console  # pylint: disable=import-outside-toplevel
   signals.ending()  # the status is decided: a stop signal now would only hide the line
   console.end_progress()  # a run stopped mid-training: the error gets a line of its own
   print(message if message.startswith('error:') else f'error: {message}', file=sys.stderr)
@@ -128,7 +128,7 @@ def check_flags(args):
     fail('--num_workers: TF_CONFIG is set already (this process is a worker of a cluster); '
          'drop --num_workers, or unset TF_CONFIG to start a local cluster')
   if args.num_workers > 1:
-    from framework import local_cluster  # pylint: disable=import-outside-toplevel
+    from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
     most, what = local_cluster.most_workers()
     if args.num_workers > most:
       fail(f'--num_workers: {args.num_workers} workers on this machine, which has {what}: each '
@@ -152,7 +152,7 @@ def main(argv=None, whole_process=False):
   From the parsed flags to the end, a stop signal (SIGTERM, SIGINT) is never
   fatal unhandled: before training starts it ends the run in one line with
   128 + the signal, nothing having run (``core.signals``); during training the
-  trainer's handler saves (``framework.stopping``); after the run has ended it
+  trainer's handler saves (``framework.run.stopping``); after the run has ended it
   is ignored, the process ending with its status.
 
   Args:
@@ -169,7 +169,7 @@ def main(argv=None, whole_process=False):
     return _main(args, argv)
   except signals.StartupStopped as exc:
     signals.ending()
-    from framework import console  # pylint: disable=import-outside-toplevel
+    from framework.engines import console  # pylint: disable=import-outside-toplevel
     console.end_progress()
     # infer's stdout carries its outputs only.
     print(exc.line(), flush=True, file=sys.stderr if args.mode == 'infer' else sys.stdout)
@@ -186,24 +186,25 @@ def main(argv=None, whole_process=False):
 def _main(args, argv):
   """main() once its signal handlers are installed."""
   check_flags(args)
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   try:
     # The checks that import TensorFlow (the optimizer's and lr policy's
     # arguments) wait: --print_config answers at once without them, and a run
-    # makes them once its multi-worker engine has started (framework/launch.py).
+    # makes them once its multi-worker engine has started (framework/run/launch.py).
     notes = []
     configs = config_lib.load_configs(args.config, args.mode, args.set, construct=False,
                                       notes=notes)
   except ConfigError as exc:
-    fail(config_lib.format_error(exc))
+    fail(config_file.format_error(exc))
   if args.print_config:
     for note in notes:
       print(note, file=sys.stderr)
-    print(config_lib.to_yaml(launch_lib.main_config(configs)), end='')
+    print(config_file.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
   if args.num_workers > 1:
-    from framework import local_cluster  # pylint: disable=import-outside-toplevel
+    from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
     command = [sys.executable, os.path.abspath(__file__),
                *local_cluster.without_flag(argv, '--num_workers')]
     return local_cluster.run(command, args.num_workers)

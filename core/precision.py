@@ -6,7 +6,7 @@ that type), ``mixed_float16`` and ``mixed_bfloat16`` (float32 variables,
 half-precision compute). OpenSeq2Seq's ``mixed`` is another name of
 ``mixed_float16``. The config also takes ``auto``: mixed bfloat16 where the
 hardware computes bfloat16 natively, float32 elsewhere (:func:`auto_dtype`,
-given what the machine has; ``framework.hardware`` asks TensorFlow about the
+given what the machine has; ``framework.engines.hardware`` asks TensorFlow about the
 GPUs and resolves it for a run). This module imports no TensorFlow, so the
 config layer can use it before TensorFlow is loaded.
 """
@@ -77,7 +77,7 @@ def policy_name(dtype):
   """
   if check_dtype(dtype) == AUTO:
     raise ConfigError("dtype: 'auto' names no policy until it is resolved for the machine "
-                      '(framework.hardware.resolve_dtype)', 'dtype', 'invalid')
+                      '(framework.engines.hardware.resolve_dtype)', 'dtype', 'invalid')
   return POLICIES[dtype]
 
 

@@ -2,7 +2,7 @@
 
 SIGTERM (preemption, a scheduler, ``kill``) and SIGINT (Ctrl-C) both stop
 cleanly; a process so stopped exits with ``128 + signal number`` (143, 130),
-as a shell reports a process the signal ended. ``framework.stopping`` (a
+as a shell reports a process the signal ended. ``framework.run.stopping`` (a
 training run) and ``scripts/sweep.py`` (a sweep of runs) both follow this;
 it lives here because the sweep must not load TensorFlow to know it.
 
@@ -56,7 +56,7 @@ class StartupStopped(BaseException):
     return f'stopped by {signal.Signals(self.signum).name} {self.during}: {self.outcome}'
 
 
-# Before a run's own handler (framework.stopping.StopRequest) is installed, a stop
+# Before a run's own handler (framework.run.stopping.StopRequest) is installed, a stop
 # signal raises StartupStopped; once the run has ended (finished, saved or failed)
 # it is ignored, since the process is already ending with its status. The state
 # is read by the one handler, so moving from one phase to the next leaves no gap

@@ -9,12 +9,10 @@ optimizer classes are imported with the package, so ``keras.models.load_model``
 finds them by their registered names.
 """
 
-import importlib
-import importlib.abc
-import importlib.util
 import sys
 
 from core.lazy import lazy_exports
+from core.moved_modules import redirect
 from optimizers.registry import OPTIMIZER_CLS_NAMES
 from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 
@@ -54,29 +52,7 @@ MOVED_MODULES = {
     'optimizers.openseq2seq': 'optimizers.compat.openseq2seq',
     'optimizers.optimizers': 'optimizers.compat.optimizers',
 }
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-  """Answers an import of a moved module's old path with the module at its new path."""
-
-  def find_spec(self, fullname, path=None, target=None):
-    del path, target
-    if fullname not in MOVED_MODULES:
-      return None
-    return importlib.util.spec_from_loader(fullname, self)
-
-  def create_module(self, spec):
-    module = importlib.import_module(MOVED_MODULES[spec.name])
-    spec.loader_state = module.__spec__
-    return module
-
-  def exec_module(self, module):
-    # The import machinery stamped the old path's spec on the module; give it back its own.
-    module.__spec__ = module.__spec__.loader_state
-
-
-if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
-  sys.meta_path.append(_MovedModuleFinder())
+redirect(MOVED_MODULES)
 
 __all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

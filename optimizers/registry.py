@@ -33,7 +33,7 @@ _EXCLUSIONS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'sk
 
 # The weight decay an optimizer applies by its own algorithm, with its default: a
 # run takes one source of weight decay, this one unless the config gives the
-# model's (model_params.weight_decay), framework/config.py.
+# model's (model_params.weight_decay), framework/config/validation.py.
 _OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0, 'Muon': 0.004}
 # The arguments that hold an optimizer's own decay, where there are more than
 # Keras' weight_decay: Muon decays its orthogonalized matrices by weight_decay

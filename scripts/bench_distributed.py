@@ -65,12 +65,12 @@ def parse_args():
 def worker(args):
   """One worker of a two-worker job: the rounds of timed phases; rank 0 writes the results."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-  from framework import distributed  # pylint: disable=import-outside-toplevel
+  from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   engine = distributed.start()
   import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
-  from framework import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
+  from framework.run import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
   if distributed.size() != 2:
     raise SystemExit(f'bench_distributed.py --worker: expected 2 workers, got {distributed.size()}')
   rank = distributed.rank()
@@ -146,7 +146,7 @@ def _environment():
 
 def run_job(engine, args, out):
   """Runs one two-worker job of ``engine``; returns rank 0's results."""
-  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
   command = [sys.executable, os.path.abspath(__file__), '--worker', out, '--rounds',
              str(args.rounds), '--steps', str(args.steps), '--config', args.config]
   env = _environment()

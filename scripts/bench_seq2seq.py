@@ -93,7 +93,7 @@ from core import precision  # noqa: E402
 from core.params import ConfigError  # noqa: E402
 from data import DATA_LAYERS  # noqa: E402
 from data import sequences  # noqa: E402
-from framework import config as config_lib  # noqa: E402
+from framework.config import validation as config_lib  # noqa: E402
 from models import MODELS  # noqa: E402
 from models.sequence_losses import sequence_cross_entropy  # noqa: E402
 from scripts.bench_seq2seq_batches import chunked_padding_waste, format_dtype_ratios  # noqa: E402
@@ -274,7 +274,7 @@ def measure(job):
     if not job['chunked']:
       overrides.append('model_params.train_chunk_size=null')
     cfg = load_config(job['config'], overrides)
-    from framework import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+    from framework.run import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
     trainer = trainer_lib.Trainer(cfg, None, logdir)
     trainer.begin()
     step = trainer.make_train_step()

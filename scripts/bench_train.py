@@ -51,10 +51,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data import DATA_LAYERS  # noqa: E402
-from framework import config as config_lib  # noqa: E402
-from framework import trainer as trainer_lib  # noqa: E402
 from core.precision import cpu_info  # noqa: E402
+from data import DATA_LAYERS  # noqa: E402
+from framework.config import validation as config_lib  # noqa: E402
+from framework.run import trainer as trainer_lib  # noqa: E402
 from models import MODELS  # noqa: E402
 from optimizers import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402

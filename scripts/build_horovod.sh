@@ -249,7 +249,7 @@ static inline GpuStreamHandle HorovodGpuStreamHandle(stream_executor::Stream* st
   # to a cycle of latency to every allreduce. With this patch the thread also
   # wakes as soon as a tensor is enqueued, and waits at most 1 ms (the default
   # cycle) while its tensors wait for other workers, so the cycle only paces
-  # idle rounds (framework/distributed.py sets a longer default for this
+  # idle rounds (framework/engines/distributed.py sets a longer default for this
   # build). The exported marker symbol horovod_wakes_on_enqueue tells an
   # installed build has it (the library exports only names matching *horovod*).
   "$PY" - "$SRC/horovod/common" >>"$LOG" 2>&1 <<'EOF' || fail "could not apply the wake-up patch"

@@ -4,7 +4,7 @@
   .venv/bin/python scripts/config_reference.py --check   # exit 1 when the page is out of date
 
 The block between the page's markers is made from what validates a config, so
-it cannot drift from it: ``SCHEMA`` (framework/schema.py) and the schemas it
+it cannot drift from it: ``SCHEMA`` (framework/config/schema.py) and the schemas it
 nests, the ``PARAMS`` of each registered model and data layer, the
 ``ARGUMENTS`` each optimizer and lr policy registers (optimizers/registry.py)
 with the defaults of the signatures they declare, AGN's and the loss
@@ -26,8 +26,8 @@ from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-po
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
 from framework import config  # noqa: E402  pylint: disable=wrong-import-position
-from framework import schema  # noqa: E402  pylint: disable=wrong-import-position
-from framework import tf_import  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import schema  # noqa: E402  pylint: disable=wrong-import-position
+from framework.engines import tf_import  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -39,7 +39,7 @@ COMMAND = '.venv/bin/python scripts/config_reference.py'
 # Keys whose allowed names live with their own check rather than in the
 # Param's choices: the same constants those checks read.
 NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': validation.LOSS_SCALING_ALGOS}
-# The optimizer argument the framework gives itself (config.py refuses it in optimizer_params).
+# The optimizer argument the framework gives itself (validation refuses it in optimizer_params).
 LEARNING_RATE = 'learning_rate'
 # The lr policy argument the trainer passes.
 GLOBAL_STEP = 'global_step'
@@ -213,6 +213,20 @@ def named_params_section(title, registry_, intro):
   return lines
 
 
+def task_keys_section(registries):
+  """The keys each task owns, written at the top level of that task's configs."""
+  from framework.tasks import TASKS  # pylint: disable=import-outside-toplevel
+  lines = []
+  for name in TASKS:
+    keys = TASKS.facts(name).get('CONFIG_KEYS')
+    if keys:
+      lines += [f'### The {name} task\'s keys', '',
+                f'Written at the top level of a config of the {name} task; a config of another '
+                'task refuses them unless they keep their defaults.', '',
+                *param_table(keys, registries), '']
+  return lines
+
+
 def reference():
   """The generated block, markers included."""
   tf_import.import_tensorflow()  # the defaults are read from the classes and functions
@@ -221,6 +235,7 @@ def reference():
            '## Top-level keys', '',
            'A nested key (`larc_params.larc_eta`) follows its parent.', '',
            *param_table(schema.SCHEMA, registries), '',
+           *task_keys_section(registries),
            *named_params_section('model_params', registries['model'],
                                  'What each model declares (`PARAMS`, `models/schemas.py`).'),
            *named_params_section('data_layer_params', registries['data_layer'],

@@ -6,10 +6,10 @@ Horovod's launcher checks its build by importing ``horovod.tensorflow`` in
 forked children that mute Python's stdout and stderr but not file descriptor
 2, where TensorFlow writes its start-up lines, so every launch began with
 them. This imports TensorFlow first with those lines held back
-(``framework/tf_import.py``); the children then find it loaded and print
+(``framework/engines/tf_import.py``); the children then find it loaded and print
 nothing. Arguments and output are horovodrun's own. A stop signal (SIGTERM,
 SIGINT) gives every worker up to a minute to save and exit, and a job so
-stopped exits 128 + the signal (framework/horovod_launcher.py says why).
+stopped exits 128 + the signal (framework/engines/horovod_launcher.py says why).
 scripts/setup.sh makes the environment's ``horovodrun`` run this file.
 """
 
@@ -20,16 +20,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 # pylint: disable=wrong-import-position
-from framework import horovod_launcher
+from framework.engines import horovod_launcher
 
 # Horovod starts each worker's middleman with multiprocessing's 'spawn', which
 # imports this file again in the middleman before it runs: this line is what
-# gives the middleman the stop of framework/horovod_launcher.py.
+# gives the middleman the stop of framework/engines/horovod_launcher.py.
 horovod_launcher.patch_middleman()
 
 
 def main():
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
   sys.argv[0] = 'horovodrun'
   return horovod_launcher.run()

@@ -37,14 +37,14 @@ def parse_args(argv):
 
 def load_train_config(path, overrides):
   """The validated train-mode config, as run.py builds it."""
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   return config_lib.load_configs(path, 'train', list(overrides))['train']
 
 
 def steps_per_epoch(cfg, num_workers=1):
   """Updates per epoch, as the trainer computes them (builds the train data layer to learn its size)."""
   from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
-  from framework import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import schedule  # pylint: disable=import-outside-toplevel
   layer = DATA_LAYERS.resolve(cfg['data_layer'])(cfg['data_layer_params'], 'train',
                                                  num_workers=num_workers, worker_index=0)
   return schedule.steps_per_epoch(layer, cfg['batch_size_per_gpu'], cfg['iter_size'])
@@ -61,7 +61,7 @@ def learning_rates(cfg, per_epoch, last_step):
   """
   import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from framework import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import schedule  # pylint: disable=import-outside-toplevel
   rate_fn = schedule.learning_rate_fn(cfg, per_epoch)
   steps = tf.range(last_step + 1, dtype=tf.int64)
   # Policies take a scalar step; vectorized_map runs one over every step at once.
@@ -110,20 +110,20 @@ def main(argv=None):
   if args.steps is not None and args.steps < 1:
     print(f'error: --steps: must be >= 1, got {args.steps}', file=sys.stderr)
     return 2
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
-  from data.base import DataError  # pylint: disable=import-outside-toplevel
-  from framework import config as config_lib  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
   try:
     cfg = load_train_config(args.config, args.set)
     per_epoch = steps_per_epoch(cfg, args.workers)
-    from framework import schedule  # pylint: disable=import-outside-toplevel
+    from framework.config import schedule  # pylint: disable=import-outside-toplevel
     total = schedule.total_steps(cfg, per_epoch)
     last = args.steps if args.steps is not None else total
     steps, rates = learning_rates(cfg, per_epoch, last)
   except ConfigError as exc:
-    print(config_lib.format_error(exc), file=sys.stderr)
+    print(config_file.format_error(exc), file=sys.stderr)
     return 2
   except DataError as exc:
     print(f'error: {exc}', file=sys.stderr)
@@ -134,7 +134,7 @@ def main(argv=None):
   print(f'{policy}: {total} steps = {total / per_epoch:.4g} epochs of {per_epoch} steps, '
         f'global batch {global_batch} = {cfg["batch_size_per_gpu"]} per worker x '
         f'{args.workers} worker(s) x iter_size {cfg["iter_size"]}')
-  params = config_lib.epochs_to_steps(cfg['lr_policy_params'], per_epoch, total)
+  params = schedule.epochs_to_steps(cfg['lr_policy_params'], per_epoch, total)
   print(f'{"step":>10} {"epoch":>8}  learning rate')
   for step in landmarks(last, params):
     print(f'{step:>10} {step / per_epoch:>8.3f}  {rates[step]:.6g}')

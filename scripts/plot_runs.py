@@ -193,7 +193,7 @@ def main(argv=None):
     print('error: --tags: give at least one tag', file=sys.stderr)
     return 2
   # TensorBoard's reader loads TensorFlow when it is installed; keep its banner quiet.
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
   runs, logdirs = [], []
   for logdir in args.logdirs:

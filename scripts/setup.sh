@@ -100,8 +100,8 @@ fi
 
 # --- 4. The optimizers' native CPU kernels (optimizers/native.py) --------------
 # Built once per source, TensorFlow version and compiler flags; a no-op after.
-# TensorFlow is imported with its start-up lines held back (framework/tf_import.py).
-(cd "$REPO" && "$VENV/bin/python" -c 'from framework import tf_import; tf_import.import_tensorflow()
+# TensorFlow is imported with its start-up lines held back (framework/engines/tf_import.py).
+(cd "$REPO" && "$VENV/bin/python" -c 'from framework.engines import tf_import; tf_import.import_tensorflow()
 from optimizers import native; print("[setup] native kernels:", native.build())') \
   || die "building optimizers/kernels/largebatch_ops.cc failed (see above); g++ is required"
 

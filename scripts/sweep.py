@@ -58,7 +58,7 @@ configuration's best seed; ties go to the directory name that sorts first
 (``framework.sweep.report.choose_best``).
 
 Before any point runs, every point's config is resolved and validated as
-run.py would do it (all in one process, ``python -m framework.check_configs``):
+run.py would do it (all in one process, ``python -m framework.config.check_configs``):
 a point run.py would refuse stops the sweep with exit status 2 and one line
 per such point, naming it and the key. ``--dry-run`` prints the commands
 without checking them.
@@ -77,7 +77,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core import signals  # noqa: E402  pylint: disable=wrong-import-position
-from framework import config_file  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import SweepError  # noqa: E402  pylint: disable=wrong-import-position

@@ -88,7 +88,7 @@ def _run_cases(engine, out_dir):
   """Runs every case of tests/multi_worker_cases.py once under two workers of ``engine``."""
   sys.path.insert(0, os.path.join(ROOT, 'tests'))
   import multi_worker_cases  # pylint: disable=import-outside-toplevel
-  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
   from tests.processes import Child  # pylint: disable=import-outside-toplevel
   script = os.path.join(ROOT, 'tests', 'multi_worker_cases.py')
   env = {k: v for k, v in os.environ.items()

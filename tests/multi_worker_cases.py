@@ -22,7 +22,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from framework import distributed  # noqa: E402
+from framework.engines import distributed  # noqa: E402
 from optimizers import openseq2seq as opt_lib  # noqa: E402
 from optimizers.agn import AGNOptimizer  # noqa: E402
 from optimizers.momentum import MomentumOptimizer  # noqa: E402

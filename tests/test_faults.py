@@ -26,7 +26,7 @@ import yaml
 from test_run import ROOT, SGD_CONFIG, SHORT, checkpoint_values, run, start, wait_for_line
 from test_run import write_imagenet_shards
 
-from framework.stopping import REPEAT_SECONDS
+from framework.run.stopping import REPEAT_SECONDS
 
 # Each test runs run.py end to end, some several times.
 pytestmark = pytest.mark.slow
@@ -161,7 +161,7 @@ def test_a_second_signal_exits_at_once_and_the_same_one_at_once_again_is_the_fir
   # process of the job and the launcher forwards the signal too: the same stop.
   code = ('import os, signal, sys, time\n'
           f'sys.path.insert(0, {ROOT!r})\n'
-          'from framework import stopping\n'
+          'from framework.run import stopping\n'
           f'stop = stopping.StopRequest({str(tmp_path)!r}).install()\n'
           'os.kill(os.getpid(), signal.SIGTERM)\n'
           'time.sleep(0.3)\n'
@@ -247,7 +247,7 @@ def test_the_phases_of_a_process_answer_stop_signals_as_documented():
   code = ('import os, signal, sys, time\n'
           f'sys.path.insert(0, {ROOT!r})\n'
           'from core import signals\n'
-          'from framework import stopping\n'
+          'from framework.run import stopping\n'
           'signals.guard_start()\n'
           'try:\n'
           '  os.kill(os.getpid(), signal.SIGINT)\n'

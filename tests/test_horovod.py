@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import multi_worker_cases  # noqa: E402  pylint: disable=wrong-import-position
-from framework import distributed  # noqa: E402  pylint: disable=wrong-import-position
+from framework.engines import distributed  # noqa: E402  pylint: disable=wrong-import-position
 from tests.processes import Child  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = pytest.mark.multiprocess
@@ -261,7 +261,7 @@ def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worke
   assert not (logdir / 'run.lock').exists()
 
   # horovodrun forwards SIGTERM to every worker; they stop together, rank 0 saves, and the
-  # job ends 143 (framework/horovod_launcher.py: Horovod's launcher could report 0).
+  # job ends 143 (framework/engines/horovod_launcher.py: Horovod's launcher could report 0).
   status, out = _stop_job(logdir, 'horovodrun', step + 3)
   assert status == 143, out
   assert 'horovodrun: stopped by SIGTERM; every worker has ended (exit status 143)' in out
@@ -275,7 +275,7 @@ def test_a_signal_to_any_worker_or_to_horovodrun_saves_once_and_ends_every_worke
 
 def test_a_signal_to_every_process_of_the_job_is_one_stop_and_rank_0_saves(tmp_path):
   # Each worker gets SIGTERM twice, from the scheduler and from horovodrun: the same stop
-  # (framework/stopping.py), not a second signal that exits without saving.
+  # (framework/run/stopping.py), not a second signal that exits without saving.
   logdir = tmp_path / 'hvd'
   status, out = _stop_job(logdir, 'all', 3)
   assert status == 143, out

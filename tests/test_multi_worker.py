@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import multi_worker_cases  # noqa: E402  pylint: disable=wrong-import-position
-from framework import local_cluster  # noqa: E402  pylint: disable=wrong-import-position
+from framework.engines import local_cluster  # noqa: E402  pylint: disable=wrong-import-position
 from tests.processes import Child  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = pytest.mark.multiprocess

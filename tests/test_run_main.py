@@ -148,7 +148,7 @@ def test_auto_resume_is_refused_outside_training_in_one_line(capsys, tmp_path, m
 
 
 def test_more_local_workers_than_the_machine_runs_is_one_line(capsys, monkeypatch):
-  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
   monkeypatch.delenv('TF_CONFIG', raising=False)
   monkeypatch.setattr(local_cluster, 'gpu_count', lambda: 0)
   monkeypatch.setattr(local_cluster, 'available_cores', lambda: 2)
@@ -164,7 +164,7 @@ def test_more_local_workers_than_the_machine_runs_is_one_line(capsys, monkeypatc
 
 
 def test_the_bound_of_local_workers_counts_gpus_else_cores():
-  from framework import local_cluster  # pylint: disable=import-outside-toplevel
+  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
   assert local_cluster.most_workers(gpus=0, cores=2) == (2, '2 CPU cores')
   assert local_cluster.most_workers(gpus=0, cores=1) == (1, '1 CPU core')
   assert local_cluster.most_workers(gpus=1, cores=96) == (1, '1 GPU')

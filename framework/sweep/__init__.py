@@ -10,5 +10,5 @@
 The large-batch study (``scripts/large_batch/``) stands on these.
 
 Nothing here imports TensorFlow itself: each point is its own run.py process,
-and the configs are checked in one ``python -m framework.check_configs``.
+and the configs are checked in one ``python -m framework.config.check_configs``.
 """

@@ -23,7 +23,7 @@ import re
 
 import yaml
 
-from framework.config_file import load_yaml
+from framework.config.config_file import load_yaml
 
 
 class SweepError(ValueError):

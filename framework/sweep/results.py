@@ -22,7 +22,7 @@ METRICS = ('accuracy', 'top5', 'loss', 'steps')
 
 # What run.py and the trainer print; parsed back from run.log. Each task words its
 # lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
-# step N" and "eval at step N: <name> <value>, ..." (framework.evaluation; a split
+# step N" and "eval at step N: <name> <value>, ..." (framework.run.evaluation; a split
 # other than test is named: "final validation accuracy: ...", "... on the validation
 # split"); the first metric of the final line is the run's own (accuracy for images,
 # wer for sequences). A final line of the best checkpoint ends "(best checkpoint by
@@ -35,7 +35,7 @@ _PAIR_RE = re.compile(r'([A-Za-z][\w-]*) (-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|na
 _ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
 # Whether more is better, for each metric a run's final line can lead with: its
 # task's BEST_METRIC and HIGHER_IS_BETTER (framework.tasks, which load TensorFlow;
-# tests/framework/test_tasks.py holds the two equal).
+# tests/framework/tasks/test_tasks.py holds the two equal).
 HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
                     'wer': False, 'per': False, 'ser': False, 'ter': False, 'loss': False}
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
@@ -184,7 +184,7 @@ def eval_curve(logdir, metric='accuracy'):
 
 def eval_times(logdir, metric='accuracy'):
   """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
-  from framework import tf_import  # pylint: disable=import-outside-toplevel
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
   first, times = None, {}

@@ -33,7 +33,7 @@ import sys
 import time
 
 from core import signals
-from framework import rundir
+from framework.run import rundir
 from framework.sweep.grid import SweepError
 from framework.sweep.results import ERROR_FILE
 from framework.sweep.results import LOG_FILE
@@ -111,7 +111,7 @@ class Sweep:
                'variants': [self.overrides(p) for p in self.points]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
     try:
-      result = subprocess.run([sys.executable, '-m', 'framework.check_configs'], cwd=ROOT,
+      result = subprocess.run([sys.executable, '-m', 'framework.config.check_configs'], cwd=ROOT,
                               env=env, input=json.dumps(request), capture_output=True, text=True,
                               check=False, timeout=CHECK_SECONDS)
     except subprocess.TimeoutExpired:

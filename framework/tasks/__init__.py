@@ -31,6 +31,7 @@ with the rest of the config.
 
 from core.params import ConfigError
 from core.registry import Registry
+from framework.tasks import image_keys
 
 IMAGE_CLASSIFICATION = 'image_classification'
 SEQUENCE_TO_SEQUENCE = 'sequence_to_sequence'
@@ -38,11 +39,42 @@ SEQUENCE_TO_SEQUENCE = 'sequence_to_sequence'
 # framework's first family; a user's own builder from a Python config).
 DEFAULT_TASK = IMAGE_CLASSIFICATION
 
+# A task's facts: CONFIG_KEYS, the top-level config keys it owns (name -> Param),
+# and KEY_HINTS, what to write instead of another task's key (key -> text).
 TASKS = Registry('task')
 TASKS.register_lazy(IMAGE_CLASSIFICATION,
-                    'framework.tasks.image_classification:ImageClassificationTask')
+                    'framework.tasks.image_classification:ImageClassificationTask',
+                    CONFIG_KEYS=image_keys.KEYS)
 TASKS.register_lazy(SEQUENCE_TO_SEQUENCE,
-                    'framework.tasks.sequence_to_sequence:SequenceToSequenceTask')
+                    'framework.tasks.sequence_to_sequence:SequenceToSequenceTask',
+                    KEY_HINTS={'label_smoothing': 'a sequence model smooths its loss with '
+                                                  'model_params.label_smoothing'})
+
+
+def task_keys():
+  """Every task's own top-level config keys, ``{name: Param}``; loads no task."""
+  return {key: spec for name in TASKS
+          for key, spec in TASKS.facts(name).get('CONFIG_KEYS', {}).items()}
+
+
+def check_task_keys(config, task):
+  """Refuses a key of another task than ``task`` set in a validated config (not at its default).
+
+  A config holds every task's keys, each at its default unless its own
+  task's (so the run directory's config.yaml lists the same keys for every task).
+
+  Raises:
+    ConfigError: naming the key, the task it belongs to and the config's task.
+  """
+  hints = TASKS.facts(task).get('KEY_HINTS', {})
+  for owner in TASKS:
+    if owner == task:
+      continue
+    for key, spec in TASKS.facts(owner).get('CONFIG_KEYS', {}).items():
+      if config.get(key, spec.default) != spec.default:
+        hint = f'; {hints[key]}' if key in hints else ''
+        raise ConfigError(f'{key}: a setting of the {owner} task ({spec.doc}), but this config '
+                          f'is a {task} one{hint}')
 
 
 def declared_task(value, registry):

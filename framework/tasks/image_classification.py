@@ -5,9 +5,9 @@ The task of the image data layers: the model is
 ``(images, labels)`` is the mean cross-entropy of the logits (with the
 config's ``label_smoothing``); the train metric is top-1 ``accuracy``; an
 evaluation gives ``loss``, ``accuracy`` and ``top5_accuracy`` over the whole
-eval split (``framework.evaluation``); the best checkpoint has the highest
+eval split (``framework.tasks.image_evaluation``); the best checkpoint has the highest
 ``accuracy``; the SavedModel takes images as the data set stores them
-and returns the class names too (``framework.export``).
+and returns the class names too (``framework.tasks.image_export``).
 
 ``--mode=infer`` reads image files (:meth:`ImageClassificationTask.infer_inputs`:
 one file, a folder of them, or a list of paths in a text file or on stdin),
@@ -32,9 +32,10 @@ import tensorflow as tf
 from core.params import ConfigError
 from data.base import DataError
 from data.base import data_error_in
-from framework import evaluation
-from framework import export
 from framework.tasks import base
+from framework.tasks import export
+from framework.tasks import image_evaluation
+from framework.tasks import image_export
 from models import MODELS
 from models import contract
 
@@ -86,8 +87,8 @@ class ImageClassificationTask(base.Task):
   def evaluate(self, model, data_layer, batch_size):
     """``loss``, ``accuracy``, ``top5_accuracy`` and ``examples`` over the split, all workers."""
     if self._eval_step is None:
-      self._eval_step = evaluation.make_eval_step(model)
-    return evaluation.evaluate(self._eval_step, data_layer.dataset(batch_size))
+      self._eval_step = image_evaluation.make_eval_step(model)
+    return image_evaluation.evaluate(self._eval_step, data_layer.dataset(batch_size))
 
   def describe_eval(self, metrics):
     return (f'loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, top-5 '
@@ -98,19 +99,19 @@ class ImageClassificationTask(base.Task):
             f'loss {metrics["loss"]:.4f})')
 
   def serving_function(self, model, data_layer):
-    return export.serving_function(model, data_layer)
+    return image_export.serving_function(model, data_layer)
 
   def describe_export(self, data_layer):
     spec, _ = data_layer.serving_input()
     return (f'takes {spec.dtype.name} images {list(spec.shape)}, returns probabilities, '
             f'classes and class_names (the {data_layer.num_classes} names also in '
-            f'assets/{export.CLASS_NAMES_FILE} and {export.INFO_FILE})')
+            f'assets/{image_export.CLASS_NAMES_FILE} and {export.INFO_FILE})')
 
   def export_info(self, data_layer):
-    return {'class_names': export.class_names(data_layer)}
+    return {'class_names': image_export.class_names(data_layer)}
 
   def export_assets(self, data_layer):
-    return export.class_names_assets(export.class_names(data_layer))
+    return image_export.class_names_assets(image_export.class_names(data_layer))
 
   # --- infer -------------------------------------------------------------------------------
 
@@ -164,7 +165,7 @@ class ImageClassificationTask(base.Task):
     Raises:
       ConfigError: a data layer that cannot read image files.
     """
-    names = export.class_names(data_layer)
+    names = image_export.class_names(data_layer)
     predict = self._predictor(model, data_layer, min(INFER_TOP_K, len(names)))
     batch_size = batch_size or INFER_BATCH
     lines, failed = [], 0

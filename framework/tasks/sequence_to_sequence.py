@@ -42,7 +42,7 @@ from core.params import ConfigError
 from data import DATA_LAYERS
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
-from framework import distributed
+from framework.engines import distributed
 from framework.tasks import base
 from models import MODELS
 from models.sequence_losses import sequence_cross_entropy
@@ -80,7 +80,7 @@ class SequenceToSequenceTask(base.Task):
 
   def __init__(self, config, eval_config=None):
     super().__init__(config, eval_config)
-    if config['label_smoothing']:
+    if config.get('label_smoothing'):
       raise ConfigError('label_smoothing: the image classifiers\' setting; a sequence model '
                         'smooths its loss with model_params.label_smoothing')
     self.sequence_errors, self.token_errors = metric_names(config['data_layer'])

@@ -46,8 +46,8 @@ import collections
 import math
 import os
 
-from framework import config_file
-from framework import schedule
+from framework.config import config_file
+from framework.config import schedule
 from scripts.large_batch import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -178,3 +178,74 @@ def test_relative_imports_resolve_against_the_package():
   found = [text for text, _ in forbidden_edges('data/x.py', 'from ..framework import config\n',
                                                {'data', 'framework'})]
   assert found == ['data/x.py:1: data -> framework']
+
+
+# Inside framework/, the rooms in order, top first: each imports only the rooms
+# after it (and core and the libraries), never one before it. docs/architecture.md
+# draws them.
+FRAMEWORK_ROOMS = ('sweep', 'run', 'config', 'tasks', 'engines')
+
+
+def room_of(module):
+  """The room of a dotted ``framework.<room>...`` module name, or None outside the rooms."""
+  parts = module.split('.')
+  if parts[0] != 'framework' or len(parts) < 2 or parts[1] not in FRAMEWORK_ROOMS:
+    return None
+  return parts[1]
+
+
+def upward_room_edges(relative_path, source):
+  """The imports of one framework file that point at its own room's superiors, as strings."""
+  package = os.path.dirname(relative_path).replace(os.sep, '.')
+  own = room_of(package)
+  if own is None:
+    return []
+  below = set(FRAMEWORK_ROOMS[FRAMEWORK_ROOMS.index(own) + 1:]) | {own}
+  problems = []
+  for line, module in imported_modules(source, package):
+    target = room_of(module)
+    if module.split('.')[0] == 'framework' and target is None and module != 'framework':
+      problems.append(f'{relative_path}:{line}: {own} -> {module} (a module outside the rooms)')
+    elif target is not None and target not in below:
+      problems.append(f'{relative_path}:{line}: {own} -> {module}')
+  return problems
+
+
+def test_the_framework_rooms_import_one_way():
+  problems = []
+  for relative_path in layer_files():
+    if layer_of(relative_path) == 'framework':
+      with open(os.path.join(ROOT, relative_path), encoding='utf-8') as f:
+        problems += upward_room_edges(relative_path, f.read())
+  assert not problems, 'imports up the framework rooms:\n' + '\n'.join(problems)
+
+
+def test_every_framework_module_is_in_a_room():
+  top = [f for f in layer_files()
+         if layer_of(f) == 'framework' and f.replace(os.sep, '/').count('/') == 1]
+  outside = [f for f in top if f != os.path.join('framework', '__init__.py')]
+  assert outside == []
+  for room in FRAMEWORK_ROOMS:
+    assert os.path.isfile(os.path.join(ROOT, 'framework', room, '__init__.py')), room
+
+
+ROOM_SYNTHETIC = '''
+from framework.config.schema import SCHEMA
+from framework.engines import distributed
+
+
+def build():
+  from framework.run import rundir
+  return rundir
+'''
+
+
+@pytest.mark.parametrize('path, expected', [
+    ('framework/engines/x.py', ['framework/engines/x.py:2: engines -> framework.config.schema',
+                                'framework/engines/x.py:7: engines -> framework.run']),
+    ('framework/config/x.py', ['framework/config/x.py:7: config -> framework.run']),
+    ('framework/run/x.py', []),
+    ('framework/sweep/x.py', []),
+])
+def test_the_room_checker_finds_imports_up(path, expected):
+  assert upward_room_edges(path, ROOM_SYNTHETIC) == expected

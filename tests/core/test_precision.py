@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import config as cfg
 from core import precision
+from framework import config as cfg
 from optimizers import openseq2seq as opt_lib
-from tests.framework.test_config import base_config
-from tests.framework.test_config import check
+from tests.framework.config.test_config import base_config
+from tests.framework.config.test_config import check
 from tests.test_run import ROOT
 from tests.test_run import run
 

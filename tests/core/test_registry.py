@@ -96,7 +96,7 @@ def test_the_packages_name_their_entries_without_tensorflow():
       'import json, sys\n'
       'import data, models, optimizers\n'
       'from optimizers.registry import LR_POLICIES\n'
-      'from framework import config\n'
+      'from framework.config import validation as config\n'
       'names = [sorted(r) for r in config.default_registries().values()]\n'
       'facts = [sorted(models.MODELS.facts(n)["PARAMS"]) for n in models.MODELS]\n'
       'print(json.dumps({"names": names, "facts": facts,\n'
@@ -123,7 +123,7 @@ def test_every_lazy_entry_and_export_loads_the_object_its_module_defines():
   answer = run_python(
       'import json\n'
       'import data, models, optimizers\n'
-      'from framework import config\n'
+      'from framework.config import validation as config\n'
       'from optimizers import LARSOptimizer\n'
       'wrong = []\n'
       'for kind, registry in config.default_registries().items():\n'

@@ -42,7 +42,7 @@ def probes(tree):
 
 @pytest.mark.parametrize('module', MODULES)
 def test_attributes_are_created_in_init_and_never_probed(module):
-  path = os.path.join(ROOT, 'framework', f'{module}.py')
+  path = os.path.join(ROOT, 'framework', 'run', f'{module}.py')
   with open(path, encoding='utf-8') as f:
     tree = ast.parse(f.read())
   late = []

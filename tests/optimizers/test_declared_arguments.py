@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from framework.argument_checks import _keyword_arguments
+from framework.config.argument_checks import _keyword_arguments
 from optimizers import registry
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from core.params import ConfigError
-from framework import schema
+from framework.config import schema
 from optimizers import validation
 
 

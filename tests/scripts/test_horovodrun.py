@@ -1,5 +1,5 @@
 """scripts/horovodrun.py, the environment's horovodrun: Horovod's launcher without TensorFlow's
-start-up lines, and with the stop and exit status of framework/horovod_launcher.py."""
+start-up lines, and with the stop and exit status of framework/engines/horovod_launcher.py."""
 
 import os
 import signal

@@ -760,7 +760,7 @@ def test_a_point_that_ends_well_as_the_sweep_stops_is_recorded_as_finished(tmp_p
 HOLD_LOCK = '''
 import sys, time
 sys.path.insert(0, {root!r})
-from framework import rundir
+from framework.run import rundir
 lock = rundir.RunLock(sys.argv[1], log=lambda message: None, name=sys.argv[2])
 lock.acquire()
 print('held', flush=True)

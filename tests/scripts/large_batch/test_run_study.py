@@ -218,15 +218,15 @@ def test_lars_8k_config_is_the_study_point(fresh):
   That point is the one the table's LARS row chose at 8K: eeta 0.004 (the
   eeta grid's winner there, docs/large_batch.md).
   """
-  from framework import config_file  # pylint: disable=import-outside-toplevel
-  from framework import config_resolve  # pylint: disable=import-outside-toplevel
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
+  from framework.config import config_resolve  # pylint: disable=import-outside-toplevel
   line, = [line for line in fresh[1]
            if '/lars_eeta0.004/batch_size_per_gpu=8192__iter_size=1__' in line
            and 'random_seed=0' in line]
   assert 'configs/large_batch/lars.py' in line
   overrides = re.findall(r'--set (\S+)', line)
   # iter_size=1 is the default, which lars_8k.py leaves as it is.
-  from framework.schema import SCHEMA  # pylint: disable=import-outside-toplevel
+  from framework.config.schema import SCHEMA  # pylint: disable=import-outside-toplevel
   assert 'iter_size=1' in overrides and SCHEMA['iter_size'].default == 1
   overrides.remove('iter_size=1')
   # The training config is the same to the key. (The study's --set also makes

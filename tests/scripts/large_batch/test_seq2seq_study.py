@@ -378,7 +378,7 @@ def test_updates_and_cadence_follow_the_trainers_count():
 def test_the_schedule_warms_up_for_a_tenth_and_ends_at_a_tenth_of_the_peak():
   """docs/large_batch_seq2seq.md's schedule: the decay, as long as the run, starts where the warm-up ends."""
   from framework import config as cfg  # pylint: disable=import-outside-toplevel
-  from framework import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import schedule  # pylint: disable=import-outside-toplevel
   for batch in (256, 8192):
     micro, iter_size = s2s_plan.micro_batches(batch)
     path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb.py')

@@ -1,0 +1,198 @@
+"""How long a run is and which learning rate it uses, from a validated config.
+
+One place for the arithmetic the config layer, the trainer and the tools
+(scripts/plot_lr.py) share: updates per epoch, the run's length in updates,
+durations in epochs or in fractions of the run converted to steps, the
+warm-up held against the run's length, and the lr policy with its durations
+in steps. Nothing here imports TensorFlow but :func:`learning_rate_fn`, which
+loads the lr policy itself, so the config layer makes these checks before
+anything is built.
+"""
+
+import copy
+import functools
+import math
+
+from core.params import ConfigError
+from framework.config.schema import DURATION_KEYS
+from framework.config.schema import FRACTION_KEYS
+from optimizers.registry import LR_POLICIES
+
+
+def updates_per_epoch(batches, iter_size):
+  """Applied updates per epoch, from one worker's full micro-batches per epoch.
+
+  A fraction where ``iter_size`` does not divide an epoch's micro-batches
+  (Fashion-MNIST at batch 8192 has 7; with ``iter_size: 2``, 3.5 updates):
+  the data is one stream of micro-batches across epochs, so ``num_epochs``
+  epochs are ``ceil(num_epochs × 3.5)`` updates and read the micro-batches of
+  that many epochs, as at ``iter_size: 1``, rather than dropping one an epoch.
+  An int where it divides them.
+  """
+  return batches // iter_size if batches % iter_size == 0 else batches / iter_size
+
+
+def steps_per_epoch(train_data, batch_size, iter_size):
+  """Applied updates per epoch of a built data layer (see :func:`updates_per_epoch`)."""
+  return updates_per_epoch(train_data.train_batches_per_epoch(batch_size), iter_size)
+
+
+def declared_steps_per_epoch(config, examples, workers=1):
+  """Applied updates per epoch from the size of the training split, as a data layer counts them.
+
+  Args:
+    config: the validated train config.
+    examples: the examples of the training split, over all workers.
+    workers: the workers the split is shared by.
+
+  Raises:
+    ConfigError: when an epoch holds no full batch.
+  """
+  batch = config['batch_size_per_gpu']
+  batches = examples // workers // batch
+  if batches == 0:
+    raise ConfigError(f'batch_size_per_gpu: {batch} per worker x {workers} worker(s) is larger '
+                      f'than the {examples} examples of the train split')
+  return updates_per_epoch(batches, config['iter_size'])
+
+
+def total_steps(cfg, per_epoch):
+  """The run's length in updates: ``max_steps``, or ``num_epochs`` × updates per epoch."""
+  if cfg['max_steps'] is not None:
+    return cfg['max_steps']
+  return int(math.ceil(cfg['num_epochs'] * per_epoch))
+
+
+def fit_warmup(config, per_epoch, run_length_given=False):
+  """Holds the warm-up (any ``warmup*`` duration, in steps or epochs) against the run's length.
+
+  A warm-up longer than the run is a mistake in a config file. When the
+  command line gave the run's length (``--set max_steps=30`` for a quick try
+  of a config that warms up for an epoch), the warm-up is shortened to the
+  whole run instead, as ``warmup_steps``, and a note says so. (A
+  ``warmup_fraction`` is at most the whole run by construction.)
+
+  Args:
+    config: the validated train config (not modified).
+    per_epoch: updates per epoch.
+    run_length_given: whether ``num_epochs`` or ``max_steps`` came from the
+      command line.
+
+  Returns:
+    ``(config, note)``: the config as given and None, or a new config with
+    the warm-up shortened and the one-line note that says so.
+
+  Raises:
+    ConfigError: naming the key, its length in steps and the run's, for a
+      warm-up longer than a run whose length the config file gave.
+  """
+  total = total_steps(config, per_epoch)
+  lr_params = config['lr_policy_params']
+  for key, value in epochs_to_steps(lr_params, per_epoch, total).items():
+    if not (key.startswith('warmup') and key.endswith('steps')) or isinstance(value, bool) \
+        or not isinstance(value, (int, float)) or value <= total:
+      continue
+    given = next((k for k, v in DURATION_KEYS.items() if v == key and k in lr_params), key)
+    if not run_length_given:
+      raise ConfigError(f'lr_policy_params.{given}: the warm-up ({value} steps) is longer than '
+                        f'training ({total} steps); shorten it or train longer')
+    fitted = {k: v for k, v in lr_params.items() if k != given}
+    fitted[key] = total
+    length = 'max_steps' if config['max_steps'] is not None else 'num_epochs'
+    note = (f'note: lr_policy_params.{given}: the warm-up ({value} steps) is longer than this run '
+            f'({total} steps, {length} from the command line); it is shortened to the whole run '
+            f'(lr_policy_params.{key}: {total})')
+    return dict(config, lr_policy_params=fitted), note
+  return config, None
+
+
+def learning_rate_fn(cfg, per_epoch):
+  """``f(global_step) -> lr`` for the config's policy, durations in epochs or fractions of the
+  run converted to steps; the policy is tried once at step 0 (and imported, with TensorFlow).
+
+  Raises:
+    ConfigError: when the policy rejects its parameters.
+  """
+  policy = LR_POLICIES.resolve(cfg['lr_policy'])
+  params = epochs_to_steps(cfg['lr_policy_params'], per_epoch, total_steps(cfg, per_epoch))
+  try:
+    policy(0, **params)
+  except (TypeError, ValueError) as exc:
+    raise ConfigError(f'lr_policy_params: {exc}') from None
+  return functools.partial(policy, **params)
+
+
+def epochs_to_steps(lr_policy_params, steps_per_epoch, total_steps=None):  # pylint: disable=redefined-outer-name
+  """Turns the epoch- and fraction-valued keys of ``DURATION_KEYS`` into their step-valued keys.
+
+  ``{'warmup_epochs': 5, 'boundary_epochs': [30, 60]}`` with 100 steps per
+  epoch gives ``{'warmup_steps': 500, 'boundaries': [3000, 6000]}``;
+  ``{'warmup_fraction': 0.25}`` in a run of 1000 steps gives
+  ``{'warmup_steps': 250}``. Steps are rounded to the nearest integer (halves
+  up); other keys are copied as they are, in their place.
+
+  Args:
+    lr_policy_params: the validated ``lr_policy_params`` (not modified).
+    steps_per_epoch: a positive number.
+    total_steps: the run's length in updates; needed for ``*_fraction`` keys.
+
+  Returns:
+    A new dict.
+
+  Raises:
+    ConfigError: when two keys give the same duration, or a value is not a
+      number (a fraction in [0, 1]) or a list of them.
+    ValueError: for a steps_per_epoch that is not positive, or fraction keys
+      without total_steps.
+  """
+  if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, (int, float)) \
+      or steps_per_epoch <= 0:
+    raise ValueError(f'steps_per_epoch must be a positive number, got {steps_per_epoch!r}')
+  result = {}
+  for key, value in (lr_policy_params or {}).items():
+    step_key = DURATION_KEYS.get(key)
+    if step_key is None:
+      result[key] = copy.deepcopy(value)
+      continue
+    others = [k for k in lr_policy_params if k != key and DURATION_KEYS.get(k, k) == step_key]
+    if others:
+      raise ConfigError(f'lr_policy_params: give {key} or {others[0]}, not both')
+    path = f'lr_policy_params.{key}'
+    if key in FRACTION_KEYS:
+      if total_steps is None:
+        raise ValueError(f'{path}: a fraction of the run needs total_steps')
+      result[step_key] = to_steps(value, total_steps, path, fraction=True)
+    else:
+      result[step_key] = to_steps(value, steps_per_epoch, path)
+  return result
+
+
+def to_steps(value, unit, path, fraction=False):
+  """``value`` (a number or list of numbers, in epochs or fractions of the run) × ``unit``, rounded.
+
+  Raises:
+    ConfigError: naming ``path``, for a value that is not a number >= 0 (a
+      fraction in [0, 1]) or a list of them.
+  """
+  upper = 1 if fraction else math.inf
+
+  def convert(x):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= upper:
+      what = 'a fraction in [0, 1]' if fraction else 'a number >= 0'
+      raise ConfigError(f'{path}: expected {what} or a list of them, got {value!r}')
+    return int(math.floor(x * unit + 0.5))
+
+  if isinstance(value, (list, tuple)):
+    return [convert(v) for v in value]
+  return convert(value)
+
+
+def base_rate_fn(cfg):
+  """``f(global_step) -> lr`` for a run that applies no update (eval, export): the base rate.
+
+  Such a run builds its optimizer only to hold the state a checkpoint
+  restores, and knows no epoch of the training split to convert the
+  schedule's durations with, so it leaves the schedule out.
+  """
+  rate = float(cfg['lr_policy_params'].get('learning_rate', 0.0))
+  return lambda global_step: rate

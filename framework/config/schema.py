@@ -1,0 +1,175 @@
+"""The keys a resolved config may hold, their types, defaults and allowed values.
+
+``SCHEMA`` declares every generic top-level key; a task declares its own
+keys (``framework.tasks``: the image classifier's ``label_smoothing`` and
+``precise_bn``), and :func:`top_level_keys` is both (``framework.config.validation.validate``
+checks a config against it). The settings another package owns are declared there
+and only referenced here: the multi-worker engine's in
+``framework.engines.schema``, LARC, the allreduce compression, the loss-scaling
+algorithms and the summary names in ``optimizers.validation``, the dtype names in
+``core.precision``, a model's or data layer's params in ``models.schemas`` and
+``data.schemas``. Nothing here imports TensorFlow.
+"""
+
+import inspect
+import math
+import sys
+
+from core import precision
+from core.params import ConfigError
+from core.params import DictParam
+from core.params import ListParam
+from core.params import Param
+from core.params import REQUIRED
+from core.params import non_negative
+from core.params import positive
+from framework.engines.schema import DISTRIBUTION_CHOICES
+from framework.engines.schema import DISTRIBUTION_SCHEMA
+from framework.tasks import task_keys
+from optimizers import validation
+
+# lr_policy_params may give a duration in epochs; the trainer turns it into the
+# step-valued argument of the policy with epochs_to_steps once it knows the
+# number of steps per epoch.
+EPOCH_KEYS = {'warmup_epochs': 'warmup_steps', 'decay_epochs': 'decay_steps',
+              'begin_decay_at_epochs': 'begin_decay_at', 'boundary_epochs': 'boundaries'}
+# ... or as a fraction of the run's length in updates (warmup_fraction: 0.1 is
+# the first tenth of training), converted once the trainer knows that length.
+FRACTION_KEYS = {'warmup_fraction': 'warmup_steps', 'decay_fraction': 'decay_steps',
+                 'begin_decay_at_fraction': 'begin_decay_at', 'boundary_fractions': 'boundaries'}
+DURATION_KEYS = {**EPOCH_KEYS, **FRACTION_KEYS}
+
+
+class _NameOrObject(Param):
+  """A name looked up in a registry, or, from a Python config, the object itself."""
+
+  def __init__(self, what, accepts, default=REQUIRED, doc=''):
+    super().__init__(object, default, doc=doc)
+    self.what = what
+    self.accepts = accepts
+
+  def validate(self, value, path):
+    if isinstance(value, str) or self.accepts(value):
+      return value
+    raise ConfigError(f'{path}: expected a registered name or a {self.what}, got {value!r} '
+                      f'({type(value).__name__})')
+
+
+class _LossScalingParam(Param):
+  """A fixed positive scale, or the name of an automatic algorithm."""
+
+  def validate(self, value, path):
+    if isinstance(value, str):
+      return Param(str, REQUIRED, choices=validation.LOSS_SCALING_ALGOS, case_insensitive=True).validate(value, path)
+    return Param((float, str), REQUIRED, check=positive).validate(value, path)
+
+
+class _DTypeParam(Param):
+  """A dtype name, checked by ``core.precision``; a ``tf.DType`` from a Python config becomes its name."""
+
+  def validate(self, value, path):
+    return precision.check_dtype(dtype_name(value), path)
+
+
+def dtype_name(value):
+  """The name of a ``tf.DType``; any other value as it is."""
+  # TensorFlow is only consulted when a config already imported it.
+  tf = sys.modules.get('tensorflow')
+  if tf is not None and isinstance(value, tf.dtypes.DType):
+    return value.name
+  return value
+
+
+def _at_least_one(value):
+  return None if value >= 1 else 'must be >= 1'
+
+
+def _finite_positive(value):
+  return None if math.isfinite(value) and value > 0 else 'must be a finite number > 0'
+
+
+def _seed(value):
+  return None if 0 <= value < 2 ** 32 else 'must be in [0, 2**32)'
+
+
+REGULARIZER_SCHEMA = {
+    'scale': Param(float, REQUIRED, check=non_negative, doc='L2 weight-decay coefficient'),
+}
+
+_OPTIONAL_INT = (int, type(None))
+
+LR_SCALING_RULES = ('linear', 'sqrt')
+
+LR_SCALING_SCHEMA = {
+    'rule': Param(str, 'linear', choices=LR_SCALING_RULES,
+                  doc='linear: base x B/reference_batch (Goyal et al.); sqrt: base x '
+                      'sqrt(B/reference_batch) (the LAMB recipes)'),
+    'base_learning_rate': Param(float, REQUIRED, check=_finite_positive,
+                                doc='the rate at the reference batch'),
+    'reference_batch': Param(int, 256, check=positive, doc='the global batch of the base rate'),
+}
+
+SCHEMA = {
+    'model': _NameOrObject('callable', callable, doc='registered model name, or the builder itself'),
+    'model_params': Param(dict, {}, doc="checked against the model's PARAMS"),
+    'data_layer': _NameOrObject('class', inspect.isclass, doc='registered data layer name, or the class'),
+    'data_layer_params': Param(dict, {}, doc="checked against the data layer's PARAMS"),
+    'batch_size_per_gpu': Param(int, REQUIRED, check=positive, doc='examples per replica per micro-batch'),
+    'num_epochs': Param(float, None, check=_finite_positive,
+                        doc='training length in epochs (or max_steps): ceil(epochs x micro-batches '
+                            'per epoch / iter_size) updates'),
+    'max_steps': Param(int, None, check=positive, doc='training length in updates (or num_epochs)'),
+    'optimizer': _NameOrObject('class', inspect.isclass, doc='registered optimizer name, or the class'),
+    'optimizer_params': Param(dict, {}, doc="keyword arguments of the optimizer, except learning_rate"),
+    'lr_policy': _NameOrObject('callable', callable, 'fixed_lr', doc='registered lr policy, or the function'),
+    'lr_policy_params': Param(dict, {}, doc='arguments of the lr policy; *_epochs and *_fraction '
+                                            'keys allowed'),
+    'lr_scaling': DictParam(LR_SCALING_SCHEMA, None,
+                            doc='the base learning rate as a rule of the global batch B = '
+                                'batch_size_per_gpu x workers x iter_size, resolved once the '
+                                'workers are known (instead of lr_policy_params.learning_rate)'),
+    'larc_params': DictParam(validation.LARC_SCHEMA, None, doc='enables LARC when given'),
+    'loss_scaling': _LossScalingParam((float, str), 1.0,
+                                      doc="a fixed scale, or 'Backoff', 'LogMax', 'dynamic'"),
+    'loss_scaling_params': Param(dict, None, doc='parameters of the automatic loss scaler'),
+    'dtype': _DTypeParam(str, 'float32', doc='compute precision; auto: mixed_bfloat16 where '
+                                             'the GPU or CPU computes bfloat16 natively, else '
+                                             'float32'),
+    'max_grad_norm': Param(float, None, check=positive, doc='clip gradients to this global norm'),
+    'iter_size': Param(int, 1, check=_at_least_one, doc='micro-batches accumulated per update'),
+    'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
+    'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
+    'summaries': ListParam(validation.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],
+                           doc='optimizer summaries to write'),
+    'save_checkpoint_steps': Param(_OPTIONAL_INT, 1000, check=positive, doc='None: no checkpoints'),
+    'num_checkpoints': Param(int, 5, check=positive, doc='checkpoints kept'),
+    'eval_steps': Param(int, None, check=positive, doc='steps between evaluations in train_eval'),
+    'print_loss_steps': Param(int, 100, check=positive, doc='steps between loss log lines'),
+    'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
+    'logdir': Param(str, None, doc='run directory; None: nothing written'),
+    'auto_resume': Param(bool, False,
+                         doc='train: resume when logdir holds a run (checkpoints or config.yaml), '
+                             'start one when it is new or empty; as --auto_resume'),
+    'import_paths': ListParam(Param(str, REQUIRED), [],
+                              doc="directories your own code (model: 'package.module:name', ...) is "
+                                  "imported from, relative to the config file; the config file's "
+                                  'own directory is always one'),
+    'random_seed': Param(int, 0, check=_seed, doc='seed of Python, NumPy and TensorFlow'),
+    'distribution': Param(str, 'auto', choices=DISTRIBUTION_CHOICES,
+                          doc='the multi-worker engine; auto: horovod under horovodrun, '
+                              'multi_worker_mirrored under a TF_CONFIG or Slurm cluster, else none'),
+    'distribution_params': DictParam(DISTRIBUTION_SCHEMA, {}, doc='multi-worker engine options'),
+    'use_horovod': Param(bool, False, doc='the same as distribution: horovod'),
+    'horovod_params': DictParam(validation.HOROVOD_SCHEMA, {},
+                                doc='all-reduce options (both engines; compression: fp16 sends '
+                                    'float16)'),
+    'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
+    'deterministic': Param(bool, False, doc='enable TensorFlow op determinism'),
+    'jit_compile': Param(bool, False, doc='XLA-compile the train step'),
+    'bench_warmup_steps': Param(int, 5, check=non_negative, doc='steps not timed in benchmark mode'),
+}
+
+
+def top_level_keys():
+  """Every key a config may hold at its top level: ``SCHEMA``'s and every task's own."""
+  return {**SCHEMA, **task_keys()}

@@ -1,0 +1,412 @@
+"""From a config file to a validated plain dict.
+
+A run is described by a config file (OpenSeq2Seq layout) holding
+``base_params`` and optionally ``train_params`` and ``eval_params``::
+
+  raw = config_file.load_config_file('configs/resnet50_lars.py')
+  names = default_registries()
+  cfg = validate(config_resolve.resolve(raw, 'train', ['optimizer_params.momentum=0.95']), names)
+  eval_cfg = validate(config_resolve.resolve(raw, 'eval', ['optimizer_params.momentum=0.95']),
+                      names, 'eval')
+  config_file.write_run_config(cfg, eval_cfg, os.path.join(cfg['logdir'], 'config.yaml'))
+
+or, for a run.py mode, ``load_configs(path, mode, overrides)``. ``resolve``
+overlays the mode's params on the base params and applies the command-line
+overrides (``framework.config.config_resolve``); ``validate`` checks every key
+against ``framework.config.schema`` (and each task's own keys) before anything
+is built and fills in defaults. Its checks run in two steps: first everything a
+config states by itself (keys, types, names, durations, the settings other
+packages own, the loss scaler's params and the params of the model and data
+layer), with no TensorFlow imported, so a mistake there answers at once; then,
+unless ``construct=False``, the checks only the owners can make
+(``framework.config.argument_checks``): the optimizer's and lr policy's
+arguments against their signatures, the optimizer constructed once, and the lr
+policy tried with its durations in steps. Where the data layer declares the
+size of its training split (its ``TRAIN_EXAMPLES`` fact), the run's length is
+checked too, in steps, as the trainer checks it: an epoch holds a full batch
+and the warm-up ends within the run (``framework.config.schedule``), so
+``--print_config`` and a sweep's check of its points refuse what a run would
+refuse. The run's one source of weight decay is chosen in
+``framework.config.weight_decay``; what a config's names stand for is read
+through ``framework.config.config_names``. Every mistake raises
+:class:`ConfigError` with a one-line message that starts with the key path, and
+no function modifies the dict it is given.
+"""
+
+import copy
+import inspect
+import math
+import os
+
+from core.params import ConfigError
+from core.params import Param
+from core.params import REQUIRED
+from core.params import check_params
+from core.params import positive
+from core.params import reject_unknown_keys
+from framework import tasks
+from framework.config import argument_checks
+from framework.config import config_names
+from framework.config import schedule
+from framework.config import weight_decay
+from framework.config.config_file import IMPORT_PATHS_KEY
+from framework.config.config_file import absolute_import_paths
+from framework.config.config_file import load_config_file
+from framework.config.config_resolve import durations_given
+from framework.config.config_resolve import resolve_modes
+from framework.config.schema import EPOCH_KEYS
+from framework.config.schema import FRACTION_KEYS
+from framework.config.schema import top_level_keys
+from optimizers import validation
+
+SUMMARY_NAMES = validation.SUMMARY_NAMES
+
+# The summaries the trainer writes itself, every save_summaries_steps; the others are
+# written inside the train step (optimize_loss's own).
+TRAINER_SUMMARIES = ('learning_rate', 'global_gradient_norm', 'loss_scale')
+
+# Arguments the framework passes itself; a config giving them would fight it.
+_OPTIMIZER_SUPPLIED = {
+    'learning_rate': 'the learning rate comes from the lr policy; set lr_policy_params.learning_rate'}
+_LR_POLICY_SUPPLIED = {'global_step': 'the trainer passes the global step'}
+# Only used to try the optimizer's constructor on the config's other arguments.
+_TRIAL_LEARNING_RATE = 0.1
+
+
+# ---------------------------------------------------------------------------
+# Loading a run's configs
+
+def default_registries():
+  """The registries a config's names are looked up in; importing them loads no TensorFlow."""
+  from data import DATA_LAYERS  # pylint: disable=import-outside-toplevel
+  from models import MODELS  # pylint: disable=import-outside-toplevel
+  from optimizers.registry import LR_POLICIES  # pylint: disable=import-outside-toplevel
+  from optimizers.registry import OPTIMIZER_CLS_NAMES  # pylint: disable=import-outside-toplevel
+  return {'model': MODELS, 'data_layer': DATA_LAYERS, 'optimizer': OPTIMIZER_CLS_NAMES,
+          'lr_policy': LR_POLICIES}
+
+
+def load_configs(path, mode, overrides=(), registries=None, construct=True, notes=None):
+  """Reads, overlays, overrides and validates the config(s) of a run in ``mode``.
+
+  Args:
+    path: the config file.
+    mode: a run.py mode (``config_file.MODES``).
+    overrides: ``key.path=value`` strings. A run length among them
+      (``max_steps``, ``num_epochs``) replaces the config's other one and
+      may shorten its warm-up (see :func:`validate`).
+    registries: the registries (default: :func:`default_registries`).
+    construct: also make the checks that import the owners (TensorFlow);
+      False checks everything else, e.g. to print a config at once.
+    notes: a list the one-line notes of the validation are appended to
+      (a warm-up shortened to fit the run), or None.
+
+  Returns:
+    ``{'train': config or None, 'eval': config or None}``, validated.
+
+  Raises:
+    ConfigError: naming the file or key path of the first mistake.
+  """
+  registries = default_registries() if registries is None else registries
+  views = resolve_modes(load_config_file(path), mode, overrides)
+  for cfg in views.values():
+    # Given on the command line: relative to the working directory (the file's are absolute).
+    if cfg is not None and cfg.get(IMPORT_PATHS_KEY):
+      cfg[IMPORT_PATHS_KEY] = absolute_import_paths(cfg[IMPORT_PATHS_KEY], os.getcwd())
+  given = bool(durations_given(overrides))
+  return {view: (validate(cfg, registries, view, construct, given, notes)
+                 if cfg is not None else None)
+          for view, cfg in views.items()}
+
+
+# ---------------------------------------------------------------------------
+# Validation
+
+def validate(config, registries, mode='train', construct=True, run_length_given=False,
+             notes=None):
+  """Checks a resolved config before anything is built.
+
+  Args:
+    config: a dict from :func:`resolve`.
+    registries: ``{'model': Registry, 'data_layer': Registry, 'optimizer':
+      Registry, 'lr_policy': Registry}`` in which names are looked up.
+    mode: 'train' or 'eval', the view ``config`` is; an eval view skips what
+      only training batches must satisfy (ghost batch groups).
+    construct: also make the checks only the owners can make (the
+      optimizer's and lr policy's arguments), which import them and so
+      TensorFlow; without it no TensorFlow is imported.
+    run_length_given: whether the command line gave ``max_steps`` or
+      ``num_epochs``: a warm-up longer than such a run is shortened to it
+      (``schedule.fit_warmup``) instead of refused.
+    notes: a list the one-line note of a shortened warm-up is appended to.
+
+  Returns:
+    A new dict holding every key of ``SCHEMA`` and of the tasks, defaults filled in, including
+    defaults of ``model_params``/``data_layer_params`` declared in the
+    object's ``PARAMS``. Names stay names and ``tf.DType`` becomes its name.
+
+  Raises:
+    ConfigError: naming the key path of the first mistake.
+  """
+  result = _check_schema(config)
+  given_model_params = result['model_params']  # before the declared defaults fill it
+  for kind in ('model', 'data_layer'):
+    config_names.check_name(result, kind, registries)
+    _check_declared_params(result, kind, config_names.declared(result, kind, registries, 'PARAMS'))
+  tasks.check_task_keys(result, tasks.task_of(result, registries))
+  _check_optimizer(result, registries)
+  result = weight_decay.one_weight_decay(result, given_model_params, registries)
+  _check_lr_policy(result, registries)
+  _check_declared_arguments(result, registries)
+  _check_batches(result, mode)
+  if result['regularizer'] is not None and result['regularizer_params'] is None:
+    raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
+                      f'(give regularizer_params.scale)')
+  weight_decay.no_regularizer_beside_decay(result, registries)
+  argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
+  if mode == 'train':
+    check_jit_compile(result)
+  per_epoch = _declared_steps_per_epoch(result, registries) if mode == 'train' else None
+  if per_epoch is not None:
+    result, note = schedule.fit_warmup(result, per_epoch, run_length_given)
+    if note is not None and notes is not None:
+      notes.append(note)
+  if construct:
+    _check_with_owners(result, registries, per_epoch)
+  return result
+
+
+def check_jit_compile(config, num_workers=1):
+  """Refuses what XLA cannot compile into the train step, naming the config key.
+
+  Args:
+    config: the train config.
+    num_workers: the run's workers (a config alone is checked for one).
+
+  Raises:
+    ConfigError: a multi-worker run, or summaries written inside the step, with
+      ``jit_compile``.
+  """
+  if not config['jit_compile']:
+    return
+  if num_workers > 1:
+    raise ConfigError('jit_compile: XLA cannot compile the multi-worker all-reduce into the '
+                      'train step; set jit_compile: false for multi-worker runs')
+  in_step = [s for s in config['summaries'] if s not in TRAINER_SUMMARIES]
+  if in_step:
+    raise ConfigError(f'jit_compile: summaries {in_step} are written inside the train step, '
+                      'which XLA cannot compile; keep only learning_rate, global_gradient_norm '
+                      'and loss_scale (written by the trainer), or set jit_compile: false')
+
+
+def _declared_steps_per_epoch(result, registries):
+  """Updates per epoch of one worker, where the data layer declares its training split's size.
+
+  The ``TRAIN_EXAMPLES`` fact of a data layer's registration counts the
+  examples without TensorFlow and without reading the data (None when it
+  cannot tell); a run of several workers is checked again once they are known.
+
+  Raises:
+    ConfigError: when an epoch holds no full batch.
+  """
+  count = config_names.declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
+  examples = count(result['data_layer_params']) if count is not None else None
+  if examples is None:
+    return None
+  return schedule.declared_steps_per_epoch(result, examples)
+
+
+def _check_declared_params(result, kind, schema):
+  """``result[kind + '_params']`` checked against the ``PARAMS`` the model or data layer declares."""
+  if schema is not None:
+    result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
+
+
+def _check_schema(config):
+  """The config checked against ``SCHEMA`` and the tasks' keys, a new dict with defaults filled in."""
+  if not isinstance(config, dict):
+    raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
+  config = copy.deepcopy(config)
+  schema = top_level_keys()
+  reject_unknown_keys(config, schema, '')
+  result = {}
+  for key, spec in schema.items():
+    if key in config:
+      value = config[key]
+    elif spec.required:
+      raise ConfigError(f'{key}: required key is missing ({spec.doc})')
+    else:
+      value = copy.deepcopy(spec.default)
+    result[key] = spec.validate(value, key)
+  given = [key for key in ('num_epochs', 'max_steps') if result[key] is not None]
+  if len(given) != 1:
+    raise ConfigError(f'num_epochs, max_steps: give exactly one of them, got '
+                      f'{"both" if given else "neither"}')
+  return result
+
+
+def _check_optimizer(result, registries):
+  """The optimizer's name, and AGN's ``agn_params`` when the optimizer wraps another one."""
+  config_names.check_name(result, 'optimizer', registries)
+  if config_names.declared(result, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+    # A wrapper (AGN) takes optimizer_params for the optimizer it wraps.
+    result['agn_params'] = check_params(result['agn_params'], validation.AGN_SCHEMA, 'agn_params')
+    inner = {'optimizer': result['agn_params']['optimizer']}
+    config_names.check_name(inner, 'optimizer', registries)
+    if config_names.declared(inner, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+      raise ConfigError('agn_params.optimizer: must be a plain optimizer, not another wrapper')
+  elif result['agn_params'] is not None:
+    raise ConfigError('agn_params: only used with optimizer: AGN')
+  argument_checks.reject_supplied(result['optimizer_params'], 'optimizer_params',
+                                  _OPTIMIZER_SUPPLIED)
+
+
+def _check_lr_policy(result, registries):
+  """The lr policy's name, its base learning rate and the durations in epochs or fractions."""
+  config_names.check_name(result, 'lr_policy', registries)
+  lr_params = result['lr_policy_params']
+  if result['lr_scaling'] is not None:
+    if 'learning_rate' in lr_params:
+      raise ConfigError('lr_policy_params.learning_rate: lr_scaling gives the rate as a rule of '
+                        'the global batch; give one of them (set lr_scaling: null to use this '
+                        'number)')
+    # Resolved for one worker here; the run resolves it again once its workers are known.
+    result['lr_policy_params'] = lr_params = dict(
+        lr_params, learning_rate=scaled_learning_rate(result, 1)[0])
+  if 'learning_rate' in lr_params:
+    Param(float, REQUIRED, check=positive).validate(lr_params['learning_rate'],
+                                                    'lr_policy_params.learning_rate')
+  elif isinstance(result['lr_policy'], str):
+    raise ConfigError('lr_policy_params.learning_rate: required key is missing (base learning rate)')
+  for key in EPOCH_KEYS:
+    if key in lr_params:
+      schedule.to_steps(lr_params[key], 1, f'lr_policy_params.{key}')
+  for key in FRACTION_KEYS:
+    if key in lr_params:
+      schedule.to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
+  argument_checks.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
+
+
+def scaled_learning_rate(config, workers):
+  """The base learning rate ``lr_scaling`` gives for ``workers`` workers, and how, in words.
+
+  B = batch_size_per_gpu x workers x iter_size; linear: base x B/reference_batch,
+  sqrt: base x sqrt(B/reference_batch).
+  """
+  rule = config['lr_scaling']
+  batch = config['batch_size_per_gpu'] * workers * config['iter_size']
+  ratio = batch / rule['reference_batch']
+  factor = ratio if rule['rule'] == 'linear' else math.sqrt(ratio)
+  rate = rule['base_learning_rate'] * factor
+  how = (f'{rule["base_learning_rate"]:g} x {"" if rule["rule"] == "linear" else "sqrt "}'
+         f'({batch}/{rule["reference_batch"]}) = {rate:.6g}, the {rule["rule"]} rule at global '
+         f'batch {batch} = {config["batch_size_per_gpu"]} x {workers} worker(s) x iter_size '
+         f'{config["iter_size"]}')
+  return rate, how
+
+
+def scale_learning_rates(configs, workers):
+  """``configs`` with each ``lr_scaling`` rule resolved for ``workers`` workers.
+
+  Returns:
+    (configs, description): new configs, and how the train view's rate was
+    resolved in words (None without a rule).
+  """
+  result, how = {}, None
+  for view, cfg in configs.items():
+    if cfg is not None and cfg['lr_scaling'] is not None:
+      rate, text = scaled_learning_rate(cfg, workers)
+      cfg = dict(cfg, lr_policy_params=dict(cfg['lr_policy_params'], learning_rate=rate))
+      if view == 'train' or how is None:
+        how = text
+    result[view] = cfg
+  return result, how
+
+
+def _check_batches(result, mode):
+  """Ghost batch groups must divide every training batch."""
+  ghost = result['model_params'].get('ghost_batch_size')
+  if ghost is None or mode == 'eval':
+    return
+  batches = {'batch_size_per_gpu': result['batch_size_per_gpu']}
+  if result['precise_bn'] is not None and result['precise_bn']['batch_size'] is not None:
+    batches['precise_bn.batch_size'] = result['precise_bn']['batch_size']
+  for key, size in batches.items():
+    if size % ghost:
+      raise ConfigError(f'model_params.ghost_batch_size: {ghost} must divide {key} ({size})')
+
+
+def check_with_owners(configs, registries=None):
+  """The checks ``load_configs(construct=False)`` left out, on each of its configs.
+
+  A run loads its configs without them, starts its multi-worker engine (which
+  must come before any other TensorFlow op), then makes them.
+
+  Raises:
+    ConfigError: naming the key path of the first mistake.
+  """
+  registries = default_registries() if registries is None else registries
+  for view, cfg in configs.items():
+    if cfg is not None:
+      per_epoch = _declared_steps_per_epoch(cfg, registries) if view == 'train' else None
+      _check_with_owners(cfg, registries, per_epoch)
+
+
+def _check_with_owners(config, registries, per_epoch=None):
+  """The checks only the owners can make, on a config checked by the rest of :func:`validate`.
+
+  ``optimizer_params`` against the optimizer class's constructor (and its
+  arguments' names, unless the registration declared them and
+  :func:`_check_declared_arguments` checked them), and ``lr_policy_params``
+  against the lr policy's arguments, likewise, and, given the run's updates
+  per epoch (``per_epoch``), the policy tried with its durations in steps;
+  and the params of a model or data layer registered lazily without a
+  ``PARAMS`` fact. Imports those owners, and with them TensorFlow (its
+  start-up banner held back).
+
+  Raises:
+    ConfigError: naming the key path of the first mistake.
+  """
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
+  for kind in ('model', 'data_layer'):
+    if config_names.declared(config, kind, registries, 'PARAMS') is None:
+      owner = config_names.lookup(config, kind, registries)
+      _check_declared_params(config, kind, getattr(owner, 'PARAMS', None))
+  entry = config_names.optimizer_entry(config, registries)
+  optimizer = config_names.lookup(entry, 'optimizer', registries)
+  # Where the registration declares the arguments, they were checked already.
+  if config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:
+    argument_checks.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
+                                    _OPTIMIZER_SUPPLIED)
+  if inspect.isclass(optimizer):
+    argument_checks.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
+                                          learning_rate=_TRIAL_LEARNING_RATE)
+  if config_names.declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
+    policy = config_names.lookup(config, 'lr_policy', registries)
+    argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
+                                    _LR_POLICY_SUPPLIED, epoch_keys=True)
+  if per_epoch is not None:
+    schedule.learning_rate_fn(config, per_epoch)
+
+
+def _check_declared_arguments(result, registries):
+  """The names of ``optimizer_params`` and ``lr_policy_params``, where the registries declare them.
+
+  Needs no TensorFlow: the ``ARGUMENTS`` of a registration. An entry without
+  them is checked against its signature by :func:`_check_with_owners`.
+
+  Raises:
+    ConfigError: for an unknown or missing argument, as the signature check says it.
+  """
+  entry = config_names.optimizer_entry(result, registries)
+  declared = config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS')
+  if declared is not None:
+    argument_checks.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
+                                    _OPTIMIZER_SUPPLIED)
+  declared = config_names.declared(result, 'lr_policy', registries, 'ARGUMENTS')
+  if declared is not None:
+    argument_checks.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
+                                    _LR_POLICY_SUPPLIED, epoch_keys=True)
+
+
