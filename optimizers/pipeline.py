@@ -67,7 +67,7 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
                             larc_rate_is_optimizers)
 
 
-def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
+def _checked_settings(clip_gradients, larc_params, compression, iter_size):
   """The checked (clip_gradients, larc_params, compression, iter_size) of a pipeline."""
   if not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
     raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
@@ -75,8 +75,7 @@ def _checked_settings(clip_gradients, larc_params, horovod_params, iter_size):
                                          and clip_gradients > 0):
     raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
   larc_params = validation.check_larc_params(larc_params) if larc_params is not None else None
-  compression = validation.check_compression((horovod_params or {}).get('compression'))
-  return clip_gradients, larc_params, compression, iter_size
+  return clip_gradients, larc_params, validation.check_compression(compression), iter_size
 
 
 def _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn):
@@ -100,7 +99,9 @@ class GradientPipeline(tf.Module):
     multi_worker: average the gradients over the workers (Horovod or
       tf.distribute) once per applied update; ``on_horovod``, OpenSeq2Seq's
       name for it, is still accepted.
-    horovod_params: ``{'compression': 'none' | 'fp16'}`` for the allreduce.
+    compression: ``'none'`` or ``'fp16'`` (float16 on the wire) for the
+      all-reduce; OpenSeq2Seq's ``horovod_params={'compression': ...}`` is
+      still read when it is not given.
     log_global_norm: compute the global gradient norm every step for logging
       (it is computed anyway when clipping or summarising it).
   """
@@ -108,14 +109,17 @@ class GradientPipeline(tf.Module):
   def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
                dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
                loss_scaling=1.0, loss_scaling_params=None, multi_worker=False, iter_size=1,
-               horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None):
+               horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None,
+               compression=None):
     super().__init__(name=name)
     self.var_list = list(var_list)
     if not self.var_list:
       raise ValueError('optimize_loss: var_list is empty; nothing to train')
     self.dtype = normalize_dtype(dtype)
+    if compression is None:
+      compression = (horovod_params or {}).get('compression')
     self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
-        clip_gradients, larc_params, horovod_params, iter_size)
+        clip_gradients, larc_params, compression, iter_size)
     self.summaries = validation.check_summaries(summaries)
     self.multi_worker = bool(multi_worker if on_horovod is None else on_horovod)
     self.log_global_norm = log_global_norm

@@ -161,8 +161,8 @@ SCHEMA = {
     'distribution_params': DictParam(DISTRIBUTION_SCHEMA, {}, doc='multi-worker engine options'),
     'use_horovod': Param(bool, False, doc='the same as distribution: horovod'),
     'horovod_params': DictParam(validation.HOROVOD_SCHEMA, {},
-                                doc='all-reduce options (both engines; compression: fp16 sends '
-                                    'float16)'),
+                                doc="OpenSeq2Seq's place of distribution_params.compression, "
+                                    'still read'),
     'agn_params': Param(dict, None, doc='with optimizer: AGN, the wrapped optimizer and period'),
     'deterministic': Param(bool, False, doc='enable TensorFlow op determinism'),
     'jit_compile': Param(bool, False, doc='XLA-compile the train step'),

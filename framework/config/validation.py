@@ -148,7 +148,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
-  result = _check_schema(config)
+  result = _one_compression(config, _check_schema(config))
   given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
     config_names.check_name(result, kind, registries)
@@ -173,6 +173,23 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
       notes.append(note)
   if construct:
     _check_with_owners(result, registries, per_epoch)
+  return result
+
+
+def _one_compression(config, result):
+  """``distribution_params.compression``, taken from OpenSeq2Seq's ``horovod_params`` where given there.
+
+  Both given, and different, is refused in one line.
+  """
+  if 'compression' not in (config.get('horovod_params') or {}):
+    return result
+  old = result['horovod_params']['compression']
+  if 'compression' in (config.get('distribution_params') or {}):
+    new = result['distribution_params']['compression']
+    if new != old:
+      raise ConfigError(f'distribution_params.compression: {new!r}, but horovod_params.compression '
+                        f'(its old place) says {old!r}; give it once, in distribution_params')
+  result['distribution_params']['compression'] = old
   return result
 
 

@@ -7,6 +7,7 @@ against them before TensorFlow is loaded.
 
 from core.params import Param
 from core.params import positive
+from optimizers.validation import COMPRESSIONS
 
 _OPTIONAL_INT = (int, type(None))
 
@@ -21,4 +22,7 @@ DISTRIBUTION_SCHEMA = {
                                 'on CPUs)'),
     'port_base': Param(int, 8888, check=positive,
                        doc='multi_worker_mirrored under Slurm: the first port of a node\'s tasks'),
+    'compression': Param(str, 'none', choices=COMPRESSIONS,
+                         doc='both engines: fp16 sends the gradients as float16 in the all-reduce '
+                             '(horovod_params.compression, the old key, is read too)'),
 }

@@ -193,7 +193,7 @@ class Trainer:
         summaries=[s for s in cfg['summaries'] if s not in config_lib.TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], multi_worker=self.num_workers > 1,
-        iter_size=cfg['iter_size'], horovod_params=cfg['horovod_params'])
+        iter_size=cfg['iter_size'], compression=cfg['distribution_params']['compression'])
 
   @property
   def global_step(self):

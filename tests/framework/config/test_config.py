@@ -488,7 +488,7 @@ def test_validate_fills_defaults():
       'random_seed': 0,
       'distribution': 'auto',
       'distribution_params': {'timeout_seconds': 600, 'implementation': 'auto',
-                              'port_base': 8888},
+                              'port_base': 8888, 'compression': 'none'},
       'use_horovod': False,
       'horovod_params': {'compression': 'none'},
       'agn_params': None,
@@ -657,6 +657,24 @@ def test_horovod_params():
   assert result['horovod_params'] == {'compression': 'fp16'}
   assert error_of(check, base_config(horovod_params={'compression': 'FP16'})) == (
       "horovod_params.compression: 'FP16' is not allowed (did you mean 'fp16'?); "
+      "allowed: 'none', 'fp16'")
+
+
+def test_compression_is_a_distribution_param_and_its_old_place_is_still_read():
+  assert check(base_config())['distribution_params']['compression'] == 'none'
+  given = check(base_config(distribution_params={'compression': 'fp16'}))
+  assert given['distribution_params']['compression'] == 'fp16'
+  old = check(base_config(horovod_params={'compression': 'fp16'}))
+  assert old['distribution_params']['compression'] == 'fp16'
+  both = check(base_config(horovod_params={'compression': 'fp16'},
+                           distribution_params={'compression': 'fp16'}))
+  assert both['distribution_params']['compression'] == 'fp16'
+  assert error_of(check, base_config(horovod_params={'compression': 'fp16'},
+                                     distribution_params={'compression': 'none'})) == (
+      "distribution_params.compression: 'none', but horovod_params.compression (its old place) "
+      "says 'fp16'; give it once, in distribution_params")
+  assert error_of(check, base_config(distribution_params={'compression': 'FP16'})) == (
+      "distribution_params.compression: 'FP16' is not allowed (did you mean 'fp16'?); "
       "allowed: 'none', 'fp16'")
 
 
