@@ -119,13 +119,13 @@ def test_incompatible_resumes_are_refused_before_anything_is_written(trained, tm
   assert not (tmp_path / 'rnu').exists()
 
 
-def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path):
+def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path, run_main):
   logdir = str(tmp_path / 'run')
   proc = start(*TINY, '--logdir', logdir, '--set', 'max_steps=100000')
   try:
     wait_for_line(proc, 'step 3 ')
-    second = run(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning',
-                 check=False)
+    # Locked out before anything is built: run.py's main() answers in this process.
+    second = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning')
     assert second.returncode == 2
     assert f'is in use by another run (pid {proc.pid}' in last_line(second)
     # Ctrl-C: the step finishes, a checkpoint is saved, exit status 130.
