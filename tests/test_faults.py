@@ -2,7 +2,9 @@
 two runs on one logdir, signals, full and read-only disks, corrupt records, overflowing steps.
 
 Each test checks the exit status, a one-line error without a traceback, and that every
-checkpoint that existed before is still loadable.
+checkpoint that existed before is still loadable. A refusal that comes before anything is
+built (a config, logdir or resume mistake) is answered by run.py's main() in this process
+(the ``run_main`` fixture, tests/conftest.py): a child would add only its start-up.
 """
 
 import glob
@@ -78,18 +80,18 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tmp_path):
   assert sorted(os.listdir(logdir)) == files
 
 
-def test_incompatible_resumes_are_refused_before_anything_is_written(tmp_path):
-  logdir = tmp_path / 'run'
-  run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=2')
+def test_incompatible_resumes_are_refused_before_anything_is_written(trained, tmp_path, run_main):
+  logdir = copy_of(trained, tmp_path)
   saved = (logdir / 'config.yaml').read_text()
+  # Refused before anything is built: run.py's main() answers in this process.
   for change, message in (
       (['--set', 'model_params.depth=14'], 'model_params.depth: 8 -> 14'),
       (['--set', 'optimizer=LARS'], "optimizer: 'Momentum' -> 'LARS'"),
       # float32 -> mixed_bfloat16 keeps the variables float32 and is taken; float16 is not.
       (['--set', 'dtype=float16'], "dtype: 'float32' -> 'float16'"),
       (['--set', 'iter_size=2'], 'iter_size: 1 -> 2')):
-    result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
-                 *change, check=False)
+    result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--continue_learning',
+                      *change)
     assert result.returncode == 2, result.stderr
     line = last_line(result)
     assert line.startswith('error: --continue_learning: the checkpoints') and message in line, line
@@ -111,19 +113,19 @@ def test_incompatible_resumes_are_refused_before_anything_is_written(tmp_path):
   loadable(str(logdir), (2, 4))
 
   # A mistyped logdir is not a new run.
-  result = run(*TINY, '--logdir', str(tmp_path / 'rnu'), '--set', 'max_steps=4',
-               '--continue_learning', check=False)
+  result = run_main(*TINY, '--logdir', tmp_path / 'rnu', '--set', 'max_steps=4',
+                    '--continue_learning')
   assert result.returncode == 2 and 'does not exist' in last_line(result)
   assert not (tmp_path / 'rnu').exists()
 
 
-def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path):
+def test_a_second_run_is_locked_out_and_signals_stop_the_first(tmp_path, run_main):
   logdir = str(tmp_path / 'run')
   proc = start(*TINY, '--logdir', logdir, '--set', 'max_steps=100000')
   try:
     wait_for_line(proc, 'step 3 ')
-    second = run(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning',
-                 check=False)
+    # Locked out before anything is built: run.py's main() answers in this process.
+    second = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=10', '--continue_learning')
     assert second.returncode == 2
     assert f'is in use by another run (pid {proc.pid}' in last_line(second)
     # Ctrl-C: the step finishes, a checkpoint is saved, exit status 130.
@@ -295,12 +297,11 @@ def _fill(directory, leave):
     pass  # full: the point
 
 
-def test_full_and_read_only_disks_end_with_one_line(tmp_path):
+def test_full_and_read_only_disks_end_with_one_line(trained, tmp_path):
   mount = tmp_path / 'disk'
   _mount_tmpfs(mount, '16m')
   try:
-    logdir = str(mount / 'run')
-    run(*TINY, '--logdir', logdir, '--set', 'max_steps=2')
+    logdir = str(copy_of(trained, mount))
     # Room for the config and events, not for a checkpoint (about 1 MB).
     _fill(str(mount), 200 << 10)
     result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
@@ -385,9 +386,8 @@ def run_with_fault(tmp_path, fault, *args):
                         capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_injected_write_failures_are_one_line(tmp_path):
-  logdir = str(tmp_path / 'run')
-  run(*TINY, '--logdir', logdir, '--set', 'max_steps=2')
+def test_injected_write_failures_are_one_line(trained, tmp_path):
+  logdir = str(copy_of(trained, tmp_path))
   result = run_with_fault(tmp_path, 'checkpoint', *TINY, '--logdir', logdir,
                           '--set', 'max_steps=6', '--continue_learning')
   assert result.returncode == 1, result.stdout + result.stderr
@@ -696,12 +696,14 @@ def test_a_garbled_best_record_never_lets_a_worse_checkpoint_replace_the_best(ev
   assert {name: after[name] for name in kept} == kept and after['best.json'] == b'garbled'
 
 
-def test_an_unreadable_config_yaml_is_replaced_by_the_newest_start_config(trained, tmp_path):
+def test_an_unreadable_config_yaml_is_replaced_by_the_newest_start_config(trained, tmp_path,
+                                                                         run_main):
   logdir = copy_of(trained, tmp_path)
   (logdir / 'config.yaml').write_bytes(b'base_params:\n  optimizer: \xff\xfe\n')
   before = contents(logdir)
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
-               '--set', 'optimizer=LARS', check=False)
+  # Refused before anything is built: run.py's main() answers in this process.
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--continue_learning',
+                    '--set', 'optimizer=LARS')
   assert result.returncode == 2, result.stdout + result.stderr
   assert (f'warning: {logdir}/config.yaml cannot be read (UnicodeDecodeError); comparing with '
           f'{logdir}/config-0.yaml, the newest readable config of the run') in result.stdout
@@ -713,8 +715,7 @@ def test_an_unreadable_config_yaml_is_replaced_by_the_newest_start_config(traine
   # No config readable at all: refused, nothing changed.
   (logdir / 'config-0.yaml').write_text('base_params: [\n')
   before = contents(logdir)
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
-               check=False)
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--continue_learning')
   assert result.returncode == 2, result.stdout + result.stderr
   assert last_line(result) == (
       f'error: --continue_learning: no readable config in {logdir} to compare this config with '
@@ -746,14 +747,15 @@ def as_written_before_the_data_layout(prefix):
 
 
 def test_a_resume_with_another_batch_per_worker_is_refused_and_older_checkpoints_resume(
-    trained, tmp_path):
+    trained, tmp_path, run_main):
   # The data position counts batches of one worker (2 of 32 here): with 16 per worker it would
   # name other examples. Other workers: tests/test_multi_worker.py, tests/test_horovod.py.
   logdir = copy_of(trained, tmp_path)
   prefix = f'{logdir}/ckpt-2'
   before = contents(logdir)
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
-               '--set', 'batch_size_per_gpu=16', check=False)
+  # The refusals come before anything is built: run.py's main() answers in this process.
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--continue_learning',
+                    '--set', 'batch_size_per_gpu=16')
   assert result.returncode == 2, result.stdout + result.stderr
   assert last_line(result) == (
       f'error: --continue_learning: {prefix} was trained with 1 worker(s) and '
@@ -770,8 +772,8 @@ def test_a_resume_with_another_batch_per_worker_is_refused_and_older_checkpoints
   # change of it is refused the same way; with the same batch it resumes, with a note.
   as_written_before_the_data_layout(prefix)
   assert 'data_layout/.ATTRIBUTES/VARIABLE_VALUE' not in checkpoint_values(prefix)
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--continue_learning',
-               '--set', 'batch_size_per_gpu=16', check=False)
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--continue_learning',
+                    '--set', 'batch_size_per_gpu=16')
   assert result.returncode == 2, result.stdout + result.stderr
   assert last_line(result).startswith(
       f'error: --continue_learning: {prefix} was trained with batch_size_per_gpu=32, and this '
@@ -787,16 +789,17 @@ def test_a_resume_with_another_batch_per_worker_is_refused_and_older_checkpoints
   loadable(str(logdir), (2, 4))
 
 
-def test_config_files_that_are_not_utf8_or_repeat_a_key_are_one_line(tmp_path):
+def test_config_files_that_are_not_utf8_or_repeat_a_key_are_one_line(tmp_path, run_main):
+  # Config mistakes end before anything is built: run.py's main() answers in this process.
   config = tmp_path / 'x.yaml'
   config.write_bytes(b'base_params:\n  model: \xff\xfe\n')
-  result = run('--config', str(config), '--logdir', str(tmp_path / 'r'), check=False)
+  result = run_main('--config', config, '--logdir', tmp_path / 'r')
   assert result.returncode == 2
   assert last_line(result) == (f'error: {config}:2: not UTF-8 text (byte 0xff at offset 22); '
                                'save the file as UTF-8')
   config.write_text('base_params:\n  model: resnet_cifar\n  batch_size_per_gpu: 32\n'
                     '  model: resnet50\n')
-  result = run('--config', str(config), '--logdir', str(tmp_path / 'r'), check=False)
+  result = run_main('--config', config, '--logdir', tmp_path / 'r')
   assert result.returncode == 2
   assert last_line(result) == (f"error: {config}:4: duplicate key 'model' (first given on line "
                                '2); a key may appear once in a mapping')
@@ -860,11 +863,12 @@ def test_sigterm_during_precise_bn_stops_and_the_resume_does_the_end(tmp_path):
     np.testing.assert_array_equal(resumed[key], value, err_msg=key)
 
 
-def test_a_new_run_refused_for_a_value_leaves_no_empty_logdir(tmp_path):
-  # The optimizer's constructor judges its values once TensorFlow is loaded.
+def test_a_new_run_refused_for_a_value_leaves_no_empty_logdir(tmp_path, run_main):
+  # The optimizer's constructor judges its values once TensorFlow is loaded, before anything
+  # is built: run.py's main() answers in this process.
   logdir = tmp_path / 'runs' / 'new'
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=1',
-               '--set', 'optimizer_params.momentum=-1', check=False)
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=1',
+                    '--set', 'optimizer_params.momentum=-1')
   assert result.returncode == 2
   assert last_line(result).startswith('error: optimizer_params.momentum: ')
   assert not logdir.exists()
@@ -898,12 +902,12 @@ def test_auto_resume_the_same_command_starts_then_resumes_to_max_steps(tmp_path)
   assert 'nothing to do: the checkpoint is at step 40' in third.stdout
 
 
-def test_auto_resume_refuses_a_logdir_that_holds_no_run_in_one_line(tmp_path):
+def test_auto_resume_refuses_a_logdir_that_holds_no_run_in_one_line(tmp_path, run_main):
   logdir = tmp_path / 'run'
   logdir.mkdir()
   (logdir / 'notes.txt').write_text('mine\n')
-  result = run(*TINY, '--logdir', str(logdir), '--set', 'max_steps=4', '--auto_resume',
-               check=False)
+  # Refused before anything is built: run.py's main() answers in this process.
+  result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=4', '--auto_resume')
   assert result.returncode == 2
   assert last_line(result) == (
       f'error: --auto_resume: logdir {logdir} is not empty and holds no run (no checkpoint, no '

@@ -142,7 +142,7 @@ def test_agn_one_worker_period_1_equals_the_wrapped_optimizer():
   assert int(agn['global_step']) == 7
 
 
-def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_path):
+def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_path, run_main):
   logdir = tmp_path / 'hvd'
   first = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode',
                      'train_eval', '--logdir', str(logdir), *SHORT, '--set', 'max_steps=20',
@@ -162,7 +162,7 @@ def test_run_py_train_eval_under_horovod_cases_writes_one_run_and_resumes(tmp_pa
   assert '(10000 examples)' in first.stdout
   # One worker cannot go on from the data position of two: refused in one line.
   from test_multi_worker import refuse_other_workers_or_batch  # pylint: disable=import-outside-toplevel
-  refuse_other_workers_or_batch(logdir, 20, SHORT, 64)
+  refuse_other_workers_or_batch(logdir, 20, SHORT, 64, run_main)
 
   second = horovodrun(os.path.join(ROOT, 'run.py'), '--config', SGD_CONFIG, '--mode', 'train',
                       '--logdir', str(logdir), *SHORT, '--set', 'max_steps=30',

@@ -151,14 +151,15 @@ def test_imagenet_tfrecords_train_and_eval_through_run_py(tmp_path):
   assert 'Traceback' not in broken.stderr
 
 
-def test_stop_and_resume_equals_straight_through(tmp_path):
+def test_stop_and_resume_equals_straight_through(tmp_path, run_main):
   common = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'deterministic=true',
             '--set', 'save_checkpoint_steps=4', '--set', 'data_layer_params.augment=true',
             '--set', 'print_loss_steps=1']
   run(*common, '--logdir', str(tmp_path / 'straight'), '--set', 'max_steps=30')
   resumed = tmp_path / 'resumed'
   run(*common, '--logdir', str(resumed), '--set', 'max_steps=6')
-  refused = run(*common, '--logdir', str(resumed), '--set', 'max_steps=30', check=False)
+  # Refused before anything is built: run.py's main() answers in this process.
+  refused = run_main(*common, '--logdir', resumed, '--set', 'max_steps=30')
   assert refused.returncode == 2 and 'not empty' in refused.stderr
 
   # Preempted at a random step: SIGTERM finishes the step, saves and exits 143.

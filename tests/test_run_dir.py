@@ -100,18 +100,19 @@ def test_infer_classifies_image_files_as_the_export_serves_their_pixels(
     np.testing.assert_allclose(given, p[top], atol=1.5e-4)
 
 
-def test_export_refuses_a_used_directory_and_a_missing_flag(trained, tmp_path):
+def test_export_refuses_a_used_directory_and_a_missing_flag(trained, tmp_path, run_main):
+  # Both refused before anything is built: run.py's main() answers in this process.
   logdir, _ = trained
   used = tmp_path / 'used'
   used.mkdir()
   (used / 'keep.txt').write_text('x')
-  result = run('--config', SGD_CONFIG, '--mode', 'export', '--logdir', str(logdir),
-               '--export_dir', str(used), check=False)
+  result = run_main('--config', SGD_CONFIG, '--mode', 'export', '--logdir', logdir,
+                    '--export_dir', used)
   assert result.returncode == 2 and result.stderr.strip() == (
       f'error: --export_dir {used} is not empty; give a new directory, an export is never '
       'written over another')
   assert (used / 'keep.txt').read_text() == 'x'
-  result = run('--config', SGD_CONFIG, '--mode', 'export', '--logdir', str(logdir), check=False)
+  result = run_main('--config', SGD_CONFIG, '--mode', 'export', '--logdir', logdir)
   assert result.returncode == 2
   assert result.stderr.strip() == 'error: --export_dir: required with --mode=export'
 
@@ -130,15 +131,16 @@ def test_eval_reads_the_latest_the_best_or_a_named_checkpoint(trained):
     assert f'top-1 {evals[step]:.4f}' in result.stdout, (choice, result.stdout)
 
 
-def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path):
+def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path, run_main):
   logdir, _ = trained
   result = run('--config', SGD_CONFIG, '--mode', 'eval', '--logdir', str(logdir),
                '--checkpoint', str(tmp_path / 'nope'), check=False)
   assert result.returncode == 2 and result.stderr.strip() == (
       f'error: --checkpoint={tmp_path / "nope"}: not a checkpoint nor a directory holding one; '
       'allowed: latest, best or a checkpoint path')
-  result = run('--config', SGD_CONFIG, '--mode', 'train', '--logdir', str(tmp_path / 'new'),
-               '--checkpoint', 'best', check=False)
+  # A flag refused before anything is built: run.py's main() answers in this process.
+  result = run_main('--config', SGD_CONFIG, '--mode', 'train', '--logdir', tmp_path / 'new',
+                    '--checkpoint', 'best')
   assert result.returncode == 2 and result.stderr.strip() == (
       'error: --checkpoint: only used with --mode=eval, export or infer, not --mode=train (to start '
       'from another run, use --init_checkpoint)')

@@ -140,15 +140,16 @@ def test_infer_reads_words_from_stdin_and_writes_their_pronunciations(trained, t
   assert target.read_text() == outputs[0].replace(chosen[0].upper(), chosen[0]) + '\n'
 
 
-def test_infer_mistakes_answer_in_one_line(trained, tmp_path):
+def test_infer_mistakes_answer_in_one_line(trained, tmp_path, run_main):
   config, logdir, _ = trained
   missing = run('--config', str(config), '--mode', 'infer', '--logdir', str(logdir),
                 '--infer_input', str(tmp_path / 'none.txt'), check=False)
   assert missing.returncode == 2
   assert missing.stderr.strip().splitlines()[-1] == (
       f'error: --infer_input {tmp_path / "none.txt"}: cannot be read (No such file or directory)')
-  wrong_mode = run('--config', str(config), '--mode', 'eval', '--logdir', str(logdir),
-                   '--infer_input', 'x.txt', check=False)
+  # A flag refused before anything is built: run.py's main() answers in this process.
+  wrong_mode = run_main('--config', config, '--mode', 'eval', '--logdir', logdir,
+                        '--infer_input', 'x.txt')
   assert wrong_mode.returncode == 2
   assert wrong_mode.stderr.strip() == ('error: --infer_input: only used with --mode=infer, '
                                        'not --mode=eval')
