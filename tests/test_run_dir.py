@@ -279,9 +279,10 @@ def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(t
 def resolved_views(config, overrides=()):
   """run.py's train and eval views of a config file, resolved and validated in this process."""
   from framework.config import config_file  # pylint: disable=import-outside-toplevel
+  from framework.config import validation  # pylint: disable=import-outside-toplevel
   views = {}
   for mode in ('train', 'eval'):
-    cfg = config_lib.load_configs(str(config), mode, list(overrides))[mode]
+    cfg = validation.load_configs(str(config), mode, list(overrides))[mode]
     views[mode] = config_file.to_yaml(cfg)
   return views
 
