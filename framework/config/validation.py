@@ -177,13 +177,15 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
 
 
 def _one_compression(config, result):
-  """``distribution_params.compression``, taken from OpenSeq2Seq's ``horovod_params`` where given there.
+  """``distribution_params.compression``, taken from OpenSeq2Seq's ``horovod_params`` where set there.
 
-  Both given, and different, is refused in one line.
+  The old key at its default, ``none``, says nothing (a run directory's
+  config.yaml records it so beside the new key). Set to another value, it is
+  taken, and the new key given differently is refused in one line.
   """
-  if 'compression' not in (config.get('horovod_params') or {}):
-    return result
   old = result['horovod_params']['compression']
+  if old == 'none':
+    return result
   if 'compression' in (config.get('distribution_params') or {}):
     new = result['distribution_params']['compression']
     if new != old:

@@ -669,6 +669,10 @@ def test_compression_is_a_distribution_param_and_its_old_place_is_still_read():
   both = check(base_config(horovod_params={'compression': 'fp16'},
                            distribution_params={'compression': 'fp16'}))
   assert both['distribution_params']['compression'] == 'fp16'
+  # A run directory's config.yaml holds the old key at its default beside the new one.
+  saved = check(base_config(horovod_params={'compression': 'none'},
+                            distribution_params={'compression': 'fp16'}))
+  assert saved['distribution_params']['compression'] == 'fp16'
   assert error_of(check, base_config(horovod_params={'compression': 'fp16'},
                                      distribution_params={'compression': 'none'})) == (
       "distribution_params.compression: 'none', but horovod_params.compression (its old place) "
