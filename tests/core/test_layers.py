@@ -112,12 +112,19 @@ def layer_files(root=ROOT):
   return files
 
 
+def layer_sources(root=ROOT, layer=None):
+  """Yields (relative path, source) of every checked file, or of ``layer``'s alone."""
+  for relative_path in layer_files(root):
+    if layer is None or layer_of(relative_path) == layer:
+      with open(os.path.join(root, relative_path), encoding='utf-8') as f:
+        yield relative_path, f.read()
+
+
 def all_forbidden_edges(root=ROOT):
   repo_names = repository_names(root)
   problems = []
-  for relative_path in layer_files(root):
-    with open(os.path.join(root, relative_path), encoding='utf-8') as f:
-      problems += forbidden_edges(relative_path, f.read(), repo_names)
+  for relative_path, source in layer_sources(root):
+    problems += forbidden_edges(relative_path, source, repo_names)
   return problems
 
 
@@ -213,10 +220,8 @@ def upward_room_edges(relative_path, source):
 
 def test_the_framework_rooms_import_one_way():
   problems = []
-  for relative_path in layer_files():
-    if layer_of(relative_path) == 'framework':
-      with open(os.path.join(ROOT, relative_path), encoding='utf-8') as f:
-        problems += upward_room_edges(relative_path, f.read())
+  for relative_path, source in layer_sources(layer='framework'):
+    problems += upward_room_edges(relative_path, source)
   assert not problems, 'imports up the framework rooms:\n' + '\n'.join(problems)
 
 
