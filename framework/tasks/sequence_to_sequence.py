@@ -38,10 +38,10 @@ import numpy as np
 import tensorflow as tf
 
 from core import sequence_metrics
-from core.params import ConfigError
 from data import DATA_LAYERS
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
+from framework import tasks
 from framework.engines import distributed
 from framework.tasks import base
 from models import MODELS
@@ -67,8 +67,9 @@ class SequenceToSequenceTask(base.Task):
   ``BEST_METRIC`` are set per instance).
 
   Raises:
-    ConfigError: for the classification loss's ``label_smoothing`` set in a
-      sequence config (the model's own ``model_params.label_smoothing`` is used).
+    ConfigError: for another task's key set in the config (the image
+      classifier's ``label_smoothing``: the model's own
+      ``model_params.label_smoothing`` is used).
   """
 
   NAME = 'sequence_to_sequence'
@@ -80,9 +81,8 @@ class SequenceToSequenceTask(base.Task):
 
   def __init__(self, config, eval_config=None):
     super().__init__(config, eval_config)
-    if config.get('label_smoothing'):
-      raise ConfigError('label_smoothing: the image classifiers\' setting; a sequence model '
-                        'smooths its loss with model_params.label_smoothing')
+    # The config layer refuses it already; a task built directly answers alike.
+    tasks.check_task_keys(config, self.NAME)
     self.sequence_errors, self.token_errors = metric_names(config['data_layer'])
     self.EVAL_METRICS = (self.sequence_errors, self.token_errors, 'loss', 'token_accuracy')
     self.BEST_METRIC = self.sequence_errors
