@@ -13,6 +13,7 @@ import math
 from framework.sweep import report
 from scripts.large_batch import seq2seq_plan as plan
 from scripts.large_batch import study
+from scripts.large_batch.critical_fit import critical_fit
 
 KEY = study.GLOBAL_BATCH
 
@@ -266,29 +267,6 @@ def efficiency_text(runs):
     parts.append(f'{arm.label}: ' + ', '.join(f'{base / (s * b):.2f} at {b}'
                                               for b, s in sorted(steps.items()) if b != plan.SMALL))
   return '; '.join(parts) + '.'
-
-
-def critical_fit(steps):
-  """``(S_min, B_crit)`` of S(B) = S_min·(1 + B_crit / B) fitted to ``{batch: S(B)}``, or None.
-
-  McCandlish et al. 2018: the updates to a result fall from S_min·B_crit/B
-  (small batches, the words fixed) to S_min (large ones, the updates fixed);
-  at B = B_crit a run needs twice the fewest updates and twice the fewest
-  words. S is linear in 1/B, so the fit is least squares of S on 1/B (exact
-  through two batches). None for fewer than two batches, or a fit whose
-  S_min or B_crit is not positive (the updates do not level off as the model
-  says).
-  """
-  if len(steps) < 2:
-    return None
-  xs = [1.0 / batch for batch in steps]
-  ys = list(steps.values())
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  slope_ = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-  s_min = my - slope_ * mx
-  if s_min <= 0 or slope_ <= 0:
-    return None
-  return s_min, slope_ / s_min
 
 
 def critical_text(runs):
