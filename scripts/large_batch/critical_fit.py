@@ -31,7 +31,7 @@ from scripts.large_batch import study
 FIELD = 'updates_to_target'
 
 
-class Fit(collections.namedtuple('Fit', ['s_min', 'b_crit', 'steps', 'missed'])):
+class Fit(collections.namedtuple('Fit', ['s_min', 'b_crit', 'steps', 'missed', 'bounded'])):
   """A fitted arm.
 
   Attributes:
@@ -40,6 +40,8 @@ class Fit(collections.namedtuple('Fit', ['s_min', 'b_crit', 'steps', 'missed']))
     steps: ``{batch: S(B)}``, the points fitted, in batch order.
     missed: ``{batch: updates}``: the batches whose runs (none of the arm's
       settings there) reached the target, with the updates a run there made.
+    bounded: the batches of ``steps`` whose S(B) is only an upper bound: a run
+      of the setting it comes from reached the target at its first evaluation.
   """
 
   @property
@@ -122,35 +124,66 @@ def run_curve(run):
 
 
 def with_updates(runs, target, metric=study.ACCURACY, interpolate=True):
-  """Copies of the finished ``runs`` with their updates to ``target`` under :data:`FIELD`."""
-  return [dict(run, **{FIELD: crossing(run_curve(run), target, metric, interpolate)})
-          for run in runs if run['status'] == 'ok']
+  """Copies of the finished ``runs`` with their updates to ``target`` under :data:`FIELD`.
+
+  A copy also says under ``'first'`` whether the run reached the target at
+  its first evaluation (its updates are then only an upper bound).
+  """
+  copies = []
+  for run in runs:
+    if run['status'] != 'ok':
+      continue
+    curve = run_curve(run)
+    updates = crossing(curve, target, metric, interpolate)
+    copies.append(dict(run, **{FIELD: updates,
+                               'first': updates is not None and updates == float(curve[0][0])}))
+  return copies
+
+
+def fewest(members):
+  """``(S, bounded)`` of one arm's runs at one batch (from :func:`with_updates`), or None.
+
+  S is the fewest mean updates to the target over the settings whose every
+  run reached it (study.by_setting tells the settings apart); ``bounded``,
+  whether a run of that setting reached it at its first evaluation.
+  """
+  best = None
+  for runs in study.by_setting(members).values():
+    if runs and all(r[FIELD] is not None for r in runs):
+      mean = sum(r[FIELD] for r in runs) / len(runs)
+      if best is None or mean < best[0]:
+        best = (mean, any(r['first'] for r in runs))
+  return best
 
 
 def updates_by_batch(runs, arm, key, target, metric=study.ACCURACY, interpolate=True):
-  """``({batch: S(B)}, {batch: updates of a run})`` of the runs labelled ``arm``.
+  """``({batch: S(B)}, {batch: updates of a run}, (batch, ...))`` of the runs labelled ``arm``.
 
   The first is the fewest mean updates to ``target`` over the arm's settings
   at each batch where a setting's every finished seed reached it; the second,
-  the most updates a run made at each batch where none did (its budget). An
-  arm that spans several sweeps is told apart by its runs' ``setting``
-  (:func:`study.mark_settings`).
+  the most updates a run made at each batch where none did (its budget); the
+  third, the batches of the first whose S(B) is only an upper bound
+  (:func:`fewest`). An arm that spans several sweeps is told apart by its
+  runs' ``setting`` (:func:`study.mark_settings`).
   """
   members = with_updates([r for r in runs if r['arm'] == arm], target, metric, interpolate)
-  reached, missed = {}, {}
+  reached, missed, bounded = {}, {}, []
   for batch in study.ordered_values(members, key):
     at = study.at_value(members, arm, key, batch)
-    value = study.steps_to_target(at, FIELD)
-    if value is not None:
-      reached[int(study.number(batch))] = value
-    else:
-      missed[int(study.number(batch))] = max(r.get('steps') or 0 for r in at)
-  return reached, missed
+    found = fewest(at)
+    batch = int(study.number(batch))
+    if found is None:
+      missed[batch] = max(r.get('steps') or 0 for r in at)
+      continue
+    reached[batch] = found[0]
+    if found[1]:
+      bounded.append(batch)
+  return reached, missed, tuple(bounded)
 
 
 def fit_arm(runs, arm, key, target, metric=study.ACCURACY, interpolate=True):
   """The :class:`Fit` of the runs labelled ``arm`` to ``target``."""
-  steps, missed = updates_by_batch(runs, arm, key, target, metric, interpolate)
+  steps, missed, bounded = updates_by_batch(runs, arm, key, target, metric, interpolate)
   fitted = critical_fit(steps)
   s_min, b_crit = fitted if fitted is not None else (None, None)
-  return Fit(s_min, b_crit, steps, missed)
+  return Fit(s_min, b_crit, steps, missed, bounded)

@@ -1,0 +1,422 @@
+"""Writes the tables of docs/critical_batch.md: the studies' critical batches against the measurements.
+
+  .venv/bin/python scripts/large_batch/critical_table.py           # rewrite the block
+  .venv/bin/python scripts/large_batch/critical_table.py --check   # exit 1 when the page is out of date
+
+The block between the page's ``<!-- critical-table:begin -->`` and
+``<!-- critical-table:end -->`` lines is made from archived files alone:
+
+- the two large-batch studies' runs (docs/results/large_batch_e48 and
+  docs/results/large_batch_seq2seq), to which S(B) = S_min·(1 + B_crit/B) is
+  fitted per optimizer (scripts/large_batch/critical_fit.py), on the updates at
+  which each run first reached the study's target: 90 % test accuracy for the
+  image study, 60 % dev WER for the sequence study;
+- the measurements, one directory each under docs/results/critical_batch/:
+  ``critical_batch.json``, written by ``run.py --mode=critical_batch`` (the
+  critical batch found by branching from a checkpoint), and ``run.log`` of an
+  ordinary training run, whose ``noise scale (B_simple): N <unit>`` line gives
+  the gradient noise scale (with ``result.json`` beside it, its wall time).
+
+A row whose directory (:data:`ROWS` names them) holds neither says "not
+measured yet"; a directory of another name gets a row of its own, without a
+study to hold it against. Nothing in the block is typed in by hand.
+"""
+
+import argparse
+import collections
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from configs.large_batch import common as image_recipe  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import results as sweep_results  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import seq2seq_plan  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from scripts.large_batch.seq2seq_report import TARGET_WER  # noqa: E402  pylint: disable=wrong-import-position
+
+BEGIN = '<!-- critical-table:begin -->'
+END = '<!-- critical-table:end -->'
+PAGE = os.path.join('docs', 'critical_batch.md')
+MEASUREMENTS = os.path.join('docs', 'results', 'critical_batch')
+COMMAND = '.venv/bin/python scripts/large_batch/critical_table.py'
+MEASURED_FILE = 'critical_batch.json'
+# A measurement agrees with a study's fit when their ratio is within this factor either way.
+WITHIN = 2.0
+# The last "noise scale (B_simple): N <unit>" line of a run's log (N may be n/a).
+NOISE_RE = re.compile(r'noise scale \(B_simple\):\s*(\S+)\s+([A-Za-z]+)(.*)$')
+STEP_RE = re.compile(r'^step (\d+) ')
+AT_STEP_RE = re.compile(r'at step (\d+)')
+
+Study = collections.namedtuple('Study', [
+    'name',        # the study's short name, as the block's lines give it
+    'page',        # its page, under docs/
+    'archive',     # its archived runs, relative to the repository
+    'sweeps',      # ((arm, (glob of sweep directories, ...)), ...) in table order
+    'metric',      # a study.Metric
+    'target',      # the metric's target, a fraction
+    'target_text',  # the target as the table says it
+    'epochs',      # its epoch budget, the same at every batch
+    'unit',        # its unit of batch
+    'units',       # {unit a measurement may give: its size in the study's unit}
+    'targets',     # the targets of the fits by target, around the study's own
+])
+
+IMAGE = Study(
+    'image study', 'large_batch.md', os.path.join('docs', 'results',
+                                                  f'large_batch_e{image_recipe.num_epochs}'),
+    (('SGD (lr tuned)', ('sgd',)), ('LARS (eeta tuned)', ('lars', 'lars_eeta*')),
+     ('LAMB', ('lamb',))),
+    study.ACCURACY, study.DEFAULT_TARGET, f'{study.DEFAULT_TARGET * 100:g} % test accuracy',
+    image_recipe.num_epochs, 'images', {'images': 1.0, 'examples': 1.0},
+    (0.85, 0.88, 0.90, 0.91, 0.92))
+SEQ2SEQ = Study(
+    'sequence study', 'large_batch_seq2seq.md', seq2seq_plan.DEFAULT_ARCHIVE,
+    tuple((arm.label, (arm.name,)) for arm in seq2seq_plan.ARMS),
+    study.WER, TARGET_WER, f'{TARGET_WER * 100:g} % dev WER', seq2seq_plan.EPOCHS, 'words',
+    {'words': 1.0, 'examples': 1.0, 'sequences': 1.0,
+     'tokens': 1.0 / seq2seq_plan.TOKENS_PER_WORD},
+    (0.7, 0.65, 0.6, 0.55, 0.5))
+STUDIES = (IMAGE, SEQ2SEQ)
+
+Row = collections.namedtuple('Row', ['name', 'workload', 'study', 'arm'])
+# Each row's measurement directory under MEASUREMENTS, its workload, and the study arm it is held against.
+ROWS = (
+    Row('fashion_mnist_sgd', 'Fashion-MNIST ResNet-8', IMAGE, 'SGD (lr tuned)'),
+    Row('fashion_mnist_lars', 'Fashion-MNIST ResNet-8', IMAGE, 'LARS (eeta tuned)'),
+    Row('fashion_mnist_lamb', 'Fashion-MNIST ResNet-8', IMAGE, 'LAMB'),
+    Row('cmudict_lamb', 'CMUdict Transformer', SEQ2SEQ, 'LAMB'),
+    Row('cmudict_adamw', 'CMUdict Transformer', SEQ2SEQ, 'AdamW'),
+    Row('cmudict_muon', 'CMUdict Transformer', SEQ2SEQ, 'Muon'),
+)
+
+
+def read_study(st, root=ROOT):
+  """Every archived run of a study's arms, labelled by arm, with their settings marked."""
+  runs = []
+  for arm, patterns in st.sweeps:
+    for pattern in patterns:
+      for directory in sorted(glob.glob(os.path.join(root, st.archive, pattern))):
+        if os.path.isdir(directory):
+          runs += study.read_runs(arm, directory, study.GLOBAL_BATCH, st.target, st.metric)
+  return study.mark_settings(runs)
+
+
+def study_cost(st, root=ROOT):
+  """``(runs, hours)``: every archived run of the study (failed ones too) and their summed wall time."""
+  runs = []
+  for directory in sorted(glob.glob(os.path.join(root, st.archive, '*', ''))):
+    runs += study.read_runs('', directory.rstrip(os.sep), study.GLOBAL_BATCH)
+  return len(runs), sum(r.get('wall_s') or 0.0 for r in runs) / 3600.0
+
+
+def fits(st, runs):
+  """``{arm: (Fit interpolated, Fit at the evaluations)}`` of a study's arms to its target."""
+  return {arm: tuple(critical_fit.fit_arm(runs, arm, study.GLOBAL_BATCH, st.target, st.metric,
+                                          interpolate)
+                     for interpolate in (True, False))
+          for arm, _ in st.sweeps}
+
+
+def by_target(st, runs):
+  """The lines of a table of each arm's B_crit (interpolated) at each of the study's ``targets``."""
+  percent = [f'{t * 100:g} %' for t in st.targets]
+  lines = [f'| {st.name}, by {st.target_text.split(" ", 2)[-1]} | ' + ' | '.join(percent) + ' |',
+           '|---|' + '---:|' * len(percent)]
+  for arm, _ in st.sweeps:
+    cells = []
+    for target in st.targets:
+      fit = critical_fit.fit_arm(runs, arm, study.GLOBAL_BATCH, target, st.metric)
+      text = number_text(fit.b_crit) if fit.fitted else 'no fit'
+      cells.append(f'{text} ({len(fit.steps)}{", ≤ at " if fit.bounded else ""}'
+                   f'{", ".join(str(b) for b in fit.bounded)})')
+    lines.append(f'| {arm} | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def noise_from_log(text):
+  """What the last ``noise scale (B_simple): N <unit>`` line of a run's log says, or None.
+
+  Returns:
+    ``{'value': N or None (n/a), 'unit', 'step': the step it was taken at or
+    None, 'steps': the run's steps or None}``. The step is the one the line
+    names (``at step S``), else the last step logged before it (a ``step S``
+    line, an evaluation or the final line); the run's steps are those of its
+    ``training ... for N steps`` line.
+  """
+  found, step, steps = None, None, None
+  for line in text.splitlines():
+    line = line.strip()
+    training, noise = sweep_results.TRAINING_RE.match(line), NOISE_RE.search(line)
+    final, evaluation = sweep_results.FINAL_RE.match(line), sweep_results.EVAL_RE.match(line)
+    if training:
+      steps = int(training.group(1))
+    for match, group in ((STEP_RE.match(line), 1), (evaluation, 1), (final, 5)):
+      if match:
+        step = int(match.group(group))
+    if noise:
+      at = AT_STEP_RE.search(noise.group(3))
+      found = {'value': study.number(noise.group(1).replace(',', '')),
+               'unit': noise.group(2), 'step': int(at.group(1)) if at else step, 'steps': steps}
+  return found
+
+
+def run_wall(directory, text):
+  """Seconds the run of ``directory`` took: result.json's ``wall_s``, else its sweep attempts', else None."""
+  path = os.path.join(directory, sweep_results.RESULT_FILE)
+  if os.path.isfile(path):
+    try:
+      with open(path, encoding='utf-8') as f:
+        wall = json.load(f).get('wall_s')
+      if wall is not None:
+        return float(wall)
+    except ValueError:
+      pass
+  seconds = [a['seconds'] for a in sweep_results.attempts(text) if a['seconds'] is not None]
+  return sum(seconds) if seconds else None
+
+
+def read_measurement(directory):
+  """``(critical_batch.json's dict or None, noise_from_log's dict or None, the run's wall or None)``.
+
+  Raises:
+    ValueError: a critical_batch.json that is not JSON.
+  """
+  branched = None
+  path = os.path.join(directory, MEASURED_FILE)
+  if os.path.isfile(path):
+    with open(path, encoding='utf-8') as f:
+      try:
+        branched = json.load(f)
+      except ValueError as exc:
+        raise ValueError(f'{path}: {exc}') from exc
+  text = sweep_results.read_log(directory)
+  return branched, noise_from_log(text), (run_wall(directory, text) if text else None)
+
+
+def in_unit(value, unit, st):
+  """``value`` of ``unit`` in the study's unit of batch, or None for a unit it has no size for."""
+  if value is None or st is None:
+    return None
+  size = st.units.get((unit or st.unit).lower())
+  return None if size is None else value * size
+
+
+def number_text(value):
+  """A batch or count as the table writes it: 4,281 (n/a for None)."""
+  return 'n/a' if value is None else f'{value:,.0f}'
+
+
+def ratio_text(value, reference):
+  """``value / reference`` and whether it is within :data:`WITHIN` of 1; '' without both."""
+  if value is None or not reference:
+    return ''
+  ratio = value / reference
+  inside = 1.0 / WITHIN <= ratio <= WITHIN
+  return f'{ratio:.2f} ' + ('(within 2x)' if inside else '(**not within 2x**)')
+
+
+def hours_text(seconds, study_hours):
+  """Wall seconds in hours, with their share of the study's hours."""
+  if seconds is None:
+    return 'n/a'
+  share = f' ({seconds / 3600.0 / study_hours * 100:.1f} % of the study)' if study_hours else ''
+  return f'{seconds / 3600.0:.2f} h' + share
+
+
+def fit_table(all_fits):
+  """The lines of the study fits' table."""
+  lines = ['| workload | optimizer | target | updates to it, S(B), by batch | not reached '
+           '(updates in the run) | S_min | B_crit | B_crit at the evaluations |',
+           '|---|---|---|---|---|---:|---:|---:|']
+  for st in STUDIES:
+    for arm, _ in st.sweeps:
+      fit, coarse = all_fits[st.name][arm]
+      steps = ', '.join(f'{b}: {"≤" if b in fit.bounded else ""}{s:.0f}'
+                        for b, s in fit.steps.items()) or 'none'
+      missed = ', '.join(f'{b} ({s})' for b, s in fit.missed.items()) or 'none'
+      lines.append(f'| {workload(st)} | {arm} | {st.target_text} | {steps} | {missed} | '
+                   f'{number_text(fit.s_min)} | {number_text(fit.b_crit)} {st.unit} | '
+                   f'{number_text(coarse.b_crit)} |')
+  return lines
+
+
+def workload(st):
+  """The workload of a study's rows."""
+  return next(row.workload for row in ROWS if row.study is st)
+
+
+def noise_cell(noise, branched, st):
+  """``(the B_simple cell, B_simple in the study's unit or None)``."""
+  parts, value = [], None
+  if noise is not None:
+    value = in_unit(noise['value'], noise['unit'], st) if st else noise['value']
+    where = 'at step ' + ('?' if noise['step'] is None else str(noise['step']))
+    if noise['step'] is not None and noise['steps']:
+      where += f' of {noise["steps"]} ({noise["step"] / noise["steps"] * 100:.0f} %)'
+    parts.append(f'{number_text(noise["value"])} {noise["unit"]}, {where}')
+  if branched is not None and branched.get('noise_scale') is not None:
+    at = (f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, at the branches\' '
+          f'checkpoint (step {branched.get("checkpoint_step", "?")})')
+    parts.append(at)
+    if value is None:
+      value = in_unit(branched['noise_scale'], branched.get('unit'), st) if st else None
+  return ('; '.join(parts) or 'not measured yet'), value
+
+
+def branched_cell(branched, st):
+  """``(the branched critical batch's cell, the batch in the study's unit or None)``."""
+  if branched is None:
+    return 'not measured yet', None
+  unit = branched.get('unit', '')
+  batch = branched.get('critical_batch')
+  where = f'from step {branched.get("checkpoint_step", "?")}'
+  if batch is None:
+    largest = max((b.get('batch') or 0 for b in branched.get('branches') or []), default=None)
+    return f'none up to {number_text(largest)} {unit}, {where}', None
+  return f'{number_text(batch)} {unit}, {where}', in_unit(batch, unit, st)
+
+
+def measurement_rows(measurements, all_fits, costs):
+  """The rows of the measurements' table, and the lines of detail under it."""
+  named = {row.name for row in ROWS}
+  others = sorted(os.path.basename(d.rstrip(os.sep))
+                  for d in glob.glob(os.path.join(measurements, '*', ''))
+                  if os.path.basename(d.rstrip(os.sep)) not in named)
+  rows = list(ROWS) + [Row(name, None, None, None) for name in others]
+  lines = ['| workload | optimizer | study\'s B_crit (target) | B_simple (when) | B_simple / B_crit '
+           '| branched critical batch | branched / B_crit | wall: training run | wall: branches |',
+           '|---|---|---|---|---|---|---|---|---|']
+  details = []
+  for row in rows:
+    branched, noise, wall = read_measurement(os.path.join(measurements, row.name))
+    st = row.study
+    fit = all_fits[st.name][row.arm][0] if st else None
+    study_hours = costs[st.name][1] if st else None
+    reference = fit.b_crit if fit else None
+    if st is None:
+      fitted = 'no study'
+    elif reference is None:
+      fitted = f'no fit ({st.target_text})'
+    else:
+      fitted = f'{number_text(reference)} {st.unit} ({st.target_text})'
+    noise_text, noise_value = noise_cell(noise, branched, st)
+    batch_text, batch_value = branched_cell(branched, st)
+    branches_wall = branched.get('wall_s') if branched else None
+    measured = branched is not None or noise is not None
+    lines.append(f'| {row.workload or (branched or {}).get("config") or row.name} | '
+                 f'{row.arm or row.name} | {fitted} | {noise_text} | '
+                 f'{ratio_text(noise_value, reference)} | {batch_text} | '
+                 f'{ratio_text(batch_value, reference)} | '
+                 f'{hours_text(wall, study_hours) if noise else ""} | '
+                 f'{hours_text(branches_wall, study_hours) if branched else ""} |')
+    if measured:
+      details.append(detail_line(row, branched))
+  return lines, details
+
+
+def detail_line(row, branched):
+  """One measured row's line under the table: its directory, config and branches."""
+  text = f'- `{row.name}`'
+  if branched is None:
+    return text + ': a training run\'s log only.'
+  text += f': `{branched.get("config", "?")}`'
+  if branched.get('tolerance') is not None:
+    text += f', tolerance {branched["tolerance"]:g}'
+  branches = []
+  for branch in branched.get('branches') or []:
+    part = f'{number_text(branch.get("batch"))}: {branch.get("updates", "?")} updates'
+    if branch.get('heldout_loss') is not None:
+      part += f', held-out loss {branch["heldout_loss"]:.4f}'
+    if branch.get('gap') is not None:
+      part += f', gap {branch["gap"]:+.4f}'
+    branches.append(part)
+  return text + ('; branches ' + '; '.join(branches) if branches else '') + '.'
+
+
+def block(measurements=None, root=ROOT):
+  """The generated block of the page (markdown, without the markers)."""
+  measurements = measurements or os.path.join(root, MEASUREMENTS)
+  runs = {st.name: read_study(st, root) for st in STUDIES}
+  all_fits = {st.name: fits(st, runs[st.name]) for st in STUDIES}
+  costs = {st.name: study_cost(st, root) for st in STUDIES}
+  lines = ['', '### The studies\' fits', '']
+  lines += fit_table(all_fits)
+  lines += ['', 'S(B) is counted in updates, B in ' + ' and '.join(
+      f'{st.unit} ({st.name})' for st in STUDIES) + '; the batches in the first column of '
+      'numbers went into the fit. Every run of a study had the same epochs at every batch ('
+      + ', '.join(f'{st.epochs:g} in the {st.name}' for st in STUDIES) + '), so a batch that '
+      'would need more epochs than that to reach the target is only "not reached". A ≤ marks '
+      'an S(B) reached at a run\'s first evaluation, with none before it to interpolate from: '
+      'only an upper bound. The last column counts each run\'s updates at the first evaluation that reached the '
+      'target instead of interpolating.']
+  lines += ['', 'B_crit by target, from the same runs (interpolated; in brackets, how many '
+               'batches reached the target and went into the fit, and the batches whose S(B) '
+               'is only an upper bound), the study\'s own target among them:', '']
+  for st in STUDIES:
+    lines += by_target(st, runs[st.name]) + ['']
+  lines += ['### The measurements against the fits', '']
+  rows, details = measurement_rows(measurements, all_fits, costs)
+  lines += rows + ['']
+  lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. '
+               'The studies\' cost, for the wall columns: ' + '; '.join(
+                   f'the {st.name}, {costs[st.name][0]} runs, {costs[st.name][1]:.1f} hours'
+                   for st in STUDIES)
+               + ' (the sums of their archived runs\' wall times, on 2-core machines).')
+  if details:
+    lines += ['', 'Measured:', ''] + details
+  lines.append('')
+  return '\n'.join(lines)
+
+
+def page_with(text, generated):
+  """``text`` with the lines between the markers replaced by ``generated``.
+
+  Raises:
+    ValueError: when the text lacks the two markers, in that order.
+  """
+  begin, end = text.find(BEGIN), text.find(END)
+  if begin < 0 or end < begin:
+    raise ValueError(f'no {BEGIN} ... {END} block')
+  return text[:begin + len(BEGIN)] + '\n' + generated + text[end:]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--check', action='store_true',
+                      help='only say whether the page is up to date (exit 1 when it is not)')
+  parser.add_argument('--page', default=os.path.join(ROOT, PAGE),
+                      help=f'the page holding the block (default {PAGE})')
+  parser.add_argument('--measurements', default=os.path.join(ROOT, MEASUREMENTS),
+                      help=f'one directory per measurement (default {MEASUREMENTS})')
+  parser.add_argument('--root', default=ROOT,
+                      help='the checkout whose archived study runs are fitted (default: this one)')
+  args = parser.parse_args(argv)
+  try:
+    with open(args.page, encoding='utf-8') as f:
+      text = f.read()
+    updated = page_with(text, block(args.measurements, args.root))
+  except (OSError, ValueError) as exc:
+    print(f'error: {args.page}: {exc}', file=sys.stderr)
+    return 2
+  if args.check:
+    if updated != text:
+      print(f'{args.page} is out of date: run {COMMAND}', file=sys.stderr)
+      return 1
+    print(f'{args.page} is up to date')
+    return 0
+  if updated != text:
+    with open(args.page, 'w', encoding='utf-8') as f:
+      f.write(updated)
+    print(f'wrote {args.page}')
+  else:
+    print(f'{args.page} is up to date')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
