@@ -21,10 +21,12 @@ loops through ``optimize_loss``.
 
 import tensorflow as tf
 
+from core import noise_scale as noise_scale_formulas
 from optimizers import allreduce
 from optimizers import backend
 from optimizers import exclusions
 from optimizers import stages
+from optimizers.noise_scale import NoiseScale
 from optimizers import validation
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
@@ -45,6 +47,9 @@ class Update:
       boolean tensor, False to stop there; the pipeline runs the rest of the
       chain under ``tf.cond`` on it.
     larc_factors: {variable index: LARC factor}, set by ``Larc``.
+    noise_small: the mean squared norm of the update's small-batch gradients
+      (``noise_scale.NoiseScale.take``), averaged over the workers by
+      ``AllReduce``; None when the noise scale is not measured.
   """
 
   def __init__(self, learning_rate):
@@ -53,6 +58,7 @@ class Update:
     self.checked = None
     self.go_on = None
     self.larc_factors = {}
+    self.noise_small = None
 
 
 def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
@@ -104,13 +110,21 @@ class GradientPipeline(tf.Module):
       still read when it is not given.
     log_global_norm: compute the global gradient norm every step for logging
       (it is computed anyway when clipping or summarising it).
+    noise_scale: measure the gradient noise scale (``noise_scale.NoiseScale``)
+      from the update's small-batch gradients: its micro-batches, the
+      workers' gradients before the all-reduce, and the parts of a micro-step
+      (``__call__``); it needs two or more of them per update.
+    noise_scale_params: ``micro_batch``, the examples (or words) of one
+      small-batch gradient, so that B_simple is in examples (default 1: in
+      small batches); ``parts``, the loss functions each micro-step is given
+      as (default 1); ``decay``, of the estimates' moving averages (0.99).
   """
 
   def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
                dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
                loss_scaling=1.0, loss_scaling_params=None, multi_worker=False, iter_size=1,
                horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None,
-               compression=None):
+               compression=None, noise_scale=False, noise_scale_params=None):
     super().__init__(name=name)
     self.var_list = list(var_list)
     if not self.var_list:
@@ -123,9 +137,10 @@ class GradientPipeline(tf.Module):
     self.summaries = validation.check_summaries(summaries)
     self.multi_worker = bool(multi_worker if on_horovod is None else on_horovod)
     self.log_global_norm = log_global_norm
-    # The global norm is taken when clipping, logging or summarising it.
+    self.noise_scale_params = dict(noise_scale_params or {}) if noise_scale else None
+    # The global norm is taken when clipping, logging or summarising it, and for the noise scale.
     self._with_norm = (self.clip_gradients is not None or self.log_global_norm
-                       or 'global_gradient_norm' in self.summaries)
+                       or 'global_gradient_norm' in self.summaries or bool(noise_scale))
     if self.multi_worker and allreduce.engine_name() == allreduce.NONE:
       # OpenSeq2Seq's on_horovod=True starts Horovod; an engine already running serves as it is.
       allreduce.init()
@@ -159,20 +174,47 @@ class GradientPipeline(tf.Module):
     self.optimizer.build(list(self.update_vars))
     self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
                         else None)
+    self.noise = self._noise_scale()
     self.chain = self._chain()
     self.larc = (stages.Larc(self.larc_params, self.update_vars)
                  if self.larc_params is not None else None)
+
+  def _averages_workers(self):
+    """Whether the update averages the workers' gradients (the ``AllReduce`` stage).
+
+    An optimizer that communicates by itself (AGN: once per period) is not
+    given gradients averaged every update.
+    """
+    return self.multi_worker and not getattr(self.optimizer, 'COMMUNICATES_ITSELF', False)
+
+  def _noise_scale(self):
+    """The ``NoiseScale`` stage when the noise scale is measured, else None."""
+    if self.noise_scale_params is None:
+      return None
+    params = self.noise_scale_params
+    unknown = sorted(set(params) - {'micro_batch', 'parts', 'decay'})
+    if unknown:
+      raise ValueError(f'noise_scale_params: unknown key(s) {unknown}; allowed: decay, '
+                       'micro_batch, parts')
+    workers = allreduce.size() if self._averages_workers() else 1
+    sources = self.iter_size * workers * int(params.get('parts', 1))
+    if sources < 2:
+      raise ValueError('noise_scale needs two or more small-batch gradients per update '
+                       '(iter_size >= 2, two or more workers, or a micro-step in two parts); '
+                       f'this update has {sources}')
+    return NoiseScale(sources, params.get('micro_batch', 1.0),
+                      params.get('decay', noise_scale_formulas.DEFAULT_DECAY))
 
   def _chain(self):
     """Stages 2-5, those before the optimizer's call; LARC (6) is handed to that call."""
     chain = []
     if self.accumulator is not None:
       chain.append(stages.Accumulate(self.accumulator, self.micro_step, self.iter_size))
-    # An optimizer that communicates by itself (AGN: once per period) is not
-    # given gradients averaged every update.
-    if self.multi_worker and not getattr(self.optimizer, 'COMMUNICATES_ITSELF', False):
+    if self._averages_workers():
       chain.append(stages.AllReduce(self.compression, self.allreduce_count))
     chain.append(stages.FiniteCheck(self.loss_scaler, self._with_norm, self.last_global_norm))
+    if self.noise is not None:
+      chain.append(self.noise)
     if self.clip_gradients is not None:
       chain.append(stages.Clip(self.clip_gradients))
     return chain
@@ -223,6 +265,8 @@ class GradientPipeline(tf.Module):
       items['accumulators'] = list(self.accumulator.sums)
     if self.masters is not None and self.masters.has_half:
       items['master_weights'] = self._half_masters()
+    if self.noise is not None:
+      items['noise_scale'] = self.noise
     return items
 
   def state_variables(self):
@@ -234,6 +278,8 @@ class GradientPipeline(tf.Module):
       result += list(self.accumulator.sums)
     if self.masters is not None:
       result += self._half_masters()
+    if self.noise is not None:
+      result += list(self.noise.variables)
     return result
 
   def _half_masters(self):
@@ -247,7 +293,10 @@ class GradientPipeline(tf.Module):
     Args:
       loss_fn: zero-argument callable returning the loss of one micro-batch, or
         a pair (loss, dict of tensors): the dict (e.g. the batch's accuracy)
-        is returned among the metrics.
+        is returned among the metrics. A list of such callables gives the
+        micro-batch in parts (``noise_scale_params['parts']`` of them): the
+        micro-step's gradient, loss and dict are their means, and each
+        part's gradient is a small-batch gradient of the noise scale.
       skip_update: optional boolean; True accumulates only. When None the
         update happens every ``iter_size`` micro-steps.
 
@@ -258,13 +307,15 @@ class GradientPipeline(tf.Module):
       finite); ``global_step`` after this micro-step; ``next_learning_rate``
       and ``next_loss_scale``, those of the next update; ``global_norm``,
       when it is computed, of the latest update's gradients before clipping
-      (on an accumulation-only micro-step, the previous update's); and the
-      entries of ``loss_fn``'s dict.
+      (on an accumulation-only micro-step, the previous update's); with the
+      noise scale, ``noise_scale`` (B_simple), ``noise_gradient_sq``,
+      ``noise_trace`` and ``noise_updates`` (``NoiseScale.estimates``); and
+      the entries of ``loss_fn``'s dict.
     """
     loss_scale = self.loss_scaler.loss_scale
     metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
     # 1. loss × S -> float32 gradients -> × 1/S
-    loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
+    loss, grads = self._gradients(loss_fn, loss_scale, metrics)
     # 2. accumulation: the chain runs when an update is due.
     if self.accumulator is None:
       due = tf.constant(True)
@@ -279,11 +330,36 @@ class GradientPipeline(tf.Module):
                    next_loss_scale=tf.identity(self.loss_scaler.loss_scale))
     if self._with_norm:
       metrics['global_norm'] = tf.identity(self.last_global_norm)
+    if self.noise is not None:
+      metrics.update(self.noise.estimates())
     return metrics
+
+  def _gradients(self, loss_fn, loss_scale, metrics):
+    """(loss, gradients) of a micro-step, given whole or in parts; each adds to the noise scale."""
+    if callable(loss_fn):
+      loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
+      if self.noise is not None:
+        self.noise.add(grads)
+      return loss, grads
+    losses, parts, extras = [], [], []
+    for part in loss_fn:
+      extra = {}
+      loss, grads = stages.scaled_gradients(part, self.var_list, loss_scale, extras=extra)
+      if self.noise is not None:
+        self.noise.add(grads)
+      losses.append(loss)
+      parts.append(grads)
+      extras.append(extra)
+    for name in extras[0]:
+      metrics[name] = tf.add_n([tf.cast(e[name], tf.float32) for e in extras]) / len(extras)
+    return tf.add_n(losses) / len(losses), stages.mean_gradients(parts)
 
   def _update(self, grads):
     """The chain on one update's gradients; returns whether the update was applied."""
-    return self._run(self.chain, grads, Update(self.learning_rate()))
+    update = Update(self.learning_rate())
+    if self.noise is not None:
+      update.noise_small = self.noise.take()
+    return self._run(self.chain, grads, update)
 
   def _run(self, chain, grads, update):
     """Runs ``chain`` in order, the rest of it under ``tf.cond`` after a stage that may stop it."""

@@ -151,6 +151,23 @@ def gradient_statistics_reference(grads, with_norm):
   return has_nan, amax, (global_norm(grads) if with_norm else None)
 
 
+def mean_gradients(parts):
+  """The mean of several lists of gradients (None where all are None; IndexedSlices stay sparse)."""
+  inverse = 1.0 / len(parts)
+  result = []
+  for grads in zip(*parts):
+    present = [g for g in grads if g is not None]
+    if not present:
+      result.append(None)
+    elif all(isinstance(g, tf.IndexedSlices) for g in present):
+      result.append(tf.IndexedSlices(tf.concat([g.values for g in present], 0) * inverse,
+                                     tf.concat([g.indices for g in present], 0),
+                                     present[0].dense_shape))
+    else:
+      result.append(tf.add_n([tf.convert_to_tensor(g) for g in present]) * inverse)
+  return result
+
+
 def clip_by_global_norm(grads, clip_norm, use_norm=None):
   """Scales every gradient by clip_norm / max(global_norm, clip_norm).
 
@@ -183,8 +200,15 @@ class AllReduce:
     self.count = count
 
   def __call__(self, grads, update):
-    del update
-    grads = allreduce.average(grads, self.compression)
+    if update.noise_small is None:
+      grads = allreduce.average(grads, self.compression)
+    elif self.compression == 'none':
+      # The noise scale's mean |g_small|² travels in the gradients' all-reduce.
+      *grads, update.noise_small = allreduce.average(list(grads) + [update.noise_small], 'none')
+    else:
+      # Not in float16: a squared norm may be beyond its range.
+      grads = allreduce.average(grads, self.compression)
+      update.noise_small, = allreduce.average([update.noise_small], 'none')
     self.count.assign_add(1)
     return grads
 
