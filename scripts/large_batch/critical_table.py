@@ -1,7 +1,7 @@
-"""Writes the tables of docs/critical_batch.md: the studies' critical batches against the measurements.
+"""Writes the tables of docs/critical_batch.md: the studies' critical batches and the measurements.
 
   .venv/bin/python scripts/large_batch/critical_table.py           # rewrite the block
-  .venv/bin/python scripts/large_batch/critical_table.py --check   # exit 1 when the page is out of date
+  .venv/bin/python scripts/large_batch/critical_table.py --check   # exit 1 when the page is stale
 
 The block between the page's ``<!-- critical-table:begin -->`` and
 ``<!-- critical-table:end -->`` lines is made from archived files alone:
@@ -32,7 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from configs.large_batch import common as image_recipe  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import results as sweep_results  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import seq2seq_plan  # noqa: E402  pylint: disable=wrong-import-position
@@ -45,6 +45,9 @@ PAGE = os.path.join('docs', 'critical_batch.md')
 MEASUREMENTS = os.path.join('docs', 'results', 'critical_batch')
 COMMAND = '.venv/bin/python scripts/large_batch/critical_table.py'
 MEASURED_FILE = 'critical_batch.json'
+# The image study's epochs at every batch, from its shared recipe (they name its archive).
+IMAGE_EPOCHS = config_file.load_config_file(
+    os.path.join(ROOT, 'configs', 'large_batch', 'common.py'))['base_params']['num_epochs']
 # A measurement agrees with a study's fit when their ratio is within this factor either way.
 WITHIN = 2.0
 # The last "noise scale (B_simple): N <unit>" line of a run's log (N may be n/a).
@@ -54,7 +57,6 @@ AT_STEP_RE = re.compile(r'at step (\d+)')
 
 Study = collections.namedtuple('Study', [
     'name',        # the study's short name, as the block's lines give it
-    'page',        # its page, under docs/
     'archive',     # its archived runs, relative to the repository
     'sweeps',      # ((arm, (glob of sweep directories, ...)), ...) in table order
     'metric',      # a study.Metric
@@ -67,15 +69,14 @@ Study = collections.namedtuple('Study', [
 ])
 
 IMAGE = Study(
-    'image study', 'large_batch.md', os.path.join('docs', 'results',
-                                                  f'large_batch_e{image_recipe.num_epochs}'),
+    'image study', os.path.join('docs', 'results', f'large_batch_e{IMAGE_EPOCHS}'),
     (('SGD (lr tuned)', ('sgd',)), ('LARS (eeta tuned)', ('lars', 'lars_eeta*')),
      ('LAMB', ('lamb',))),
     study.ACCURACY, study.DEFAULT_TARGET, f'{study.DEFAULT_TARGET * 100:g} % test accuracy',
-    image_recipe.num_epochs, 'images', {'images': 1.0, 'examples': 1.0},
+    IMAGE_EPOCHS, 'images', {'images': 1.0, 'examples': 1.0},
     (0.85, 0.88, 0.90, 0.91, 0.92))
 SEQ2SEQ = Study(
-    'sequence study', 'large_batch_seq2seq.md', seq2seq_plan.DEFAULT_ARCHIVE,
+    'sequence study', seq2seq_plan.DEFAULT_ARCHIVE,
     tuple((arm.label, (arm.name,)) for arm in seq2seq_plan.ARMS),
     study.WER, TARGET_WER, f'{TARGET_WER * 100:g} % dev WER', seq2seq_plan.EPOCHS, 'words',
     {'words': 1.0, 'examples': 1.0, 'sequences': 1.0,
@@ -84,7 +85,8 @@ SEQ2SEQ = Study(
 STUDIES = (IMAGE, SEQ2SEQ)
 
 Row = collections.namedtuple('Row', ['name', 'workload', 'study', 'arm'])
-# Each row's measurement directory under MEASUREMENTS, its workload, and the study arm it is held against.
+# Each row's measurement directory under MEASUREMENTS, its workload, and the study arm it is
+# held against.
 ROWS = (
     Row('fashion_mnist_sgd', 'Fashion-MNIST ResNet-8', IMAGE, 'SGD (lr tuned)'),
     Row('fashion_mnist_lars', 'Fashion-MNIST ResNet-8', IMAGE, 'LARS (eeta tuned)'),
@@ -107,7 +109,7 @@ def read_study(st, root=ROOT):
 
 
 def study_cost(st, root=ROOT):
-  """``(runs, hours)``: every archived run of the study (failed ones too) and their summed wall time."""
+  """``(runs, hours)``: the study's archived runs (failed ones too) and their summed wall time."""
   runs = []
   for directory in sorted(glob.glob(os.path.join(root, st.archive, '*', ''))):
     runs += study.read_runs('', directory.rstrip(os.sep), study.GLOBAL_BATCH)
@@ -166,7 +168,7 @@ def noise_from_log(text):
 
 
 def run_wall(directory, text):
-  """Seconds the run of ``directory`` took: result.json's ``wall_s``, else its sweep attempts', else None."""
+  """Seconds the run of ``directory`` took: result.json's ``wall_s``, else its sweep attempts'."""
   path = os.path.join(directory, sweep_results.RESULT_FILE)
   if os.path.isfile(path):
     try:
@@ -181,7 +183,7 @@ def run_wall(directory, text):
 
 
 def read_measurement(directory):
-  """``(critical_batch.json's dict or None, noise_from_log's dict or None, the run's wall or None)``.
+  """``(critical_batch.json or None, noise_from_log's dict or None, the run's wall or None)``.
 
   Raises:
     ValueError: a critical_batch.json that is not JSON.
@@ -239,9 +241,10 @@ def fit_table(all_fits):
       steps = ', '.join(f'{b}: {"≤" if b in fit.bounded else ""}{s:.0f}'
                         for b, s in fit.steps.items()) or 'none'
       missed = ', '.join(f'{b} ({s})' for b, s in fit.missed.items()) or 'none'
+      b_crit = f'{number_text(fit.b_crit)} {st.unit}' if fit.fitted else 'no fit'
       lines.append(f'| {workload(st)} | {arm} | {st.target_text} | {steps} | {missed} | '
-                   f'{number_text(fit.s_min)} | {number_text(fit.b_crit)} {st.unit} | '
-                   f'{number_text(coarse.b_crit)} |')
+                   f'{number_text(fit.s_min)} | {b_crit} | '
+                   f'{number_text(coarse.b_crit) if coarse.fitted else "no fit"} |')
   return lines
 
 
@@ -288,8 +291,9 @@ def measurement_rows(measurements, all_fits, costs):
                   for d in glob.glob(os.path.join(measurements, '*', ''))
                   if os.path.basename(d.rstrip(os.sep)) not in named)
   rows = list(ROWS) + [Row(name, None, None, None) for name in others]
-  lines = ['| workload | optimizer | study\'s B_crit (target) | B_simple (when) | B_simple / B_crit '
-           '| branched critical batch | branched / B_crit | wall: training run | wall: branches |',
+  lines = ['| workload | optimizer | study\'s B_crit (target) | B_simple (when) '
+           '| B_simple / B_crit | branched critical batch | branched / B_crit '
+           '| wall: training run | wall: branches |',
            '|---|---|---|---|---|---|---|---|---|']
   details = []
   for row in rows:
@@ -352,8 +356,8 @@ def block(measurements=None, root=ROOT):
       + ', '.join(f'{st.epochs:g} in the {st.name}' for st in STUDIES) + '), so a batch that '
       'would need more epochs than that to reach the target is only "not reached". A ≤ marks '
       'an S(B) reached at a run\'s first evaluation, with none before it to interpolate from: '
-      'only an upper bound. The last column counts each run\'s updates at the first evaluation that reached the '
-      'target instead of interpolating.']
+      'only an upper bound. The last column counts each run\'s updates at the first '
+      'evaluation that reached the target instead of interpolating.']
   lines += ['', 'B_crit by target, from the same runs (interpolated; in brackets, how many '
                'batches reached the target and went into the fit, and the batches whose S(B) '
                'is only an upper bound), the study\'s own target among them:', '']
