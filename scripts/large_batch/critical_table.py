@@ -50,8 +50,10 @@ IMAGE_EPOCHS = config_file.load_config_file(
     os.path.join(ROOT, 'configs', 'large_batch', 'common.py'))['base_params']['num_epochs']
 # A measurement agrees with a study's fit when their ratio is within this factor either way.
 WITHIN = 2.0
-# The last "noise scale (B_simple): N <unit>" line of a run's log (N may be n/a).
-NOISE_RE = re.compile(r'noise scale \(B_simple\):\s*(\S+)\s+([A-Za-z]+)(.*)$')
+# The last "noise scale (B_simple): ..." line of a run's log: "N <unit> (...)", or why there
+# is no number ("not measured", "unbounded (...)").
+NOISE_RE = re.compile(r'noise scale \(B_simple\):\s*(.*)$')
+VALUE_RE = re.compile(r'^([\d.,]+(?:[eE][-+]?\d+)?)\s+([A-Za-z]+)(.*)$')
 STEP_RE = re.compile(r'^step (\d+) ')
 AT_STEP_RE = re.compile(r'at step (\d+)')
 
@@ -141,13 +143,15 @@ def by_target(st, runs):
 
 
 def noise_from_log(text):
-  """What the last ``noise scale (B_simple): N <unit>`` line of a run's log says, or None.
+  """What the last ``noise scale (B_simple): N <unit> (...)`` line of a run's log says, or None.
 
   Returns:
-    ``{'value': N or None (n/a), 'unit', 'step': the step it was taken at or
-    None, 'steps': the run's steps or None}``. The step is the one the line
-    names (``at step S``), else the last step logged before it (a ``step S``
-    line, an evaluation or the final line); the run's steps are those of its
+    ``{'value': N or None, 'unit': its unit or None, 'text': the line after
+    the colon, 'step': the step it was taken at or None, 'steps': the run's
+    steps or None}``; a line without a number (``not measured``, ``unbounded
+    (...)``) has value and unit None. The step is the one the line names
+    (``at step S``), else the last step logged before it (a ``step S`` line,
+    an evaluation or the final line); the run's steps are those of its
     ``training ... for N steps`` line.
   """
   found, step, steps = None, None, None
@@ -161,9 +165,12 @@ def noise_from_log(text):
       if match:
         step = int(match.group(group))
     if noise:
-      at = AT_STEP_RE.search(noise.group(3))
-      found = {'value': study.number(noise.group(1).replace(',', '')),
-               'unit': noise.group(2), 'step': int(at.group(1)) if at else step, 'steps': steps}
+      said = noise.group(1).strip().split(' (global batch')[0]
+      value = VALUE_RE.match(said)
+      at = AT_STEP_RE.search(value.group(3) if value else said)
+      found = {'value': study.number(value.group(1).replace(',', '')) if value else None,
+               'unit': value.group(2) if value else None, 'text': said,
+               'step': int(at.group(1)) if at else step, 'steps': steps}
   return found
 
 
@@ -261,10 +268,16 @@ def noise_cell(noise, branched, st):
     where = 'at step ' + ('?' if noise['step'] is None else str(noise['step']))
     if noise['step'] is not None and noise['steps']:
       where += f' of {noise["steps"]} ({noise["step"] / noise["steps"] * 100:.0f} %)'
-    parts.append(f'{number_text(noise["value"])} {noise["unit"]}, {where}')
+    said = (f'{number_text(noise["value"])} {noise["unit"]}' if noise['value'] is not None
+            else noise['text'].replace('|', '\\|'))
+    parts.append(f'{said}, {where}')
   if branched is not None and branched.get('noise_scale') is not None:
-    at = (f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, at the branches\' '
-          f'checkpoint (step {branched.get("checkpoint_step", "?")})')
+    branch = branched.get('noise_scale_branch')
+    at = (f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, in the branch at '
+          f'{number_text(branch)} from step {branched.get("checkpoint_step", "?")}'
+          if branch is not None else
+          f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, from step '
+          f'{branched.get("checkpoint_step", "?")}')
     parts.append(at)
     if value is None:
       value = in_unit(branched['noise_scale'], branched.get('unit'), st) if st else None
@@ -279,9 +292,11 @@ def branched_cell(branched, st):
   batch = branched.get('critical_batch')
   where = f'from step {branched.get("checkpoint_step", "?")}'
   if batch is None:
-    largest = max((b.get('batch') or 0 for b in branched.get('branches') or []), default=None)
-    return f'none up to {number_text(largest)} {unit}, {where}', None
-  return f'{number_text(batch)} {unit}, {where}', in_unit(batch, unit, st)
+    return f'none measured, {where}', None
+  largest = max((b.get('batch') or 0 for b in branched.get('branches') or []), default=None)
+  # The largest branch still keeping up: the critical batch is that or more.
+  at_least = '≥' if batch == largest else ''
+  return f'{at_least}{number_text(batch)} {unit}, {where}', in_unit(batch, unit, st)
 
 
 def measurement_rows(measurements, all_fits, costs):
@@ -328,7 +343,7 @@ def detail_line(row, branched):
   text = f'- `{row.name}`'
   if branched is None:
     return text + ': a training run\'s log only.'
-  text += f': `{branched.get("config", "?")}`'
+  text += f': `{config_name(branched.get("config"))}`'
   if branched.get('tolerance') is not None:
     text += f', tolerance {branched["tolerance"]:g}'
   branches = []
@@ -338,8 +353,20 @@ def detail_line(row, branched):
       part += f', held-out loss {branch["heldout_loss"]:.4f}'
     if branch.get('gap') is not None:
       part += f', gap {branch["gap"]:+.4f}'
+    if branch.get('diverged'):
+      part += ', diverged'
     branches.append(part)
   return text + ('; branches ' + '; '.join(branches) if branches else '') + '.'
+
+
+def config_name(path):
+  """A config's path from its ``configs`` directory on (the mode records it absolute)."""
+  if not path:
+    return '?'
+  parts = path.replace(os.sep, '/').split('/')
+  if 'configs' not in parts:
+    return path
+  return '/'.join(parts[len(parts) - 1 - parts[::-1].index('configs'):])
 
 
 def block(measurements=None, root=ROOT):
@@ -366,7 +393,9 @@ def block(measurements=None, root=ROOT):
   lines += ['### The measurements against the fits', '']
   rows, details = measurement_rows(measurements, all_fits, costs)
   lines += rows + ['']
-  lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. '
+  lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. A '
+               '≥ marks a critical batch that is the largest branch measured: it is that or '
+               'more. '
                'The studies\' cost, for the wall columns: ' + '; '.join(
                    f'the {st.name}, {costs[st.name][0]} runs, {costs[st.name][1]:.1f} hours'
                    for st in STUDIES)

@@ -73,14 +73,16 @@ def fixture_tree(tmp_path):
                     'wall_s': 200},
                    {'batch': 16384, 'updates': 10, 'heldout_loss': 0.52, 'gap': 0.02,
                     'wall_s': 420}],
-      'checkpoint_step': 120, 'wall_s': 720.0, 'config': 'configs/large_batch/lars_8k.py'}))
+      'noise_scale_branch': 4096, 'checkpoint_step': 120, 'wall_s': 720.0,
+      'config': '/elsewhere/configs/large_batch/lars_8k.py'}))
   (lars / 'run.log').write_text(
       'training resnet_cifar for 400 steps (100 steps/epoch), global batch 4096 = 4096 per '
       'worker x 1 worker(s) x iter_size 1; starting at step 0\n'
       'step 390 epoch 3.90 loss 0.5000 lr 0.1 grad_norm 1 noise_scale 2900 images/sec 100.0\n'
       'step 400 epoch 4.00 loss 0.4900 lr 0.1 grad_norm 1 noise_scale 3000 images/sec 100.0\n'
       'eval at step 400: loss 0.3000, top-1 0.9200, top-5 0.9900 (10000 examples)\n'
-      'noise scale (B_simple): 3,000 examples\n')
+      'noise scale (B_simple): 3,000 examples (global batch 4096; the last ~100 of 400 '
+      'measured updates weigh)\n')
   (lars / 'result.json').write_text(json.dumps({'wall_s': 1800.0}))
   muon = measurements / 'cmudict_muon'
   muon.mkdir()
@@ -130,10 +132,10 @@ def test_the_table_fills_the_measured_rows_and_flags_the_ratios(tree):
   measured = rows(text, '### The measurements against the fits')
   lars = measured[('Fashion-MNIST ResNet-8', 'LARS (eeta tuned)')]
   assert lars[2] == '4,000 images (90 % test accuracy)'
-  assert lars[3] == ('3,000 examples, at step 400 of 400 (100 %); 2,500 examples, at the '
-                     "branches' checkpoint (step 120)")
+  assert lars[3] == ('3,000 examples, at step 400 of 400 (100 %); 2,500 examples, in the '
+                     'branch at 4,096 from step 120')
   assert lars[4] == '0.75 (within 2x)'  # 3000 / 4000
-  assert lars[5] == '16,384 examples, from step 120'
+  assert lars[5] == '≥16,384 examples, from step 120'  # the largest branch kept up
   assert lars[6] == '4.10 (**not within 2x**)'  # 16384 / 4000
   # 1800 s and 720 s against the study's seven hours.
   assert lars[7] == '0.50 h (7.1 % of the study)' and lars[8] == '0.20 h (2.9 % of the study)'
@@ -173,7 +175,7 @@ def test_check_fails_on_a_stale_table_and_passes_on_a_fresh_one(tree, capsys):
   text = open(tree['page'], encoding='utf-8').read()
   sgd = rows(text, '### The measurements against the fits')[('Fashion-MNIST ResNet-8',
                                                               'SGD (lr tuned)')]
-  assert sgd[5] == 'none up to 512 examples, from step 10' and sgd[6] == ''
+  assert sgd[5] == 'none measured, from step 10' and sgd[6] == ''
 
 
 def test_a_page_without_the_markers_is_refused(tree, capsys):
@@ -187,9 +189,18 @@ def test_the_noise_line_of_a_log():
   log = ('training x for 200 steps\nstep 100 epoch 1\nnoise scale (B_simple): 10 words\n'
          'step 200 epoch 2\nfinal test wer: 0.3 (per 0.1) at step 200\n'
          'noise scale (B_simple): 1.5e3 words\n')
-  assert table.noise_from_log(log) == {'value': 1500.0, 'unit': 'words', 'step': 200, 'steps': 200}
-  assert table.noise_from_log('noise scale (B_simple): n/a examples\n') == {
-      'value': None, 'unit': 'examples', 'step': None, 'steps': None}
+  assert table.noise_from_log(log) == {'value': 1500.0, 'unit': 'words', 'text': '1.5e3 words',
+                                       'step': 200, 'steps': 200}
+  unbounded = ('unbounded (the |G|² estimate is not positive yet) (global batch 8; the last ~3 '
+               'of 3 measured updates weigh)')
+  assert table.noise_from_log(f'step 3 x\nnoise scale (B_simple): {unbounded}\n') == {
+      'value': None, 'unit': None, 'step': 3, 'steps': None,
+      'text': 'unbounded (the |G|² estimate is not positive yet)'}
+  # In the table its bars are escaped, not cells.
+  cell, value = table.noise_cell(table.noise_from_log(f'noise scale (B_simple): {unbounded}'),
+                                 None, table.IMAGE)
+  assert cell == 'unbounded (the \\|G\\|² estimate is not positive yet), at step ?'
+  assert value is None
   assert table.noise_from_log('step 3 epoch 1\n') is None
 
 
