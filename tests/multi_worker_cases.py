@@ -155,9 +155,48 @@ def late_rank_case(rounds=10, late_seconds=0.05):
           'wakes_on_enqueue': np.array(distributed.wakes_on_enqueue())}
 
 
+def noise_scale_case(workers=None):
+  """Momentum with the noise scale measured, on ``data``: its estimates after each update.
+
+  Under two workers each update averages the two workers' gradients of rows
+  r::2 (iter_size 1); a single process (``workers=1``) takes the same rows as
+  two micro-batches of iter_size 2, which is the same update and the same
+  pair of small-batch gradients.
+  """
+  from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
+  size = workers or distributed.size()
+  net = model()
+  pipeline = GradientPipeline(
+      net.trainable_variables, 'Momentum', {'momentum': 0.9, 'learning_rate': 0.1},
+      multi_worker=size > 1, iter_size=1 if size > 1 else 2, noise_scale=True,
+      noise_scale_params={'micro_batch': BATCH // 2, 'decay': 0.9})
+
+  @tf.function
+  def step(xb, yb):
+    return pipeline(lambda: tf.reduce_mean(tf.square(net(xb) - yb)))
+
+  x, y = data(STEPS, BATCH)
+  estimates = []
+  for i in range(STEPS):
+    rows = slice(i * BATCH, (i + 1) * BATCH)
+    if size > 1:
+      metrics = step(tf.constant(my_rows(x[rows])), tf.constant(my_rows(y[rows])))
+    else:
+      for r in range(2):
+        metrics = step(tf.constant(x[rows][r::2]), tf.constant(y[rows][r::2]))
+    estimates.append([float(metrics[k]) for k in ('noise_scale', 'noise_gradient_sq',
+                                                  'noise_trace', 'noise_updates')])
+  result = {f'w{i}': v.numpy() for i, v in enumerate(net.trainable_variables)}
+  result['estimates'] = np.array(estimates)
+  result['engine'] = np.array(distributed.engine_name())
+  return result
+
+
 def run(name):
   if name == 'late_rank':
     return late_rank_case()
+  if name == 'noise_scale':
+    return noise_scale_case()
   if name.startswith('agn'):
     return agn_case(int(name[len('agn'):]))
   if name.startswith('single_'):
@@ -168,7 +207,7 @@ def run(name):
 # The cases the two-worker tests read, run once per engine (tests/conftest.py).
 TRAINED = ['momentum', 'lars_larc_scaling', 'momentum_iter3', 'backoff_overflow',
            'lamb_larc_skip', 'adam_larc_skip']
-ALL = TRAINED + ['agn3', 'momentum_fp16', 'single_momentum']
+ALL = TRAINED + ['agn3', 'momentum_fp16', 'single_momentum', 'noise_scale']
 HOROVOD_ONLY = ['late_rank']  # Horovod's negotiation cycle
 
 

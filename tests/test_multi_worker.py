@@ -131,6 +131,19 @@ def test_two_workers_equal_one_worker_on_the_combined_batch_under_both_engines(
     assert float(result['loss_scale']) == float(single['loss_scale'])
 
 
+def test_both_engines_measure_the_noise_scale_of_one_worker_on_the_same_rows(
+    tf_config_cases, horovod_cases):
+  # Two workers' gradients of rows r::2, averaged by the all-reduce, are the same pair of
+  # small-batch gradients as one worker's two micro-batches of those rows (iter_size 2).
+  single = multi_worker_cases.noise_scale_case(workers=1)
+  for cases in (tf_config_cases, horovod_cases):
+    ranks = [load(cases, 'noise_scale', r) for r in (0, 1)]
+    np.testing.assert_array_equal(ranks[0]['estimates'], ranks[1]['estimates'])
+    np.testing.assert_allclose(ranks[0]['estimates'], single['estimates'], rtol=2e-4)
+    assert ranks[0]['estimates'][-1, 3] == multi_worker_cases.STEPS  # updates measured
+  assert np.all(np.isfinite(single['estimates'][:, 1:]))
+
+
 def test_an_overflow_on_one_worker_skips_the_update_on_every_worker(tf_config_cases):
   a, b = (load(tf_config_cases, 'backoff_overflow', r) for r in (0, 1))
   # Six micro-batches, the third not finite (an infinity in rank 1's rows only):

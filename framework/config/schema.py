@@ -109,6 +109,16 @@ LR_SCALING_SCHEMA = {
     'reference_batch': Param(int, 256, check=positive, doc='the global batch of the base rate'),
 }
 
+def _decay(value):
+  return None if 0.0 <= value < 1.0 else 'must be in [0, 1)'
+
+
+NOISE_SCALE_SCHEMA = {
+    'decay': Param(float, 0.99, check=_decay,
+                   doc="the estimates' moving averages (bias-corrected): about the last "
+                       '1/(1 - decay) updates weigh'),
+}
+
 SCHEMA = {
     'model': _NameOrObject('callable', callable, doc='registered model name, or the builder itself'),
     'model_params': Param(dict, {}, doc="checked against the model's PARAMS"),
@@ -137,6 +147,12 @@ SCHEMA = {
                                              'float32'),
     'max_grad_norm': Param(float, None, check=positive, doc='clip gradients to this global norm'),
     'iter_size': Param(int, 1, check=_at_least_one, doc='micro-batches accumulated per update'),
+    'noise_scale': Param((bool, str), 'auto', choices=('auto', True, False), case_insensitive=True,
+                         doc='measure the gradient noise scale B_simple (docs/critical_batch.md); '
+                             'auto: when it costs no extra pass (iter_size >= 2 or 2+ workers); '
+                             "true: also on one worker with iter_size 1, from the step's batch "
+                             'in two halves'),
+    'noise_scale_params': DictParam(NOISE_SCALE_SCHEMA, {}, doc='how the noise scale is smoothed'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
     'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
     'summaries': ListParam(validation.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],

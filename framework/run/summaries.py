@@ -65,6 +65,12 @@ _TRAIN_SCALARS_AFTER = (('learning_rate', 'next_learning_rate'),
                         ('loss_scale', 'next_loss_scale'))
 
 
+# The gradient noise scale, when the run measures it (in ``unit``; docs/critical_batch.md).
+_NOISE_SCALARS = (('noise_scale/b_simple', 'noise_scale'),
+                  ('noise_scale/gradient_sq', 'noise_gradient_sq'),
+                  ('noise_scale/trace', 'noise_trace'))
+
+
 def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_batch,
                         metrics=('accuracy',), unit='images'):
   """Writes the train scalars of ``step`` to the default summary writer.
@@ -85,6 +91,9 @@ def write_train_scalars(step, values, images_per_sec, steps_per_epoch, global_ba
   for tag, key in scalars:
     tf.summary.scalar(tag, values[key], step=step)
   tf.summary.scalar(f'{unit}_per_sec', images_per_sec * 1.0, step=step)
+  for tag, key in _NOISE_SCALARS:
+    if key in values:
+      tf.summary.scalar(tag, values[key], step=step)
   # What plot_runs.py needs to put runs of different batch sizes on one axis.
   tf.summary.scalar('epoch', step / steps_per_epoch, step=step)
   tf.summary.scalar(unit, float(step * global_batch), step=step)

@@ -24,6 +24,7 @@ in its direction.
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import time
@@ -237,6 +238,7 @@ class TrainLoop:
     self.rate = _Rate(self.sizes.batch_size * self.sizes.num_workers)
     self.divergence = Divergence(self.config, self.sizes.iter_size, self.step)
     self.progress = None  # the console's progress, shown while run() steps
+    self.advised = False  # whether the batch was said to be past the noise scale
 
   def run(self):
     """Steps until ``max_steps``; returns the final eval metrics when evaluating, else None.
@@ -305,6 +307,7 @@ class TrainLoop:
     self.parts.check_data()
     rate = self.rate.step()
     self.progress.update(step, values, rate)
+    self._advise(step, values)
     if self.outputs.writes and self._summary_due(step):
       self.last_summary = step
       self._write_summaries(step)
@@ -320,6 +323,26 @@ class TrainLoop:
       except StopRequested as exc:
         self._stop(exc.signum)
       self.last_eval = step
+
+  def _advise(self, step, values):
+    """Says once when the global batch is above twice the measured noise scale.
+
+    The estimate is trusted once its moving average spans its window (about
+    1/(1 - decay) updates) or a quarter of the run, whichever comes first.
+    """
+    if self.advised or 'noise_scale' not in values:
+      return
+    window = 1.0 / (1.0 - self.config['noise_scale_params']['decay'])
+    if values['noise_updates'] < min(window, self.sizes.max_steps / 4):
+      return
+    b_simple, batch, unit = float(values['noise_scale']), self.sizes.global_batch, self.task.example_unit
+    if math.isfinite(b_simple) and 0 < b_simple and batch > 2 * b_simple:
+      self.advised = True
+      distributed.log(
+          f'the global batch ({batch} {unit}) is {batch / b_simple:.1f}x the measured gradient '
+          f'noise scale (B_simple {b_simple:.0f} {unit} at step {step}): past it, a larger batch '
+          'buys few fewer updates for its extra examples; see docs/critical_batch.md, and '
+          'measure the critical batch with --mode=critical_batch')
 
   def _summary_due(self, step):
     """Train scalars are written every save_summaries_steps updates and at the last one.
