@@ -220,25 +220,54 @@ def _non_empty(value):
   return None if value else 'must not be empty'
 
 
+# The longest source and target of text pairs by default, in tokens: OpenSeq2Seq's max_length of
+# its Transformer's evaluation; a step over one pair of 20,000 characters would need
+# 32 x heads x 20,000^2 attention weights and end out of memory.
+TEXT_PAIRS_MAX_LENGTH = 256
+
 TEXT_PAIRS_PARAMS = {
-    'train_file': PathParam(REQUIRED, doc='UTF-8 text, one pair a line: source<delimiter>target; '
-                            "the 'train' split and the vocabularies"),
-    'eval_file': PathParam(REQUIRED, doc="the same format: the 'eval' split"),
+    'train_file': PathParam(None, doc='UTF-8 text, one pair a line: source<delimiter>target; '
+                            "the 'train' split and the vocabularies (or source_file and "
+                            'target_file)'),
+    'eval_file': PathParam(None, doc="the same format: the 'eval' split (required with train_file)"),
     'test_file': PathParam(None, doc="the same format: the 'test' split (None: no test split)"),
-    'delimiter': Param(str, '\t', check=_non_empty, doc='what separates the columns of a line'),
+    'source_file': PathParam(None, doc="parallel files, OpenSeq2Seq's format: the sources of the "
+                             "mode's split, one a line (train_params and eval_params each name "
+                             'their own); instead of train_file'),
+    'target_file': PathParam(None, doc='with source_file: the targets, line by line beside it'),
+    'src_vocab_file': PathParam(None, doc='with source_file: the source vocabulary, one token a line '
+                                '(what follows a tab is ignored), ids in file order; None: the '
+                                'tokens of the training pairs'),
+    'tgt_vocab_file': PathParam(None, doc='with source_file: the target vocabulary, the same way'),
+    'special_tokens_already_in_vocab': Param(
+        bool, True, doc='the vocabulary files begin with the four special tokens (<pad> </s> <s> '
+                        '<unk>, any order) and each line keeps its number as its id; false: the '
+                        "specials take ids 0-3 and the file's tokens follow from 4"),
+    'pad_vocab_to_eight': Param(bool, False, doc='add unused tokens to each vocabulary up to a '
+                                'multiple of 8 ids'),
+    'use_targets': Param(bool, True, doc="false: parallel files without target_file, the sources "
+                         "stand for the targets (OpenSeq2Seq's infer_params)"),
+    'delimiter': Param(str, None, check=_non_empty,
+                       doc='train_file: what separates the columns of a line (None: a tab); '
+                           'source_file: what separates the words of a line (None: a space)'),
     'columns': Param(list, [0, 1], check=_two_columns,
                      doc='[source, target]: the indices of the two columns read from each line'),
-    'source_tokens': Param(str, 'chars', choices=('chars', 'words'),
-                           doc="a source is cut into its characters ('chars') or its "
-                               "white-space separated words ('words')"),
-    'target_tokens': Param(str, 'chars', choices=('chars', 'words'),
+    'source_tokens': Param(str, None, choices=('chars', 'words'),
+                           doc="a source is cut into its characters ('chars') or its words "
+                               "('words': separated by white space, or by delimiter in parallel "
+                               "files); None: 'chars' for train_file, 'words' for source_file"),
+    'target_tokens': Param(str, None, choices=('chars', 'words'),
                            doc="the same for a target; predictions join characters with '' and "
-                               "words with ' '"),
+                               "words with ' ' (parallel files: with delimiter)"),
     'lowercase': Param(bool, False, doc='lower-case sources and targets as they are read'),
+    'max_length': Param((int, type(None)), TEXT_PAIRS_MAX_LENGTH, check=positive,
+                        doc='longest source and longest target in tokens (<s> and </s> not '
+                            'counted); longer pairs: see length_policy; infer refuses a longer '
+                            'source; None: no limit'),
     'max_source_length': Param(int, None, check=positive,
-                               doc='longest source in tokens; None: no limit (see length_policy)'),
+                               doc='longest source in tokens, in place of max_length'),
     'max_target_length': Param(int, None, check=positive,
-                               doc='longest target in tokens; None: no limit (see length_policy)'),
+                               doc='longest target in tokens, in place of max_length'),
     'length_policy': Param(str, 'drop', choices=('drop', 'refuse'),
                            doc="a pair over a length limit is left out, counted in one line "
                                "('drop'), or the run is refused naming the first ('refuse')"),
@@ -254,7 +283,26 @@ TEXT_PAIRS_PARAMS = {
     'max_examples': Param(int, None, check=positive,
                           doc='only the first N pairs of each file (after the length limits; '
                               'smoke runs); None: all'),
+    # OpenSeq2Seq's ParallelTextDataLayer keys of its own input pipeline, read so that its
+    # configs port as they are; the batches here are drawn as data.seq2seq says.
+    'shuffle': Param(bool, None, doc="OpenSeq2Seq's: training batches are always shuffled "
+                     '(false refused there), an evaluation is one ordered pass'),
+    'repeat': Param(bool, None, doc="OpenSeq2Seq's: training always repeats the split (false "
+                    'refused there; give num_epochs), an evaluation reads it once'),
+    'shuffle_buffer_size': Param(int, None, doc="OpenSeq2Seq's; not used: every epoch permutes the "
+                                 'whole split'),
+    'map_parallel_calls': Param(int, None, doc="OpenSeq2Seq's; not used: tf.data tunes itself"),
+    'prefetch_buffer_size': Param(int, None, doc="OpenSeq2Seq's; not used: tf.data tunes itself"),
+    'pad_lengths_to_eight': Param(bool, None, doc="OpenSeq2Seq's; not used: a batch is padded to "
+                                  'its longest pair'),
+    'use_start_token': Param(bool, None, doc="OpenSeq2Seq's; not used: sources are read without "
+                             '<s> and </s>, targets with both'),
 }
+
+# The keys of each of the two file formats of text_pairs, refused in the other one.
+TEXT_PAIRS_TSV_KEYS = ('train_file', 'eval_file', 'test_file', 'columns', 'eval_split',
+                       'final_eval_split')
+TEXT_PAIRS_PARALLEL_KEYS = ('source_file', 'target_file', 'src_vocab_file', 'tgt_vocab_file')
 
 
 def text_pairs_eval_splits(params):

@@ -79,9 +79,13 @@ class SequenceDataLayer(DataLayer):
     source_vocabulary, target_vocabulary: :class:`data.sequences.Vocabulary`.
     source_tokens, target_tokens: ``'chars'`` or ``'words'``, how a source
       string and a target string are cut into tokens.
+    token_delimiter: what separates two words (``words``); None: any run of
+      white space.
+    max_source_length: the longest source in tokens the layer reads (infer
+      refuses a longer one), or None; ``source_length_key`` is its config key.
     lowercase: whether a source is lower-cased before it is cut.
     target_separator: what joins target tokens into a string (``''`` for
-      characters, ``' '`` for words).
+      characters, ``token_delimiter`` or ``' '`` for words).
     sources: the split's distinct sources (what a ``source_index`` points at).
     references: per source, the tuple of its reference target token tuples.
   """
@@ -98,6 +102,9 @@ class SequenceDataLayer(DataLayer):
     self.source_tokens = 'chars'
     self.target_tokens = 'words'
     self.lowercase = False
+    self.token_delimiter = None
+    self.max_source_length = None
+    self.source_length_key = 'max_source_length'
     self.sources = ()
     self.references = ()
     self._source = self._target = None
@@ -108,7 +115,7 @@ class SequenceDataLayer(DataLayer):
 
   @property
   def target_separator(self):
-    return sequences.token_separator(self.target_tokens)
+    return sequences.token_separator(self.target_tokens, self.token_delimiter)
 
   def set_examples(self, sources, targets, source_index):
     """Stores the split as padded arrays and sorts it by length.
@@ -196,8 +203,12 @@ class SequenceDataLayer(DataLayer):
       strings = tf.strings.lower(strings, encoding='utf-8')
     if self.source_tokens == 'chars':
       tokens = tf.strings.unicode_split(strings, 'UTF-8')
-    else:
+    elif self.token_delimiter is None:
       tokens = tf.strings.split(strings)
+    else:
+      # Two delimiters in a row make no empty word, as tokenize_source reads them.
+      tokens = tf.strings.split(strings, sep=self.token_delimiter)
+      tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
     ids = token_ids(self.source_vocabulary, tokens.flat_values)
     return tokens.with_flat_values(ids).to_tensor(Vocabulary.PAD)
 
@@ -226,7 +237,7 @@ class SequenceDataLayer(DataLayer):
 
   def tokenize_source(self, text):
     """The source tokens of one string, as :meth:`encode_sources` cuts it (in Python)."""
-    return sequences.tokenize(text, self.source_tokens, self.lowercase)
+    return sequences.tokenize(text, self.source_tokens, self.lowercase, self.token_delimiter)
 
   def unknown_source_tokens(self, texts):
     """How many tokens of the source strings ``texts`` are outside the source vocabulary."""

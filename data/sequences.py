@@ -29,13 +29,15 @@ BATCH_UNITS = ('words', 'tokens')
 TOKEN_UNITS = ('chars', 'words')
 
 
-def tokenize(text, unit, lowercase=False):
+def tokenize(text, unit, lowercase=False, delimiter=None):
   """The tokens of ``text``: a tuple of its characters (``chars``) or of its words (``words``).
 
   Args:
     text: a string.
     unit: one of ``TOKEN_UNITS``.
     lowercase: lower-case the text first.
+    delimiter: ``words`` only: what separates two words (empty pieces, from
+      two delimiters in a row, are no words); None: any run of white space.
 
   Raises:
     ValueError: for a unit not in ``TOKEN_UNITS``.
@@ -45,14 +47,19 @@ def tokenize(text, unit, lowercase=False):
   if unit == 'chars':
     return tuple(text)
   if unit == 'words':
-    return tuple(text.split())
+    if delimiter is None:
+      return tuple(text.split())
+    return tuple(piece for piece in text.split(delimiter) if piece)
   raise ValueError(f'token unit {unit!r} is not allowed; allowed: '
                    f'{", ".join(map(repr, TOKEN_UNITS))}')
 
 
-def token_separator(unit):
-  """What joins tokens of ``unit`` back into a text: ``''`` for characters, ``' '`` for words."""
-  return '' if unit == 'chars' else ' '
+def token_separator(unit, delimiter=None):
+  """What joins tokens of ``unit`` back into a text: ``''`` for characters; for words
+  their ``delimiter``, ``' '`` when it is None (white space)."""
+  if unit == 'chars':
+    return ''
+  return ' ' if delimiter is None else delimiter
 
 
 class Vocabulary:

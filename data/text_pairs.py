@@ -1,10 +1,25 @@
-"""Sequence-to-sequence pairs from delimited text files (TSV by default).
+"""Sequence-to-sequence pairs from delimited text files (TSV by default) or parallel files.
 
-Each line of ``train_file``, ``eval_file`` and the optional ``test_file``
-holds a pair: ``source<delimiter>target`` (``columns`` picks the two fields
-of a line with more). Sources and targets are cut into tokens, their
-characters or their white-space separated words (``source_tokens``,
-``target_tokens``), after an optional ``lowercase``. Blank lines are skipped.
+Two formats; a config gives the keys of one:
+
+* **Pairs a line**: each line of ``train_file``, ``eval_file`` and the
+  optional ``test_file`` holds a pair: ``source<delimiter>target``
+  (``delimiter`` a tab by default; ``columns`` picks the two fields of a line
+  with more). Sources and targets are cut into their characters (the
+  default) or their white-space separated words (``source_tokens``,
+  ``target_tokens``), after an optional ``lowercase``. Blank lines are skipped.
+* **Parallel files** (OpenSeq2Seq's ``ParallelTextDataLayer``): line n of
+  ``source_file`` and line n of ``target_file`` are a pair, cut into words at
+  ``delimiter`` (a space by default; two in a row make no empty word) or
+  into characters. Each mode's view names its own files, as OpenSeq2Seq's
+  ``train_params`` and ``eval_params`` do: a train layer reads the ``'train'``
+  split from them, an eval layer the ``'eval'`` split. ``use_targets: false``
+  reads the sources as their own targets. The vocabularies come from
+  ``src_vocab_file`` and ``tgt_vocab_file`` when given (``read_vocabulary``:
+  one token a line, what follows a tab ignored, ids in file order), else from
+  the training pairs. OpenSeq2Seq's keys of its own input pipeline
+  (``shuffle``, ``repeat``, buffer sizes) are read and left to this layer's
+  batches.
 
 Splits: ``'train'`` (``train_file``), ``'eval'`` (``eval_file``) and
 ``'test'`` (``test_file``). Eval mode reads ``eval_split`` (default
@@ -20,14 +35,16 @@ leads to all of them in ``references`` (a prediction is right when it equals
 any).
 
 Length limits: a pair whose source or target has more tokens than
-``max_source_length`` / ``max_target_length`` is left out (``length_policy:
-drop``, one line on stderr with the count) or refused (``refuse``: a
-DataError naming the first such line and the count), in every split.
+``max_length`` (256 by default; ``max_source_length`` / ``max_target_length``
+for one side) is left out (``length_policy: drop``, one line on stderr with
+the count) or refused (``refuse``: a DataError naming the first such line and
+the count), in every split. A step over a pair of thousands of tokens would
+end out of memory; infer refuses a longer source (``max_source_length``).
 ``max_examples`` then keeps the first pairs of each file.
 
 Vocabularies: the sorted distinct tokens of the training pairs, one for the
 sources and one for the targets (after the ``data.sequences.Vocabulary``
-specials). Given a run directory (``use_run_dir``), the first run writes them
+specials), or those of the vocabulary files. Given a run directory (``use_run_dir``), the first run writes them
 to ``vocabulary.json`` there with the tokenization settings (worker 0, when it
 first reads batches: a run refused for a bad eval file leaves nothing
 behind), and every later
@@ -37,6 +54,7 @@ a run whose tokenization settings differ from the file's is refused. A token
 of an eval, test or served source outside the vocabulary becomes ``<unk>``.
 """
 
+import itertools
 import json
 import os
 import sys
@@ -50,7 +68,8 @@ from data.sequences import token_separator
 from data.sequences import tokenize
 
 VOCABULARY_FILE = 'vocabulary.json'
-# The params that decide what a token is; a run directory's vocabulary holds for these only.
+# The params that decide what a token is; a run directory's vocabulary holds for these only
+# (and for the delimiter of parallel files).
 TOKEN_SETTINGS = ('source_tokens', 'target_tokens', 'lowercase')
 
 
@@ -105,7 +124,7 @@ def read_pairs(path, delimiter='\t', columns=(0, 1), source_tokens='chars',
   return pairs
 
 
-def limit_lengths(pairs, path, max_source, max_target, policy):
+def limit_lengths(pairs, path, max_source, max_target, policy, limits=None):
   """The pairs within the length limits; see the module docstring.
 
   Args:
@@ -114,6 +133,7 @@ def limit_lengths(pairs, path, max_source, max_target, policy):
     max_source: the longest source in tokens, or None.
     max_target: the longest target in tokens, or None.
     policy: ``'drop'`` or ``'refuse'``.
+    limits: how the messages name the limits (default: both keys and values).
 
   Returns:
     ``(kept pairs, the line saying how many were dropped or None)``.
@@ -129,7 +149,7 @@ def limit_lengths(pairs, path, max_source, max_target, policy):
   over = [pair for pair in pairs if too_long(pair)]
   if not over:
     return pairs, None
-  limits = f'max_source_length {max_source}, max_target_length {max_target}'
+  limits = limits or f'max_source_length {max_source}, max_target_length {max_target}'
   if policy == 'refuse':
     number, source, target = over[0]
     raise DataError(f'{path}:{number}: {len(over)} of {len(pairs)} pairs are longer than '
@@ -139,6 +159,132 @@ def limit_lengths(pairs, path, max_source, max_target, policy):
   if not kept:
     raise DataError(f'{path}: all {len(pairs)} pairs are longer than {limits}')
   return kept, f'text_pairs: {path}: left out {len(over)} of {len(pairs)} pairs longer than {limits}'
+
+
+def read_parallel(source_path, target_path, delimiter=' ', source_tokens='words',
+                  target_tokens='words', lowercase=False):
+  """Reads the token pairs of two parallel files: line n of each is one pair.
+
+  Args:
+    source_path: the sources, one a line (UTF-8).
+    target_path: the targets, line by line beside them; None: the sources
+      stand for the targets.
+    delimiter: what separates two words of a line (``words``).
+    source_tokens: ``'words'`` or ``'chars'``.
+    target_tokens: ``'words'`` or ``'chars'``.
+    lowercase: lower-case both sides first.
+
+  Returns:
+    A list of ``(line number, source tokens, target tokens)`` in file order.
+    A line blank in both files is skipped.
+
+  Raises:
+    DataError: one line naming the file (and line): a missing file, bytes
+      that are not UTF-8, files of different lengths, one side of a pair
+      blank, a reserved token (``<s>`` ...) or files holding no pair.
+  """
+  for path in (source_path, target_path):
+    if path is not None and not os.path.isfile(path):
+      raise DataError(f'text_pairs: {path} not found')
+  sides = [text_lines(source_path), text_lines(target_path or source_path)]
+  units = (source_tokens, target_tokens)
+  pairs = []
+  number = 0
+  for number, (source, target) in enumerate(itertools.zip_longest(*sides), start=1):
+    if source is None or target is None:
+      counts = [number - 1 + (line is not None) + sum(1 for _ in rest)
+                for line, rest in zip((source, target), sides)]
+      raise DataError(f'text_pairs: {source_path} has {counts[0]} lines and {target_path} '
+                      f'{counts[1]}; parallel files hold one line each per pair')
+    texts = (source[1].strip(), target[1].strip())
+    if not texts[0] and not texts[1]:
+      continue
+    tokens = []
+    for name, path, text, unit in zip(('source', 'target'), (source_path, target_path), texts, units):
+      if not text:
+        other = target_path if name == 'source' else source_path
+        raise DataError(f'{path}:{number}: the {name} is blank, beside a line of {other}; '
+                        'parallel files hold a pair on each line')
+      cut = tokenize(text, unit, lowercase, delimiter if unit == 'words' else None)
+      reserved = set(cut) & set(Vocabulary.SPECIALS)
+      if reserved:
+        raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
+                        f'reserved for {", ".join(Vocabulary.SPECIALS)}')
+      tokens.append(cut)
+    pairs.append((number, tokens[0], tokens[1]))
+  if not pairs:
+    raise DataError(f'text_pairs: {source_path}: holds no pair ({number} lines, all blank)')
+  return pairs
+
+
+# OpenSeq2Seq's names of its four special tokens, in any case; a vocabulary file that holds
+# them (special_tokens_already_in_vocab) gives them its first four lines.
+FILE_SPECIALS = ('<pad>', '</s>', '<s>', '<unk>')
+
+
+def read_vocabulary(path, key, specials_in_file=True, pad_to_eight=False):
+  """The vocabulary of a vocabulary file in OpenSeq2Seq's format.
+
+  One token a line; what follows a tab on its line (a count, a score) is
+  ignored, and so are blank lines. The file's tokens keep the ids of their
+  places: with ``specials_in_file`` (OpenSeq2Seq's
+  ``special_tokens_already_in_vocab``, the files its tokenizer writes) the
+  first four tokens are the special tokens and the n-th token (from 0) has id
+  n; without it, the specials take ids 0-3 and the n-th token has id n + 4.
+  Either way the four specials are ``data.sequences.Vocabulary``'s, in its
+  order (``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3).
+
+  Args:
+    path: the file (UTF-8).
+    key: its config key, for the messages (``src_vocab_file``).
+    specials_in_file: whether the file begins with the four special tokens.
+    pad_to_eight: add unused tokens (``<$0$>`` ...) up to a multiple of 8 ids.
+
+  Returns:
+    A :class:`data.sequences.Vocabulary`.
+
+  Raises:
+    DataError: one line naming the file (and line): a missing file, a token
+      listed twice, first lines that are not the specials when they should
+      be, a special token among the real ones, or no token.
+  """
+  if not os.path.isfile(path):
+    raise DataError(f'data_layer_params.{key}: {path} not found')
+  tokens, lines = [], {}
+  for number, line in text_lines(path):
+    text = line.rstrip()
+    if not text:
+      continue
+    token = text.split('\t', 1)[0]
+    if not token:
+      raise DataError(f'{path}:{number}: no token before the tab ({text[:60]!r})')
+    if token in lines:
+      raise DataError(f'{path}:{number}: {token!r} again (first on line {lines[token]}); a '
+                      'vocabulary file lists each token once')
+    lines[token] = number
+    tokens.append(token)
+  if specials_in_file:
+    first = tokens[:len(FILE_SPECIALS)]
+    if sorted(t.lower() for t in first) != sorted(FILE_SPECIALS):
+      raise DataError(f'{path}: its first tokens {first} are not the special tokens '
+                      f'{" ".join(FILE_SPECIALS)} (special_tokens_already_in_vocab: true, '
+                      'the default); for a file of real tokens only set data_layer_params.'
+                      'special_tokens_already_in_vocab: false')
+    tokens = tokens[len(FILE_SPECIALS):]
+  for token in tokens:
+    if token in Vocabulary.SPECIALS:
+      raise DataError(f'{path}:{lines[token]}: {token!r} is a special token among the real ones; '
+                      'when the file begins with the four specials set data_layer_params.'
+                      'special_tokens_already_in_vocab: true')
+  if not tokens:
+    raise DataError(f'{path}: holds no token (one token a line)')
+  if pad_to_eight:
+    extra = 0
+    while (len(Vocabulary.SPECIALS) + len(tokens)) % 8:
+      if f'<${extra}$>' not in lines:
+        tokens.append(f'<${extra}$>')
+      extra += 1
+  return Vocabulary(tokens)
 
 
 def group_references(pairs):
@@ -170,43 +316,132 @@ class TextPairsDataLayer(SequenceDataLayer):
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
     p = self.params
+    self.parallel = p['source_file'] is not None
+    self._check_format()
     self.batch_unit = p['batch_unit']
-    self.source_tokens, self.target_tokens = p['source_tokens'], p['target_tokens']
+    default_unit = 'words' if self.parallel else 'chars'
+    self.source_tokens = p['source_tokens'] or default_unit
+    self.target_tokens = p['target_tokens'] or default_unit
     self.lowercase = p['lowercase']
-    eval_split, final_split = schemas.text_pairs_eval_splits(p)
-    for key, split in (('eval_split', eval_split), ('final_eval_split', final_split)):
-      if split == 'test' and not p['test_file']:
-        raise ConfigError(f"data_layer_params.{key}: 'test' needs a test_file")
+    # Parallel files cut their words at the delimiter; a TSV's delimiter separates columns.
+    self.token_delimiter = (p['delimiter'] or ' ') if self.parallel else None
+    self.max_source_length = p['max_source_length'] or p['max_length']
+    self.source_length_key = 'max_source_length' if p['max_source_length'] else 'max_length'
+    self.max_target_length = p['max_target_length'] or p['max_length']
     self._unwritten = None  # the run directory's vocabulary file, to write with the first batches
-    self.split = 'train' if mode == 'train' else eval_split
-    self.path = {'train': p['train_file'], 'eval': p['eval_file'],
-                 'test': p['test_file']}[self.split]
-
-    # The training pairs give the vocabularies in every mode (the run directory's win).
-    train_pairs = self._read(p['train_file'], tell=self.split == 'train')
-    pairs = train_pairs if self.split == 'train' else self._read(self.path)
-    self.source_vocabulary = Vocabulary(sorted({token for _, source, _ in train_pairs
-                                                for token in source}))
-    self.target_vocabulary = Vocabulary(sorted({token for _, _, target in train_pairs
-                                                for token in target}))
+    self._pending = None  # an eval layer's vocabulary file that training writes (parallel files)
+    if self.parallel:
+      self.split = 'train' if mode == 'train' else 'eval'
+      self.path = p['source_file']
+      pairs = self._read(p['source_file'])
+      if p['src_vocab_file']:
+        self.source_vocabulary, self.target_vocabulary = (
+            read_vocabulary(p[key], key, p['special_tokens_already_in_vocab'],
+                            p['pad_vocab_to_eight']) for key in ('src_vocab_file', 'tgt_vocab_file'))
+        self._tell_unknown(pairs)
+      else:
+        # Without vocabulary files an evaluation takes training's (use_run_dir); these
+        # stand in until then.
+        self.source_vocabulary, self.target_vocabulary = self._vocabularies(pairs)
+        self._pending = mode == 'eval'
+    else:
+      eval_split, final_split = schemas.text_pairs_eval_splits(p)
+      for key, split in (('eval_split', eval_split), ('final_eval_split', final_split)):
+        if split == 'test' and not p['test_file']:
+          raise ConfigError(f"data_layer_params.{key}: 'test' needs a test_file")
+      self.split = 'train' if mode == 'train' else eval_split
+      self.path = {'train': p['train_file'], 'eval': p['eval_file'],
+                   'test': p['test_file']}[self.split]
+      # The training pairs give the vocabularies in every mode (the run directory's win).
+      train_pairs = self._read(p['train_file'], tell=self.split == 'train')
+      pairs = train_pairs if self.split == 'train' else self._read(self.path)
+      self.source_vocabulary, self.target_vocabulary = self._vocabularies(train_pairs)
     self._source_token_tuples, self.references = group_references(pairs)
-    self.sources = tuple(token_separator(self.source_tokens).join(s)
+    self.sources = tuple(token_separator(self.source_tokens, self.token_delimiter).join(s)
                          for s in self._source_token_tuples)
     self._encode()
 
+  def _check_format(self):
+    """Refuses keys of the other file format, and a format given incompletely.
+
+    Raises:
+      ConfigError: one line naming the key and what to give instead.
+    """
+    p, schema = self.params, schemas.TEXT_PAIRS_PARAMS
+    given = [key for key in schema if p[key] != schema[key].default]
+    if self.parallel:
+      for key in given:
+        if key in schemas.TEXT_PAIRS_TSV_KEYS:
+          raise ConfigError(f'data_layer_params.{key}: not read with source_file (parallel files, '
+                            "whose views name each mode's own source_file and target_file, as "
+                            "OpenSeq2Seq's train_params and eval_params do); give one format")
+      if p['target_file'] is None and p['use_targets']:
+        raise ConfigError('data_layer_params.target_file: required with source_file (the '
+                          'targets, line by line beside the sources), or use_targets: false')
+      vocabularies = [p['src_vocab_file'], p['tgt_vocab_file']]
+      if None in vocabularies and any(vocabularies):
+        missing = 'tgt_vocab_file' if p['tgt_vocab_file'] is None else 'src_vocab_file'
+        raise ConfigError(f'data_layer_params.{missing}: required beside the other vocabulary '
+                          'file (or give neither: the vocabularies of the training pairs)')
+    else:
+      for key in given:
+        if key in schemas.TEXT_PAIRS_PARALLEL_KEYS:
+          raise ConfigError(f'data_layer_params.{key}: read only with source_file (parallel '
+                            'files); train_file holds source and target on each line')
+      for key in ('train_file', 'eval_file'):
+        if p[key] is None:
+          raise ConfigError(f'data_layer_params.{key}: required key is missing (give train_file '
+                            'and eval_file, files of pairs a line, or source_file and '
+                            'target_file, parallel files)', f'data_layer_params.{key}', 'missing')
+    if self.mode == 'train':
+      for key, instead in (('shuffle', 'the order of the training pairs is drawn anew every '
+                                       'epoch'),
+                           ('repeat', 'training repeats the split; give num_epochs or max_steps '
+                                      'for its length')):
+        if p[key] is False:
+          raise ConfigError(f'data_layer_params.{key}: false is not read here: {instead} (remove '
+                            'the key)')
+
   def _read(self, path, tell=True):
-    """The pairs of one file, within the length limits, the first ``max_examples``.
+    """The pairs of one file (or parallel files), within the length limits, the first ``max_examples``.
 
     ``tell``: print the line of the pairs left out (worker 0), for the split read.
     """
     p = self.params
-    pairs = read_pairs(path, p['delimiter'], p['columns'], p['source_tokens'],
-                       p['target_tokens'], p['lowercase'])
-    pairs, note = limit_lengths(pairs, path, p['max_source_length'], p['max_target_length'],
-                                p['length_policy'])
+    if self.parallel:
+      pairs = read_parallel(p['source_file'], p['target_file'] if p['use_targets'] else None,
+                            self.token_delimiter, self.source_tokens, self.target_tokens,
+                            p['lowercase'])
+    else:
+      pairs = read_pairs(path, p['delimiter'] or '\t', p['columns'], self.source_tokens,
+                         self.target_tokens, p['lowercase'])
+    limits = None
+    if p['max_source_length'] is None and p['max_target_length'] is None:
+      limits = f'max_length {p["max_length"]}'
+    pairs, note = limit_lengths(pairs, path, self.max_source_length, self.max_target_length,
+                                p['length_policy'], limits)
     if note is not None and tell and self.worker_index == 0:
       print(note, file=sys.stderr, flush=True)
     return pairs[:p['max_examples']] if p['max_examples'] else pairs
+
+  @staticmethod
+  def _vocabularies(pairs):
+    """``(source, target)`` vocabularies of the sorted distinct tokens of ``pairs``."""
+    return (Vocabulary(sorted({token for _, source, _ in pairs for token in source})),
+            Vocabulary(sorted({token for _, _, target in pairs for token in target})))
+
+  def _tell_unknown(self, pairs):
+    """One line (worker 0, training) per side whose tokens the vocabulary file lacks."""
+    if self.mode != 'train' or self.worker_index != 0:
+      return
+    for side, key, vocabulary in ((1, 'src_vocab_file', self.source_vocabulary),
+                                  (2, 'tgt_vocab_file', self.target_vocabulary)):
+      tokens = [token for pair in pairs for token in pair[side]]
+      unknown = sum(vocabulary.id_of(token) == Vocabulary.UNK for token in tokens)
+      if unknown:
+        print(f'text_pairs: {unknown} of the {len(tokens)} tokens of '
+              f'{self.params["source_file" if side == 1 else "target_file"]} are not in {key} '
+              'and are read as <unk>', file=sys.stderr, flush=True)
 
   def _encode(self):
     """The split's examples as ids of the current vocabularies (again after they are replaced)."""
@@ -223,8 +458,13 @@ class TextPairsDataLayer(SequenceDataLayer):
   # --- the vocabulary file of the run directory -------------------------------------------------
 
   def token_settings(self):
-    """``{setting: value}`` of the params that decide what a token is (``TOKEN_SETTINGS``)."""
-    return {key: self.params[key] for key in TOKEN_SETTINGS}
+    """``{setting: value}`` of the params that decide what a token is (``TOKEN_SETTINGS``, and
+    the delimiter of parallel files), the defaults resolved."""
+    settings = {'source_tokens': self.source_tokens, 'target_tokens': self.target_tokens,
+                'lowercase': self.lowercase}
+    if self.parallel:
+      settings['delimiter'] = self.token_delimiter
+    return settings
 
   def use_run_dir(self, run_dir):
     """Reads the run directory's vocabularies, or, on its first run, keeps them to write there.
@@ -238,23 +478,59 @@ class TextPairsDataLayer(SequenceDataLayer):
       return
     path = os.path.join(run_dir, VOCABULARY_FILE)
     if os.path.exists(path):
-      source, target = self._read_vocabularies(path)
-      if (source, target) != (self.source_vocabulary, self.target_vocabulary):
-        self.source_vocabulary, self.target_vocabulary = source, target
-        self._encode()
+      self._use_vocabularies(path)
+    elif self._pending:
+      self._pending = path  # the training run of this directory writes it before it evaluates
     elif self.worker_index == 0:
       self._unwritten = path
 
+  def _use_vocabularies(self, path):
+    source, target = self._read_vocabularies(path)
+    self._pending = None
+    if (source, target) != (self.source_vocabulary, self.target_vocabulary):
+      self.source_vocabulary, self.target_vocabulary = source, target
+      self._encode()
+
+  def _settle(self):
+    """Takes training's vocabularies, where this evaluation of parallel files waits for them.
+
+    Raises:
+      DataError: no vocabulary files and no run directory that holds training's.
+    """
+    if not self._pending:
+      return
+    if isinstance(self._pending, str) and os.path.exists(self._pending):
+      self._use_vocabularies(self._pending)
+      return
+    raise DataError(f'text_pairs: evaluating {self.params["source_file"]} needs the vocabularies '
+                    'of training: give data_layer_params.src_vocab_file and tgt_vocab_file, or '
+                    'the logdir of a training run (its vocabulary.json)')
+
   def dataset(self, batch_size, seed=0, start_batch=0):
     """The batches of ``data.seq2seq``; the first call writes the run directory's vocabularies."""
+    self._settle()
+    if self._unwritten is not None and os.path.exists(self._unwritten):
+      # Another layer of this run (training, before this evaluation) wrote it first.
+      self._use_vocabularies(self._unwritten)
+      self._unwritten = None
     if self._unwritten is not None:
       os.makedirs(os.path.dirname(self._unwritten), exist_ok=True)
+      files = (('source_file', 'target_file', 'src_vocab_file', 'tgt_vocab_file')
+               if self.parallel else ('train_file',))
       write_json_atomically(self._unwritten, {
-          'settings': self.token_settings(), 'train_file': self.params['train_file'],
+          'settings': self.token_settings(), **{key: self.params[key] for key in files},
           'source_vocabulary': list(self.source_vocabulary.symbols),
           'target_vocabulary': list(self.target_vocabulary.symbols)})
       self._unwritten = None
     return super().dataset(batch_size, seed, start_batch)
+
+  def serving_input(self):
+    self._settle()
+    return super().serving_input()
+
+  def unknown_source_tokens(self, texts):
+    self._settle()
+    return super().unknown_source_tokens(texts)
 
   def _read_vocabularies(self, path):
     try:

@@ -6,6 +6,7 @@ starts in the project directory (or elsewhere, for the run directory's own
 config) without PYTHONPATH, as a user who cloned the checkout would run it.
 """
 
+import io
 import json
 import os
 import re
@@ -172,7 +173,7 @@ def test_a_name_that_does_not_import_is_one_line(project):
       "config file's own directory is, and so are the directories of the import_paths key")
 
 
-def test_text_pairs_train_infer_export_and_serve(project, tmp_path):
+def test_text_pairs_train_infer_export_and_serve(project, tmp_path, run_main, monkeypatch):
   train = run(project, '--config=reverse.yaml', '--mode=train_eval', '--logdir=runs/reverse')
   lines = train.stdout.splitlines()
   evals = [line for line in lines if line.startswith('eval at step')]
@@ -196,6 +197,19 @@ def test_text_pairs_train_infer_export_and_serve(project, tmp_path):
   assert rows[0][1] == 'fedcba' or rows[1][1] == 'jih'  # a 6-letter or a 3-letter one right
   assert ('note: 4 of the 15 source tokens are outside the vocabulary of the training data and '
           'were read as <unk>') in infer.stderr
+  # A source longer than max_length (256 by default) is refused before it is decoded, and
+  # stdin without a source is one line, as for images (in this process: no training).
+  arguments = (config, '--mode=infer', f'--logdir={logdir}', '--checkpoint=best', '--infer_input=-')
+  for text, line in (('ab\n\n' + 'a' * 300 + '\n',
+                      'error: --infer_input: line 3 is a source of 300 tokens, longer than '
+                      'data_layer_params.max_length 256; cut it into shorter sources, or raise '
+                      'the limit (--set data_layer_params.max_length=N)'),
+                     ('\n  \n', 'error: --infer_input -: stdin holds no source; give one source a '
+                                 'line')):
+    monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO(text.encode())))
+    refused = run_main(*arguments)
+    assert (refused.returncode, refused.stdout) == (2, '')
+    assert refused.stderr.splitlines()[-1] == line
   exported = run(tmp_path, config, '--mode=export', f'--logdir={logdir}', '--checkpoint=best',
                  f'--export_dir={tmp_path}/export')
   assert "input 'sources'), returns the decoded targets as strings of characters" in exported.stdout

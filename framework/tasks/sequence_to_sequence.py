@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from core import sequence_metrics
 from data import DATA_LAYERS
+from data.base import DataError
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
 from framework import tasks
@@ -220,6 +221,18 @@ class SequenceToSequenceTask(base.Task):
     return (f"takes a batch of sources (string [None], input '{source}'), returns the "
             f"decoded targets as strings of {joined} ('{output}')")
 
+  def infer_inputs(self, source):
+    """The lines of ``--infer_input`` (a file, or ``-`` for stdin).
+
+    Raises:
+      DataError: the source cannot be read, is not UTF-8 text, or holds no source.
+    """
+    lines = super().infer_inputs(source)
+    if not any(line.strip() for line in lines):
+      raise DataError(f'--infer_input {source}: {"stdin" if source == "-" else "the file"} '
+                      'holds no source; give one source a line')
+    return lines
+
   def infer(self, model, data_layer, lines, batch_size):
     """The decoded targets of the sources of ``lines``, one ``source<TAB>prediction`` line each.
 
@@ -227,10 +240,25 @@ class SequenceToSequenceTask(base.Task):
     Sources are decoded in batches of similar length, written in input order.
     When some source tokens are outside the vocabulary (they become
     ``<unk>``), one line says how many.
+
+    Raises:
+      DataError: a source longer than the data layer's ``max_source_length``
+        (one line naming its line and the key), before anything is decoded: its
+        attention alone could take more memory than the machine has.
     """
-    sources = [line.strip() for line in lines if line.strip()]
+    numbered = [(number, line.strip()) for number, line in enumerate(lines, start=1)
+                if line.strip()]
+    sources = [source for _, source in numbered]
     if not sources:
       return []
+    limit = getattr(data_layer, 'max_source_length', None)
+    for number, source in numbered:
+      length = len(data_layer.tokenize_source(source)) if limit else 0
+      if limit and length > limit:
+        key = getattr(data_layer, 'source_length_key', 'max_length')
+        raise DataError(f'--infer_input: line {number} is a source of {length} tokens, longer '
+                        f'than data_layer_params.{key} {limit}; cut it into shorter sources, or '
+                        f'raise the limit (--set data_layer_params.{key}=N)')
     unknown = data_layer.unknown_source_tokens(sources)
     if unknown:
       total = sum(len(data_layer.tokenize_source(s)) for s in sources)

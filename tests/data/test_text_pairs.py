@@ -240,3 +240,160 @@ def test_eval_reads_every_source_once_over_two_workers(files):
   shards = [TextPairsDataLayer(files, 'eval', 2, w) for w in range(2)]
   read = [int(i) for s in shards for b in _epoch(s, 8) for i in b['source_index']]
   assert sorted(read) == list(range(len(shards[0].sources)))
+
+
+# --- parallel files (OpenSeq2Seq's ParallelTextDataLayer) -------------------------------------
+
+@pytest.fixture
+def parallel(tmp_path):
+  """Parallel files of words, and OpenSeq2Seq vocabulary files: with the specials, and without."""
+  return {
+      'source_file': write(tmp_path, 'train.en', 'the cat  sat\na dog\n\nthe dog\n'),
+      'target_file': write(tmp_path, 'train.de', 'die katze sass\nein hund\n\nder hund\n'),
+      # Its specials in OpenSeq2Seq's order and spelling, each with the count its tokenizer writes.
+      'src_vocab_file': write(tmp_path, 'vocab.en', '<PAD>\t0\n</S>\t0\n<S>\t0\n<UNK>\t0\nthe\t9\n'
+                                                    'cat\t4\n\ndog\t3\na\t2\n'),
+      'tgt_vocab_file': write(tmp_path, 'vocab.de', 'der\ndie\nein\nhund\nkatze\n'),
+      'special_tokens_already_in_vocab': False}
+
+
+def test_parallel_files_keep_the_ids_of_their_vocabulary_files(parallel, capsys):
+  tgt = dict(parallel, special_tokens_already_in_vocab=False)
+  src = dict(parallel, tgt_vocab_file=parallel['src_vocab_file'],
+             special_tokens_already_in_vocab=True)
+  layer = TextPairsDataLayer(src, 'train')
+  # The file's line n (blank lines not counted) is id n; its four specials are ours.
+  assert layer.source_vocabulary.tokens == ('<pad>', '<s>', '</s>', '<unk>', 'the', 'cat', 'dog', 'a')
+  target = TextPairsDataLayer(tgt, 'train').target_vocabulary
+  # Without specials in the file, its tokens follow the four from id 4, in file order.
+  assert target.tokens == ('<pad>', '<s>', '</s>', '<unk>', 'der', 'die', 'ein', 'hund', 'katze')
+  capsys.readouterr()
+  layer = TextPairsDataLayer(dict(src, tgt_vocab_file=parallel['tgt_vocab_file'],
+                                  special_tokens_already_in_vocab=False), 'eval')
+  assert layer.split == 'eval' and layer.path == parallel['source_file']
+  # Words cut at the delimiter, two spaces no empty word; the blank line of both files skipped.
+  assert layer.sources == ('the cat sat', 'a dog', 'the dog')
+  assert layer.references == ((('die', 'katze', 'sass'),), (('ein', 'hund'),), (('der', 'hund'),))
+  ids = layer.encode_sources(tf.constant(['the  cat sat', 'a dog']))
+  # special_tokens_already_in_vocab false: the file's '<PAD>' ... are tokens 4-7, as there.
+  assert ids.numpy().tolist() == [[8, 9, 3], [11, 10, 0]]
+  assert layer.target_strings(tf.constant([[1, 5, 8, 2], [7, 4, 0, 0]])).numpy().tolist() == [
+      b'die katze', b'hund der']
+  assert capsys.readouterr().err == ''  # an eval layer says nothing of its unknown words
+
+
+def test_parallel_files_take_openseq2seq_keys_and_their_own_delimiter(parallel, tmp_path, capsys):
+  bars = {'source_file': write(tmp_path, 's.txt', 'a|b||c\nb\n'),
+          'target_file': write(tmp_path, 't.txt', 'x|y\ny|x\n'), 'delimiter': '|',
+          'shuffle': True, 'repeat': True, 'shuffle_buffer_size': 25000, 'map_parallel_calls': 16,
+          'prefetch_buffer_size': 2, 'pad_lengths_to_eight': False, 'use_start_token': True,
+          'max_length': 56}
+  layer = TextPairsDataLayer(bars, 'train')
+  assert layer.sources == ('a|b|c', 'b') and layer.source_vocabulary.symbols == ('a', 'b', 'c')
+  assert layer.encode_sources(tf.constant(['c||a|z'])).numpy().tolist() == [[6, 4, 3]]
+  assert layer.target_strings(tf.constant([[1, 5, 4, 2]])).numpy().tolist() == [b'y|x']
+  assert layer.tokenize_source('|a||b|') == ('a', 'b')
+  # pad_vocab_to_eight: OpenSeq2Seq's unused tokens up to a multiple of eight ids.
+  padded = TextPairsDataLayer(dict(parallel, pad_vocab_to_eight=True), 'train')
+  assert padded.target_vocabulary.size == 16
+  assert padded.target_vocabulary.symbols[5:] == tuple(f'<${i}$>' for i in range(7))
+  # Characters, and the sources as their own targets (OpenSeq2Seq's infer_params).
+  chars = TextPairsDataLayer({'source_file': parallel['source_file'], 'use_targets': False,
+                              'source_tokens': 'chars', 'target_tokens': 'chars'}, 'train')
+  assert chars.references[1] == (tuple('a dog'),) and chars.target_separator == ''
+  # Training tokens outside the vocabulary files: one line per side.
+  capsys.readouterr()
+  TextPairsDataLayer(parallel, 'train')
+  assert capsys.readouterr().err.splitlines() == [
+      f"text_pairs: 1 of the 7 tokens of {parallel['source_file']} are not in src_vocab_file "
+      'and are read as <unk>',
+      f"text_pairs: 1 of the 7 tokens of {parallel['target_file']} are not in tgt_vocab_file "
+      'and are read as <unk>']
+
+
+def test_an_evaluation_of_parallel_files_takes_the_vocabularies_of_training(parallel, tmp_path):
+  plain = {'source_file': parallel['source_file'], 'target_file': parallel['target_file']}
+  dev = {'source_file': write(tmp_path, 'dev.en', 'a cat\n'),
+         'target_file': write(tmp_path, 'dev.de', 'eine katze\n')}
+  run_dir = str(tmp_path / 'run')
+  train = TextPairsDataLayer(plain, 'train')
+  train.use_run_dir(run_dir)
+  evaluation = TextPairsDataLayer(dev, 'eval')
+  evaluation.use_run_dir(run_dir)  # before training has written them, as train_eval builds both
+  train.dataset(2)
+  batch = next(iter(evaluation.dataset(4)))
+  assert evaluation.source_vocabulary == train.source_vocabulary
+  assert batch['source'].numpy().tolist() == [[4, 5]]  # 'a', 'cat' of the training words
+  assert batch['target'].numpy().tolist() == [[1, 3, 8, 2]]  # 'eine' unknown, 'katze'
+  saved = json.loads((tmp_path / 'run' / VOCABULARY_FILE).read_text())
+  assert saved['source_file'] == parallel['source_file']  # training's files, not the evaluation's
+  assert saved['settings'] == {'source_tokens': 'words', 'target_tokens': 'words',
+                               'lowercase': False, 'delimiter': ' '}
+  alone = TextPairsDataLayer(dev, 'eval')
+  alone.use_run_dir(str(tmp_path / 'empty'))
+  with pytest.raises(DataError, match=r'^text_pairs: evaluating .*dev.en needs the vocabularies '
+                                      r'of training: give data_layer_params.src_vocab_file and '
+                                      r'tgt_vocab_file, or the logdir of a training run'):
+    alone.dataset(4)
+
+
+@pytest.mark.parametrize('change, error, message', [
+    ({'train_file': 'x.tsv'}, ConfigError, r'^data_layer_params.train_file: not read with '
+                                           r'source_file \(parallel files'),
+    ({'columns': [1, 0]}, ConfigError, r'^data_layer_params.columns: not read with source_file'),
+    ({'target_file': None}, ConfigError, r'^data_layer_params.target_file: required with '
+                                         r'source_file .*, or use_targets: false$'),
+    ({'tgt_vocab_file': None}, ConfigError, r'^data_layer_params.tgt_vocab_file: required beside '
+                                            r'the other vocabulary file'),
+    ({'shuffle': False}, ConfigError, r'^data_layer_params.shuffle: false is not read here: the '
+                                      r'order of the training pairs is drawn anew every epoch'),
+    ({'repeat': False}, ConfigError, r'^data_layer_params.repeat: false is not read here: '
+                                     r'training repeats the split; give num_epochs'),
+    ({'special_tokens_already_in_vocab': True}, DataError,
+     r"^.*vocab.de: its first tokens \['der', 'die', 'ein', 'hund'\] are not the special tokens "
+     r'<pad> </s> <s> <unk> \(special_tokens_already_in_vocab: true, the default\); for a file '
+     r'of real tokens only set data_layer_params.special_tokens_already_in_vocab: false$'),
+    ({'src_vocab_file': 'missing.vocab'}, DataError,
+     r'^data_layer_params.src_vocab_file: .*missing.vocab not found$'),
+])
+def test_parallel_files_given_wrongly_are_one_line(parallel, change, error, message):
+  params = dict(parallel, **change)
+  if change.get('src_vocab_file') == 'missing.vocab':
+    params['src_vocab_file'] = parallel['src_vocab_file'] + '.missing.vocab'
+  with pytest.raises(error, match=message) as raised:
+    TextPairsDataLayer(params, 'train')
+  assert '\n' not in str(raised.value)
+
+
+def test_parallel_files_with_bad_lines_name_the_file_and_line(tmp_path, parallel):
+  def refused(source, target, message, vocabulary=None):
+    params = {'source_file': write(tmp_path, 's', source), 'target_file': write(tmp_path, 't', target)}
+    if vocabulary is not None:
+      params.update(src_vocab_file=write(tmp_path, 'v', vocabulary),
+                    tgt_vocab_file=parallel['tgt_vocab_file'], special_tokens_already_in_vocab=False)
+    with pytest.raises(DataError, match=message):
+      TextPairsDataLayer(params, 'train')
+
+  refused('a\nb\nc\n', 'x\ny\n', rf'^text_pairs: {re.escape(str(tmp_path))}/s has 3 lines and '
+                                 r'.*/t 2; parallel files hold one line each per pair$')
+  refused('a\n', 'x\ny\nz\n', r'/s has 1 lines and .*/t 3;')
+  refused('a\n\nc\n', 'x\ny\nz\n', r'/s:2: the source is blank, beside a line of .*/t; parallel '
+                                   r'files hold a pair on each line$')
+  refused('a <s>\n', 'x\n', r"/s:1: the source holds '<s>', a token reserved for")
+  refused('\n \n', '\n\n', r'^text_pairs: .*/s: holds no pair \(2 lines, all blank\)$')
+  refused('a\n', 'x\n', r"/v:3: 'a' again \(first on line 1\); a vocabulary file lists each "
+                        r'token once$', vocabulary='a\nb\na\n')
+  refused('a\n', 'x\n', r"/v:2: '<unk>' is a special token among the real ones; when the file "
+                        r'begins with the four specials set', vocabulary='a\n<unk>\n')
+  refused('a\n', 'x\n', r'/v: holds no token', vocabulary='\n\n')
+
+
+def test_a_long_pair_is_left_out_by_the_default_max_length(tmp_path, capsys):
+  long = 'a' * 300
+  train = write(tmp_path, 't.tsv', f'ab\tba\n{long}\t{long}\ncd\tdc\n')
+  layer = TextPairsDataLayer({'train_file': train, 'eval_file': train}, 'train')
+  assert layer.sources == ('ab', 'cd') and layer.max_source_length == 256
+  assert capsys.readouterr().err == (
+      f'text_pairs: {train}: left out 1 of 3 pairs longer than max_length 256\n')
+  assert TextPairsDataLayer({'train_file': train, 'eval_file': train, 'max_length': None},
+                            'train').num_examples == 3
