@@ -8,6 +8,7 @@
   echo tomato | python run.py --config=runs/g2p/config.yaml --mode=infer --logdir=runs/g2p
   python run.py --config=runs/fm_lars/config.yaml --mode=infer --logdir=runs/fm_lars \
       --infer_input=images/    # path<TAB>class<TAB>probability<TAB>2nd:p<TAB>3rd:p per image
+  python run.py --config=configs/fashion_mnist_lars.py --mode=critical_batch --logdir=runs/fm_cb
   python run.py --config=configs/fashion_mnist_lars.py --num_workers=2   # tf.distribute, this machine
   horovodrun -np 2 --gloo -H localhost:2 python run.py --config=... --mode=train_eval
 
@@ -87,6 +88,18 @@ def parse_args(argv):
   parser.add_argument('--num_workers', type=int, default=1, metavar='N',
                       help='start N workers of this run on this machine (the '
                            'multi_worker_mirrored engine, under TF_CONFIG); see docs/distributed.md')
+  parser.add_argument('--warmup_fraction', type=float, default=None, metavar='F',
+                      help="critical_batch: with no checkpoint in logdir, train this share of the "
+                           "config's run first (default 0.25)")
+  parser.add_argument('--max_batch', type=int, default=None, metavar='N',
+                      help="critical_batch: the largest branch's global batch (default 16x the "
+                           "config's)")
+  parser.add_argument('--branch_examples', type=int, default=None, metavar='N',
+                      help='critical_batch: examples (words, tokens) each branch reads (default: '
+                           'one epoch in whole updates of the largest branch)')
+  parser.add_argument('--tolerance', type=float, default=None, metavar='T',
+                      help="critical_batch: the relative held-out loss a branch may lose to the "
+                           '1x branch, in (0, 1) (default 0.02)')
   return parser.parse_args(argv)
 
 
@@ -106,9 +119,14 @@ def check_flags(args):
   if (args.mode == 'export') != (args.export_dir is not None):
     fail('--export_dir: required with --mode=export' if args.export_dir is None
          else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
-  if args.checkpoint != 'latest' and args.mode not in launch_lib.READING_MODES:
-    fail(f'--checkpoint: only used with --mode=eval, export or infer, not --mode={args.mode} '
-         '(to start from another run, use --init_checkpoint)')
+  checkpoint_modes = launch_lib.READING_MODES + ('critical_batch',)
+  if args.checkpoint != 'latest' and args.mode not in checkpoint_modes:
+    fail(f'--checkpoint: only used with --mode=eval, export, infer or critical_batch, not '
+         f'--mode={args.mode} (to start from another run, use --init_checkpoint)')
+  from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
+  problem = critical_batch.flag_problem(args)
+  if problem is not None:
+    fail(problem)
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:
     fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
   if args.auto_resume and args.mode not in launch_lib.TRAINING_MODES:
@@ -137,9 +155,9 @@ def check_flags(args):
            'worker per machine with TF_CONFIG, srun or horovodrun')
 
 
-def resume_command(argv):
-  """The command line that resumes this run."""
-  args = list(argv) + ([] if '--continue_learning' in argv else ['--continue_learning'])
+def resume_command(argv, again=False):
+  """The command line that resumes this run (``again``: the same command, which resumes by itself)."""
+  args = list(argv) + ([] if again or '--continue_learning' in argv else ['--continue_learning'])
   workers = os.environ.get('LARGEBATCH_NUM_WORKERS')
   if workers:  # a worker started by --num_workers: resume the whole local job
     args.append(f'--num_workers={workers}')
@@ -209,7 +227,8 @@ def _main(args, argv):
                *local_cluster.without_flag(argv, '--num_workers')]
     return local_cluster.run(command, args.num_workers)
   try:
-    return launch_lib.launch(args, configs, resume_command(argv), notes)
+    return launch_lib.launch(args, configs,
+                             resume_command(argv, again=args.mode == 'critical_batch'), notes)
   except launch_lib.LaunchError as exc:
     fail(str(exc), status=exc.status)
   except KeyboardInterrupt:

@@ -28,8 +28,9 @@ from framework.config.schema import dtype_name
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # run.py's modes. Eval, export and infer read the checkpoints of an existing run
-# and the eval view of its config (a model is exported and infers as it is evaluated).
-MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export', 'infer')
+# and the eval view of its config (a model is exported and infers as it is evaluated);
+# critical_batch trains branches of a run's checkpoint and evaluates them, as train_eval.
+MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export', 'infer', 'critical_batch')
 READING_MODES = ('eval', 'export', 'infer')
 TRAINING_MODES = ('train', 'train_eval')
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')

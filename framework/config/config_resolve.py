@@ -145,14 +145,14 @@ def _sets_learning_rate(overrides):
 def resolve_modes(raw, mode, overrides=()):
   """Returns ``{'train': config or None, 'eval': config or None}`` for a run in ``mode``.
 
-  ``train_eval`` gives both: the eval config is ``base_params`` with
-  ``eval_params`` and the same overrides. ``benchmark`` gives a train config,
-  ``eval`` and ``export`` an eval config.
+  ``train_eval`` and ``critical_batch`` give both: the eval config is
+  ``base_params`` with ``eval_params`` and the same overrides. ``benchmark``
+  gives a train config, ``eval`` and ``export`` an eval config.
   """
   _check_mode(mode)
   train = resolve(raw, mode, overrides) if mode not in READING_MODES else None
-  evaluation = (resolve(raw, 'eval', overrides) if mode in READING_MODES + ('train_eval',)
-                else None)
+  evaluation = (resolve(raw, 'eval', overrides)
+                if mode in READING_MODES + ('train_eval', 'critical_batch') else None)
   return {'train': train, 'eval': evaluation}
 
 

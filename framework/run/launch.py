@@ -97,6 +97,11 @@ def launch(options, configs, resume, notes=(), output=None):
   cfg = main_config(configs)
   check_with_owners(configs)
   logdir = choose_logdir(options, cfg)
+  if options.mode == 'critical_batch':
+    # Trains a warm-up and branches in turn, each a run of its own: its own logdir
+    # checks, lock and stops (framework/run/critical_batch.py).
+    from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
+    return critical_batch.launch(options, configs, logdir, resume, dtype_line)
   if options.mode == 'export':
     from framework.tasks import export as export_lib  # pylint: disable=import-outside-toplevel
     try:

@@ -324,7 +324,7 @@ def test_resolve_without_overlays():
 def test_resolve_unknown_mode():
   assert error_of(cfg.resolve, RAW, 'trian') == (
       "mode: unknown mode 'trian' (did you mean 'train'?); "
-      "allowed: train, eval, train_eval, benchmark, export, infer")
+      "allowed: train, eval, train_eval, benchmark, export, infer, critical_batch")
 
 
 def test_resolve_does_not_mutate_or_share_raw():
@@ -435,8 +435,11 @@ def test_resolve_modes():
   # A model is exported as it is evaluated.
   assert cfg.resolve_modes(RAW, 'export') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
   assert cfg.resolve(RAW, 'export') == cfg.resolve(RAW, 'eval')
+  # Branches train from a run's checkpoint and are evaluated, as train_eval.
+  assert cfg.resolve_modes(RAW, 'critical_batch', overrides) == both
   assert error_of(cfg.resolve_modes, RAW, 'test') == (
-      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export, infer")
+      "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export, infer, "
+      'critical_batch')
 
 
 def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
