@@ -340,6 +340,15 @@ def benchmark(trainer, steps):
           f'{trainer.num_workers} worker(s))', flush=True)
 
 
+def noise_scale_line(noise, unit, global_batch, decay):
+  """``noise scale (B_simple): N <unit> (...)``: the run's last estimate (``Trainer.noise_scale``)."""
+  from core import noise_scale as formulas  # pylint: disable=import-outside-toplevel
+  window = min(noise['updates'], round(1.0 / (1.0 - decay)))
+  return (f'noise scale (B_simple): {formulas.describe(noise["b_simple"], unit)} '
+          f'(global batch {global_batch}; the last ~{window} of {noise["updates"]} '
+          'measured updates weigh)')
+
+
 def report_end(trainer, metrics, logdir):
   """The last lines of a training run: the final metric, checkpoints, TensorBoard.
 
@@ -351,6 +360,10 @@ def report_end(trainer, metrics, logdir):
   from framework.run import evaluation  # pylint: disable=import-outside-toplevel
   if metrics is not None:
     print(evaluation.final_line(trainer.task, metrics, trainer.global_step), flush=True)
+  noise = trainer.noise_scale()
+  if noise is not None:
+    print(noise_scale_line(noise, trainer.task.example_unit, trainer.global_batch,
+                           trainer.config['noise_scale_params']['decay']), flush=True)
   best = os.path.abspath(os.path.join(logdir, 'best'))
   print(f'checkpoints: {os.path.abspath(logdir)}'
         + (f'  (best by eval {trainer.task.BEST_METRIC} in {best})' if os.path.isdir(best)
