@@ -246,6 +246,16 @@ class DataLayer:
     raise NotImplementedError
 
 
+def holds_checkpoints(run_dir):
+  """Whether ``run_dir`` holds a checkpoint (the index file of one, whatever its state file says).
+
+  What a data layer computed and kept there on the first run (statistics, a
+  vocabulary) was then used by those checkpoints: it is a fact of the run, not
+  something to compute again silently.
+  """
+  return bool(run_dir) and bool(tf.io.gfile.glob(os.path.join(run_dir, '*.index')))
+
+
 def text_lines(path):
   """Yields ``(line number, line)`` of a UTF-8 text file, the line with its newline.
 

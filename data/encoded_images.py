@@ -16,7 +16,7 @@ import tensorflow as tf
 from core.params import ConfigError
 from data import images
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
-                       check_start_batch, epoch_key, fail_unless, sub_key,
+                       check_start_batch, epoch_key, fail_unless, holds_checkpoints, sub_key,
                        write_json_atomically)
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,12 @@ class EncodedImageLayer(DataLayer):
         return kept['mean'], kept['std']
       log.warning('%s: %s holds statistics of %s channel(s), not %d; computing them again',
                   self.kind, path, kept.get('channels'), self.settings['channels'])
+    elif holds_checkpoints(self.run_dir) and not self.params.get('rebuild_statistics'):
+      raise DataError(f'{self.kind}: {path} is missing, and the checkpoints beside it were '
+                      'trained with the statistics it held; computed again from the training '
+                      'records of today they may normalize differently: put the file back, or '
+                      'compute it again on purpose with --set '
+                      'data_layer_params.rebuild_statistics=true')
     key = (self.kind, self._statistics_source(), self.settings['channels'],
            self.settings['image_size'], self.settings['crop_fraction'])
     if key not in _STATISTICS:

@@ -12,6 +12,10 @@ non-hidden file below its folder (subfolders included, hidden folders
 skipped) whose name ends in ``.jpg``, ``.jpeg``, ``.png``, ``.bmp`` or
 ``.gif`` (any case); other files are ignored. Files are ordered by their path
 relative to the root, so the order never depends on the file system.
+Symbolic links are followed to files and to folders outside the tree; a link
+that leads back into the tree (a loop, or another class's folder) and a
+second link to a file already read are skipped, so every image is read once,
+with the label of its own class folder.
 
 The validation split is chosen per class by a hash of ``split_seed`` and the
 file's relative path: each class holds out its ``round(fraction * n)`` files
@@ -59,25 +63,70 @@ def class_folders(root, what='train_dir'):
   return names
 
 
-def _image_files(folder):
-  """Relative paths (to ``folder``) of the image files below it, sorted."""
-  found = []
+def _inside(path, directory):
+  """Whether the real path ``path`` is ``directory`` or below it (both real paths)."""
+  return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _image_files(folder, tree, skipped):
+  """The image files below ``folder``: ``(path relative to it, real path, reached by a link)``.
+
+  A link to a folder is followed only where the folder does not lead back
+  into ``tree`` (the real path of the root: the folder is in the tree, or
+  holds it) and was not reached before; the others go to ``skipped`` as
+  ``(path, real path)``. Sorted by relative path.
+  """
+  found, visited = [], set()
   for directory, subdirs, files in os.walk(folder, followlinks=True):
-    subdirs[:] = [d for d in subdirs if not is_hidden(d)]
+    real_directory = os.path.realpath(directory)
+    visited.add(real_directory)
+    kept = []
+    for name in subdirs:
+      path = os.path.join(directory, name)
+      if is_hidden(name):
+        continue
+      if os.path.islink(path):
+        target = os.path.realpath(path)
+        if _inside(target, tree) or _inside(tree, target) or target in visited:
+          skipped.append((path, target))
+          continue
+        visited.add(target)
+      kept.append(name)
+    subdirs[:] = kept
     relative = os.path.relpath(directory, folder)
+    linked_directory = not _inside(real_directory, tree)
     for name in files:
       if is_image_name(name):
-        found.append(name if relative == '.' else os.path.join(relative, name))
+        path = os.path.join(directory, name)
+        linked = os.path.islink(path)
+        real = os.path.realpath(path) if linked else os.path.join(real_directory, name)
+        found.append((name if relative == '.' else os.path.join(relative, name), real,
+                      linked or linked_directory))
   return sorted(found)
 
 
-def list_tree(root, classes=None, what='train_dir'):
+def describe_skipped(skipped, root, what='train_dir'):
+  """The one line that names the links a listing of ``root`` skipped (``list_tree``'s ``skipped``)."""
+  shown = ', '.join(f'{os.path.relpath(path, root)} -> {target}' for path, target in skipped[:3])
+  more = f' and {len(skipped) - 3} more' if len(skipped) > 3 else ''
+  return (f'image_folder: {what} {root}: skipped {len(skipped)} link(s) that lead back into the '
+          f'tree or to a file read already ({shown}{more}); each image is read once, under its '
+          'own class folder')
+
+
+def list_tree(root, classes=None, what='train_dir', skipped=None):
   """Lists ``root/<class>/<files>``.
+
+  Links are followed to files, and to folders that do not lead back into the
+  tree; a link to a folder of the tree or above it (a loop, or another class's
+  images under this class) and a linked file that is read already are skipped.
 
   Args:
     root: the directory.
     classes: the class folder names (sorted) to read; None: those of ``root``.
     what: the param naming ``root``, for messages.
+    skipped: a list that receives ``(path, real path)`` of each link skipped
+      (``describe_skipped`` says them in one line).
 
   Returns:
     ``(class_names, files)``: the sorted class folder names, and a list of
@@ -89,13 +138,26 @@ def list_tree(root, classes=None, what='train_dir'):
   """
   if classes is None:
     classes = class_folders(root, what)
-  files = []
+  tree = os.path.realpath(root)
+  skipped = [] if skipped is None else skipped
+  listed = []
   for label, name in enumerate(classes):
-    found = _image_files(os.path.join(root, name))
+    found = _image_files(os.path.join(root, name), tree, skipped)
     if not found:
       raise FolderError(f'image_folder: class folder {os.path.join(root, name)} holds no '
                         f'{FORMATS} file (by extension: {", ".join(EXTENSIONS)})')
-    files.extend((os.path.join(name, path), label) for path in found)
+    listed.extend((os.path.join(name, path), real, linked, label)
+                  for path, real, linked in found)
+  # A file is read once: in its own place, else where a link reaches it first.
+  seen = {real for _, real, linked, _ in listed if not linked}
+  files = []
+  for path, real, linked, label in listed:
+    if linked:
+      if real in seen:
+        skipped.append((os.path.join(root, path), real))
+        continue
+      seen.add(real)
+    files.append((path, label))
   return tuple(classes), files
 
 

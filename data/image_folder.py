@@ -17,6 +17,7 @@ validation split and ``eval_dir``, training picks its best checkpoint on
 (``data.schemas.image_folder_eval_splits``).
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -27,13 +28,15 @@ import tensorflow as tf
 from core.params import ConfigError
 from data import image_files, images, schemas
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
-                       check_start_batch, data_error_in, epoch_key, fail_unless, pad_crop_flip,
-                       sub_key, write_json_atomically)
+                       check_start_batch, data_error_in, epoch_key, fail_unless,
+                       holds_checkpoints, pad_crop_flip, sub_key, write_json_atomically)
 
 STATISTICS_FILE = 'image_statistics.json'
 # Training files decoded to compute the normalization statistics (a fixed, seeded sample).
 STATISTICS_SAMPLE = 2000
 STATISTICS_BATCH = 64
+# The one-line notes this process has given (the train and the eval layer list the same tree).
+_TOLD = set()
 
 
 class ImageFolderDataLayer(DataLayer):
@@ -76,7 +79,9 @@ class ImageFolderDataLayer(DataLayer):
     eval_split, _ = schemas.image_folder_eval_splits(p)
     self.split = 'train' if mode == 'train' else eval_split
     try:
-      classes, all_train = image_files.list_tree(train_dir)
+      skipped = []
+      classes, all_train = image_files.list_tree(train_dir, skipped=skipped)
+      self._tell_skipped(skipped, train_dir, 'train_dir')
       if self.split == 'eval':
         eval_files = self._eval_files(classes)
     except image_files.FolderError as e:
@@ -96,6 +101,7 @@ class ImageFolderDataLayer(DataLayer):
     if chosen is None:
       chosen, root = eval_files, p['eval_dir']
     self.files = [(os.path.join(root, path), label) for path, label in chosen]
+    self._all_train = all_train
     self._train_paths = [os.path.join(train_dir, path) for path, _ in train]
     self.class_names = classes
     self.num_classes = len(classes)
@@ -120,7 +126,19 @@ class ImageFolderDataLayer(DataLayer):
       raise DataError(f'image_folder: eval_dir {eval_dir} and train_dir '
                       f'{self.params["train_dir"]} must hold the same class folders; only in '
                       f'train_dir: {only_train}; only in eval_dir: {only_eval}')
-    return image_files.list_tree(eval_dir, eval_classes, 'eval_dir')[1]
+    skipped = []
+    files = image_files.list_tree(eval_dir, eval_classes, 'eval_dir', skipped)[1]
+    self._tell_skipped(skipped, eval_dir, 'eval_dir')
+    return files
+
+  def _tell_skipped(self, skipped, root, what):
+    """The line naming the links a listing skipped, once per process (worker 0)."""
+    if not skipped or self.worker_index != 0:
+      return
+    line = image_files.describe_skipped(skipped, root, what)
+    if line not in _TOLD:
+      _TOLD.add(line)
+      print(line, file=sys.stderr, flush=True)
 
   def _image_size(self):
     """``image_size`` as ``(height, width)``, or the size the training files' headers agree on."""
@@ -178,6 +196,13 @@ class ImageFolderDataLayer(DataLayer):
     if path is not None and os.path.exists(path):
       self.statistics = self._read_statistics(path)
       return self.statistics
+    rebuilt = holds_checkpoints(self.run_dir)
+    if rebuilt and not self.params['rebuild_statistics']:
+      raise DataError(f'image_folder: {path} is missing, and the checkpoints beside it were '
+                      'trained with the statistics it held; computed again from today\'s '
+                      f'{self.params["train_dir"]} they may normalize differently: put the file '
+                      'back, or compute it again on purpose with --set '
+                      'data_layer_params.rebuild_statistics=true')
     # Out of any graph being traced (a serving function): the sample is read eagerly.
     with tf.init_scope():
       mean, std = self._compute_statistics()
@@ -185,12 +210,67 @@ class ImageFolderDataLayer(DataLayer):
     # Worker 0 alone writes (rank-0 I/O); the others computed the same numbers from the same sample.
     if path is not None and self.worker_index == 0:
       os.makedirs(self.run_dir, exist_ok=True)
-      write_json_atomically(path, {'mean': list(mean), 'std': list(std),
-                             'channels': self.params['channels'],
-                             'train_dir': self.params['train_dir'],
-                             'sampled_files': min(STATISTICS_SAMPLE, len(self._train_paths)),
-                             'train_examples': len(self._train_paths)})
+      self._write_statistics(path, {'mean': list(mean), 'std': list(std),
+                                    'channels': self.params['channels'],
+                                    'train_dir': self.params['train_dir'],
+                                    'sampled_files': min(STATISTICS_SAMPLE,
+                                                         len(self._train_paths))})
+      if rebuilt:
+        print(f'image_folder: computed {path} again from {len(self._train_paths)} training '
+              'images of today\'s train_dir (rebuild_statistics); the checkpoints were trained '
+              'with the numbers it held before', file=sys.stderr, flush=True)
     return self.statistics
+
+  def _write_statistics(self, path, record):
+    """Writes ``record`` with what the training files are now: their number and the fingerprint."""
+    write_json_atomically(path, dict(record, train_examples=len(self._train_paths),
+                                     train_dir_files=len(self._all_train),
+                                     fingerprint=self._fingerprint()))
+
+  def _fingerprint(self):
+    """A hash of the names of every file of train_dir (training and validation), in order."""
+    digest = hashlib.blake2b(digest_size=8)
+    for relative, label in self._all_train:
+      digest.update(f'{label}:{relative}\n'.encode('utf-8'))
+    return digest.hexdigest()
+
+  def _check_train_dir(self, saved=None, path=None):
+    """Refuses a training set other than the one the run directory's checkpoints were trained on.
+
+    Where the split read comes from train_dir (training, validation) and the
+    run directory's statistics file records its files (their count; their
+    fingerprint, in files written since it is kept), a change is one line
+    naming the counts; ``accept_changed_train_dir`` goes on, and a training
+    layer records the new files.
+
+    Raises:
+      DataError: train_dir changed and the change is not accepted.
+    """
+    if saved is None or (self.mode == 'eval' and self.split != 'validation'):
+      return
+    then, now = saved.get('train_examples'), len(self._train_paths)
+    fingerprint = saved.get('fingerprint')
+    if then == now and fingerprint in (None, self._fingerprint()):
+      return
+    train_dir = self.params['train_dir']
+    change = (f'{now} training images now, {then} when the checkpoints beside {path} were trained'
+              if then != now else f'{now} training images then and now, but other file names')
+    if not self.params['accept_changed_train_dir']:
+      raise DataError(f'image_folder: train_dir {train_dir} changed since this run directory '
+                      f'was trained: {change}; resuming would read another training set (and '
+                      'validation split) from the same data position. Put the files back, train '
+                      'in a new logdir, or go on with them: --set '
+                      'data_layer_params.accept_changed_train_dir=true')
+    if self.worker_index == 0:
+      if self.mode == 'train':
+        self._write_statistics(path, {key: value for key, value in saved.items()
+                                      if key not in ('train_examples', 'train_dir_files',
+                                                     'fingerprint')})
+      line = (f'image_folder: train_dir {train_dir} changed: {change}; going on with it '
+              '(accept_changed_train_dir), the statistics kept')
+      if line not in _TOLD:
+        _TOLD.add(line)
+        print(line, file=sys.stderr, flush=True)
 
   def _read_statistics(self, path):
     channels = self.params['channels']
@@ -204,6 +284,7 @@ class ImageFolderDataLayer(DataLayer):
     if len(mean) != channels or len(std) != channels or min(std) <= 0:
       raise DataError(f'{path}: holds statistics of {len(mean)} channel(s), the run reads '
                       f'{channels}; delete it to compute them again')
+    self._check_train_dir(saved, path)
     return mean, std
 
   def _compute_statistics(self):

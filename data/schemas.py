@@ -108,6 +108,11 @@ _IMAGE_PARAMS = {
                  doc='per-channel standard deviation in [0, 1] units; None: computed like mean'),
     'shuffle_buffer': Param(int, 10000, check=non_negative,
                             doc='records permuted together (window shuffle); 0 or 1 disables'),
+    'rebuild_statistics': Param(bool, False,
+                                doc='compute image_statistics.json again when a run directory '
+                                    'with checkpoints lacks it (eval, export, infer, resume '
+                                    'refuse otherwise: the checkpoints were trained with the '
+                                    'lost numbers)'),
 }
 
 # A preset is a named bundle of defaults for the keys below; a key given
@@ -348,6 +353,12 @@ IMAGE_FOLDER_PARAMS = {
     'augment': Param(str, 'flip', choices=AUGMENTS, doc=_IMAGE_PARAMS['augment'].doc),
     'mean': _IMAGE_PARAMS['mean'],
     'std': _IMAGE_PARAMS['std'],
+    'rebuild_statistics': _IMAGE_PARAMS['rebuild_statistics'],
+    'accept_changed_train_dir': Param(
+        bool, False, doc='resume (and evaluate the validation split) although train_dir holds '
+                         'other files than when the checkpoints were trained (its count or file '
+                         'names, kept in image_statistics.json), recording the new ones; '
+                         'refused otherwise'),
     'skip_corrupt': Param(bool, False,
                           doc='skip (and count) files that cannot be decoded, instead of failing'),
     'max_corrupt_fraction': Param(float, 0.001, check=_fraction,

@@ -1,0 +1,151 @@
+"""The data surfaces as a user meets them through run.py: links in an image folder, the
+statistics and training set a run directory keeps, and what text pairs, TFRecords and TFDS
+say of their input.
+
+A refusal that comes before anything trains is answered by run.py's ``main()`` in this
+process (``run_main``); a training runs in a child, once per module, and the cases that
+need its run directory work on copies of it.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_child(*args, cwd=None):
+  """run.py in a child process, as a user runs it; returns the CompletedProcess."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  env.pop('PYTHONPATH', None)
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *map(str, args)],
+                        cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def png(value, size=8):
+  return tf.io.encode_png(np.full((size, size, 3), value, np.uint8)).numpy()
+
+
+def write_images(folder, values):
+  os.makedirs(folder, exist_ok=True)
+  for name, value in values.items():
+    with open(os.path.join(folder, name), 'wb') as f:
+      f.write(png(value))
+
+
+def error_lines(result):
+  """The ``error:`` lines a run printed."""
+  return [line for line in result.stderr.splitlines() if line.startswith('error:')]
+
+
+# --- an image folder and the run directory it trained ------------------------------------------
+
+@pytest.fixture(scope='module')
+def folder_run(tmp_path_factory):
+  """A two-class folder with a link back into the tree and a second link to one image,
+  trained for 2 steps: ``(tree, config, logdir, the training's CompletedProcess)``."""
+  base = tmp_path_factory.mktemp('folder')
+  tree = base / 'train'
+  write_images(tree / 'alpha', {f'a{i}.png': 20 + i for i in range(4)})
+  write_images(tree / 'beta', {f'b{i}.png': 200 + i for i in range(4)})
+  os.symlink('..', tree / 'alpha' / 'up')  # a loop: alpha/up/alpha/up/... and beta as alpha
+  os.symlink(os.path.join('..', 'beta', 'b0.png'), tree / 'alpha' / 'twin.png')
+  write_images(base / 'test' / 'alpha', {'t0.png': 25})
+  write_images(base / 'test' / 'beta', {'t1.png': 205})
+  config = base / 'folder.yaml'
+  config.write_text(yaml.safe_dump({'base_params': {
+      'model': 'resnet_cifar', 'model_params': {'depth': 8},
+      'data_layer': 'image_folder',
+      'data_layer_params': {'train_dir': str(tree), 'eval_dir': str(base / 'test'),
+                            'image_size': 8, 'augment': 'none'},
+      'batch_size_per_gpu': 4, 'max_steps': 2, 'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9}, 'lr_policy_params': {'learning_rate': 0.01},
+      'dtype': 'float32'}}))
+  logdir = base / 'run'
+  trained = run_child(f'--config={config}', '--mode=train', f'--logdir={logdir}')
+  assert trained.returncode == 0, trained.stderr
+  return tree, config, logdir, trained
+
+
+def copied_run(folder_run, tmp_path):
+  """A copy of the trained run directory, its config.yaml's path, and the logdir."""
+  logdir = tmp_path / 'run'
+  shutil.copytree(folder_run[2], logdir)
+  return f'--config={logdir}/config.yaml', f'--logdir={logdir}', logdir
+
+
+@pytest.mark.slow
+def test_links_that_loop_or_repeat_an_image_are_skipped_and_named(folder_run):
+  tree, _, logdir, trained = folder_run
+  told = [line for line in trained.stderr.splitlines() if 'skipped' in line]
+  assert told == [
+      f'image_folder: train_dir {tree}: skipped 2 link(s) that lead back into the tree or to a '
+      f'file read already (alpha/up -> {tree}, alpha/twin.png -> {tree}/beta/b0.png); each '
+      'image is read once, under its own class folder']
+  # 4 + 4 images, each once: no beta image under alpha, nothing read twice.
+  assert json.loads((logdir / 'image_statistics.json').read_text())['train_examples'] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mode', ['eval', 'export'])
+def test_a_lost_statistics_file_is_not_computed_again_silently(folder_run, tmp_path, run_main, mode):
+  config, logdir_flag, logdir = copied_run(folder_run, tmp_path)
+  (logdir / 'image_statistics.json').unlink()
+  extra = [f'--export_dir={tmp_path}/export'] if mode == 'export' else []
+  refused = run_main(config, f'--mode={mode}', logdir_flag, *extra)
+  assert refused.returncode == 2 and not (logdir / 'image_statistics.json').exists()
+  assert error_lines(refused) == [
+      f'error: image_folder: {logdir}/image_statistics.json is missing, and the checkpoints '
+      "beside it were trained with the statistics it held; computed again from today's "
+      f'{folder_run[0]} they may normalize differently: put the file back, or compute it again '
+      'on purpose with --set data_layer_params.rebuild_statistics=true']
+  if mode == 'export':
+    return
+  rebuilt = run_main(config, '--mode=eval', logdir_flag,
+                     '--set', 'data_layer_params.rebuild_statistics=true')
+  assert rebuilt.returncode == 0, rebuilt.stderr
+  assert (f'image_folder: computed {logdir}/image_statistics.json again from 8 training images '
+          "of today's train_dir (rebuild_statistics)") in rebuilt.stderr
+  assert json.loads((logdir / 'image_statistics.json').read_text())['train_examples'] == 8
+
+
+@pytest.mark.slow
+def test_a_training_set_changed_since_the_checkpoints_is_one_line_at_resume(
+    folder_run, tmp_path, run_main):
+  config, logdir_flag, logdir = copied_run(folder_run, tmp_path)
+  tree = tmp_path / 'train'
+  shutil.copytree(folder_run[0], tree, symlinks=True)
+  write_images(tree / 'beta', {'b4.png': 204, 'b5.png': 205})
+  recorded = json.loads((logdir / 'image_statistics.json').read_text())
+  resume = (config, '--mode=train', logdir_flag, '--continue_learning',
+            '--set', f'data_layer_params.train_dir={tree}')
+  refused = run_main(*resume)
+  assert refused.returncode == 2
+  assert error_lines(refused) == [
+      f'error: image_folder: train_dir {tree} changed since this run directory was trained: 10 '
+      f'training images now, 8 when the checkpoints beside {logdir}/image_statistics.json were '
+      'trained; resuming would read another training set (and validation split) from the same '
+      'data position. Put the files back, train in a new logdir, or go on with them: --set '
+      'data_layer_params.accept_changed_train_dir=true']
+  # The same count with other files is a change too (its fingerprint).
+  os.remove(tree / 'beta' / 'b4.png')
+  os.rename(tree / 'beta' / 'b5.png', tree / 'beta' / 'b9.png')
+  os.remove(tree / 'beta' / 'b3.png')
+  renamed = run_main(*resume)
+  assert renamed.returncode == 2
+  assert ': 8 training images then and now, but other file names; resuming would' in renamed.stderr
+  accepted = run_main(*resume, '--set', 'data_layer_params.accept_changed_train_dir=true',
+                      '--set', 'max_steps=3')
+  assert accepted.returncode == 0, accepted.stderr
+  assert (f'image_folder: train_dir {tree} changed: 8 training images then and now, but other '
+          'file names; going on with it (accept_changed_train_dir), the statistics kept'
+          in accepted.stderr)
+  now = json.loads((logdir / 'image_statistics.json').read_text())
+  assert now['mean'] == recorded['mean'] and now['fingerprint'] != recorded['fingerprint']
