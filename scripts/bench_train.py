@@ -32,6 +32,12 @@ each measured in the same run:
    lines included. The ratio is images/sec of train mode over model.fit in
    blocks of ``--block`` iterations after the first ``--skip`` (tracing and
    warm-up); the summary is the median over blocks. Goal: >= 1.
+4. The gradient noise scale (``noise_scale``, docs/critical_batch.md), in
+   the same rounds as 1: an update of two micro-batches of 128 (iter_size 2)
+   with ``noise_scale: auto``, which measures it there, against the same
+   update with ``noise_scale: false``. Goal: <= 1.01. And what ``true``
+   costs one worker with iter_size 1: the step's 256 images as two halves of
+   128, against the step in one pass (reported, no goal).
 """
 
 import argparse
@@ -58,9 +64,11 @@ from framework.run import trainer as trainer_lib  # noqa: E402
 from models import MODELS  # noqa: E402
 from optimizers import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
+from optimizers.pipeline import GradientPipeline  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
 MAX_STEP_RATIO = 1.05
+MAX_NOISE_SCALE_RATIO = 1.01
 LARC = {'larc_eta': 0.002, 'larc_mode': 'clip', 'skip_list': ['batch_normalization', 'bias']}
 
 
@@ -121,6 +129,38 @@ def framework_step(cfg, dtype='float32'):
         lambda: cross_entropy(model, images, labels), cfg['optimizer'],
         dict(cfg['optimizer_params']), lambda _: tf.constant(lr, tf.float32), model=model,
         dtype=dtype, clip_gradients=5.0, larc_params=LARC, loss_scaling='Backoff', summaries=None)
+
+  return step
+
+
+def noise_scale_step(cfg, iter_size, noise_scale):
+  """One update of the config's LARS through the pipeline: ``iter_size`` micro-batches of the batch.
+
+  ``noise_scale`` False: not measured; True: measured from the micro-batches
+  (iter_size 2), or from the two halves of the one micro-batch (iter_size 1).
+  """
+  model = build_model(cfg)
+  params = dict(cfg['optimizer_params'], learning_rate=cfg['lr_policy_params']['learning_rate'])
+  parts = 2 if noise_scale and iter_size == 1 else 1
+  pipeline = GradientPipeline(model.trainable_variables, cfg['optimizer'], params,
+                              iter_size=iter_size, log_global_norm=True, noise_scale=noise_scale,
+                              noise_scale_params={'parts': parts} if noise_scale else None)
+
+  def loss_of(images, labels):
+    return lambda: cross_entropy(model, images, labels)
+
+  @tf.function
+  def step(images, labels):
+    size = tf.shape(images)[0] // 2
+    halves = [(images[:size], labels[:size]), (images[size:], labels[size:])]
+    if iter_size == 2:
+      for part in halves:
+        metrics = pipeline(loss_of(*part))
+    elif parts == 2:
+      metrics = pipeline([loss_of(*part) for part in halves])
+    else:
+      metrics = pipeline(loss_of(images, labels))
+    return metrics['loss']
 
   return step
 
@@ -333,8 +373,15 @@ def main():
   bare = 'bare Keras step (GradientTape + SGD apply)'
   full = 'optimize_loss: Backoff + clip + LARC + LARS'
   bf16 = 'optimize_loss, dtype mixed_bfloat16'
+  accumulated = 'iter_size 2 (2 x 128), noise_scale: false'
+  measured = 'iter_size 2 (2 x 128), noise_scale: auto'
+  whole = 'iter_size 1 (256), noise_scale: false'
+  halves = 'iter_size 1 (256), noise_scale: true (2 x 128)'
   candidates = {bare: bare_keras_step(cfg), full: framework_step(cfg),
-                bf16: framework_step(cfg, 'mixed_bfloat16')}
+                bf16: framework_step(cfg, 'mixed_bfloat16'),
+                accumulated: noise_scale_step(cfg, 2, False),
+                measured: noise_scale_step(cfg, 2, True), whole: noise_scale_step(cfg, 1, False),
+                halves: noise_scale_step(cfg, 1, True)}
   times = time_steps(candidates, batch, args.rounds, args.steps)
   print(f'{"candidate":48s} {"ms/step":>8s} {"ratio to bare":>14s} {"ratio to float32":>17s}')
   for name, values in times.items():
@@ -342,6 +389,8 @@ def main():
           f'{statistics.median(values / times[bare]):14.3f} '
           f'{statistics.median(values / times[full]):17.3f}')
   step_ratio = statistics.median(times[full] / times[bare])
+  noise_ratio = statistics.median(times[measured] / times[accumulated])
+  halves_ratio = statistics.median(times[halves] / times[whole])
   bf16_ratio = statistics.median(times[bf16] / times[full])
   gemm = time_steps(matmul_candidates(), None, args.rounds, args.steps)
   gemm_f32, gemm_bf16 = gemm.values()
@@ -369,6 +418,11 @@ def main():
         f'Keras step: {step_ratio:.3f}x the time (goal <= {MAX_STEP_RATIO}x)')
   print(f'{"PASS" if loop_ratio >= 1.0 else "FAIL"} train mode vs model.fit: {loop_ratio:.3f}x '
         f'the images/sec (median of {len(blocks)} blocks; goal >= 1.0x)')
+  print(f'{"PASS" if noise_ratio <= MAX_NOISE_SCALE_RATIO else "FAIL"} noise_scale: auto '
+        f'(iter_size 2) vs not measured: {noise_ratio:.3f}x the time (goal <= '
+        f'{MAX_NOISE_SCALE_RATIO}x)')
+  print(f'noise_scale: true on one worker with iter_size 1 (two half-batches) vs one pass: '
+        f'{halves_ratio:.3f}x the time')
   print(f'{"PASS" if bf16_ratio < 1.0 else "FAIL"} mixed_bfloat16 vs float32 train step: '
         f'{bf16_ratio:.3f}x the time, {1.0 / bf16_ratio:.2f}x the speed (goal: faster; '
         f'this CPU\'s bfloat16 matmul takes {gemm_ratio:.2f}x the float32 time)')

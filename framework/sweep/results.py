@@ -19,6 +19,8 @@ LOG_FILE = 'run.log'
 # Every result holds these (None when run.py did not print them), and any other
 # metric its lines name (a sequence model's wer, per, token_accuracy).
 METRICS = ('accuracy', 'top5', 'loss', 'steps')
+# Not a metric of the task: the gradient noise scale, in a result when its run measured it.
+NOISE_SCALE = 'noise_scale'
 
 # What run.py and the trainer print; parsed back from run.log. Each task words its
 # lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
@@ -39,6 +41,9 @@ _ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
 HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
                     'wer': False, 'per': False, 'ser': False, 'ter': False, 'loss': False}
 TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
+# The gradient noise scale as a run ended (framework.run.launch.noise_scale_line); a run
+# that measured it with |G|² not yet positive says 'unbounded', which reads as infinity.
+NOISE_SCALE_RE = re.compile(r'^noise scale \(B_simple\): (\d+|unbounded)')
 STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
 # The last line run.py prints when a training run ends well, and a benchmark's.
 COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
@@ -62,7 +67,8 @@ def parse_metrics(log_text):
     when run.py did not print it: train_eval ends with ``final <split>
     <metric>: ...`` (the last ``eval at step ...`` line serves when that is
     missing), train and benchmark only give the steps of ``training ... for
-    N steps``. ``steps`` is the step the run ended at.
+    N steps``. ``steps`` is the step the run ended at. With the noise scale
+    measured, ``noise_scale`` is the ``noise scale (B_simple): N`` line's N.
   """
   metrics = dict.fromkeys(METRICS)
   for line in log_text.splitlines():
@@ -75,6 +81,9 @@ def parse_metrics(log_text):
       metrics.update(named_values(evaluation.group(2)), steps=int(evaluation.group(1)))
     elif training and metrics['steps'] is None:
       metrics['steps'] = int(training.group(1))
+    noise = NOISE_SCALE_RE.match(line)
+    if noise:
+      metrics[NOISE_SCALE] = float('inf' if noise.group(1) == 'unbounded' else noise.group(1))
   return metrics
 
 
