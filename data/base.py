@@ -259,6 +259,9 @@ def holds_checkpoints(run_dir):
 def text_lines(path):
   """Yields ``(line number, line)`` of a UTF-8 text file, the line with its newline.
 
+  A byte-order mark at the start of the file (what some editors on Windows
+  write) is no part of the first line.
+
   Raises:
     DataError: naming the file, the line and the byte of the first bytes that
       are not UTF-8.
@@ -266,7 +269,7 @@ def text_lines(path):
   with open(path, 'rb') as f:
     for number, raw in enumerate(f, start=1):
       try:
-        yield number, raw.decode('utf-8')
+        yield number, raw.decode('utf-8-sig' if number == 1 else 'utf-8')
       except UnicodeDecodeError as exc:
         raise DataError(f'{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})') from None
 

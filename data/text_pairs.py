@@ -357,6 +357,12 @@ class TextPairsDataLayer(SequenceDataLayer):
       pairs = train_pairs if self.split == 'train' else self._read(self.path)
       self.source_vocabulary, self.target_vocabulary = self._vocabularies(train_pairs)
     self._source_token_tuples, self.references = group_references(pairs)
+    distinct = len({(source, target) for _, source, target in pairs})
+    if self.split == 'train' and distinct < len(pairs) and self.worker_index == 0:
+      # Training reads each distinct pair once: say so before a count of examples surprises.
+      print(f'text_pairs: {self.path}: {len(pairs) - distinct} of its {len(pairs)} pairs repeat '
+            f'an earlier pair and are read once: {distinct} training examples', file=sys.stderr,
+            flush=True)
     self.sources = tuple(token_separator(self.source_tokens, self.token_delimiter).join(s)
                          for s in self._source_token_tuples)
     self._encode()

@@ -210,6 +210,10 @@ def test_text_pairs_train_infer_export_and_serve(project, tmp_path, run_main, mo
     refused = run_main(*arguments)
     assert (refused.returncode, refused.stdout) == (2, '')
     assert refused.stderr.splitlines()[-1] == line
+  # A byte-order mark (a file saved by some Windows editors) is no part of the first source.
+  monkeypatch.setattr('sys.stdin', io.TextIOWrapper(io.BytesIO('\ufeffabc\n'.encode())))
+  marked = run_main(*arguments)
+  assert marked.stdout.split('\t')[0] == 'abc' and 'outside the vocabulary' not in marked.stderr
   exported = run(tmp_path, config, '--mode=export', f'--logdir={logdir}', '--checkpoint=best',
                  f'--export_dir={tmp_path}/export')
   assert "input 'sources'), returns the decoded targets as strings of characters" in exported.stdout

@@ -172,7 +172,8 @@ def read_lines(source, what='input'):
     else:
       with open(source, 'rb') as f:
         data = f.read()
-    text = data.decode('utf-8') if isinstance(data, bytes) else data
+    # A byte-order mark (some editors write one) is no part of the first line.
+    text = data.decode('utf-8-sig') if isinstance(data, bytes) else data.lstrip('\ufeff')
   except OSError as exc:
     raise DataError(f'--infer_input {source}: cannot be read ({exc.strerror or exc})') from None
   except UnicodeDecodeError as exc:

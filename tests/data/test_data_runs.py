@@ -149,3 +149,49 @@ def test_a_training_set_changed_since_the_checkpoints_is_one_line_at_resume(
           in accepted.stderr)
   now = json.loads((logdir / 'image_statistics.json').read_text())
   assert now['mean'] == recorded['mean'] and now['fingerprint'] != recorded['fingerprint']
+
+
+# --- text pairs -----------------------------------------------------------------------------------
+
+def text_pairs_config(path, train_file, **data):
+  """A YAML config of a small Transformer on ``train_file`` (which is its eval file too)."""
+  path.write_text(yaml.safe_dump({'base_params': {
+      'model': 'transformer',
+      'model_params': {'encoder_layers': 1, 'decoder_layers': 1, 'd_model': 16, 'num_heads': 2,
+                       'ff_size': 32, 'dropout': 0.0, 'label_smoothing': 0.0},
+      'data_layer': 'text_pairs',
+      'data_layer_params': {'train_file': str(train_file), 'eval_file': str(train_file), **data},
+      'batch_size_per_gpu': 4, 'max_steps': 1, 'optimizer': 'Adam',
+      'lr_policy_params': {'learning_rate': 0.001}, 'dtype': 'float32'}}))
+  return f'--config={path}'
+
+
+def test_repeated_pairs_are_said_to_be_read_once(tmp_path, run_main):
+  train = tmp_path / 'same.tsv'
+  train.write_text('abc\tcba\n' * 50)
+  config = text_pairs_config(tmp_path / 'same.yaml', train)
+  refused = run_main(config, '--mode=train', f'--logdir={tmp_path}/run',
+                     '--set', 'batch_size_per_gpu=32')
+  assert refused.returncode == 2
+  lines = refused.stderr.splitlines()
+  # The count of examples the refusal gives is explained on the line before it.
+  assert lines[-2:] == [
+      f'text_pairs: {train}: 49 of its 50 pairs repeat an earlier pair and are read once: 1 '
+      'training examples',
+      'error: batch_size: 32 words per worker x 1 worker(s) makes no full batch of the 1 examples '
+      'of the train split']
+
+
+@pytest.mark.slow
+def test_a_byte_order_mark_and_a_long_pair_do_not_reach_the_model(tmp_path, run_main):
+  train = tmp_path / 'bom.tsv'
+  long = 'ab' * 1500  # 3,000 characters: a step over it would hold 3,000^2 attention weights
+  train.write_bytes(('\ufeffab\tba\ncd\tdc\nabc\tcba\n' + f'{long}\t{long}\n' + 'dcb\tbcd\n'
+                     ).encode('utf-8'))
+  config = text_pairs_config(tmp_path / 'bom.yaml', train)
+  trained = run_main(config, '--mode=train', f'--logdir={tmp_path}/run')
+  assert trained.returncode == 0, trained.stderr
+  assert [line for line in trained.stderr.splitlines() if line.startswith('text_pairs:')] == [
+      f'text_pairs: {train}: left out 1 of 5 pairs longer than max_length 256']
+  saved = json.loads((tmp_path / 'run' / 'vocabulary.json').read_text())
+  assert saved['source_vocabulary'] == saved['target_vocabulary'] == ['a', 'b', 'c', 'd']
