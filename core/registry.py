@@ -23,6 +23,7 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
 
 
 class UnknownNameError(ValueError):
@@ -84,11 +85,15 @@ def import_path_error(target):
   try:
     module = importlib.import_module(module_name)
   except Exception as exc:  # pylint: disable=broad-except
-    # Any error of the user's module at import (a SyntaxError, an ImportError inside it).
-    detail = ' '.join(str(exc).split())
-    return (f'cannot import module {module_name!r} ({type(exc).__name__}: {detail}); put its '
-            "directory on the path: the config file's own directory is, and so are the "
-            'directories of the import_paths key')
+    detail = ' '.join(str(exc.msg if isinstance(exc, SyntaxError) else exc).split())
+    if _not_found(exc, module_name):
+      return (f'cannot import module {module_name!r} ({type(exc).__name__}: {detail}); put its '
+              "directory on the path: the config file's own directory is, and so are the "
+              'directories of the import_paths key')
+    # The module was found and failed as it ran (a SyntaxError, a missing package it
+    # imports, any error of its own): the path is not the problem, its line is.
+    return (f'module {module_name!r} raised {type(exc).__name__} on import{_where(exc)}: '
+            f'{detail}')
   value = module
   for part in attribute.split('.'):
     if not hasattr(value, part):
@@ -99,6 +104,30 @@ def import_path_error(target):
       return f'module {module_name!r} ({where}) has no attribute {attribute!r}{hint}'
     value = getattr(value, part)
   return None
+
+
+def _not_found(exc, module_name):
+  """Whether ``exc`` says that ``module_name`` itself (or a package above it) is not on the path."""
+  if not isinstance(exc, ModuleNotFoundError) or exc.name is None:
+    return False
+  return module_name == exc.name or module_name.startswith(exc.name + '.')
+
+
+def _where(exc):
+  """`` (file.py line N)``: the line of the user's code that failed.
+
+  The deepest frame outside the Python installation (the standard library and
+  site-packages): the user's own line even when a package it called raised;
+  else the deepest frame outside the import system.
+  """
+  if isinstance(exc, SyntaxError) and exc.filename:
+    return f' ({exc.filename} line {exc.lineno})'
+  frames = [f for f in traceback.extract_tb(exc.__traceback__)
+            if not f.filename.startswith('<frozen') and 'importlib' not in f.filename]
+  installed = tuple(os.path.join(os.path.realpath(p), '') for p in {sys.prefix, sys.base_prefix})
+  own = [f for f in frames if not os.path.realpath(f.filename).startswith(installed)]
+  frames = own or frames
+  return f' ({frames[-1].filename} line {frames[-1].lineno})' if frames else ''
 
 
 class _Lazy:
@@ -190,6 +219,10 @@ class Registry(collections.abc.Mapping):
       self[name]  # pylint: disable=pointless-statement
       return True
     return not isinstance(self._items[self._name(name)], _Lazy)
+
+  def is_own_code(self, name):
+    """Whether ``name`` is an import path of the user's own code rather than a registered name."""
+    return self._is_own_import_path(name)
 
   def _is_own_import_path(self, name):
     """Whether ``name`` is an import path rather than a registered name."""

@@ -200,13 +200,26 @@ def test_an_import_path_that_does_not_import_is_one_line(user_module):
 
 
 def test_an_error_inside_the_users_module_is_named(tmp_path, monkeypatch):
-  (tmp_path / 'broken_layers.py').write_text('x = 1 / 0\n')
+  # Found on the path and failed as it ran: its own error and line, not advice on the path.
+  (tmp_path / 'broken_layers.py').write_text('import json\nx = 1 / 0\n')
+  (tmp_path / 'importing_broken.py').write_text('import broken_layers\n')
+  (tmp_path / 'needs_a_package.py').write_text('\nimport no_such_package_here\n')
+  (tmp_path / 'bad_syntax.py').write_text('def f(:\n')
   monkeypatch.syspath_prepend(str(tmp_path))
   registry = Registry('model')
   assert registry.unknown_message('broken_layers:build') == (
-      "model 'broken_layers:build': cannot import module 'broken_layers' (ZeroDivisionError: "
-      "division by zero); put its directory on the path: the config file's own directory is, "
-      'and so are the directories of the import_paths key')
+      "model 'broken_layers:build': module 'broken_layers' raised ZeroDivisionError on import "
+      f"({tmp_path}/broken_layers.py line 2): division by zero")
+  # The deepest line of the user's code, through a module that imports the broken one.
+  assert registry.unknown_message('importing_broken:build') == (
+      "model 'importing_broken:build': module 'importing_broken' raised ZeroDivisionError on "
+      f"import ({tmp_path}/broken_layers.py line 2): division by zero")
+  assert registry.unknown_message('needs_a_package:build') == (
+      "model 'needs_a_package:build': module 'needs_a_package' raised ModuleNotFoundError on "
+      f"import ({tmp_path}/needs_a_package.py line 2): No module named 'no_such_package_here'")
+  assert registry.unknown_message('bad_syntax:build') == (
+      "model 'bad_syntax:build': module 'bad_syntax' raised SyntaxError on import "
+      f"({tmp_path}/bad_syntax.py line 1): invalid syntax")
 
 
 def test_a_module_named_like_a_framework_package_is_told_to_be_renamed(tmp_path, monkeypatch):
