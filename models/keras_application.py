@@ -46,6 +46,7 @@ References:
 
 import inspect
 import os
+import re
 import warnings
 
 import keras
@@ -121,6 +122,33 @@ def _weights(path):
   return path
 
 
+def _said(exc):
+  """The application's message on one line, cut after its last whole sentence within ``_LONGEST``."""
+  said = ' '.join(str(exc).split())
+  if len(said) <= _LONGEST:
+    return said
+  end = said.rfind('. ', 0, _LONGEST)
+  return (said[:end + 1] if end > 0 else said[:_LONGEST]) + ' ...'
+
+
+# Keras' words for a weights file whose variables have other shapes than the model's.
+_MISMATCH = re.compile(r'A total of (\d+) objects could not be loaded.*?object <\w+ name=([^,>]+)'
+                       r'.*?variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))')
+
+
+def _weights_problem(exc):
+  """Why a weights file does not load, in words: not readable, or variables of other shapes."""
+  said = ' '.join(str(exc).split())
+  mismatch = _MISMATCH.search(said)
+  if mismatch:
+    count, layer, ours, theirs = mismatch.groups()
+    return (f'{count} of its layers have variables of other shapes than the model\'s (e.g. '
+            f'{layer}: {theirs} in the file, {ours} in the model)')
+  if isinstance(exc, OSError) or 'file signature' in said or 'Unable to' in said:
+    return f'not a readable Keras weights file ({_said(exc)})'
+  return _said(exc)
+
+
 def decayed_kernels(model):
   """The kernels of a model's convolution and dense layers, without the depthwise filters."""
   kernels = []
@@ -173,24 +201,26 @@ def build_keras_application(params, image_shape, num_classes):
   shape = tuple(int(d) for d in image_shape)
   # Keras warns about each layer of a weights file that does not fit before it
   # raises: the warnings are shown only when the application is built.
-  with warnings.catch_warnings(record=True) as caught:
-    try:
-      backbone = fn(include_top=False, weights=weights, input_shape=shape,
-                    pooling=params['pooling'], **kwargs)
-    except (ValueError, OSError) as exc:
-      problem = exc
-    else:
-      problem = None
-  if problem is not None:
-    said = ' '.join(str(problem).split())
-    if len(said) > _LONGEST:
-      said = said[:_LONGEST] + ' ...'
-    given = f', {kwargs}' if kwargs else ''
-    raise ConfigError(f'model_params.name: keras.applications.{name}(input_shape={shape}{given}'
-                      f'{", weights=" + weights if weights else ""}) refused: {said}',
-                      'model_params.name', 'invalid')
-  for warning in caught:
-    warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+  given = f', {kwargs}' if kwargs else ''
+  try:
+    # Built without weights, then loaded: a refused shape and a weights file that does
+    # not fit are two mistakes of two keys.
+    backbone = fn(include_top=False, weights=None, input_shape=shape, pooling=params['pooling'],
+                  **kwargs)
+  except (ValueError, OSError) as exc:
+    raise ConfigError(f'model_params.name: keras.applications.{name}(input_shape={shape}{given}) '
+                      f'refused: {_said(exc)}', 'model_params.name', 'invalid') from None
+  if weights is not None:
+    with warnings.catch_warnings(record=True) as caught:
+      try:
+        backbone.load_weights(weights)
+      except (ValueError, OSError) as exc:
+        raise ConfigError(f'model_params.weights: {weights}: {_weights_problem(exc)}; it does not '
+                          f'load into keras.applications.{name}(include_top=False, '
+                          f'input_shape={shape}{given}): give a weights file saved from that '
+                          'model, or null', 'model_params.weights', 'invalid') from None
+    for warning in caught:
+      warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
   x = backbone.output
   if params['dropout'] > 0:
     x = keras.layers.Dropout(params['dropout'], name='head_dropout')(x)

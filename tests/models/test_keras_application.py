@@ -1,6 +1,7 @@
 """The keras_application builder: head, sizes, weight decay, precision, weights, one-line errors."""
 
 import importlib.metadata
+import re
 
 import keras
 import numpy as np
@@ -153,10 +154,20 @@ def test_weights_from_a_local_file(tmp_path):
   for layer in ('Conv1', 'block_16_project_BN', 'Conv_1'):
     for mine, theirs in zip(model.get_layer(layer).weights, saved.get_layer(layer).weights):
       np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
-  # A file of another width does not fit: one line naming the application.
+  # A file of another width does not fit: one line under model_params.weights naming the file,
+  # how many layers differ and one of them, whole (Keras' message is cut after a sentence).
   message = error_of({'name': 'MobileNetV2', 'extra_kwargs': {'alpha': 0.5}, 'weights': path})
-  assert message.startswith("model_params.name: keras.applications.MobileNetV2(input_shape=(32, "
-                            "32, 3), {'alpha': 0.5}, weights=")
+  assert re.fullmatch(
+      rf"model_params\.weights: {re.escape(path)}: \d+ of its layers have variables of other "
+      r"shapes than the model's \(e\.g\. \w+: \([\d, ]+\) in the file, \([\d, ]+\) in the "
+      r"model\); it does not load into keras\.applications\.MobileNetV2\(include_top=False, "
+      r"input_shape=\(32, 32, 3\), \{'alpha': 0\.5\}\): give a weights file saved from that "
+      r'model, or null', message), message
+  garbled = tmp_path / 'garbled.weights.h5'
+  garbled.write_text('not HDF5\n')
+  message = error_of(dict(MOBILENET, weights=str(garbled)))
+  assert message.startswith(f'model_params.weights: {garbled}: not a readable Keras weights file '
+                            '('), message
 
 
 def test_two_updates_of_lars_through_the_gradient_pipeline(caplog):
