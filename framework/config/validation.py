@@ -47,6 +47,7 @@ from core.params import reject_unknown_keys
 from framework import tasks
 from framework.config import argument_checks
 from framework.config import config_names
+from framework.config import extension_points
 from framework.config import schedule
 from framework.config import weight_decay
 from framework.config.config_file import IMPORT_PATHS_KEY
@@ -153,7 +154,9 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   for kind in ('model', 'data_layer'):
     config_names.check_name(result, kind, registries)
     _check_declared_params(result, kind, config_names.declared(result, kind, registries, 'PARAMS'))
-  tasks.check_task_keys(result, tasks.task_of(result, registries))
+  task = tasks.task_of(result, registries)
+  tasks.check_task_keys(result, task)
+  extension_points.check_shapes(result, registries, task)
   _check_optimizer(result, registries)
   result = weight_decay.one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
@@ -401,6 +404,8 @@ def _check_with_owners(config, registries, per_epoch=None):
   if inspect.isclass(optimizer):
     argument_checks.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
                                           learning_rate=_TRIAL_LEARNING_RATE)
+  extension_points.check_optimizer_result(optimizer, entry['optimizer'],
+                                          config['optimizer_params'], _TRIAL_LEARNING_RATE)
   if config_names.declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
     policy = config_names.lookup(config, 'lr_policy', registries)
     argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',

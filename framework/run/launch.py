@@ -31,7 +31,7 @@ from framework.run.resume import auto_resume
 from framework.run.resume import check_logdir
 from framework.run.resume import check_resume_config
 from framework.run.resume import record_configs
-from framework.run.resume import remove_if_empty
+from framework.run.resume import undo_refused_start
 
 
 def main_config(configs):
@@ -121,8 +121,8 @@ def launch(options, configs, resume, notes=(), output=None):
   finally:
     if lock is not None:
       lock.release()
-      if not finished and lock.made_logdir:
-        remove_if_empty(logdir)
+      if not finished:
+        undo_refused_start(logdir, lock)
 
 
 def scale_learning_rates(configs, distributed):

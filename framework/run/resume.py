@@ -80,6 +80,47 @@ def remove_if_empty(logdir):
     pass  # it holds files: they stay
 
 
+def undo_refused_start(logdir, lock):
+  """Leaves a logdir as a start found it when the start was refused before the run was recorded.
+
+  A start writes a few files before its first step (the data layer's
+  ``image_statistics.json`` or ``vocabulary.json``, the event files) and
+  only then records the run (``config.yaml``, then checkpoints). A start
+  refused in between (a model of the wrong shape, a weights file that does
+  not fit, a memory estimate that cannot fit) would leave them, and the same
+  command would then be refused for a logdir that is not empty. So when the
+  logdir was empty as the start found it (apart from the lock) and holds no
+  record of a run now, what the start wrote is removed, and the logdir too
+  when the start made it. Called after the lock is released.
+
+  Args:
+    logdir: the run directory.
+    lock: the start's ``rundir.RunLock``, with ``found_empty`` and ``made_logdir``.
+  """
+  import shutil  # pylint: disable=import-outside-toplevel
+  from framework.run import rundir  # pylint: disable=import-outside-toplevel
+  if not getattr(lock, 'found_empty', False):
+    return
+  try:
+    names = [n for n in os.listdir(logdir) if n != rundir.LOCK_NAME]
+  except OSError:
+    return
+  if (any(n in (rundir.CONFIG_NAME, 'checkpoint') or n.startswith('ckpt-') for n in names)
+      or rundir.start_config_paths(logdir)):
+    return  # the run was recorded: a failed run keeps what it wrote
+  for name in names:
+    path = os.path.join(logdir, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      try:
+        os.remove(path)
+      except OSError:
+        pass
+  if lock.made_logdir:
+    remove_if_empty(logdir)
+
+
 def check_logdir(logdir, options, chief):
   """Refuses a logdir that is a file, missing on resume, busy or (new run) not empty.
 
@@ -102,6 +143,9 @@ def check_logdir(logdir, options, chief):
   lock = rundir.RunLock(logdir)
   # A logdir made here and left empty by a refusal is removed again (launch()).
   lock.made_logdir = not os.path.isdir(logdir)
+  # What a refused start wrote into a logdir it found empty is removed again (undo_refused_start).
+  lock.found_empty = lock.made_logdir or not [n for n in os.listdir(logdir)
+                                              if n != rundir.LOCK_NAME]
   if os.path.isdir(logdir):
     holder = lock.live_holder()
     if holder is not None:
