@@ -28,6 +28,7 @@ from framework.config.config_file import READING_MODES
 from framework.config.config_file import TRAINING_MODES
 from framework.run.resume import LaunchError
 from framework.run.resume import auto_resume
+from framework.run.resume import auto_resume_line
 from framework.run.resume import check_logdir
 from framework.run.resume import check_resume_config
 from framework.run.resume import record_configs
@@ -90,8 +91,8 @@ def launch(options, configs, resume, notes=(), output=None):
     signals.defer_stops()  # the workers stop together from here (run() takes it)
   for note in notes:
     distributed.log(note)
-  if auto is not None:
-    distributed.log(auto[1])
+  if auto is not None and distributed.is_chief():
+    distributed.log(auto_resume_line(choose_logdir(options, cfg), auto))
   configs = scale_learning_rates(configs, distributed)
   configs, dtype_line = resolve_dtype(configs, distributed)
   cfg = main_config(configs)

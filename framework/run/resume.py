@@ -72,6 +72,36 @@ def auto_resume(logdir):
                     'empty it')
 
 
+def auto_resume_line(logdir, auto):
+  """The line of :func:`auto_resume`'s choice, said once its checkpoint has been read.
+
+  ``auto_resume`` decides before the multi-worker engine starts, when no
+  checkpoint may be read yet, and names the newest one. When that one is
+  damaged, the resume falls back to the newest intact one: the line says so
+  first, rather than naming a checkpoint that will not be resumed.
+
+  Args:
+    logdir: the run directory.
+    auto: what :func:`auto_resume` returned, ``(resume, line)``.
+  """
+  resume, line = auto
+  named = re.search(r' holds ckpt-(\d+); resuming$', line)
+  if not resume or named is None:
+    return line
+  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
+  newest = f'ckpt-{named.group(1)}'
+  if checkpoints.verify(os.path.join(logdir, newest)) is None:
+    return line
+  try:
+    intact, _ = checkpoints.newest_intact(logdir)
+  except checkpoints.CheckpointError:
+    intact = None
+  if intact is None:
+    return f'auto_resume: {logdir} holds {newest}, which is damaged, and no intact checkpoint'
+  return (f'auto_resume: {logdir} holds {newest}, which is damaged; resuming from '
+          f'{os.path.basename(intact)}, the newest intact checkpoint')
+
+
 def remove_if_empty(logdir):
   """Removes a logdir this launch made when a refusal or failure left it empty."""
   try:
