@@ -163,8 +163,29 @@ def _check_mode(mode):
     raise ConfigError(f'mode: unknown mode {mode!r}{hint}; allowed: {", ".join(MODES)}')
 
 
+# Values of punctuation alone that YAML reads as what a user means by them: an empty
+# list or mapping, null, an empty string.
+_YAML_PUNCTUATION = ('[]', '{}', '~', "''", '""')
+
+
+def override_value(text):
+  """The value of ``--set key=text``: YAML, but a value of punctuation alone is that string.
+
+  ``,`` ``;`` ``|`` ``-`` ``#`` ``:`` or a space are what a user gives as a
+  delimiter, and mean something else to YAML (a parse error, a block scalar,
+  a list, a comment): they are read as the string given. ``[]``, ``{}``,
+  ``~`` and a quoted empty string stay YAML's; an empty value is null.
+
+  Raises:
+    yaml.YAMLError: for other text that is not YAML.
+  """
+  if text and not any(c.isalnum() for c in text) and text.strip() not in _YAML_PUNCTUATION:
+    return text
+  return load_yaml(text)
+
+
 def parse_override(text):
-  """Splits ``key.path=value`` into (list of path segments, parsed value)."""
+  """Splits ``key.path=value`` into (list of path segments, parsed value; see :func:`override_value`)."""
   if not isinstance(text, str) or '=' not in text:
     raise ConfigError(f'override {text!r}: expected key.path=value')
   path, value_text = text.split('=', 1)
@@ -172,7 +193,7 @@ def parse_override(text):
   if not all(segments):
     raise ConfigError(f'override {text!r}: empty key in {path!r}')
   try:
-    value = load_yaml(value_text)
+    value = override_value(value_text)
   except yaml.YAMLError as exc:
     raise ConfigError(f'override {text!r}: cannot read value {value_text!r}: '
                       f'{yaml_problem(exc)[1]}') from None

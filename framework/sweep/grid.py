@@ -24,6 +24,7 @@ import re
 import yaml
 
 from framework.config.config_file import load_yaml
+from framework.config.config_resolve import override_value
 
 
 class SweepError(ValueError):
@@ -41,7 +42,7 @@ SEED_KEYS = ('random_seed', 'base_params.random_seed', 'train_params.random_seed
 def parse_value(text):
   """Reads a grid value given as text, as run.py's ``--set`` reads it."""
   try:
-    return load_yaml(text)  # a SafeLoader
+    return override_value(text)  # a SafeLoader; punctuation alone is a string
   except yaml.YAMLError:
     return text.strip()
 
