@@ -79,6 +79,7 @@ sys.path.insert(0, ROOT)
 from core import signals  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
+from framework.sweep import results  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import SweepError  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.grid import load_grid_file  # noqa: E402  pylint: disable=wrong-import-position
@@ -137,6 +138,13 @@ def print_best(out):
   if not os.path.isdir(out):
     print(f'error: --best {out}: no such directory', file=sys.stderr)
     return 1
+  for name in sorted(os.listdir(out)):
+    problem = results.result_problem(os.path.join(out, name))
+    if problem is not None:
+      print(f'error: --best {out}: {problem}; its point may be the best: restore the file, or '
+            'run the sweep again, which records a finished point again from its run.log',
+            file=sys.stderr)
+      return 1
   best = report.best_of_directory(out)
   if best is None:
     print(f'error: --best {out}: no finished point with a metric to compare (no run directory '

@@ -308,6 +308,28 @@ def read_result(logdir):
     return None
 
 
+def result_problem(logdir):
+  """Why the run directory's ``result.json`` cannot be read, in one line naming it; None when it reads.
+
+  None too when there is none (a point not finished). ``read_result`` takes
+  such a file as no result; ``--best`` must not, or a finished point would
+  silently lose to another.
+  """
+  path = os.path.join(logdir, RESULT_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path, encoding='utf-8') as f:
+      result = json.load(f)
+  except OSError as exc:
+    return f'{path} cannot be read ({exc.strerror or exc})'
+  except ValueError as exc:
+    return f'{path} is not a result the sweep wrote (not JSON: {exc})'
+  if not isinstance(result, dict) or not isinstance(result.get('metrics', {}), dict):
+    return f'{path} is not a result the sweep wrote (a JSON {type(result).__name__}, not its mapping)'
+  return None
+
+
 def read_error(logdir):
   path = os.path.join(logdir, ERROR_FILE)
   if not os.path.isfile(path):
