@@ -33,6 +33,7 @@ import sys
 import time
 
 from core import signals
+from framework.engines import local_cluster
 from framework.run import rundir
 from framework.sweep.grid import SweepError
 from framework.sweep.results import ERROR_FILE
@@ -283,8 +284,11 @@ class Sweep:
     env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
     # A process group of its own: a Ctrl-C at the terminal reaches the sweep
     # only, which passes one signal on; two would make run.py exit without saving.
+    # The sweep's death is a SIGTERM to the run (Linux), as run.py --num_workers' is to
+    # its workers: a sweep killed outright (SIGKILL, the OOM killer) stops its run, which
+    # saves and exits as at a preemption, instead of leaving it training unseen.
     process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                               process_group=0)
+                               process_group=0, preexec_fn=local_cluster.ends_with_parent())
     self.running[process] = (point, time.monotonic(), log_file, number, saved)
     log(f'resumed {point.name} from {saved} (attempt {number})' if saved
         else f'started {point.name}')
