@@ -11,7 +11,9 @@ tcmalloc keeps freed memory for the next allocation of that size.
 :func:`reexec_under_tcmalloc` restarts the current command, same process id,
 with ``libtcmalloc_minimal.so.4`` (Debian's ``libtcmalloc-minimal4``) in
 ``LD_PRELOAD``. It is a no-op when the library is already loaded, when it is
-not installed, or when ``LARGEBATCH_ALLOCATOR=system``. The allocator changes
+not installed, or when ``LARGEBATCH_ALLOCATOR=system``; where the interpreter
+cannot be executed again (a noexec mount), the command goes on with the
+system allocator after one line saying so. The allocator changes
 where tensors live, not what is computed: results are the same to the bit.
 """
 
@@ -71,4 +73,11 @@ def reexec_under_tcmalloc():
   if environ is not None:
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable] + sys.orig_argv[1:], environ)
+    try:
+      os.execve(sys.executable, [sys.executable] + sys.orig_argv[1:], environ)
+    except OSError as exc:
+      # The interpreter cannot be executed again by this process (a noexec mount,
+      # another user's file without the x bit for us): the command goes on as it is.
+      print(f'note: not restarted under tcmalloc ({exc.strerror or exc}: {sys.executable}); '
+            f'going on with the system allocator, slower at large batches ({SWITCH}=system '
+            'skips the restart)', file=sys.stderr, flush=True)
