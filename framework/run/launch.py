@@ -220,6 +220,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
       stop.take(pending)
   # A SIGTERM TensorFlow's cluster start-up took is sent again from now on, to these handlers.
   start_watch.stop_handlers_ready()
+  trainer = None
   try:
     if training and options.continue_learning:
       check_resume_config(logdir, main_config(configs))
@@ -246,6 +247,8 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
     raise LaunchError(str(exc), status=1) from None
   except Exception as exc:  # pylint: disable=broad-except
     failure = peer_failure(exc, distributed, logdir)
+    if failure is None and trainer is not None:
+      failure = out_of_memory(exc, trainer, options.mode, logdir)
     if failure is None:
       raise
     raise LaunchError(failure, status=1) from None
@@ -282,6 +285,24 @@ def peer_failure(exc, distributed, logdir):
           f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
 
 
+def out_of_memory(exc, trainer, mode, logdir):
+  """The one line for TensorFlow's out of memory in a step (``framework.run.memory``); else None."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
+  from framework.run import memory  # pylint: disable=import-outside-toplevel
+  if not isinstance(exc, tf.errors.ResourceExhaustedError):
+    return None
+  return memory.out_of_memory_line(trainer, exc, mode, checkpoints.latest_listed(logdir))
+
+
+def check_memory(trainer):
+  """Refuses a training run whose one step cannot fit in the machine's memory (``framework.run.memory``)."""
+  from framework.run import memory  # pylint: disable=import-outside-toplevel
+  refusal = memory.check_fits(trainer)
+  if refusal is not None:
+    raise LaunchError(refusal)
+
+
 def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=None):
   """Runs the mode on a built trainer; returns the exit status (``output``: infer's stream)."""
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
@@ -298,6 +319,8 @@ def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=No
     return 0
   chief = distributed.is_chief()
   training = options.mode in TRAINING_MODES
+  if training:
+    check_memory(trainer)  # before the run is recorded: a refusal leaves the logdir as it was
   if chief and training and options.continue_learning and restored is None:
     print(f'no checkpoint in {logdir} yet: starting at step 0', flush=True)
   if training and trainer.global_step >= trainer.max_steps:
