@@ -221,6 +221,14 @@ def _main(args, argv):
       print(note, file=sys.stderr)
     print(config_file.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
+  from framework.config import openseq2seq  # pylint: disable=import-outside-toplevel
+  try:  # OpenSeq2Seq's num_gpus: the workers started here, as --num_workers
+    args.num_workers, line = openseq2seq.local_workers(launch_lib.main_config(configs),
+                                                       args.mode, args.num_workers)
+  except ConfigError as exc:
+    fail(config_file.format_error(exc))
+  if line is not None:
+    print(line, flush=True, file=sys.stderr if args.mode == 'infer' else sys.stdout)
   if args.num_workers > 1:
     from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
     command = [sys.executable, os.path.abspath(__file__),

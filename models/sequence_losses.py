@@ -53,9 +53,10 @@ def teacher_forced_loss(model, source, target, label_smoothing=0.0, chunk_size=N
   consecutive chunks of at most ``chunk_size``, each stripped of the columns
   that are padding in all its rows, and one chunk's forward and backward pass
   runs after the other, adding its gradient. The loss, its gradient and the
-  accuracy are the same as in one pass, but to float rounding and the
-  dropout draws (which each chunk makes anew), while the memory and the
-  working set are those of one chunk. On a CPU that is what keeps a
+  accuracy are the same as in one pass to float rounding, while the memory
+  and the working set are those of one chunk. Dropout draws its masks chunk
+  by chunk: the gradient is the reported loss's, of those masks, which are
+  other draws than one pass's (docs/sequence.md, "Dropout in chunks"). On a CPU that is what keeps a
   micro-batch of thousands of examples as fast per example as one of a
   thousand (the activations of one chunk stay in the caches, a chunk of
   sources of similar length carries less padding than the whole batch) and

@@ -33,7 +33,9 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export', 'infer', 'critical_batch')
 READING_MODES = ('eval', 'export', 'infer')
 TRAINING_MODES = ('train', 'train_eval')
-TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params')
+# infer_params (OpenSeq2Seq's) overlays the eval view for --mode=infer; a file without it has none.
+INFER_KEY = 'infer_params'
+TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params', INFER_KEY)
 YAML_EXTENSIONS = ('.yaml', '.yml')
 CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
 
@@ -136,7 +138,8 @@ def load_config_file(path):
 
   Returns:
     ``{'base_params': dict, 'train_params': dict, 'eval_params': dict}``; the
-    last two are ``{}`` when the file does not define them.
+    last two are ``{}`` when the file does not define them. ``infer_params``
+    too, when the file defines it.
 
   Raises:
     ConfigError: the file is missing, has another extension, cannot be parsed
@@ -162,12 +165,14 @@ def load_config_file(path):
     value = namespace.get(key)
     if key == 'base_params' and value is None:
       raise ConfigError(f'{path}: defines no base_params dict')
+    if value is None and key == INFER_KEY:
+      continue
     if value is None:
       value = {}
     if not isinstance(value, dict):
       raise ConfigError(f'{path}: {key} must be a dict, got {type(value).__name__}')
     raw[key] = value
-  for key in TOP_LEVEL_KEYS:
+  for key in raw:
     if 'import_paths' in raw[key]:
       raw[key] = dict(raw[key], import_paths=absolute_import_paths(
           raw[key]['import_paths'], os.path.dirname(os.path.abspath(path)), f'{key}.import_paths'))
@@ -347,7 +352,7 @@ def write_config(config, path):
   write_text(to_yaml(config), path)
 
 
-def run_config(train, evaluation=None):
+def run_config(train, evaluation=None, infer=None):
   """The config file whose train and eval views are the resolved ``train`` and ``evaluation``.
 
   Keys equal in both views go to ``base_params``; a key that differs goes, with
@@ -359,11 +364,22 @@ def run_config(train, evaluation=None):
     train: the validated train config, or None for an eval-only run.
     evaluation: the validated eval config, or None (the eval view is then the
       train view).
+    infer: the ``infer_params`` section to record (it overlays the eval
+      view for ``--mode=infer``), or None.
 
   Returns:
     ``{'base_params': ..., 'train_params': ..., 'eval_params': ...}`` of plain
-    values (as :func:`to_yaml` spells them).
+    values (as :func:`to_yaml` spells them), and ``infer_params`` when
+    ``infer`` is given.
   """
+  result = _run_views(train, evaluation)
+  if infer:
+    result[INFER_KEY] = _to_plain(infer, INFER_KEY)
+  return result
+
+
+def _run_views(train, evaluation):
+  """:func:`run_config` of the train and eval views."""
   views = [_to_plain(v, '') for v in (train, evaluation) if v is not None]
   if len(views) == 1:
     return {'base_params': views[0], 'train_params': {}, 'eval_params': {}}
@@ -380,14 +396,15 @@ def run_config(train, evaluation=None):
   return result
 
 
-def run_config_yaml(train, evaluation=None):
+def run_config_yaml(train, evaluation=None, infer=None):
   """:func:`run_config` as YAML text (a file ``--config`` reads)."""
-  return yaml.safe_dump(run_config(train, evaluation), default_flow_style=False, sort_keys=False)
+  return yaml.safe_dump(run_config(train, evaluation, infer), default_flow_style=False,
+                        sort_keys=False)
 
 
-def write_run_config(train, evaluation, path):
+def write_run_config(train, evaluation, path, infer=None):
   """Writes :func:`run_config_yaml` to ``path``."""
-  write_text(run_config_yaml(train, evaluation), path)
+  write_text(run_config_yaml(train, evaluation, infer), path)
 
 
 def write_text(text, path):

@@ -14,6 +14,7 @@ import yaml
 
 from core.params import ConfigError
 from core.registry import closest
+from framework.config.config_file import INFER_KEY
 from framework.config.config_file import MODES
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TOP_LEVEL_KEYS
@@ -42,15 +43,15 @@ def resolve(raw, mode, overrides=()):
     raw: what :func:`load_config_file` returns.
     mode: one of ``MODES``. ``train``, ``train_eval`` and ``benchmark`` overlay
       ``train_params`` on ``base_params``; ``eval`` and ``export`` overlay
-      ``eval_params``.
+      ``eval_params``; ``infer`` ``eval_params`` and then ``infer_params``.
     overrides: strings ``key.path=value`` applied in order. The value is read
       as YAML (``0.95``, ``1e-3``, ``null``, ``[1, 2]``, ``'{a: 1}'``) and
       replaces what was at the path (to change one key of a dict, name the key).
       A segment indexes a list when the target is a list
       (``data_layer_params.image_shape.0=32``); a missing dict on the way is
       created, and validation later rejects keys that do not exist. A path
-      that starts with ``base_params``, ``train_params`` or ``eval_params``
-      edits that part of the file before the overlay (``--set
+      that starts with ``base_params``, ``train_params``, ``eval_params`` or
+      ``infer_params`` edits that part of the file before the overlay (``--set
       eval_params.batch_size_per_gpu=1000`` changes evaluation only).
 
   Returns:
@@ -77,11 +78,12 @@ def resolve(raw, mode, overrides=()):
   base = raw.get('base_params')
   if not isinstance(base, dict):
     raise ConfigError(f'base_params: expected a dict, got {type(base).__name__}')
-  overlay_key = 'eval_params' if mode in READING_MODES else 'train_params'
-  overlay = raw.get(overlay_key) or {}
-  if not isinstance(overlay, dict):
-    raise ConfigError(f'{overlay_key}: expected a dict, got {type(overlay).__name__}')
-  config = merge(base, overlay)
+  config = base
+  for overlay_key in overlay_keys(mode):
+    overlay = raw.get(overlay_key) or {}
+    if not isinstance(overlay, dict):
+      raise ConfigError(f'{overlay_key}: expected a dict, got {type(overlay).__name__}')
+    config = merge(config, overlay)
   for text in overrides:
     _apply_override(config, text)
   if (config.get('lr_scaling') is not None and _sets_learning_rate(overrides)
@@ -92,6 +94,42 @@ def resolve(raw, mode, overrides=()):
     # A run length given on the command line replaces the config's other one.
     config[DURATIONS[1 - DURATIONS.index(durations[0])]] = None
   return config
+
+
+def overlay_keys(mode):
+  """The sections overlaid on ``base_params`` in ``mode``, in order.
+
+  Training modes take ``train_params``; eval and export ``eval_params``;
+  infer ``eval_params`` and then ``infer_params`` (OpenSeq2Seq's section of
+  infer, here read over the eval view, whose data layer infer reads).
+  """
+  if mode == 'infer':
+    return ('eval_params', INFER_KEY)
+  return ('eval_params',) if mode in READING_MODES else ('train_params',)
+
+
+def infer_section(raw, overrides=()):
+  """The config file's ``infer_params`` with the overrides that reach it, as a run directory records it.
+
+  ``--set infer_params.key=value`` edits it; an override of the whole view
+  (``--set batch_size_per_gpu=8``) applies to it where it holds that key, as
+  :func:`resolve` applies the override after the overlay. So the eval view
+  of the run with this section over it is the infer view of the file.
+
+  Returns:
+    A new dict, or None when the file has none and no override gives one.
+  """
+  holder = {INFER_KEY: copy.deepcopy(raw.get(INFER_KEY))}
+  for text in overrides:
+    head = str(text).split('=', 1)[0].split('.', 1)[0].strip()
+    if head == INFER_KEY:
+      if holder[INFER_KEY] is None:
+        holder[INFER_KEY] = {}
+      _apply_override(holder, text)
+    elif (head not in TOP_LEVEL_KEYS and isinstance(holder[INFER_KEY], dict)
+          and head in holder[INFER_KEY]):
+      _apply_override(holder[INFER_KEY], text)
+  return holder[INFER_KEY]
 
 
 # The two ways to give a run's length; a config gives one of them.
@@ -112,7 +150,7 @@ def durations_given(overrides):
     path, _, value = str(text).partition('=')
     head, _, rest = path.strip().partition('.')
     key = rest if head in TOP_LEVEL_KEYS else path.strip()
-    if key not in DURATIONS or head == 'eval_params':
+    if key not in DURATIONS or head in ('eval_params', INFER_KEY):
       continue
     try:
       null = load_yaml(value) is None
@@ -153,6 +191,8 @@ def resolve_modes(raw, mode, overrides=()):
   train = resolve(raw, mode, overrides) if mode not in READING_MODES else None
   evaluation = (resolve(raw, 'eval', overrides)
                 if mode in READING_MODES + ('train_eval', 'critical_batch') else None)
+  if mode == 'infer':  # the eval view with OpenSeq2Seq's infer_params over it
+    evaluation = resolve(raw, mode, overrides)
   return {'train': train, 'eval': evaluation}
 
 

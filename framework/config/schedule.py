@@ -11,6 +11,7 @@ anything is built.
 
 import copy
 import functools
+import inspect
 import math
 
 from core.params import ConfigError
@@ -63,7 +64,7 @@ def total_steps(cfg, per_epoch):
   return int(math.ceil(cfg['num_epochs'] * per_epoch))
 
 
-def fit_warmup(config, per_epoch, run_length_given=False):
+def fit_warmup(config, per_epoch, run_length_given=False, default_decay=True):
   """Holds the warm-up (any ``warmup*`` duration, in steps or epochs) against the run's length.
 
   A warm-up longer than the run is a mistake in a config file. When the
@@ -71,21 +72,41 @@ def fit_warmup(config, per_epoch, run_length_given=False):
   of a config that warms up for an epoch), the warm-up is shortened to the
   whole run instead, as ``warmup_steps``, and a note says so. (A
   ``warmup_fraction`` is at most the whole run by construction.)
+  ``decay_steps``, where the policy takes it and the config gives none, is
+  filled in as OpenSeq2Seq fills it (:func:`default_decay_steps`), so the
+  run's ``config.yaml`` records the number.
 
   Args:
     config: the validated train config (not modified).
     per_epoch: updates per epoch.
     run_length_given: whether ``num_epochs`` or ``max_steps`` came from the
       command line.
+    default_decay: fill in ``decay_steps``; False only checks that its
+      default is a length (the config layer, which counts one worker's
+      epochs, leaves it to the run, which knows its workers).
 
   Returns:
     ``(config, note)``: the config as given and None, or a new config with
-    the warm-up shortened and the one-line note that says so.
+    the warm-up shortened or ``decay_steps`` filled in, and the one-line
+    notes that say so (one line each).
 
   Raises:
     ConfigError: naming the key, its length in steps and the run's, for a
-      warm-up longer than a run whose length the config file gave.
+      warm-up longer than a run whose length the config file gave; a default
+      ``decay_steps`` that is no length.
   """
+  decayed, decay_note = default_decay_steps(config, per_epoch)
+  if default_decay:
+    config = decayed
+  else:
+    decay_note = None
+  config, note = _fit_warmup(config, per_epoch, run_length_given)
+  notes = [n for n in (note, decay_note) if n is not None]
+  return config, '\n'.join(notes) if notes else None
+
+
+def _fit_warmup(config, per_epoch, run_length_given):
+  """:func:`fit_warmup` without ``decay_steps``."""
   total = total_steps(config, per_epoch)
   lr_params = config['lr_policy_params']
   for key, value in epochs_to_steps(lr_params, per_epoch, total).items():
@@ -106,13 +127,85 @@ def fit_warmup(config, per_epoch, run_length_given=False):
   return config, None
 
 
+# The keys that give an lr policy's decay_steps (in steps, epochs or a fraction of the run).
+DECAY_KEYS = tuple(key for key, step in DURATION_KEYS.items() if step == 'decay_steps') + (
+    'decay_steps',)
+
+
+def takes_decay_steps(policy):
+  """Whether the lr policy (a registered name, an import path, or the function) takes ``decay_steps``.
+
+  A registered policy answers from its declared arguments, without being
+  imported; an import path is imported (the config layer did so already).
+  """
+  if isinstance(policy, str):
+    if policy not in LR_POLICIES:
+      return False  # the name's own check says what it is
+    arguments = LR_POLICIES.facts(policy).get('ARGUMENTS')
+    if arguments is not None:
+      return 'decay_steps' in arguments.names
+    policy = LR_POLICIES[policy]
+  try:
+    return 'decay_steps' in inspect.signature(policy).parameters
+  except (TypeError, ValueError):
+    return False
+
+
+def decay_defaulted(config):
+  """Whether the run fills in ``decay_steps`` (:func:`default_decay_steps`): its policy takes it, none is given."""
+  params = config['lr_policy_params'] or {}
+  return not any(key in params for key in DECAY_KEYS) and takes_decay_steps(config['lr_policy'])
+
+
+def default_decay_steps(config, per_epoch):
+  """``decay_steps`` as OpenSeq2Seq fills it, where the policy takes it and the config gives none.
+
+  OpenSeq2Seq gives a policy that takes ``decay_steps`` and is not given it
+  the run's last step; here that step less ``begin_decay_at`` (0 unless
+  given), so that the decay ends with the run wherever it begins.
+
+  Args:
+    config: the validated train config (not modified).
+    per_epoch: updates per epoch.
+
+  Returns:
+    ``(config, note)``: the config and None when nothing is filled in, or a
+    new config with ``lr_policy_params.decay_steps`` and the one-line note
+    that says so.
+
+  Raises:
+    ConfigError: when ``begin_decay_at`` is at or past the run's last step.
+  """
+  if not decay_defaulted(config):
+    return config, None
+  params = config['lr_policy_params']
+  total = total_steps(config, per_epoch)
+  begin = epochs_to_steps(params, per_epoch, total).get('begin_decay_at', 0)
+  steps = total - begin
+  if isinstance(steps, float) and steps.is_integer():
+    steps = int(steps)
+  given = next((k for k in params if DURATION_KEYS.get(k, k) == 'begin_decay_at'),
+               'begin_decay_at')
+  if not isinstance(steps, (int, float)) or steps <= 0:
+    raise ConfigError(f'lr_policy_params.decay_steps: not given, and {given} ({begin} steps) '
+                      f'leaves no step of the run ({total} steps) to decay in; give decay_steps, '
+                      'or begin the decay earlier')
+  less = f' less {given} ({begin})' if begin else ''
+  note = (f'note: lr_policy_params.decay_steps: not given; {steps} steps, the run\'s last step '
+          f'({total}){less}, as OpenSeq2Seq fills it (config.yaml records it)')
+  return dict(config, lr_policy_params=dict(params, decay_steps=steps)), note
+
+
 def learning_rate_fn(cfg, per_epoch):
   """``f(global_step) -> lr`` for the config's policy, durations in epochs or fractions of the
-  run converted to steps; the policy is tried once at step 0 (and imported, with TensorFlow).
+  run converted to steps, ``decay_steps`` filled in where the config gives none
+  (:func:`default_decay_steps`); the policy is tried once at step 0 (and
+  imported, with TensorFlow).
 
   Raises:
     ConfigError: when the policy rejects its parameters.
   """
+  cfg, _ = default_decay_steps(cfg, per_epoch)
   policy = LR_POLICIES.resolve(cfg['lr_policy'])
   params = epochs_to_steps(cfg['lr_policy_params'], per_epoch, total_steps(cfg, per_epoch))
   try:

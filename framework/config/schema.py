@@ -161,6 +161,10 @@ SCHEMA = {
     'num_checkpoints': Param(int, 5, check=positive, doc='checkpoints kept'),
     'eval_steps': Param(int, None, check=positive, doc='steps between evaluations in train_eval'),
     'print_loss_steps': Param(int, 100, check=positive, doc='steps between loss log lines'),
+    'print_samples_steps': Param(_OPTIONAL_INT, None, check=positive,
+                                 doc='steps between printed samples of the training batch: '
+                                     'source, reference and output of a few sequences, or the '
+                                     'top classes of a few images; None: none (OpenSeq2Seq\'s key)'),
     'save_summaries_steps': Param(_OPTIONAL_INT, 100, check=positive, doc='None: no summaries'),
     'logdir': Param(str, None, doc='run directory; None: nothing written'),
     'auto_resume': Param(bool, False,
@@ -169,13 +173,19 @@ SCHEMA = {
     'import_paths': ListParam(Param(str, REQUIRED), [],
                               doc="directories your own code (model: 'package.module:name', ...) is "
                                   "imported from, relative to the config file; the config file's "
-                                  'own directory is always one'),
+                                  'own directory is always one. A config is code: a name imports '
+                                  'and runs its module, so read a config from someone else '
+                                  'before running it'),
     'random_seed': Param(int, 0, check=_seed, doc='seed of Python, NumPy and TensorFlow'),
     'distribution': Param(str, 'auto', choices=DISTRIBUTION_CHOICES,
                           doc='the multi-worker engine; auto: horovod under horovodrun, '
                               'multi_worker_mirrored under a TF_CONFIG or Slurm cluster, else none'),
     'distribution_params': DictParam(DISTRIBUTION_SCHEMA, {}, doc='multi-worker engine options'),
     'use_horovod': Param(bool, False, doc='the same as distribution: horovod'),
+    'num_gpus': Param(_OPTIONAL_INT, None, check=positive,
+                      doc="OpenSeq2Seq's: the workers run.py starts on this machine, as "
+                          '--num_workers (one process each); 1 under horovodrun or a TF_CONFIG '
+                          'or Slurm cluster, whose launcher sets the workers; None: one'),
     'horovod_params': DictParam(validation.HOROVOD_SCHEMA, {},
                                 doc="OpenSeq2Seq's place of distribution_params.compression, "
                                     'still read'),

@@ -48,6 +48,7 @@ from framework import tasks
 from framework.config import argument_checks
 from framework.config import config_names
 from framework.config import extension_points
+from framework.config import openseq2seq
 from framework.config import schedule
 from framework.config import weight_decay
 from framework.config.config_file import IMPORT_PATHS_KEY
@@ -149,6 +150,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
+  config, loss_params = openseq2seq.read_keys(config, notes)
   result = _one_compression(config, _check_schema(config))
   given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
@@ -157,6 +159,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   task = tasks.task_of(result, registries)
   tasks.check_task_keys(result, task)
   extension_points.check_shapes(result, registries, task)
+  result = openseq2seq.apply_loss_params(result, loss_params, task, config)
   _check_optimizer(result, registries)
   result = weight_decay.one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
@@ -171,7 +174,8 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     check_jit_compile(result)
   per_epoch = _declared_steps_per_epoch(result, registries) if mode == 'train' else None
   if per_epoch is not None:
-    result, note = schedule.fit_warmup(result, per_epoch, run_length_given)
+    # decay_steps is filled in by the run, which counts the epochs of its workers.
+    result, note = schedule.fit_warmup(result, per_epoch, run_length_given, default_decay=False)
     if note is not None and notes is not None:
       notes.append(note)
   if construct:
@@ -408,7 +412,7 @@ def _check_with_owners(config, registries, per_epoch=None):
                                           config['optimizer_params'], _TRIAL_LEARNING_RATE)
   if config_names.declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
     policy = config_names.lookup(config, 'lr_policy', registries)
-    argument_checks.check_arguments(config['lr_policy_params'], policy, 'lr_policy_params',
+    argument_checks.check_arguments(_lr_arguments(config), policy, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
   if per_epoch is not None:
     schedule.learning_rate_fn(config, per_epoch)
@@ -430,7 +434,15 @@ def _check_declared_arguments(result, registries):
                                     _OPTIMIZER_SUPPLIED)
   declared = config_names.declared(result, 'lr_policy', registries, 'ARGUMENTS')
   if declared is not None:
-    argument_checks.check_arguments(result['lr_policy_params'], declared, 'lr_policy_params',
+    argument_checks.check_arguments(_lr_arguments(result), declared, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
+
+
+def _lr_arguments(config):
+  """``lr_policy_params`` as the policy will be given them: with ``decay_steps`` where the run fills it in."""
+  params = config['lr_policy_params']
+  if schedule.decay_defaulted(config):
+    return dict(params, decay_steps=None)  # its value is the run's (schedule.default_decay_steps)
+  return params
 
 

@@ -21,7 +21,9 @@ def one_weight_decay(result, given_model_params, registries):
   Keras' ``weight_decay``. So the optimizer's is the run's where it has one
   or one is given, and the model's default is turned off; a model decay the
   config gives turns an optimizer's own default off instead. Given both
-  (other than 0) is a mistake.
+  (other than 0) is a mistake. ``regularizer: l2`` (a scale other than 0)
+  turns the model's default off too: it is the run's L2 loss (an OpenSeq2Seq
+  config gives its decay so).
   An optimizer that keeps its decay in more arguments than ``weight_decay``
   (``OWN_DECAY_ARGUMENTS``: Muon's ``adam_weight_decay`` as well) has them
   all turned off, or refused, together.
@@ -36,6 +38,10 @@ def one_weight_decay(result, given_model_params, registries):
   if not isinstance(model_params, dict) or 'weight_decay' not in model_params:
     return result  # the model has no such parameter, or declares none
   model_given = (given_model_params or {}).get('weight_decay')
+  if (result['regularizer'] is not None and (result['regularizer_params'] or {}).get('scale')
+      and 'weight_decay' not in (given_model_params or {})):
+    # The regularizer is the run's L2 loss; the model's default L2 would be a second one.
+    result = dict(result, model_params=dict(model_params, weight_decay=0.0))
   entry = optimizer_entry(result, registries)
   own = declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
   # Muon holds its own decay in two arguments (its AdamW fallback's is adam_weight_decay).

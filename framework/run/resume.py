@@ -281,7 +281,7 @@ def record_configs(options, configs, logdir, step, dtype_line=None):
   if evaluation is not None and evaluation['dtype'] == precision.AUTO:
     # The eval view read again from a train-only run's file: it evaluates as the run trained.
     evaluation = dict(evaluation, dtype=train['dtype'])
-  text = config_file.run_config_yaml(train, evaluation)
+  text = config_file.run_config_yaml(train, evaluation, recorded_infer_section(options))
   if dtype_line is not None:
     text = (f'# {dtype_line}; the config asked for dtype: auto, this file records the dtype '
             'the run computes in\n' + text)
@@ -315,6 +315,37 @@ def as_recorded(cfg):
   if cfg['lr_scaling'] is None:
     return cfg, None
   return dict(cfg, lr_scaling=None), dict(cfg['lr_scaling'])
+
+
+def recorded_infer_section(options):
+  """The config file's ``infer_params`` (OpenSeq2Seq's), kept in ``<logdir>/config.yaml``; None without.
+
+  The keys the section gives are recorded with the values of the validated
+  infer view (paths made absolute, defaults filled in), so that the run
+  directory infers as the config file does, from anywhere.
+  """
+  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
+  from framework.config import config_resolve  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
+  try:
+    with open(options.config, encoding='utf-8', errors='replace') as f:
+      named = config_file.INFER_KEY in f.read()
+  except OSError:
+    named = False
+  if not named and not any(str(s).startswith(config_file.INFER_KEY) for s in options.set):
+    return None  # the file is read again only when it can hold the section
+  try:
+    section = config_resolve.infer_section(config_file.load_config_file(options.config),
+                                           options.set)
+  except ConfigError:
+    return None
+  if not section:
+    return None
+  try:
+    view = config_lib.load_configs(options.config, 'infer', options.set, construct=False)['eval']
+  except ConfigError:
+    return section  # infer will say what is wrong with it; the section is kept as given
+  return {key: view[key] for key in section if key in view}
 
 
 def recorded_eval_view(options, configs):

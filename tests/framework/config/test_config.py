@@ -199,7 +199,7 @@ def test_load_yaml_unknown_top_level_key(tmp_path):
       """)
   assert error_of(cfg.load_config_file, path) == (
       f"{path}: unknown top-level key 'trian_params' (did you mean train_params?); "
-      f"allowed: base_params, train_params, eval_params")
+      f"allowed: base_params, train_params, eval_params, infer_params")
 
 
 def test_load_without_base_params(tmp_path):
@@ -477,6 +477,8 @@ def test_validate_fills_defaults():
       'dtype': 'float32',
       'max_grad_norm': None,
       'iter_size': 1,
+      'noise_scale': 'auto',
+      'noise_scale_params': {'decay': 0.99},
       'regularizer': None,
       'regularizer_params': None,
       'summaries': ['learning_rate', 'global_gradient_norm', 'loss_scale'],
@@ -484,6 +486,7 @@ def test_validate_fills_defaults():
       'num_checkpoints': 5,
       'eval_steps': None,
       'print_loss_steps': 100,
+      'print_samples_steps': None,
       'save_summaries_steps': 100,
       'logdir': None,
       'auto_resume': False,
@@ -493,6 +496,7 @@ def test_validate_fills_defaults():
       'distribution_params': {'timeout_seconds': 600, 'implementation': 'auto',
                               'port_base': 8888, 'compression': 'none'},
       'use_horovod': False,
+      'num_gpus': None,
       'horovod_params': {'compression': 'none'},
       'agn_params': None,
       'label_smoothing': 0.0,
@@ -841,10 +845,9 @@ def test_lr_policy_params_checked_against_the_policy_signature():
       'accepted: begin_decay_at, begin_decay_at_epochs, begin_decay_at_fraction, decay_epochs, '
       'decay_fraction, decay_steps, learning_rate, min_lr, power, warmup_epochs, warmup_fraction, '
       'warmup_steps')
-  assert error_of(check, base_config(lr_policy='poly_decay',
-                                     lr_policy_params={'learning_rate': 0.1})) == (
-      'lr_policy_params.decay_steps: required argument of poly_decay is missing '
-      '(or give lr_policy_params.decay_epochs)')
+  # decay_steps is the run's to fill in, as OpenSeq2Seq fills it (tests/framework/config/test_openseq2seq.py).
+  assert check(base_config(lr_policy='poly_decay', lr_policy_params={'learning_rate': 0.1}))[
+      'lr_policy_params'] == {'learning_rate': 0.1}
   assert error_of(check, base_config(lr_policy='piecewise_constant',
                                      lr_policy_params={'learning_rate': 0.1, 'boundaries': [1]})) == (
       'lr_policy_params.decay_rates: required argument of piecewise_constant is missing')

@@ -1,0 +1,316 @@
+"""OpenSeq2Seq's config keys, read as OpenSeq2Seq reads them or refused in one line.
+
+A config written for OpenSeq2Seq runs here once its classes (model, encoder,
+decoder, loss, data layer) are replaced by this framework's names; its other
+keys keep their meaning (docs/openseq2seq.md has the whole table):
+
+- ``num_gpus``: the workers ``run.py`` starts on this machine, as
+  ``--num_workers`` does (:func:`local_workers`); one per process under
+  Horovod, whose launcher sets how many.
+- ``print_samples_steps``: a few decoded samples (source, reference, output),
+  or the top classes of a few images, every N steps (a schema key; the train
+  loop prints them through ``framework.run.samples``).
+- ``larc_params.larc_nu``: the name of ``larc_eta`` in OpenSeq2Seq's LARC
+  configs, read as it with a note.
+- ``decay_steps`` of an lr policy that takes it: the run's last step less
+  ``begin_decay_at`` when the config gives none (``framework.config.schedule``).
+- ``loss_params``: its ``label_smoothing`` is the task's (the image
+  classifier's ``label_smoothing``, a sequence model's
+  ``model_params.label_smoothing``).
+- ``regularizer`` given as a callable: an L2 regularizer
+  (``tf.keras.regularizers.l2``, ``tf.contrib.layers.l2_regularizer``'s
+  name) is ``regularizer: l2``.
+- ``infer_params``: a section of the config file, overlaid for
+  ``--mode=infer`` (``framework.config.config_resolve``).
+- ``dtype: mixed``: ``mixed_float16`` (``core.precision``).
+
+The keys that have no counterpart here (``encoder``, ``initializer``,
+``gpu_ids``, ...) are refused in one line that says what to write instead.
+Nothing here imports TensorFlow.
+"""
+
+import os
+
+from core.params import ConfigError
+from core.params import Param
+from core.params import REQUIRED
+
+# OpenSeq2Seq's keys that mean nothing here, and what to write instead.
+INSTEAD = {
+    'encoder': "OpenSeq2Seq's encoder, decoder and loss are one model here: give model "
+               '(resnet50, resnet_cifar, keras_application, transformer, or your own builder) '
+               'and its model_params',
+    'encoder_params': 'the encoder and decoder are one model here: give their settings in '
+                      "model_params (docs/openseq2seq.md maps the transformer's and ResNet's)",
+    'decoder': "OpenSeq2Seq's encoder, decoder and loss are one model here: give model and "
+               'model_params',
+    'decoder_params': 'the encoder and decoder are one model here: give their settings in '
+                      'model_params (docs/openseq2seq.md maps them)',
+    'loss': "the loss is the task's (softmax cross-entropy for images, label-smoothed token "
+            'cross-entropy for sequences): drop the key; loss_params.label_smoothing is read',
+    'initializer': "OpenSeq2Seq's default initializer of the variables that set none has no "
+                   'counterpart in Keras, where every layer sets its own (models/resnet.py: He '
+                   'normal kernels): drop the key, or set the initializers in your own model '
+                   'builder (docs/your_data.md#the-model-builder-contract)',
+    'initializer_params': 'see initializer: drop both keys, or set the initializers in your own '
+                          'model builder',
+    'gpu_ids': 'give num_gpus (the number of workers on this machine), or CUDA_VISIBLE_DEVICES',
+    'eval_batch_size_per_gpu': 'give eval_params: {batch_size_per_gpu: N}',
+    'load_model': 'start from another run\'s weights with run.py --init_checkpoint=LOGDIR',
+    'finetune': 'start from another run\'s weights with run.py --init_checkpoint=LOGDIR',
+    'restore_best_checkpoint': 'evaluate, export or infer the best checkpoint with run.py '
+                               '--checkpoint=best',
+    'use_xla_jit': 'give jit_compile: true',
+    'bench_start': 'give bench_warmup_steps (the steps benchmark mode does not time)',
+    'print_bench_info_steps': 'the progress line shows the examples per second every '
+                              'print_loss_steps: drop the key',
+    'freeze_variables_regex': 'every trainable variable is trained here: drop the key, or '
+                              'make the layers non-trainable in your own model builder',
+    'hooks': 'the train loop has no user hooks: drop the key',
+    'use_trt': 'export a SavedModel (--mode=export) and convert it with TensorRT yourself',
+}
+
+# What a config's loss_params.label_smoothing becomes for each task.
+_LABEL_SMOOTHING = {'image_classification': ('label_smoothing',),
+                    'sequence_to_sequence': ('model_params', 'label_smoothing')}
+LOSS_PARAMS_KEY = 'loss_params'
+
+
+def _fraction_below_one(value):
+  return None if 0.0 <= value < 1.0 else 'must be in [0, 1)'
+
+
+def _note(notes, text):
+  """Appends ``text`` to ``notes`` once (each view of a run is validated on its own)."""
+  if notes is not None and text not in notes:
+    notes.append(text)
+
+
+def read_keys(config, notes=None):
+  """A resolved config with OpenSeq2Seq's keys read into this framework's, before the schema check.
+
+  Args:
+    config: a resolved config (not modified).
+    notes: a list the one-line notes are appended to (once each), or None.
+
+  Returns:
+    ``(config, loss_params)``: a new dict without ``loss_params``, with
+    ``larc_params.larc_nu`` read as ``larc_eta`` and an L2 ``regularizer``
+    callable as ``'l2'``; and the ``loss_params`` it held (None when none),
+    for :func:`apply_loss_params` once the task is known.
+
+  Raises:
+    ConfigError: for a key that has no counterpart here, naming what to write
+      instead; ``larc_nu`` and ``larc_eta`` both given; a regularizer callable
+      that is no L2 one.
+  """
+  if not isinstance(config, dict):
+    return config, None
+  for key in config:
+    if key in INSTEAD and config[key] is not None:
+      raise ConfigError(f'{key}: a key of OpenSeq2Seq that is not read here; {INSTEAD[key]}',
+                        key, 'unknown')
+  config = {k: v for k, v in config.items() if k not in INSTEAD}
+  loss_params = config.pop(LOSS_PARAMS_KEY, None)
+  if loss_params is not None and not isinstance(loss_params, dict):
+    raise ConfigError(f'{LOSS_PARAMS_KEY}: expected a mapping, got {loss_params!r} '
+                      f'({type(loss_params).__name__})', LOSS_PARAMS_KEY, 'invalid')
+  larc = config.get('larc_params')
+  if isinstance(larc, dict) and 'larc_nu' in larc:
+    config['larc_params'] = _larc_eta(larc, notes)
+  if callable(config.get('regularizer')):
+    config.update(_l2_regularizer(config['regularizer'], config.get('regularizer_params'), notes))
+  return config, loss_params
+
+
+def _larc_eta(larc, notes):
+  """``larc_params`` with ``larc_nu`` read as ``larc_eta``."""
+  nu = larc['larc_nu']
+  if 'larc_eta' in larc and larc['larc_eta'] != nu:
+    raise ConfigError(f'larc_params.larc_nu: {nu!r}, but larc_params.larc_eta says '
+                      f'{larc["larc_eta"]!r}; they are one setting (the trust coefficient): give '
+                      'larc_eta alone', 'larc_params.larc_nu', 'invalid')
+  _note(notes, f'note: larc_params.larc_nu: read as larc_eta: {nu!r}, the trust coefficient '
+               "(larc_nu is its name in OpenSeq2Seq's LARC configs, larc_eta in its code and "
+               'here)')
+  return {('larc_eta' if k == 'larc_nu' else k): v for k, v in larc.items()
+          if not (k == 'larc_eta' and 'larc_nu' in larc)}
+
+
+def _l2_regularizer(regularizer, params, notes):
+  """``{'regularizer': 'l2', 'regularizer_params': {'scale': s}}`` for an L2 regularizer callable.
+
+  OpenSeq2Seq calls ``regularizer(**regularizer_params)``;
+  ``tf.contrib.layers.l2_regularizer(scale)`` adds ``scale * sum(w**2) / 2``,
+  which is ``regularizer: l2`` here. Keras' ``L2`` (``tf.keras.regularizers.l2``)
+  adds ``l2 * sum(w**2)``: given with Keras' own ``l2`` (or as an instance,
+  ``l2(0.0005)``), the scale is twice it; given with OpenSeq2Seq's ``scale``,
+  the scale is read as OpenSeq2Seq meant it.
+  """
+  name = _callable_name(regularizer)
+  keras_l2 = _is_keras_l2(regularizer)
+  if not keras_l2 and getattr(regularizer, '__name__', '') != 'l2_regularizer':
+    raise ConfigError(
+        f'regularizer: {name} is not read here; regularizer takes l2 (regularizer_params.scale: '
+        'loss += scale * sum(w**2) / 2 over the kernels, as tf.contrib.layers.l2_regularizer), '
+        'or put your regularizer on the layers of your own model builder',
+        'regularizer', 'invalid')
+  params = dict(params or {})
+  if not isinstance(regularizer, type) and hasattr(regularizer, 'l2'):  # Keras' L2(0.0005)
+    if params:
+      raise ConfigError(f'regularizer: {name}({float(regularizer.l2)!r}) holds its factor '
+                        'already; drop regularizer_params', 'regularizer_params', 'invalid')
+    params = {'l2': float(regularizer.l2)}
+  if keras_l2 and 'l2' in params:
+    if 'scale' in params:
+      raise ConfigError("regularizer_params: give scale (OpenSeq2Seq's) or l2 (Keras'), not both",
+                        'regularizer_params', 'invalid')
+    l2 = params.pop('l2')
+    if isinstance(l2, (int, float)) and not isinstance(l2, bool):
+      params['scale'] = 2.0 * l2
+      how = f"Keras' l2: {l2!r} adds {l2!r} * sum(w**2), which is scale {2.0 * l2!r}"
+    else:
+      params['scale'] = l2  # the schema names the bad value
+      how = "Keras' l2"
+  else:
+    how = 'scale * sum(w**2) / 2 over the kernels, as tf.contrib.layers.l2_regularizer'
+  _note(notes, f'note: regularizer: {name} read as regularizer: l2 ({how})')
+  return {'regularizer': 'l2', 'regularizer_params': params}
+
+
+def _is_keras_l2(value):
+  """Whether ``value`` is Keras' L2 regularizer class (``tf.keras.regularizers.l2``) or one of it."""
+  cls = value if isinstance(value, type) else type(value)
+  return cls.__name__ == 'L2' and cls.__module__.split('.')[0] in ('keras', 'tf_keras')
+
+
+def _callable_name(value):
+  if not isinstance(value, type) and not hasattr(value, '__qualname__'):
+    value = type(value)
+  return f'{getattr(value, "__module__", "?")}.{getattr(value, "__qualname__", repr(value))}'
+
+
+def apply_loss_params(result, loss_params, task, given):
+  """``result`` with ``loss_params.label_smoothing`` set where ``task`` keeps it.
+
+  Args:
+    result: a validated config of ``task``.
+    loss_params: what :func:`read_keys` took from the config, or None.
+    task: the config's task name.
+    given: the config as given (before its defaults were filled in), to tell
+      a label smoothing given twice.
+
+  Returns:
+    ``result``, or a new dict.
+
+  Raises:
+    ConfigError: for another key of ``loss_params``, or a label smoothing the
+      config also gives, differently, in the task's own key.
+  """
+  if not loss_params:
+    return result
+  place = _LABEL_SMOOTHING.get(task, ('label_smoothing',))
+  own = '.'.join(place)
+  for key in loss_params:
+    if key != 'label_smoothing':
+      raise ConfigError(f'{LOSS_PARAMS_KEY}.{key}: not read here; the loss is the {task} '
+                        f"task's, and its one setting is label_smoothing ({LOSS_PARAMS_KEY}."
+                        f'label_smoothing, or {own}): drop the key',
+                        f'{LOSS_PARAMS_KEY}.{key}', 'unknown')
+  value = Param(float, REQUIRED, check=_fraction_below_one).validate(
+      loss_params['label_smoothing'], f'{LOSS_PARAMS_KEY}.label_smoothing')
+  holder = given
+  for key in place[:-1]:
+    holder = holder.get(key) if isinstance(holder, dict) else None
+  if isinstance(holder, dict) and place[-1] in holder and holder[place[-1]] != value:
+    raise ConfigError(f'{LOSS_PARAMS_KEY}.label_smoothing: {value!r}, but {own} says '
+                      f'{holder[place[-1]]!r}; give one of them',
+                      f'{LOSS_PARAMS_KEY}.label_smoothing', 'invalid')
+  result = dict(result)
+  if len(place) == 2:
+    result[place[0]] = dict(result[place[0]], **{place[1]: value})
+  else:
+    result[place[0]] = value
+  return result
+
+
+# ---------------------------------------------------------------------------
+# num_gpus
+
+_HOROVOD_RANKS = ('HOROVOD_RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
+
+
+def local_workers(config, mode, num_workers=1, environ=None):
+  """The workers ``run.py`` starts on this machine for the config's ``num_gpus``, and the line that says so.
+
+  OpenSeq2Seq's ``num_gpus`` is the GPUs one process trains on, one copy of
+  the model each (its towers), and is ignored under Horovod, where every
+  process is one worker. Here a worker is a process: ``num_gpus: N`` starts N
+  workers on this machine, as ``run.py --num_workers=N`` does
+  (``multi_worker_mirrored``), and is one worker per process under
+  ``horovodrun`` (or ``use_horovod``/``distribution: horovod``), or under a
+  cluster another launcher started (``TF_CONFIG``, Slurm), which sets the
+  workers. ``--num_workers`` above 1 replaces it. Export and infer run in one
+  process.
+
+  Args:
+    config: the run's validated main config.
+    mode: the run.py mode.
+    num_workers: ``--num_workers``.
+    environ: the environment (default ``os.environ``).
+
+  Returns:
+    ``(workers, line)``: how many workers run.py starts here (1: this
+    process runs the mode), and the one line that says what ``num_gpus``
+    became, or None (no ``num_gpus``, or a worker a launcher of this machine
+    started, whose launcher said it).
+
+  Raises:
+    ConfigError: more workers than this machine holds, or ``num_gpus`` above 1
+      beside ``distribution: none``.
+  """
+  gpus = config.get('num_gpus')
+  environ = os.environ if environ is None else environ
+  if gpus is None or environ.get('LARGEBATCH_NUM_WORKERS'):
+    return num_workers, None
+  if num_workers > 1:
+    return num_workers, (None if num_workers == gpus else
+                         f'num_gpus: {gpus} is replaced by --num_workers={num_workers}')
+  rank = next((environ[v] for v in _HOROVOD_RANKS if v in environ), None)
+  if rank is not None or config.get('use_horovod') or config.get('distribution') == 'horovod':
+    line = (f'num_gpus: {gpus} is read as 1, as OpenSeq2Seq reads it under Horovod: every '
+            'process is one worker, and horovodrun -np sets how many')
+    return 1, line if rank in (None, '0') else None
+  if environ.get('TF_CONFIG', '').strip() or _slurm_tasks(environ) > 1:
+    launcher = 'TF_CONFIG' if environ.get('TF_CONFIG', '').strip() else 'srun'
+    return 1, (f'num_gpus: {gpus} is not used: this process is one worker of the cluster '
+               f'{launcher} describes, which sets how many')
+  if gpus == 1:
+    return 1, 'num_gpus: 1 is one worker, this process'
+  if mode in ('export', 'infer'):
+    return 1, f'num_gpus: {gpus} is not used: --mode={mode} runs in one process'
+  if config.get('distribution') == 'none':
+    raise ConfigError(f'num_gpus: {gpus} starts {gpus} workers, but distribution: none trains in '
+                      'one process; set num_gpus: 1, or distribution: auto',
+                      'num_gpus', 'invalid')
+  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
+  most, what = local_cluster.most_workers()
+  if gpus > most:
+    raise ConfigError(
+        f'num_gpus: {gpus} workers on this machine, which has {what}: here each is a process '
+        'with its own copy of the model (OpenSeq2Seq put one on each GPU), useful up to one per '
+        f'{"GPU" if "GPU" in what else "core"}; allowed: 1 to {most} (--set num_gpus={most}). '
+        'For more, start one worker per machine with TF_CONFIG, srun or horovodrun',
+        'num_gpus', 'invalid')
+  return gpus, (f'num_gpus: {gpus} is {gpus} workers on this machine, as run.py '
+                f'--num_workers={gpus} (multi_worker_mirrored, one process each)')
+
+
+def _slurm_tasks(environ):
+  """The tasks of this Slurm job step (0 outside Slurm), as the engine counts them."""
+  if 'SLURM_PROCID' not in environ:
+    return 0
+  for name in ('SLURM_STEP_NUM_TASKS', 'SLURM_NTASKS'):
+    if environ.get(name, '').isdigit():
+      return int(environ[name])
+  return 1
