@@ -19,7 +19,10 @@ workers); a :class:`Task` owns what depends on the kind of data and model:
 * ``infer_inputs(source)`` and ``infer(model, data_layer, inputs,
   batch_size)``: ``--mode=infer``, its inputs read from ``--infer_input``
   (lines of text here; image files for an image classifier) and one output
-  line each.
+  line each;
+* ``sample_lines(model, batch, count)``: what ``print_samples_steps`` prints
+  of a training batch (OpenSeq2Seq's ``maybe_print_logs``), read with the data
+  layer the model was built for (``samples_data``).
 
 Model Garden's ``base_task.Task`` and OpenSeq2Seq's ``Model.evaluate`` /
 ``finalize_evaluation`` / ``infer`` play these parts there.
@@ -56,6 +59,8 @@ class Task:
   def __init__(self, config, eval_config=None):
     self.config = config
     self.eval_config = eval_config
+    # The data layer build_model was given: it names the classes or tokens of a sample.
+    self.samples_data = None
 
   @property
   def example_unit(self):
@@ -140,6 +145,11 @@ class Task:
       DataError: the source cannot be read or is not UTF-8 text, naming it.
     """
     return read_lines(source)
+
+  def sample_lines(self, model, batch, count):
+    """The lines ``print_samples_steps`` prints of ``count`` examples of a training batch (none here)."""
+    del model, batch, count
+    return []
 
   def infer(self, model, data_layer, inputs, batch_size):
     """``--mode=infer``: one output line per input (of :meth:`infer_inputs`).

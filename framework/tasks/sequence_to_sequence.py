@@ -107,6 +107,7 @@ class SequenceToSequenceTask(base.Task):
 
   def build_model(self, data_layer):
     cfg = self.config
+    self.samples_data = data_layer
     return MODELS.resolve(cfg['model'])(cfg['model_params'], data_layer.source_vocab_size,
                                         data_layer.target_vocab_size)
 
@@ -139,6 +140,28 @@ class SequenceToSequenceTask(base.Task):
     if self._decode is None:
       self._decode = tf.function(self.decode_fn(model), reduce_retracing=True)
     return self._decode
+
+  def sample_lines(self, model, batch, count):
+    """Source, reference and output of the first ``count`` examples of a batch, a line each.
+
+    ``sample 1: source 'abc' | reference 'cba' | output 'cbb'``, the output
+    decoded from the source by the model as it is now, as the evaluation
+    decodes (greedy, or the eval view's beam); strings as the data layer the
+    model was built for writes them.
+    """
+    data = self.samples_data
+    source = batch['source'][:count]
+    outputs = self._compiled_decode(model)(source).numpy()
+    separator = data.target_separator
+    lines = []
+    for index, (row, target, source_index) in enumerate(
+        zip(outputs, batch['target'][:count].numpy(), batch['source_index'][:count].numpy()),
+        start=1):
+      reference = separator.join(data.decode_target(target))
+      output = separator.join(data.decode_target(row))
+      lines.append(f'sample {index}: source {data.sources[source_index]!r} | reference '
+                   f'{reference!r} | output {output!r}')
+    return lines
 
   # --- evaluation --------------------------------------------------------------------------
 
