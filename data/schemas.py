@@ -166,8 +166,9 @@ TFDS_PARAMS = {
     'name': Param(str, REQUIRED, doc="TensorFlow Datasets name, e.g. 'mnist' or 'cifar10:3.0.2'"),
     'data_dir': PathParam(None, doc="where the prepared data set is (None: TFDS' default, "
                                      "~/tensorflow_datasets)"),
-    'download': Param(bool, False, doc='download and prepare the data set when it is missing '
-                                       '(prepare it once before a multi-worker run)'),
+    'download': Param(bool, False, doc='download and prepare the data set when it is missing, in '
+                                       'a child process (a stop signal ends it; a network failure '
+                                       'is one line); prepare it once before a multi-worker run'),
     'train_split': Param(str, 'train', doc="split train mode reads (TFDS split syntax, "
                                            "'train[:90%]' too)"),
     'eval_split': Param(str, 'test', doc='split eval mode reads'),

@@ -10,10 +10,22 @@ preprocessed by ``data/images.py`` as the ``tfrecord`` layer does.
 
 ``tensorflow_datasets`` (pinned in requirements.txt) is imported by the
 functions here only, since it takes seconds to import.
+
+A download (``download: true`` and a data set not prepared) runs in a child
+process (``download_in_child``), its output kept in a log file beside the
+data: a stop signal ends it at once (nothing of the run had started), and a
+failed download, the network unreachable above all, is one line after a few
+seconds instead of TensorFlow Datasets' ten retries of each file over minutes.
 """
+
+import os
+import re
+import subprocess
+import sys
 
 import tensorflow as tf
 
+from core import signals
 from core.params import ConfigError
 from data import images, schemas
 from data.base import DataError
@@ -34,6 +46,90 @@ def _tfds():
 
 def _default_data_dir():
   return _tfds().core.constants.DATA_DIR
+
+
+# What the child of download_in_child runs: argv[1:] = name, data_dir ('' for the default), the
+# module that registers the builder (imported unless it is TFDS' own).
+_DOWNLOAD_CODE = """
+import importlib, socket, sys
+name, data_dir, module = sys.argv[1:4]
+# A read that waits this long for a byte is a network that is gone, not a slow one.
+socket.setdefaulttimeout(60)
+from tensorflow_datasets.core.download import downloader
+downloader.MAX_RETRIES = DOWNLOAD_RETRIES
+import tensorflow_datasets as tfds
+if not module.startswith('tensorflow_datasets'):
+  importlib.import_module(module)
+tfds.builder(name, data_dir=data_dir or None).download_and_prepare()
+"""
+# Attempts of each file beyond the first: TFDS' own 10, with its growing back-off, keep a
+# machine without a network waiting for about 3.5 minutes before it says so.
+DOWNLOAD_RETRIES = 2
+
+
+def download_in_child(name, data_dir, where, module):
+  """Downloads and prepares a TFDS data set in a child process; see the module docstring.
+
+  The child's output (TFDS' progress and warnings) goes to
+  ``<where>/<name>.download.log``. A stop signal (SIGTERM, SIGINT) during the
+  download ends the child and raises ``core.signals.StartupStopped`` (run.py:
+  one line, 128 + the signal).
+
+  Args:
+    name: the data set (``mnist``, ``cifar10:3.0.2``).
+    data_dir: where to prepare it, or None (TFDS' default).
+    where: that directory in words (TFDS' default resolved).
+    module: the module whose import registers the builder (``__main__``: the
+      download runs in this process, which alone has it).
+
+  Raises:
+    DataError: the download or the preparation failed, naming the last line
+      of the child's output and the log.
+  """
+  if module == '__main__':
+    _tfds().builder(name, data_dir=data_dir).download_and_prepare()
+    return
+  os.makedirs(where, exist_ok=True)
+  log_path = os.path.join(where, re.sub(r'[^\w.-]', '_', name) + '.download.log')
+  code = _DOWNLOAD_CODE.replace('DOWNLOAD_RETRIES', str(DOWNLOAD_RETRIES))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+             TF_CPP_MIN_LOG_LEVEL='2')
+  child = None
+  with open(log_path, 'w', encoding='utf-8') as log:
+    try:
+      with signals.stop_raises(f'while TensorFlow Datasets downloaded {name}'):
+        # A session of its own: the stop signal is this process's to answer; it ends the child.
+        child = subprocess.Popen([sys.executable, '-c', code, name, data_dir or '', module],
+                                 stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        print(f'tfds: downloading and preparing {name} under {where} (progress in {log_path})',
+              file=sys.stderr, flush=True)
+        status = child.wait()
+    finally:
+      if child is not None and child.poll() is None:
+        child.kill()
+        child.wait()
+  if status != 0:
+    with open(log_path, encoding='utf-8', errors='replace') as f:
+      lines = [line.strip() for line in f if line.strip()]
+    raise DataError(f'tfds: downloading {name} failed: {_reason(lines, status)}; check the '
+                    'network (or a proxy: HTTPS_PROXY), or prepare it on a machine that has one '
+                    f'and copy it under {where} (TFDS\' output: {log_path})')
+
+
+def _reason(lines, status):
+  """The failure in a few words, from the child's output (the last line of its traceback)."""
+  # The traceback's last line; the downloads' threads may write after it.
+  raised = [line for line in lines if re.match(r'^[\w.]+(?:Error|Exception): ', line)]
+  if not raised and not lines:
+    return f'exit status {status}'
+  last = (raised or lines)[-1]
+  kind = re.match(r'^([\w.]+(?:Error|Exception)):', last)
+  # The operating system's reason, innermost in requests' and urllib3's nested messages.
+  errors = re.findall(r'\[Errno -?\d+\] [^\'")\]]+', last)
+  if kind and errors:
+    return f'{kind.group(1).rsplit(".", 1)[-1]} ({errors[-1].strip()})'
+  return last if len(last) <= 200 else last[:200] + '...'
 
 
 class TfdsDataLayer(EncodedImageLayer):
@@ -141,7 +237,8 @@ class TfdsDataLayer(EncodedImageLayer):
     if not builder.is_prepared():
       if not self.params['download']:
         raise DataError(missing)
-      builder.download_and_prepare()
+      download_in_child(name, data_dir, where, type(builder).__module__)
+      builder = tfds.builder(name, data_dir=data_dir)
     return builder
 
   def _split_size(self, split, param):

@@ -10,13 +10,19 @@ need its run directory work on copies of it.
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+
+from tests.processes import Child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -195,3 +201,84 @@ def test_a_byte_order_mark_and_a_long_pair_do_not_reach_the_model(tmp_path, run_
       f'text_pairs: {train}: left out 1 of 5 pairs longer than max_length 256']
   saved = json.loads((tmp_path / 'run' / 'vocabulary.json').read_text())
   assert saved['source_vocabulary'] == saved['target_vocabulary'] == ['a', 'b', 'c', 'd']
+
+
+# --- TensorFlow Datasets without a network ---------------------------------------------------------
+
+def tfds_config(tmp_path):
+  """A config that asks TFDS to download MNIST into a fresh data_dir."""
+  path = tmp_path / 'mnist.yaml'
+  path.write_text(yaml.safe_dump({'base_params': {
+      'model': 'resnet_cifar', 'model_params': {'depth': 8}, 'data_layer': 'tfds',
+      'data_layer_params': {'name': 'mnist', 'data_dir': str(tmp_path / 'data'), 'download': True},
+      'batch_size_per_gpu': 4, 'max_steps': 2, 'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9}, 'lr_policy_params': {'learning_rate': 0.01}}}))
+  return [sys.executable, os.path.join(ROOT, 'run.py'), f'--config={path}', '--mode=train',
+          f'--logdir={tmp_path}/run']
+
+
+def through_proxy(proxy):
+  """The environment of a machine whose only way out is ``proxy`` (as HTTPS_PROXY)."""
+  env = {k: v for k, v in os.environ.items() if k.lower() not in ('no_proxy', 'pythonpath')}
+  env.update(HTTPS_PROXY=proxy, HTTP_PROXY=proxy, https_proxy=proxy, http_proxy=proxy,
+             TF_CPP_MIN_LOG_LEVEL='3')
+  return env
+
+
+def closed_port():
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_tfds_download_without_a_network_is_one_line_soon(tmp_path):
+  # Every connection refused, as on a machine without a network: TFDS' own ten retries of each
+  # file, with its back-off, took about 3.5 minutes and printed four tracebacks.
+  result = subprocess.run(tfds_config(tmp_path), env=through_proxy(f'http://127.0.0.1:{closed_port()}'),
+                          capture_output=True, text=True, timeout=150)
+  assert result.returncode == 2, result.stdout + result.stderr
+  log = tmp_path / 'data' / 'mnist.download.log'
+  assert error_lines(result) == [
+      'error: tfds: downloading mnist failed: ProxyError ([Errno 111] Connection refused); check '
+      'the network (or a proxy: HTTPS_PROXY), or prepare it on a machine that has one and copy '
+      f"it under {tmp_path}/data (TFDS' output: {log})"]
+  assert 'Traceback' not in result.stdout + result.stderr and 'Traceback' in log.read_text()
+
+
+@pytest.fixture
+def silent_proxy():
+  """A proxy that takes connections and never answers: a network that hangs."""
+  server = socket.socket()
+  server.bind(('127.0.0.1', 0))
+  server.listen(16)
+  taken = []
+
+  def accept():
+    while True:
+      try:
+        taken.append(server.accept()[0])
+      except OSError:
+        return
+
+  threading.Thread(target=accept, daemon=True).start()
+  yield f'http://127.0.0.1:{server.getsockname()[1]}'
+  server.close()
+  for connection in taken:
+    connection.close()
+
+
+@pytest.mark.slow
+def test_a_stop_signal_ends_a_tfds_download_at_once(tmp_path, silent_proxy):
+  with Child(tfds_config(tmp_path), env=through_proxy(silent_proxy),
+             stderr=subprocess.STDOUT) as child:
+    child.wait_for_line(lambda line: line.startswith('tfds: downloading and preparing mnist'),
+                        timeout=240)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    waited = time.monotonic() - sent
+  assert child.returncode == 143, out
+  assert ('stopped by SIGTERM while TensorFlow Datasets downloaded mnist: no step had run, nothing '
+          'was lost') in out
+  assert waited < 30 and 'Traceback' not in out
