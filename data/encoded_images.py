@@ -103,14 +103,18 @@ class EncodedImageLayer(DataLayer):
   # -- labels, decoding and corrupt records ---------------------------------
 
   def _checked_label(self, where, index, raw):
-    """``raw - label_offset`` as int32; one outside [0, num_classes) fails, naming the record."""
+    """``raw - label_offset`` as int32; one outside [0, num_classes) fails, naming the record.
+
+    The line says the label and what to check first, the record (a long path,
+    often) last.
+    """
     offset, classes = self.settings['label_offset'], self.num_classes
     label = raw - offset
     label = fail_unless(
         tf.logical_and(label >= 0, label < classes),
-        [where, ': record ', tf.strings.as_string(index), f': {self.settings["label_name"]} ',
-         tf.strings.as_string(raw), f' - label_offset {offset} is outside [0, {classes}); '
-         f'{self.settings["label_hint"]}'], label)
+        [f'{self.kind}: {self.settings["label_name"]} ', tf.strings.as_string(raw),
+         f' - label_offset {offset} is outside [0, {classes}): {self.settings["label_hint"]} '
+         '(record ', tf.strings.as_string(index), ' of ', where, ')'], label)
     return tf.cast(label, tf.int32)
 
   def _decode_checked(self, examples, decode):

@@ -151,6 +151,10 @@ TFRECORD_PARAMS = {
                         doc='side, or [height, width], of the model input (default 224)'),
     **_IMAGE_PARAMS,
     'verify_files': Param(bool, True, doc='check the record framing of every file before reading'),
+    'compression': Param(str, 'auto', choices=('auto', 'none', 'GZIP', 'ZLIB'),
+                         case_insensitive=True,
+                         doc="the files' compression; auto: told by their first bytes (one kind a "
+                             'split); counting the records of a compressed file reads it whole'),
     'skip_corrupt': Param(bool, False,
                           doc='skip (and count) records whose image cannot be decoded, instead '
                               'of failing'),

@@ -17,10 +17,12 @@ References:
 """
 
 import concurrent.futures
+import gzip
 import json
 import logging
 import os
 import struct
+import zlib
 
 import tensorflow as tf
 
@@ -63,17 +65,96 @@ def masked_crc32c(data):
   return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def count_records(path):
+# TensorFlow's names of the compressions a TFRecord file may have ('': none), by config value.
+COMPRESSIONS = {'none': '', 'gzip': 'GZIP', 'zlib': 'ZLIB'}
+
+
+def file_compression(path):
+  """``''`` (an uncompressed TFRecord file), ``'GZIP'`` or ``'ZLIB'``, by the file's first bytes.
+
+  An uncompressed file begins with a record header whose length checksum
+  holds; a GZIP one with its magic bytes; a ZLIB stream with a header whose
+  16 bits are a multiple of 31. An empty file is uncompressed; a file that is
+  none of these gives None (the framing check then names what is wrong).
+  """
+  opener = tf.io.gfile.GFile if '://' in path else open
+  with opener(path, 'rb') as f:
+    head = f.read(12)
+  if not head:
+    return ''
+  if len(head) == 12 and masked_crc32c(head[:8]) == struct.unpack('<I', head[8:])[0]:
+    return ''
+  if head[:2] == b'\x1f\x8b':
+    return 'GZIP'
+  if len(head) >= 2 and head[0] & 0x0F == 8 and ((head[0] << 8) | head[1]) % 31 == 0:
+    return 'ZLIB'
+  return None
+
+
+class _ZlibReader:
+  """``read(n)`` of the decompressed bytes of a ZLIB stream read from ``raw``."""
+
+  def __init__(self, raw):
+    self._raw = raw
+    self._inflate = zlib.decompressobj()
+    self._buffer = b''
+
+  def read(self, size):
+    while len(self._buffer) < size and not self._inflate.eof:
+      chunk = self._raw.read(READ_BUFFER_BYTES)
+      if not chunk:
+        break
+      self._buffer += self._inflate.decompress(chunk)
+    out, self._buffer = self._buffer[:size], self._buffer[size:]
+    return out
+
+
+def _count_compressed_records(path, compression):
+  """``count_records`` of a GZIP or ZLIB file: its framing walked through the decompressed bytes."""
+  opener = tf.io.gfile.GFile if '://' in path else open
+  count = position = 0
+  try:
+    with opener(path, 'rb') as raw:
+      stream = gzip.GzipFile(fileobj=raw) if compression == 'GZIP' else _ZlibReader(raw)
+      while True:
+        header = stream.read(12)
+        if not header:
+          return count
+        if len(header) < 12:
+          raise DataError(f'{path}: truncated TFRecord file ({compression}): the header of record '
+                          f'{count} at byte {position} of its decompressed bytes is cut off')
+        length, length_crc = struct.unpack('<QI', header)
+        if masked_crc32c(header[:8]) != length_crc:
+          raise DataError(f'{path}: corrupt TFRecord file ({compression}): bad length checksum in '
+                          f'record {count} at byte {position} of its decompressed bytes')
+        left = length + 4
+        while left:
+          chunk = len(stream.read(min(left, READ_BUFFER_BYTES)))
+          if not chunk:
+            raise DataError(f'{path}: truncated TFRecord file ({compression}): record {count} '
+                            f'needs {position + 12 + length + 4} decompressed bytes, it has '
+                            f'{position + 12 + length + 4 - left}')
+          left -= chunk
+        position += 12 + length + 4
+        count += 1
+  except (OSError, EOFError, zlib.error) as e:
+    raise DataError(f'{path}: cannot be read as {compression}-compressed ({e})') from None
+
+
+def count_records(path, compression=''):
   """Walks the record framing of a TFRecord file and returns its number of records.
 
   Reads only the 12-byte header of each record and checks its CRC, then seeks
   over the payload, so it costs one small read per record; payload CRCs are
-  not checked.
+  not checked. A compressed file (``compression`` ``'GZIP'`` or ``'ZLIB'``)
+  is decompressed on the way, a pass over its bytes.
 
   Raises:
     DataError: naming the file, when a header is cut off or corrupt, or the
       last record runs past the end of the file.
   """
+  if compression:
+    return _count_compressed_records(path, compression)
   size = tf.io.gfile.stat(path).length
   opener = tf.io.gfile.GFile if '://' in path else open
   count = position = 0
@@ -112,12 +193,12 @@ def file_signature(path):
 _RECORD_COUNTS = {}
 
 
-def verified_record_counts(paths):
+def verified_record_counts(paths, compression=''):
   """Record counts of the files, framed in parallel and cached per unchanged file (in this process)."""
   def count(path):
     key = (path,) + file_signature(path)
     if key not in _RECORD_COUNTS:
-      _RECORD_COUNTS[key] = count_records(path)
+      _RECORD_COUNTS[key] = count_records(path, compression) if compression else count_records(path)
     return _RECORD_COUNTS[key]
 
   with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
@@ -144,14 +225,16 @@ def _merge_counts(cache_path, entries):
   write_json_atomically(cache_path, {'format': split_sizes.RECORD_COUNTS_FORMAT, 'files': files})
 
 
-def read_records(files):
+def read_records(files, compression=''):
   """The serialized records of one file or a list of files, in order."""
-  return tf.data.TFRecordDataset(files, buffer_size=READ_BUFFER_BYTES)
+  return tf.data.TFRecordDataset(files, compression_type=compression,
+                                 buffer_size=READ_BUFFER_BYTES)
 
 
-def located_records(path):
+def located_records(path, compression=''):
   """``(file, record index, serialized record)`` of one file, in order, so errors can name them."""
-  return read_records(path).enumerate().map(lambda index, record: (path, index, record))
+  return read_records(path, compression).enumerate().map(
+      lambda index, record: (path, index, record))
 
 
 
@@ -212,6 +295,7 @@ class TFRecordDataLayer(EncodedImageLayer):
       raise DataError(f'{self.kind}: no files match {pattern}')
     # Dealing files keeps a worker's reads to its own files; with fewer files
     # than workers, records are dealt instead.
+    self.compression = self._compression()
     self.shard_records = len(self.files) < num_workers
     self.worker_files = self.files if self.shard_records else self.files[worker_index::num_workers]
     height, width = settings['image_size']
@@ -240,6 +324,36 @@ class TFRecordDataLayer(EncodedImageLayer):
             'label_name': resolved['label_key'],
             'label_hint': 'check data_layer_params.label_offset and num_classes',
             'image_word': 'image'}
+
+  def _compression(self):
+    """TensorFlow's name of the files' compression: ``compression``, or told by their first bytes.
+
+    Raises:
+      DataError: a file whose compression is not the one given, or files of
+        several compressions (``auto``), naming the file and what to set.
+    """
+    wanted = (self.params.get('compression') or 'none').lower()
+    if wanted == 'none' and 'compression' not in self.PARAMS:
+      return ''  # a layer without the key (imagenet) reads uncompressed files, unchecked
+    found = {}
+    for path in self.files:
+      found.setdefault(file_compression(path), path)
+    named = {kind: path for kind, path in found.items() if kind is not None}
+    def name(kind):
+      return kind or 'uncompressed'
+    if wanted == 'auto':
+      if len(named) > 1:
+        shown = ', '.join(f'{path} ({name(kind)})' for kind, path in sorted(named.items()))
+        raise DataError(f'{self.kind}: the files of {self.pattern} are compressed differently '
+                        f'({shown}); give one kind a split')
+      return next(iter(named), '')
+    expected = COMPRESSIONS[wanted]
+    for kind, path in sorted(named.items()):
+      if kind != expected:
+        setting = 'none' if not kind else kind
+        raise DataError(f'{self.kind}: {path} is {name(kind)}, not {name(expected)}: set '
+                        f'data_layer_params.compression: {setting} (or auto)')
+    return expected
 
   def _verify_at_construction(self):
     """Hook: the imagenet layer frames its files here, as it always did."""
@@ -292,7 +406,7 @@ class TFRecordDataLayer(EncodedImageLayer):
         counts[path] = count
     if missing:
       log.info('%s: counting the records of %d file(s) of %s', self.kind, len(missing), self.pattern)
-      counted = dict(zip(missing, verified_record_counts(missing)))
+      counted = dict(zip(missing, verified_record_counts(missing, self.compression)))
       counts.update(counted)
       if self.worker_index == 0:
         self._save_counts(counted)
@@ -346,7 +460,7 @@ class TFRecordDataLayer(EncodedImageLayer):
     image_key, label_key = self.settings['image_key'], self.settings['label_key']
     for path in self.files:
       try:
-        raw = next(iter(read_records(path).take(1)), None)
+        raw = next(iter(read_records(path, self.compression).take(1)), None)
       except tf.errors.OpError as e:
         raise DataError(f'{self.kind}: {path}: cannot read its first record: '
                         f'{e.message.splitlines()[0]}') from None
@@ -370,6 +484,9 @@ class TFRecordDataLayer(EncodedImageLayer):
 
   # -- streams -------------------------------------------------------------
 
+  def _located(self, path):
+    return located_records(path, self.compression)
+
   def _parsed(self, path, index, record):
     example = tf.io.parse_single_example(record, self._features)
     return (path, index, example[self.settings['image_key']],
@@ -379,7 +496,7 @@ class TFRecordDataLayer(EncodedImageLayer):
     return records.map(self._parsed, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
   def _eval_examples(self):
-    records = tf.data.Dataset.from_tensor_slices(self.worker_files).flat_map(located_records)
+    records = tf.data.Dataset.from_tensor_slices(self.worker_files).flat_map(self._located)
     if self.shard_records:
       records = records.shard(self.num_workers, self.worker_index)
     return self._parse(records)
@@ -393,7 +510,7 @@ class TFRecordDataLayer(EncodedImageLayer):
     files = tf.constant(self.worker_files)
     order = tf.random.experimental.stateless_shuffle(files, seed=order_key)
     records = tf.data.Dataset.from_tensor_slices(order).interleave(
-        located_records, cycle_length=min(MAX_CYCLE_LENGTH, len(self.worker_files)),
+        self._located, cycle_length=min(MAX_CYCLE_LENGTH, len(self.worker_files)),
         block_length=1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if self.shard_records:
       records = records.shard(self.num_workers, self.worker_index)
@@ -416,5 +533,5 @@ class TFRecordDataLayer(EncodedImageLayer):
       raise DataError(f'{self.kind}: no files match {pattern} (the training files the mean and '
                       'std are computed from)')
     records = tf.data.Dataset.from_tensor_slices(files).interleave(
-        located_records, cycle_length=min(MAX_CYCLE_LENGTH, len(files)), block_length=1)
+        self._located, cycle_length=min(MAX_CYCLE_LENGTH, len(files)), block_length=1)
     return self._parse(records)

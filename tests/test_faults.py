@@ -466,8 +466,10 @@ def test_corrupt_jpeg_is_named_or_skipped_and_labels_are_checked(tmp_path):
                check=False)
   assert result.returncode == 2
   line = last_line(result)
-  assert line.startswith(f'error: {clean}/train-0000') and ': image/class/label 10 - label_offset 0 ' \
-      'is outside [0, 10)' in line, line
+  # The label and what to check first, the record's long path last.
+  assert line.startswith('error: imagenet: image/class/label 10 - label_offset 0 is outside '
+                         '[0, 10): check data_layer_params.label_offset and num_classes (record '), line
+  assert f' of {clean}/train-0000' in line and line.endswith(')'), line
 
 
 def test_idx_headers_of_every_split_are_checked_at_start_up(tmp_path):

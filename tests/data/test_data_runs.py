@@ -282,3 +282,54 @@ def test_a_stop_signal_ends_a_tfds_download_at_once(tmp_path, silent_proxy):
   assert ('stopped by SIGTERM while TensorFlow Datasets downloaded mnist: no step had run, nothing '
           'was lost') in out
   assert waited < 30 and 'Traceback' not in out
+
+
+# --- TFRecords ----------------------------------------------------------------------------------------
+
+def write_records(path, labels, compression=None):
+  """TFRecords of 8x8 PNGs with TFDS' keys (``image``, ``label``)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tf.io.TFRecordWriter(str(path), tf.io.TFRecordOptions(compression_type=compression)) as out:
+    for i, label in enumerate(labels):
+      out.write(tf.train.Example(features=tf.train.Features(feature={
+          'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[png(10 * i)])),
+          'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))
+      })).SerializeToString())
+
+
+def records_config(tmp_path, pattern):
+  path = tmp_path / 'records.yaml'
+  path.write_text(yaml.safe_dump({'base_params': {
+      'model': 'resnet_cifar', 'model_params': {'depth': 8}, 'data_layer': 'tfrecord',
+      'data_layer_params': {'preset': 'tfds', 'train_files': str(pattern), 'num_classes': 3,
+                            'image_size': 8, 'augment': 'none', 'mean': [0.5] * 3,
+                            'std': [0.25] * 3},
+      'batch_size_per_gpu': 4, 'max_steps': 2, 'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9}, 'lr_policy_params': {'learning_rate': 0.01},
+      'dtype': 'float32'}}))
+  return f'--config={path}'
+
+
+def test_gzip_records_are_read_and_a_wrong_compression_is_one_line(tmp_path, run_main):
+  write_records(tmp_path / 'gz' / 'train-0', [0, 1, 2, 0, 1, 2, 0, 1], 'GZIP')
+  config = records_config(tmp_path, tmp_path / 'gz' / 'train-*')
+  trained = run_main(config, '--mode=train', f'--logdir={tmp_path}/run')
+  assert trained.returncode == 0, trained.stderr
+  counts = json.loads((tmp_path / 'gz' / 'tfrecord_counts.json').read_text())['files']
+  assert counts['train-0']['records'] == 8  # counted through the decompressed bytes
+  refused = run_main(config, '--mode=train', f'--logdir={tmp_path}/other',
+                     '--set', 'data_layer_params.compression=none')
+  assert refused.returncode == 2
+  assert error_lines(refused) == [
+      f'error: tfrecord: {tmp_path}/gz/train-0 is GZIP, not uncompressed: set '
+      'data_layer_params.compression: GZIP (or auto)']
+
+
+def test_a_label_out_of_range_says_the_label_first_and_the_record_last(tmp_path, run_main):
+  path = tmp_path / ('a-long-folder-name-' * 6) / 'train-0'
+  write_records(path, [0, 1, 7, 0, 1, 2, 0, 1])
+  failed = run_main(records_config(tmp_path, path), '--mode=train', f'--logdir={tmp_path}/run')
+  assert failed.returncode == 2
+  assert error_lines(failed) == [
+      'error: tfrecord: label 7 - label_offset 0 is outside [0, 3): check '
+      f'data_layer_params.label_offset and num_classes (record 2 of {path})']

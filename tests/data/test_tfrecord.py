@@ -331,3 +331,36 @@ def test_an_image_that_cannot_be_decoded_is_named_or_skipped(tmp_path):
   data = layer(tmp_path, 'eval', eval_files='data-train-*', skip_corrupt=True, **params)
   (_, labels), = take(data, 4, 1)
   assert list(labels) == [0, 2, 3] and int(data.corrupt_count.numpy()) == 1
+
+
+def test_compressed_files_are_told_apart_counted_and_read(tmp_path):
+  records = [example(encode(flat(), png=True), label) for label in range(6)]
+  for kind in ('GZIP', 'ZLIB', ''):
+    folder = tmp_path / (kind or 'none')
+    folder.mkdir()
+    with tf.io.TFRecordWriter(str(folder / 'data-train-0'), kind or None) as writer:
+      for record in records:
+        writer.write(record)
+    assert tfrecord.file_compression(str(folder / 'data-train-0')) == kind
+    # Counted through the decompressed bytes, read by TensorFlow with the compression told.
+    assert tfrecord.count_records(str(folder / 'data-train-0'), kind) == 6
+    data = layer(folder)
+    assert data.compression == kind and data.num_examples == 6
+    assert len(list(data.dataset(3).take(4))) == 4
+  assert tfrecord.file_compression(str(tmp_path / 'none' / 'tfrecord_counts.json')) is None
+  mixed = tmp_path / 'mixed'
+  mixed.mkdir()
+  os.link(tmp_path / 'GZIP' / 'data-train-0', mixed / 'data-train-0')
+  os.link(tmp_path / 'ZLIB' / 'data-train-0', mixed / 'data-train-1')
+  with pytest.raises(DataError, match=r'^tfrecord: the files of .*data-train-\* are compressed '
+                                      r'differently \(.*data-train-0 \(GZIP\), .*data-train-1 '
+                                      r'\(ZLIB\)\); give one kind a split$'):
+    layer(mixed)
+  with pytest.raises(DataError, match=r'^tfrecord: .*none/data-train-0 is uncompressed, not ZLIB: '
+                                      r'set data_layer_params.compression: none \(or auto\)$'):
+    layer(tmp_path / 'none', compression='zlib')
+  cut = tmp_path / 'cut.gz'
+  cut.write_bytes((tmp_path / 'GZIP' / 'data-train-0').read_bytes()[:-30])
+  with pytest.raises(DataError, match=r'cut.gz: (truncated TFRecord file \(GZIP\)|cannot be read '
+                                      r'as GZIP-compressed)'):
+    tfrecord.count_records(str(cut), 'GZIP')
