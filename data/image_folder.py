@@ -11,7 +11,7 @@ Splits: ``'train'`` (the training files, less the validation ones),
 ``'validation'`` (``validation_fraction`` of each class's training files,
 chosen by a hash of ``split_seed`` and the file's path, the same in every mode
 and worker) and ``'eval'`` (every file of ``eval_dir``, whose class folders
-must be those of ``train_dir``). Eval mode reads ``eval_split``; with both a
+are those of ``train_dir`` or some of them, labelled by name). Eval mode reads ``eval_split``; with both a
 validation split and ``eval_dir``, training picks its best checkpoint on
 ``'validation'`` and evaluates it on ``'eval'`` at the end
 (``data.schemas.image_folder_eval_splits``).
@@ -120,23 +120,33 @@ class ImageFolderDataLayer(DataLayer):
           'data_layer_params: eval mode has no split to read: give eval_dir (a tree like '
           'train_dir) or validation_fraction > 0')
     eval_classes = image_files.class_folders(eval_dir, 'eval_dir')
-    if tuple(eval_classes) != tuple(classes):
-      only_train = sorted(set(classes) - set(eval_classes))
-      only_eval = sorted(set(eval_classes) - set(classes))
-      raise DataError(f'image_folder: eval_dir {eval_dir} and train_dir '
-                      f'{self.params["train_dir"]} must hold the same class folders; only in '
-                      f'train_dir: {only_train}; only in eval_dir: {only_eval}')
+    only_eval = sorted(set(eval_classes) - set(classes))
+    if only_eval:
+      raise DataError(f'image_folder: eval_dir {eval_dir} holds class folders that train_dir '
+                      f'{self.params["train_dir"]} does not: {only_eval}; the model predicts '
+                      "train_dir's classes only")
+    only_train = sorted(set(classes) - set(eval_classes))
+    if only_train:
+      # A test set without some class is real: its images keep the labels of their names.
+      shown = ', '.join(only_train[:5]) + (f' and {len(only_train) - 5} more'
+                                           if len(only_train) > 5 else '')
+      self._tell(f'image_folder: eval_dir {eval_dir} holds {len(eval_classes)} of the '
+                 f'{len(classes)} classes of train_dir (not {shown}); its labels are those of '
+                 "train_dir's folders of the same names")
     skipped = []
     files = image_files.list_tree(eval_dir, eval_classes, 'eval_dir', skipped)[1]
     self._tell_skipped(skipped, eval_dir, 'eval_dir')
-    return files
+    label_of = [classes.index(name) for name in eval_classes]
+    return [(path, label_of[label]) for path, label in files]
 
   def _tell_skipped(self, skipped, root, what):
     """The line naming the links a listing skipped, once per process (worker 0)."""
-    if not skipped or self.worker_index != 0:
-      return
-    line = image_files.describe_skipped(skipped, root, what)
-    if line not in _TOLD:
+    if skipped:
+      self._tell(image_files.describe_skipped(skipped, root, what))
+
+  def _tell(self, line):
+    """Prints a one-line note on stderr, once per process (worker 0)."""
+    if self.worker_index == 0 and line not in _TOLD:
       _TOLD.add(line)
       print(line, file=sys.stderr, flush=True)
 
@@ -266,11 +276,8 @@ class ImageFolderDataLayer(DataLayer):
         self._write_statistics(path, {key: value for key, value in saved.items()
                                       if key not in ('train_examples', 'train_dir_files',
                                                      'fingerprint')})
-      line = (f'image_folder: train_dir {train_dir} changed: {change}; going on with it '
-              '(accept_changed_train_dir), the statistics kept')
-      if line not in _TOLD:
-        _TOLD.add(line)
-        print(line, file=sys.stderr, flush=True)
+      self._tell(f'image_folder: train_dir {train_dir} changed: {change}; going on with it '
+                 '(accept_changed_train_dir), the statistics kept')
 
   def _read_statistics(self, path):
     channels = self.params['channels']

@@ -340,7 +340,8 @@ def _below_one(value):
 IMAGE_FOLDER_PARAMS = {
     'train_dir': PathParam(REQUIRED, doc='directory of class folders: train_dir/<class>/<image '
                        'files> (JPEG, PNG, BMP, GIF)'),
-    'eval_dir': PathParam(None, doc="a tree with the same class folders: the 'eval' split"),
+    'eval_dir': PathParam(None, doc="a tree of train_dir's class folders, or some of them (labels "
+                                    "by folder name): the 'eval' split"),
     'validation_fraction': Param(float, 0.0, check=_below_one,
                                  doc="fraction of each class's training files held out as the "
                                      "'validation' split (chosen by hash, fixed by split_seed)"),

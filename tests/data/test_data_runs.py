@@ -157,6 +157,19 @@ def test_a_training_set_changed_since_the_checkpoints_is_one_line_at_resume(
   assert now['mean'] == recorded['mean'] and now['fingerprint'] != recorded['fingerprint']
 
 
+@pytest.mark.slow
+def test_an_eval_dir_of_some_of_the_classes_is_evaluated_with_a_line(folder_run, tmp_path, run_main):
+  config, logdir_flag, _ = copied_run(folder_run, tmp_path)
+  write_images(tmp_path / 'beta-only' / 'beta', {'t1.png': 205, 't2.png': 210})
+  evaluated = run_main(config, '--mode=eval', logdir_flag,
+                       '--set', f'data_layer_params.eval_dir={tmp_path}/beta-only')
+  assert evaluated.returncode == 0, evaluated.stderr
+  assert (f'image_folder: eval_dir {tmp_path}/beta-only holds 1 of the 2 classes of train_dir '
+          "(not alpha); its labels are those of train_dir's folders of the same names"
+          in evaluated.stderr)
+  assert '(2 examples) on the eval split' in evaluated.stdout
+
+
 # --- text pairs -----------------------------------------------------------------------------------
 
 def text_pairs_config(path, train_file, **data):

@@ -315,10 +315,23 @@ def test_eval_dir_with_other_classes_is_refused_in_one_line(tree, tmp_path):
   root, _ = tree
   for name in ('ant', 'bee', 'cat'):
     write(str(tmp_path / 'eval' / name / '0.png'), png(flat(1)))
-  with pytest.raises(DataError, match=r"only in train_dir: \['bird'\]; only in eval_dir: "
-                                      r"\['bee'\]$") as info:
+  with pytest.raises(DataError, match=r"^image_folder: eval_dir .*/eval holds class folders that "
+                                      r"train_dir .*/train does not: \['bee'\]; the model "
+                                      r"predicts train_dir's classes only$") as info:
     layer(root, 'eval', eval_dir=str(tmp_path / 'eval'))
   assert '\n' not in str(info.value)
+
+
+def test_an_eval_dir_of_some_classes_keeps_their_labels_by_name(tree, tmp_path, capsys):
+  root, _ = tree
+  write(str(tmp_path / 'eval' / 'cat' / '0.png'), png(flat(30)))
+  write(str(tmp_path / 'eval' / 'bird' / '0.png'), png(flat(20)))
+  data = layer(root, 'eval', eval_dir=str(tmp_path / 'eval'))
+  # ant 0, bird 1, cat 2 in train_dir: its labels, not the places in eval_dir (0, 1).
+  assert [(os.path.basename(os.path.dirname(p)), label) for p, label in data.files] == [
+      ('bird', 1), ('cat', 2)]
+  assert data.num_classes == 3 and data.class_names == ('ant', 'bird', 'cat')
+  assert capsys.readouterr().err.count("holds 2 of the 3 classes of train_dir (not ant)") == 1
 
 
 def test_missing_and_empty_directories_are_named(tmp_path):
