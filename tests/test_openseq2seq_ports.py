@@ -113,18 +113,17 @@ def page_script(name):
 
 
 @pytest.mark.slow
-def test_the_text_port_trains_on_cmudict_and_infers_from_its_run_directory(tmp_path):
+def test_the_text_port_trains_on_cmudict_and_its_run_directory_keeps_infer_params(tmp_path,
+                                                                                   run_main):
   (tmp_path / 'cmudict_parallel.py').write_text(page_script('cmudict_parallel.py'))
   subprocess.run([sys.executable, 'cmudict_parallel.py', 'cmu'], cwd=tmp_path, check=True,
                  timeout=120)
   data = {'WMT_DATA_ROOT': 'cmu'}
-  # An untrained model decodes to its limit: a short margin keeps the evaluation quick.
-  result = run(f'--config={TEXT}', '--mode=train_eval', '--set', 'max_steps=4',
-               '--set', 'eval_steps=4', '--set', 'model_params.decode_length_margin=4',
-               '--logdir=runs/g2p', cwd=tmp_path, env=data)
+  result = run(f'--config={TEXT}', '--mode=train', '--set', 'max_steps=4', '--logdir=runs/g2p',
+               cwd=tmp_path, env=data)
   assert result.stdout.splitlines()[0] == 'num_gpus: 1 is one worker, this process'
-  assert re.search(r'^eval at step 4: .* \(59 sources, beam 2\) on the eval split$', result.stdout,
-                   re.M)
+  assert re.search(r'^training transformer for 4 steps \(31 steps/epoch\), global batch 64 ',
+                   result.stdout, re.M)
   config = recorded(tmp_path / 'runs' / 'g2p')
   assert config['base_params']['model_params']['label_smoothing'] == 0.1
   assert config['train_params']['batch_size_per_gpu'] == 64
@@ -132,8 +131,12 @@ def test_the_text_port_trains_on_cmudict_and_infers_from_its_run_directory(tmp_p
   assert config['infer_params']['batch_size_per_gpu'] == 1
   assert config['infer_params']['data_layer_params']['source_file'] == str(
       tmp_path / 'cmu' / 'wmt14-en-de.src.BPE_common.32K.tok')
-  # From anywhere, with the run directory's own config: its infer_params, its vocabularies.
-  out = run(f'--config={tmp_path / "runs" / "g2p" / "config.yaml"}', '--mode=infer',
-            f'--logdir={tmp_path / "runs" / "g2p"}', '--checkpoint=best', stdin='c a t\nd o g\n')
-  sources = [line.split('\t')[0] for line in out.stdout.splitlines()]
-  assert sources == ['c a t', 'd o g']
+  # From anywhere, the run directory's own config evaluates and infers as the port does.
+  for mode, batch, source in (('eval', 16, 'wmt13-en-de.src.BPE_common.32K.tok'),
+                              ('infer', 1, 'wmt14-en-de.src.BPE_common.32K.tok')):
+    answer = run_main(f'--config={tmp_path / "runs" / "g2p" / "config.yaml"}', f'--mode={mode}',
+                      '--print_config')
+    assert answer.returncode == 0, answer.stderr
+    view = yaml.safe_load(answer.stdout)
+    assert view['batch_size_per_gpu'] == batch and view['model_params']['d_model'] == 64
+    assert view['data_layer_params']['source_file'] == str(tmp_path / 'cmu' / source)
