@@ -35,6 +35,8 @@ STATISTICS_FILE = 'image_statistics.json'
 # Training files decoded to compute the normalization statistics (a fixed, seeded sample).
 STATISTICS_SAMPLE = 2000
 STATISTICS_BATCH = 64
+# A training image larger than this decoded gets a note (each is decoded whole, then resized).
+LARGE_IMAGE_BYTES = 100 << 20
 # The one-line notes this process has given (the train and the eval layer list the same tree).
 _TOLD = set()
 
@@ -106,7 +108,10 @@ class ImageFolderDataLayer(DataLayer):
     self.class_names = classes
     self.num_classes = len(classes)
     self.num_examples = len(self.files)
+    self._header_sizes = None
     self.image_shape = (*self._image_size(), p['channels'])
+    if mode == 'train':
+      self._note_large_images()
     self.statistics = self._configured_statistics()
     self.corrupt_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='corrupt_files')
 
@@ -154,7 +159,7 @@ class ImageFolderDataLayer(DataLayer):
     """``image_size`` as ``(height, width)``, or the size the training files' headers agree on."""
     if self.params['image_size'] is not None:
       return images.image_size_pair(self.params['image_size'])
-    size, seen = image_files.common_image_size(self._train_paths or [f for f, _ in self.files])
+    size, seen = self._sizes()
     if size is not None:
       return size
     train_dir = self.params['train_dir']
@@ -164,6 +169,31 @@ class ImageFolderDataLayer(DataLayer):
     examples = ', '.join(f'{h}x{w} ({path})' for (h, w), path in list(seen.items())[:3])
     raise DataError(f'image_folder: the images of {train_dir} differ in size ({examples}); set '
                     'data_layer_params.image_size to the size to resize them to')
+
+  def _sizes(self):
+    """``common_image_size`` of the training files' headers (a sample of 2,000), read once."""
+    if self._header_sizes is None:
+      self._header_sizes = image_files.common_image_size(
+          self._train_paths or [f for f, _ in self.files])
+    return self._header_sizes
+
+  def _note_large_images(self):
+    """One line when a training image decodes to more than ``LARGE_IMAGE_BYTES``.
+
+    Each file is decoded whole before it is resized; a few decoded at once, in
+    parallel, can take gigabytes, and the steps wait for them.
+    """
+    _, seen = self._sizes()
+    if not seen:
+      return
+    channels = self.params['channels']
+    (height, width), path = max(seen.items(), key=lambda item: item[0][0] * item[0][1])
+    decoded = height * width * channels
+    if decoded > LARGE_IMAGE_BYTES:
+      self._tell(f'image_folder: train_dir holds images up to {height}x{width} ({path}), '
+                 f'{decoded / 2 ** 20:,.0f} MB decoded: each is decoded whole, a few at once, '
+                 f'before it is resized to {self.image_shape[0]}x{self.image_shape[1]}; resize '
+                 'the files beforehand for less memory and faster steps')
 
   def _configured_statistics(self):
     """``(mean, std)`` from the params, or None when they are to be computed."""

@@ -12,10 +12,12 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -168,6 +170,41 @@ def test_an_eval_dir_of_some_of_the_classes_is_evaluated_with_a_line(folder_run,
           "(not alpha); its labels are those of train_dir's folders of the same names"
           in evaluated.stderr)
   assert '(2 examples) on the eval split' in evaluated.stdout
+
+
+def large_png(path, side):
+  """A black RGB PNG of ``side`` x ``side`` pixels, written row by row (never whole in memory)."""
+  def chunk(kind, data):
+    body = kind + data
+    return struct.pack('>I', len(data)) + body + struct.pack('>I', zlib.crc32(body))
+
+  deflate = zlib.compressobj(1)
+  row = b'\0' * (1 + 3 * side)  # filter byte 0, then the pixels
+  idat = b''.join(deflate.compress(row) for _ in range(side)) + deflate.flush()
+  header = struct.pack('>IIBBBBB', side, side, 8, 2, 0, 0, 0)
+  with open(path, 'wb') as f:
+    f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', header) + chunk(b'IDAT', idat)
+            + chunk(b'IEND', b''))
+
+
+def test_a_very_large_image_trains_with_a_note_of_its_decoded_size(tmp_path, run_main):
+  tree = tmp_path / 'train'
+  write_images(tree / 'alpha', {'a0.png': 10, 'a1.png': 20})
+  write_images(tree / 'beta', {'b0.png': 200})
+  large_png(tree / 'beta' / 'b1.png', 6000)  # 103 MB decoded
+  config = tmp_path / 'large.yaml'
+  config.write_text(yaml.safe_dump({'base_params': {
+      'model': 'resnet_cifar', 'model_params': {'depth': 8}, 'data_layer': 'image_folder',
+      'data_layer_params': {'train_dir': str(tree), 'image_size': 8, 'augment': 'none'},
+      'batch_size_per_gpu': 2, 'max_steps': 1, 'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9}, 'lr_policy_params': {'learning_rate': 0.01},
+      'dtype': 'float32'}}))
+  trained = run_main(f'--config={config}', '--mode=train', f'--logdir={tmp_path}/run')
+  assert trained.returncode == 0, trained.stderr
+  assert [line for line in trained.stderr.splitlines() if 'decoded' in line] == [
+      f'image_folder: train_dir holds images up to 6000x6000 ({tree}/beta/b1.png), 103 MB '
+      'decoded: each is decoded whole, a few at once, before it is resized to 8x8; resize the '
+      'files beforehand for less memory and faster steps']
 
 
 # --- text pairs -----------------------------------------------------------------------------------
