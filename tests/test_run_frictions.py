@@ -100,7 +100,7 @@ def test_run_py_goes_on_without_tcmalloc_where_it_cannot_restart(tmp_path):
 
 
 @pytest.mark.slow
-def test_auto_resume_says_the_fallback_when_its_newest_checkpoint_is_damaged(tmp_path):
+def test_auto_resume_says_the_fallback_when_its_newest_checkpoint_is_damaged(tmp_path, run_main):
   from test_run import SGD_CONFIG, SHORT, run  # pylint: disable=import-outside-toplevel
   logdir = str(tmp_path / 'run')
   command = ['--config', SGD_CONFIG, '--mode', 'train', *SHORT, '--set', 'batch_size_per_gpu=32',
@@ -109,7 +109,10 @@ def test_auto_resume_says_the_fallback_when_its_newest_checkpoint_is_damaged(tmp
   data = glob.glob(os.path.join(logdir, 'ckpt-4.data-*'))[0]
   with open(data, 'r+b') as f:
     f.truncate(os.path.getsize(data) // 2)
-  result = run(*command, '--set', 'max_steps=6')
+  # The same command for a run of 2 steps: it resumes ckpt-2 and has nothing to train, so it
+  # answers in this process.
+  result = run_main(*command, '--set', 'max_steps=2')
+  assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
   said = [l for l in lines if l.startswith('auto_resume: ')]
   assert said == [f'auto_resume: {logdir} holds ckpt-4, which is damaged; resuming from ckpt-2, '
@@ -118,4 +121,5 @@ def test_auto_resume_says_the_fallback_when_its_newest_checkpoint_is_damaged(tmp
   first = lines.index(said[0])
   assert any(l.startswith('warning: damaged checkpoint(s)') for l in lines[first:])
   assert f'restored {logdir}/ckpt-2 (step 2)' in result.stdout
+  assert 'nothing to do: the checkpoint is at step 2' in result.stdout
   assert 'holds ckpt-4; resuming' not in result.stdout

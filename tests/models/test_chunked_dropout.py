@@ -74,7 +74,7 @@ def dense(grads):
   return [tf.convert_to_tensor(g).numpy() for g in grads]
 
 
-@pytest.mark.parametrize('chunk_size', [1, 3, 4])
+@pytest.mark.parametrize('chunk_size', [1, 4])
 def test_the_chunked_gradient_is_the_gradient_of_the_reported_loss_with_dropout(masks,
                                                                                 chunk_size):
   keras.utils.set_random_seed(0)
