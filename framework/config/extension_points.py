@@ -25,6 +25,7 @@ import inspect
 import sys
 
 from core.params import ConfigError
+from framework.config import config_names
 
 # What the model builder of each task is called with (framework.tasks.*.build_model).
 MODEL_ARGUMENTS = {
@@ -65,19 +66,25 @@ def check_shapes(config, registries, task):
             'data_layer': _check_data_layer, 'optimizer': _check_optimizer,
             'lr_policy': _check_lr_policy}
   for key, check in checks.items():
-    found = _own_object(config.get(key), registries.get(key))
+    found = _own_object(config, key, registries)
     if found is not None:
       check(found[0], found[1])
 
 
-def _own_object(value, registry):
-  """``(object, how the config names it)`` for the user's own code at a key, else None."""
+def _own_object(config, key, registries):
+  """``(object, how the config names it)`` for the user's own code at ``config[key]``, else None.
+
+  An import path is imported as the name check imports it (TensorFlow first,
+  quietly), and one that does not import is refused by it, saying why.
+  """
+  value, registry = config.get(key), registries.get(key)
   if registry is None:
     return None
   if not isinstance(value, str):
     return value, _name(value)
-  if not registry.is_own_code(value) or value not in registry:
-    return None  # the framework's own name, or one the name check refuses
+  if not registry.is_own_code(value):
+    return None  # the framework's own name
+  config_names.check_name(config, key, registries)
   return registry[value], repr(value)
 
 
