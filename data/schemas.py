@@ -293,6 +293,10 @@ TEXT_PAIRS_PARAMS = {
     'max_examples': Param(int, None, check=positive,
                           doc='only the first N pairs of each file (after the length limits; '
                               'smoke runs); None: all'),
+    'rebuild_vocabulary': Param(bool, False,
+                                doc='build vocabulary.json again when a run directory with '
+                                    'checkpoints lacks it (eval, export, infer, resume refuse '
+                                    'otherwise: the checkpoints were trained with its ids)'),
     # OpenSeq2Seq's ParallelTextDataLayer keys of its own input pipeline, read so that its
     # configs port as they are; the batches here are drawn as data.seq2seq says.
     'shuffle': Param(bool, None, doc="OpenSeq2Seq's: training batches are always shuffled "

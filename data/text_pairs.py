@@ -61,7 +61,7 @@ import sys
 
 from core.params import ConfigError
 from data import schemas
-from data.base import DataError, text_lines, write_json_atomically
+from data.base import DataError, holds_checkpoints, text_lines, write_json_atomically
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
 from data.sequences import token_separator
@@ -485,7 +485,18 @@ class TextPairsDataLayer(SequenceDataLayer):
     path = os.path.join(run_dir, VOCABULARY_FILE)
     if os.path.exists(path):
       self._use_vocabularies(path)
-    elif self._pending:
+      return
+    if holds_checkpoints(run_dir):
+      if not self.params['rebuild_vocabulary']:
+        raise DataError(f'text_pairs: {path} is missing, and the checkpoints beside it were '
+                        'trained with the token ids it held; built again from today\'s files they '
+                        'may differ: put the file back, or build it again on purpose with --set '
+                        'data_layer_params.rebuild_vocabulary=true')
+      if self.worker_index == 0:
+        print(f'text_pairs: {path} is missing: the vocabularies are built again from today\'s '
+              'files (rebuild_vocabulary); the checkpoints were trained with the ids it held',
+              file=sys.stderr, flush=True)
+    if self._pending:
       self._pending = path  # the training run of this directory writes it before it evaluates
     elif self.worker_index == 0:
       self._unwritten = path

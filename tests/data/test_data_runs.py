@@ -251,6 +251,18 @@ def test_a_byte_order_mark_and_a_long_pair_do_not_reach_the_model(tmp_path, run_
       f'text_pairs: {train}: left out 1 of 5 pairs longer than max_length 256']
   saved = json.loads((tmp_path / 'run' / 'vocabulary.json').read_text())
   assert saved['source_vocabulary'] == saved['target_vocabulary'] == ['a', 'b', 'c', 'd']
+  # The vocabularies are a fact of the run: lost, they are not built again silently.
+  (tmp_path / 'run' / 'vocabulary.json').unlink()
+  refused = run_main(config, '--mode=eval', f'--logdir={tmp_path}/run')
+  assert refused.returncode == 2 and error_lines(refused) == [
+      f'error: text_pairs: {tmp_path}/run/vocabulary.json is missing, and the checkpoints beside '
+      "it were trained with the token ids it held; built again from today's files they may "
+      'differ: put the file back, or build it again on purpose with --set '
+      'data_layer_params.rebuild_vocabulary=true']
+  rebuilt = run_main(config, '--mode=eval', f'--logdir={tmp_path}/run',
+                     '--set', 'data_layer_params.rebuild_vocabulary=true')
+  assert rebuilt.returncode == 0, rebuilt.stderr
+  assert json.loads((tmp_path / 'run' / 'vocabulary.json').read_text()) == saved
 
 
 # --- TensorFlow Datasets without a network ---------------------------------------------------------
