@@ -99,7 +99,10 @@ def parse_args(argv):
                            'one epoch in whole updates of the largest branch)')
   parser.add_argument('--tolerance', type=float, default=None, metavar='T',
                       help="critical_batch: the relative held-out loss a branch may lose to the "
-                           '1x branch, in (0, 1) (default 0.02)')
+                           '1x branch, in (0, 1) (default 0.05)')
+  parser.add_argument('--cooldown_fraction', type=float, default=None, metavar='F',
+                      help="critical_batch: the share of a branch's updates at its end over which "
+                           'its rate falls to 0, in [0, 1) (default 0.25)')
   return parser.parse_args(argv)
 
 
@@ -156,7 +159,7 @@ def check_flags(args):
 
 
 def resume_command(argv, again=False):
-  """The command line that resumes this run (``again``: the same command, which resumes by itself)."""
+  """The command line that resumes this run (``again``: the same command, which goes on itself)."""
   args = list(argv) + ([] if again or '--continue_learning' in argv else ['--continue_learning'])
   workers = os.environ.get('LARGEBATCH_NUM_WORKERS')
   if workers:  # a worker started by --num_workers: resume the whole local job

@@ -45,14 +45,18 @@ from framework.run.resume import LaunchError
 
 MODE = 'critical_batch'
 # The mode's flags (run.py): given with another mode they are refused.
-FLAGS = ('warmup_fraction', 'max_batch', 'branch_examples', 'tolerance')
+FLAGS = ('warmup_fraction', 'max_batch', 'branch_examples', 'tolerance', 'cooldown_fraction')
 # The share of the config's run trained before branching when the logdir holds no checkpoint.
 DEFAULT_WARMUP_FRACTION = 0.25
 # The largest branch's batch, in multiples of the config's global batch.
 DEFAULT_MAX_BATCH_FACTOR = 16
 # A branch is within the critical batch while its held-out loss is at most this much
 # (relative) above the 1x branch's (docs/running.md says why this value).
-DEFAULT_TOLERANCE = 0.02
+DEFAULT_TOLERANCE = 0.05
+# The share of a branch's updates at its end over which its rate falls to 0: the
+# held-out loss of an iterate at a high constant rate swings by several per cent
+# from one update to the next, more than the branches differ (docs/running.md).
+DEFAULT_COOLDOWN_FRACTION = 0.25
 # Pipeline state a branch starts afresh: its own update count and schedule position, an
 # accumulation of its own iter_size, and its own noise-scale averages.
 _BRANCH_OWN = ('global_step', 'micro_step', 'accumulators', 'noise_scale')
@@ -77,6 +81,10 @@ def flag_problem(args):
   if args.warmup_fraction is not None and not 0 < args.warmup_fraction < 1:
     return (f'--warmup_fraction: {args.warmup_fraction:g} is outside (0, 1); it is the share of '
             f'the config\'s run trained before branching (default {DEFAULT_WARMUP_FRACTION:g})')
+  if args.cooldown_fraction is not None and not 0 <= args.cooldown_fraction < 1:
+    return (f'--cooldown_fraction: {args.cooldown_fraction:g} is outside [0, 1); it is the share '
+            'of a branch\'s updates over which its rate falls to 0 (0: held to the end; default '
+            f'{DEFAULT_COOLDOWN_FRACTION:g})')
   for flag in ('max_batch', 'branch_examples'):
     value = getattr(args, flag)
     if value is not None and value < 1:
@@ -217,11 +225,21 @@ def branch_learning_rate(cfg, rate, factor, workers):
   return rate * theirs / ours
 
 
-def branch_config(cfg, factor, updates, rate):
-  """A branch's train view: ``factor`` x the batch (``iter_size``), ``updates`` at ``rate``."""
-  return dict(cfg, iter_size=cfg['iter_size'] * factor, lr_policy='fixed_lr',
-              lr_policy_params={'learning_rate': rate}, lr_scaling=None, max_steps=updates,
-              num_epochs=None, save_checkpoint_steps=None)
+def branch_config(cfg, factor, updates, rate, cooldown=0.0):
+  """A branch's train view: ``factor`` x the batch (``iter_size``), ``updates`` at ``rate``.
+
+  With ``cooldown`` > 0 the rate falls linearly to 0 over that share of the
+  updates at the end.
+  """
+  steps = int(round(cooldown * updates))
+  if steps:
+    policy = ('poly_decay', {'learning_rate': rate, 'power': 1.0, 'decay_steps': steps,
+                             'begin_decay_at': updates - steps, 'min_lr': 0.0})
+  else:
+    policy = ('fixed_lr', {'learning_rate': rate})
+  return dict(cfg, iter_size=cfg['iter_size'] * factor, lr_policy=policy[0],
+              lr_policy_params=policy[1], lr_scaling=None, max_steps=updates, num_epochs=None,
+              save_checkpoint_steps=None)
 
 
 class Measurement:
@@ -256,6 +274,8 @@ class Measurement:
                       else DEFAULT_TOLERANCE)
     self.fraction = (options.warmup_fraction if options.warmup_fraction is not None
                      else DEFAULT_WARMUP_FRACTION)
+    self.cooldown = (options.cooldown_fraction if options.cooldown_fraction is not None
+                     else DEFAULT_COOLDOWN_FRACTION)
     self.started = time.monotonic()
     self.results_root = os.path.join(logdir, results.RESULTS_DIR)
 
@@ -457,7 +477,8 @@ class Measurement:
     factor = batch // self.batches[0]
     return {'checkpoint': self.checkpoint, 'checkpoint_step': self.step,
             'examples': self.examples, 'batch_size_per_gpu': self.cfg['batch_size_per_gpu'],
-            'learning_rate': branch_learning_rate(self.cfg, self.rate, factor, self.workers)}
+            'learning_rate': branch_learning_rate(self.cfg, self.rate, factor, self.workers),
+            'cooldown_fraction': self.cooldown}
 
   def plan(self):
     """``[(batch, finished record or None)]``; says which are kept and how the rate is chosen.
@@ -508,20 +529,19 @@ class Measurement:
       shutil.rmtree(branch_dir, ignore_errors=True)  # what a stopped attempt left
     self.log(f'branch {index + 1} of {len(self.batches)}: batch {batch} (iter_size '
              f'{self.cfg["iter_size"] * factor}), {updates} updates at learning rate {rate:.6g}')
-    cfg = branch_config(self.cfg, factor, updates, rate)
+    cfg = branch_config(self.cfg, factor, updates, rate, self.cooldown)
     trainer = Trainer(cfg, self.configs['eval'], self.logdir, overrides=self.options.set)
     # Built with the run directory, the data layers read what the run derived from its data
     # (statistics, vocabularies); the branch writes its checkpoints and events in its own.
     trainer.logdir = branch_dir
     restore_for_branch(trainer, self.checkpoint)
     trainer.begin()
-    diverged = None
+    diverged = metrics = None
     try:
       trainer.train(evaluate_every=None, stop=self.stop)
     except TrainingError as exc:
       diverged = str(exc)
       self.log(f'branch at batch {batch} diverged: {diverged}')
-    metrics = None
     if diverged is None:
       metrics = _plain(trainer.evaluate())
       writer = summaries.LazyWriter(os.path.join(branch_dir, summaries.EVAL_DIR), self.chief)
@@ -532,12 +552,12 @@ class Measurement:
     noise = _plain(noise()) if callable(noise) else None
     del trainer
     gc.collect()
+    loss = None if metrics is None else results.finite_or_none(metrics['loss'])
     record = {'batch': batch, 'iter_size': cfg['iter_size'], 'updates': updates,
               'examples': self.examples, 'unit': self.unit, 'learning_rate': rate,
-              'heldout_loss': None if metrics is None else results.finite_or_none(metrics['loss']),
-              'metrics': metrics, 'diverged': diverged, 'noise_scale': noise or None,
-              'workers': distributed.size(), 'wall_s': round(time.monotonic() - started, 1),
-              'settings': settings}
+              'cooldown_fraction': self.cooldown, 'heldout_loss': loss, 'metrics': metrics,
+              'diverged': diverged, 'noise_scale': noise or None, 'workers': distributed.size(),
+              'wall_s': round(time.monotonic() - started, 1), 'settings': settings}
     if self.chief:
       results.write_json(results.branch_path(self.directory, batch), record)
       for path in glob.glob(os.path.join(glob.escape(branch_dir), 'ckpt-*')) + [

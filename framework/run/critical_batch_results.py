@@ -38,7 +38,8 @@ START_NAME = 'start.json'
 MIN_UPDATES = 8
 
 # What a re-run must share with a finished branch for its result to stand.
-SETTINGS = ('checkpoint', 'checkpoint_step', 'examples', 'batch_size_per_gpu', 'learning_rate')
+SETTINGS = ('checkpoint', 'checkpoint_step', 'examples', 'batch_size_per_gpu', 'learning_rate',
+            'cooldown_fraction')
 
 
 class ResultsError(Exception):

@@ -85,7 +85,8 @@ def test_the_noise_scale_is_the_2x_branchs_else_the_smallest_measured():
 
 def test_a_finished_branch_stands_only_with_the_same_settings(tmp_path):
   settings = {'checkpoint': '/run/ckpt-468', 'checkpoint_step': 468, 'examples': 57344,
-              'batch_size_per_gpu': 256, 'learning_rate': 0.7071067811865476}
+              'batch_size_per_gpu': 256, 'learning_rate': 0.7071067811865476,
+              'cooldown_fraction': 0.25}
   results.write_json(results.branch_path(str(tmp_path), 512),
                      {'batch': 512, 'settings': settings})
   record = results.read_branch(str(tmp_path), 512)
@@ -94,6 +95,8 @@ def test_a_finished_branch_stands_only_with_the_same_settings(tmp_path):
   assert results.settings_change(record, dict(settings, learning_rate=0.5 ** 0.5)) is None
   assert results.settings_change(record, dict(settings, examples=32768)) == (
       'examples 57344, now 32768')
+  assert results.settings_change(record, dict(settings, cooldown_fraction=0.0)) == (
+      'cooldown_fraction 0.25, now 0.0')
   # No record, or a record a failed disk cut short, is a branch still to measure.
   assert results.read_branch(str(tmp_path), 1024) is None
   (tmp_path / 'branch_1024.json').write_text('{"batch": 10')
@@ -144,6 +147,8 @@ def flags(mode='critical_batch', **given):
     ({'tolerance': 1.0}, '--tolerance: 1 is outside (0, 1)'),
     ({'tolerance': math.nan}, '--tolerance: nan is outside (0, 1)'),
     ({'warmup_fraction': 1.5}, '--warmup_fraction: 1.5 is outside (0, 1)'),
+    ({'cooldown_fraction': 1.0}, '--cooldown_fraction: 1 is outside [0, 1)'),
+    ({'cooldown_fraction': -0.1}, '--cooldown_fraction: -0.1 is outside [0, 1)'),
     ({'max_batch': 0}, '--max_batch: must be >= 1, got 0'),
     ({'branch_examples': -4}, '--branch_examples: must be >= 1, got -4'),
 ])
@@ -154,6 +159,7 @@ def test_flags_out_of_range_are_one_line(given, expected):
 def test_the_flags_of_the_mode_are_refused_with_another_mode():
   assert critical_batch.flag_problem(flags()) is None
   assert critical_batch.flag_problem(flags(tolerance=0.05, max_batch=4096)) is None
+  assert critical_batch.flag_problem(flags(cooldown_fraction=0.0)) is None
   assert critical_batch.flag_problem(flags('train')) is None
   assert critical_batch.flag_problem(flags('train_eval', max_batch=4096)) == (
       '--max_batch: only used with --mode=critical_batch, not --mode=train_eval')
@@ -176,7 +182,7 @@ def test_a_branch_rate_follows_the_lr_scaling_rule_from_the_rate_at_the_checkpoi
   assert critical_batch.branch_learning_rate(lr_config(), 0.5, 8, 1) == pytest.approx(4.0)
 
 
-def test_a_branch_grows_the_batch_by_iter_size_at_a_fixed_rate():
+def test_a_branch_grows_the_batch_by_iter_size_at_the_rate_held_then_cooled_down():
   cfg = dict(lr_config('sqrt', 2), lr_policy='poly_decay', num_epochs=8, max_steps=None,
              lr_policy_params={'power': 2.0, 'warmup_epochs': 1}, save_checkpoint_steps=200)
   branch = critical_batch.branch_config(cfg, 4, 14, 1.25)
@@ -186,3 +192,11 @@ def test_a_branch_grows_the_batch_by_iter_size_at_a_fixed_rate():
   assert (branch['max_steps'], branch['num_epochs'], branch['save_checkpoint_steps']) == (14, None,
                                                                                          None)
   assert cfg['iter_size'] == 2 and cfg['lr_policy'] == 'poly_decay'  # not modified
+  # A quarter of 14 updates, rounded, 4: the rate held for 10, then linearly to 0.
+  cooled = critical_batch.branch_config(cfg, 4, 14, 1.25, cooldown=0.25)
+  assert cooled['lr_policy'] == 'poly_decay' and cooled['lr_policy_params'] == {
+      'learning_rate': 1.25, 'power': 1.0, 'decay_steps': 4, 'begin_decay_at': 10, 'min_lr': 0.0}
+  from optimizers import lr_policies  # pylint: disable=import-outside-toplevel
+  rates = [float(lr_policies.poly_decay(s, **cooled['lr_policy_params'])) for s in range(14)]
+  assert rates == pytest.approx([1.25] * 11 + [0.9375, 0.625, 0.3125])
+
