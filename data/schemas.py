@@ -316,7 +316,8 @@ TEXT_PAIRS_PARAMS = {
 # The keys of each of the two file formats of text_pairs, refused in the other one.
 TEXT_PAIRS_TSV_KEYS = ('train_file', 'eval_file', 'test_file', 'columns', 'eval_split',
                        'final_eval_split')
-TEXT_PAIRS_PARALLEL_KEYS = ('source_file', 'target_file', 'src_vocab_file', 'tgt_vocab_file')
+TEXT_PAIRS_PARALLEL_KEYS = ('source_file', 'target_file', 'src_vocab_file', 'tgt_vocab_file',
+                            'special_tokens_already_in_vocab', 'pad_vocab_to_eight', 'use_targets')
 
 
 def text_pairs_eval_splits(params):

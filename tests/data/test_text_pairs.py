@@ -365,6 +365,14 @@ def test_parallel_files_given_wrongly_are_one_line(parallel, change, error, mess
   assert '\n' not in str(raised.value)
 
 
+def test_the_keys_of_parallel_files_are_refused_beside_train_file(files):
+  for key, value in (('target_file', 'x.de'), ('pad_vocab_to_eight', True), ('use_targets', False)):
+    with pytest.raises(ConfigError, match=rf'^data_layer_params.{key}: read only with source_file '
+                                          r'\(parallel files\); train_file holds source and '
+                                          r'target on each line$'):
+      TextPairsDataLayer(dict(files, **{key: value}), 'train')
+
+
 def test_parallel_files_with_bad_lines_name_the_file_and_line(tmp_path, parallel):
   def refused(source, target, message, vocabulary=None):
     params = {'source_file': write(tmp_path, 's', source), 'target_file': write(tmp_path, 't', target)}
