@@ -327,22 +327,24 @@ def recorded_infer_section(options):
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from framework.config import config_resolve  # pylint: disable=import-outside-toplevel
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
+  path, overrides = getattr(options, 'config', None), list(getattr(options, 'set', None) or ())
+  if path is None:
+    return None  # a run started from Python, with no config file to read it from
   try:
-    with open(options.config, encoding='utf-8', errors='replace') as f:
+    with open(path, encoding='utf-8', errors='replace') as f:
       named = config_file.INFER_KEY in f.read()
   except OSError:
     named = False
-  if not named and not any(str(s).startswith(config_file.INFER_KEY) for s in options.set):
+  if not named and not any(str(s).startswith(config_file.INFER_KEY) for s in overrides):
     return None  # the file is read again only when it can hold the section
   try:
-    section = config_resolve.infer_section(config_file.load_config_file(options.config),
-                                           options.set)
+    section = config_resolve.infer_section(config_file.load_config_file(path), overrides)
   except ConfigError:
     return None
   if not section:
     return None
   try:
-    view = config_lib.load_configs(options.config, 'infer', options.set, construct=False)['eval']
+    view = config_lib.load_configs(path, 'infer', overrides, construct=False)['eval']
   except ConfigError:
     return section  # infer will say what is wrong with it; the section is kept as given
   return {key: view[key] for key in section if key in view}
