@@ -96,7 +96,7 @@ def test_print_config_answers_without_tensorflow():
 
 
 MISTAKES = [
-    (['--set', 'nonsense=1'], 'error: nonsense: unknown key; allowed keys: agn_params, '),
+    (['--set', 'zzyzx=1'], 'error: zzyzx: unknown key; allowed keys: agn_params, '),
     (['--set', 'batch_size_per_gpu=abc'],
      "error: batch_size_per_gpu: expected an integer, got 'abc' (str)"),
     (['--set', 'num_epochs=2h'], "error: num_epochs: expected a number, got '2h' (str)"),

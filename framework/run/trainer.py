@@ -46,6 +46,7 @@ from framework.engines import distributed
 from framework.engines import hardware
 from framework.run import checkpoints
 from framework.run import evaluation
+from framework.run import noise_scale as noise_lib
 from framework.run import stopping
 from framework.run import summaries
 from framework.run import train_loop
@@ -55,22 +56,10 @@ from framework.run.stopping import RunStopped
 from framework.tasks import image_precise_bn
 from optimizers import exclusions
 from optimizers.catalog import make_optimizer
-from optimizers import noise_scale as noise_scale_lib
 from optimizers.pipeline import GradientPipeline
 
 # The trainer's interface; the last three are defined beside it and re-exported.
 __all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
-
-# The train step's metrics of the noise scale, when it is measured (``NoiseScale.estimates``).
-NOISE_METRICS = ('noise_scale', 'noise_gradient_sq', 'noise_trace', 'noise_updates')
-
-
-def halves(batch):
-  """The two halves of a batch (any nest of tensors batched on axis 0), first one the smaller."""
-  first = tf.nest.flatten(batch)[0]
-  middle = tf.shape(first)[0] // 2
-  return (tf.nest.map_structure(lambda t: t[:middle], batch),
-          tf.nest.map_structure(lambda t: t[middle:], batch))
 
 
 class Trainer:
@@ -116,6 +105,10 @@ class Trainer:
     self.max_steps = schedule.total_steps(self.config, self.steps_per_epoch)
 
     self.opt_kwargs = self._optimize_loss_arguments(self.config)
+    # The noise scale, measured as the config says; in parts: each micro-step as its halves.
+    measure, measure_params, self.noise_parts = noise_lib.pipeline_arguments(
+        self.config, self.num_workers, trains=self.train_data is not None)
+    self.opt_kwargs.update(noise_scale=measure, noise_scale_params=measure_params)
     config_lib.check_jit_compile(self.config, self.num_workers)
     self.pipeline = GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
                                      log_global_norm=True)
@@ -198,9 +191,7 @@ class Trainer:
       optimizer = make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
                                  agn_params=cfg['agn_params'])
       optimizer_params = {}
-    noise_scale, noise_scale_params = self._noise_scale_arguments(cfg)
     return dict(
-        noise_scale=noise_scale, noise_scale_params=noise_scale_params,
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
         dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'],
         # The trainer writes these itself, every save_summaries_steps.
@@ -209,44 +200,9 @@ class Trainer:
         loss_scaling_params=cfg['loss_scaling_params'], multi_worker=self.num_workers > 1,
         iter_size=cfg['iter_size'], compression=cfg['distribution_params']['compression'])
 
-  def _noise_scale_arguments(self, cfg):
-    """(noise_scale, noise_scale_params) of the pipeline for the config's ``noise_scale``.
-
-    ``auto`` measures when an update averages two or more small-batch
-    gradients anyway (micro-batches, workers); ``true`` otherwise gives each
-    micro-step as its batch's two halves (``self.noise_parts``).
-    """
-    self.noise_parts = 1
-    wanted = cfg['noise_scale']
-    wanted = wanted.lower() if isinstance(wanted, str) else wanted
-    if self.train_data is None or wanted is False:
-      return False, None
-    # AGN's workers average their weights by themselves, not their gradients every update.
-    workers = self.num_workers if cfg['agn_params'] is None else 1
-    if not noise_scale_lib.measures(cfg['iter_size'], workers):
-      if wanted == 'auto':
-        return False, None
-      if cfg['batch_size_per_gpu'] < 2:
-        raise ConfigError('noise_scale: true measures one worker with iter_size 1 by taking '
-                          "each step's batch as two halves; batch_size_per_gpu 1 leaves a half "
-                          'empty (use batch_size_per_gpu >= 2, iter_size >= 2, or '
-                          'noise_scale: auto)', 'noise_scale', 'invalid')
-      self.noise_parts = 2
-    return True, {'micro_batch': cfg['batch_size_per_gpu'] / self.noise_parts,
-                  'parts': self.noise_parts, 'decay': cfg['noise_scale_params']['decay']}
-
   def noise_scale(self):
-    """The noise scale measured so far: {'b_simple', 'gradient_sq', 'trace', 'updates'}, or None.
-
-    B_simple is in the task's ``example_unit`` (None: not measured, or no update yet).
-    """
-    if self.pipeline.noise is None:
-      return None
-    values = {k: float(v.numpy()) for k, v in self.pipeline.noise.estimates().items()}
-    if not values['noise_updates']:
-      return None
-    return {'b_simple': values['noise_scale'], 'gradient_sq': values['noise_gradient_sq'],
-            'trace': values['noise_trace'], 'updates': int(values['noise_updates'])}
+    """The noise scale measured so far (``noise_lib.estimate``), in the task's example unit."""
+    return noise_lib.estimate(self.pipeline)
 
   @property
   def global_step(self):
@@ -285,7 +241,8 @@ class Trainer:
         raise ConfigError(refusal)
     self._restored = (path, damaged)
     try:
-      tf.train.Checkpoint(**self._restorable_items(path)).restore(
+      tf.train.Checkpoint(**noise_lib.restorable(self.checkpoint_items, path,
+                                                 distributed.log)).restore(
           path).assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as exc:
       # TensorFlow's own message lists variables with their values: its first sentence only.
@@ -303,21 +260,6 @@ class Trainer:
     raise ConfigError(f'{path}: does not fit the model and optimizer of this config '
                       f'({problem}); use the config it was written with (config.yaml in its run '
                       'directory)')
-
-  def _restorable_items(self, path):
-    """``checkpoint_items`` less the noise scale's state when ``path`` holds none.
-
-    A checkpoint of a run that did not measure the noise scale (another
-    ``iter_size``, fewer workers, or ``noise_scale: false``) still resumes or
-    branches; the estimates start again from it, and a line says so.
-    """
-    items = dict(self.checkpoint_items)
-    if 'noise_scale' in items and not any(
-        name.startswith('noise_scale/') for name, _ in tf.train.list_variables(path)):
-      del items['noise_scale']
-      distributed.log(f'{path} holds no noise-scale estimates (its run did not measure '
-                      'them): they start again from this step')
-    return items
 
   def keep_for_rotation(self):
     """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
@@ -367,10 +309,7 @@ class Trainer:
     train_metrics = self.task.TRAIN_METRICS
 
     def update(batch):
-      if self.noise_parts > 1:
-        metrics = pipeline([lambda part=part: self._loss(part) for part in halves(batch)])
-      else:
-        metrics = pipeline(lambda: self._loss(batch))
+      metrics = pipeline(noise_lib.loss_fn(self._loss, batch, self.noise_parts))
       self.data_position.assign_add(1)
       self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
       # Under the pipeline's names: at the step this micro-step ends at, the console and
@@ -380,7 +319,7 @@ class Trainer:
               'next_learning_rate': metrics['next_learning_rate'],
               'next_loss_scale': metrics['next_loss_scale'],
               'global_norm': metrics['global_norm'], 'global_step': metrics['global_step'],
-              **{name: metrics[name] for name in NOISE_METRICS if name in metrics}}
+              **{name: metrics[name] for name in noise_lib.METRICS if name in metrics}}
 
     if cfg['jit_compile']:
       update = tf.function(update, jit_compile=True)
