@@ -87,8 +87,13 @@ def test_the_image_port_as_it_is_answers_print_config(run_main):
 @pytest.mark.slow
 def test_the_image_port_trains_on_fashion_mnist(tmp_path):
   logdir = str(tmp_path / 'run')
-  result = run(f'--config={IMAGE}', '--mode=train', '--set', 'max_steps=3', f'--logdir={logdir}')
+  result = run(f'--config={IMAGE}', '--mode=train', '--set', 'max_steps=3', f'--logdir={logdir}',
+               '--set', 'print_samples_steps=3')
   lines = result.stdout.splitlines()
+  # print_samples_steps: at step 3, three examples of the next batch with their top classes.
+  at = lines.index('samples at step 3 (the next training batch, the model as it is now):')
+  assert [l.split(':')[0] for l in lines[at + 1:at + 4]] == [f'  sample {i}' for i in (1, 2, 3)]
+  assert all('label ' in l and 'top ' in l for l in lines[at + 1:at + 4]), lines[at:at + 4]
   assert lines[:4] == [
       'num_gpus: 1 is one worker, this process',
       "note: larc_params.larc_nu: read as larc_eta: 0.001, the trust coefficient (larc_nu is its "

@@ -40,6 +40,7 @@ from framework.engines import distributed
 from framework.run import checkpoints
 from framework.run import evaluation
 from framework.run import run_outputs
+from framework.run import samples
 from framework.run import summaries
 from framework.run.checkpoints import CheckpointError
 from framework.run.divergence import Divergence
@@ -231,8 +232,8 @@ class TrainLoop:
     self.stop = stop
     # The global step, as the last micro-step returned it.
     self.step = parts.start_step
-    # The steps of the last checkpoint, train summary and evaluation.
-    self.last_saved = self.last_summary = self.last_eval = self.step
+    # The steps of the last checkpoint, train summary, evaluation and printed samples.
+    self.last_saved = self.last_summary = self.last_eval = self.last_samples = self.step
     self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
     self.values = None  # the last micro-step's metrics, as numpy values
     self.rate = _Rate(self.sizes.batch_size * self.sizes.num_workers)
@@ -312,6 +313,9 @@ class TrainLoop:
       self.last_summary = step
       self._write_summaries(step)
     self.rate.roll()
+    if _due(step, self.last_samples, cfg.get('print_samples_steps')):
+      self.last_samples = step
+      samples.print_samples(self.parts, step)
     if _due(step, self.last_saved, cfg['save_checkpoint_steps']):
       self.outputs.save(step)
       self.last_saved = step
