@@ -15,6 +15,7 @@ from core.params import REQUIRED
 from core.params import positive
 from core.registry import Registry
 from core.registry import load_attribute
+from data.base import DataLayer
 from framework import config as cfg
 from framework import tasks
 from framework.config import config_file
@@ -767,10 +768,10 @@ def test_data_layer_params_checked_against_the_class_params():
 
 
 def test_objects_from_a_python_config_skip_the_lookup():
-  class OwnData:  # no PARAMS: its params are not checked
-    pass
+  class OwnData(DataLayer):  # no PARAMS of its own: its params are not checked
+    PARAMS = None
 
-  def own_model(params):
+  def own_model(params, image_shape, num_classes):
     return params
 
   result = check(base_config(model=own_model, model_params={'anything': 1}, data_layer=OwnData,
@@ -1202,12 +1203,13 @@ def test_a_rate_given_on_the_command_line_replaces_the_rule():
 
 USER_CODE = """
     from core.params import Param
+    from data.base import DataLayer
 
-    class FolderData:
+    class FolderData(DataLayer):
       TASK = 'image_classification'
       PARAMS = {'root': Param(str, 'here')}
 
-    def net(params):
+    def net(params, image_shape, num_classes):
       return params
     net.PARAMS = {'width': Param(int, 8)}
 
