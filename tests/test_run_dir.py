@@ -142,8 +142,8 @@ def test_checkpoint_choice_mistakes_are_one_line(trained, tmp_path, run_main):
   result = run_main('--config', SGD_CONFIG, '--mode', 'train', '--logdir', tmp_path / 'new',
                     '--checkpoint', 'best')
   assert result.returncode == 2 and result.stderr.strip() == (
-      'error: --checkpoint: only used with --mode=eval, export or infer, not --mode=train (to start '
-      'from another run, use --init_checkpoint)')
+      'error: --checkpoint: only used with --mode=eval, export, infer or critical_batch, not '
+      '--mode=train (to start from another run, use --init_checkpoint)')
   assert not (tmp_path / 'new').exists()
 
 

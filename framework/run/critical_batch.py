@@ -17,17 +17,19 @@ stays within a tolerance of the small batch's. This mode does that:
    ``--max_batch``, the batch grown by ``iter_size`` (the micro-batch stays
    the config's, and so does the memory). Each restores the checkpoint's
    model and optimizer state and reads the same ``--branch_examples`` (the
-   same micro-batches, from the checkpoint's data position) at a learning
-   rate held fixed: the schedule's rate at the checkpoint, scaled for the
-   branch's batch by the config's ``lr_scaling`` rule (linearly without one).
+   same micro-batches, from the checkpoint's data position) at the
+   schedule's rate at the checkpoint, scaled for the branch's batch by the
+   config's ``lr_scaling`` rule (linearly without one), held, then cooled
+   linearly to 0 over the last ``--cooldown_fraction`` of its updates.
 3. Each branch's held-out loss (the task's ``loss`` over the eval split) is
    compared with the 1x branch's (:mod:`framework.run.critical_batch_results`),
    and the gradient noise scale B_simple, which the branches at 2x and above
    measure for free (``noise_scale: auto``), is reported beside it.
 
-Each finished branch keeps its result (``critical_batch/<checkpoint>/branch_<batch>.json``);
-the same command again skips them, and a branch a signal stopped starts
-again from the checkpoint. Only the chief writes files.
+Each finished branch keeps its result
+(``critical_batch/<checkpoint>/branch_<batch>.json``); the same command again
+skips them, and a branch a signal stopped starts again from the checkpoint.
+Only the chief writes files. docs/running.md says why each default is what it is.
 """
 
 import gc
@@ -506,7 +508,10 @@ class Measurement:
     self.log(f'branches from {os.path.basename(self.checkpoint)} (step {self.step}): '
              f'{", ".join(map(str, self.batches))} {self.unit}, each on {self.examples} '
              f'{self.unit}; learning rate held at {self.rate:.6g}, the schedule\'s at the '
-             f'checkpoint, {how}; tolerance {self.tolerance:g}')
+             f'checkpoint, {how}, '
+             + (f'cooled to 0 over the last {100 * self.cooldown:g}% of each branch'
+                if self.cooldown else 'to the end of each branch')
+             + f'; tolerance {self.tolerance:g}')
     if kept:
       self.log(f'{len(kept)} of {len(plan)} branches measured before, kept: '
                f'{", ".join(map(str, kept))} (in {self.directory})')
