@@ -33,6 +33,7 @@ checkpoints saved before it are what resumes exactly.
 import math
 import os
 import re
+import traceback
 
 FLOAT32 = 4
 # "OOM when allocating tensor with shape[32,2,20000,20000] and type float on ..."
@@ -239,5 +240,8 @@ def out_of_memory_line(trainer, exc, mode, kept):
     kept: the newest checkpoint of the run, or None.
   """
   where = 'a training step' if mode in ('train', 'train_eval', 'benchmark') else f'--mode={mode}'
+  if mode == 'train_eval' and any('evaluat' in frame.name
+                                  for frame in traceback.extract_tb(exc.__traceback__)):
+    where = 'an evaluation during training'
   return (f'out of memory in {where}: {sizes_text(trainer, mode)}; TensorFlow could not allocate '
           f'{allocation_text(exc)}. Use {advice(trainer)}; kept: {kept or "no checkpoint"}')
