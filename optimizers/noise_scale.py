@@ -22,6 +22,7 @@ One update, as ``pipeline.GradientPipeline`` runs it:
 import tensorflow as tf
 
 from core import noise_scale as formulas
+from optimizers import stages
 
 
 def measures(iter_size, workers, parts=1):
@@ -60,7 +61,7 @@ class NoiseScale(tf.Module):
 
   def add(self, grads):
     """Adds one small-batch gradient's squared norm."""
-    present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+    present = [stages.summed_rows(g) for g in grads if g is not None]
     squared = tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in present])
     self.small_sum.assign_add(tf.cast(squared, tf.float64))
     self.small_count.assign_add(1.0)

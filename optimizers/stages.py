@@ -80,20 +80,27 @@ def scaled_gradients(loss_fn, var_list, loss_scale, extras=None):
   return tf.cast(loss, tf.float32), grads
 
 
+def summed_rows(grad):
+  """The rows of a sparse gradient with the rows of each repeated index added: one row per index.
+
+  A tf.IndexedSlices gradient holds one row per lookup (an embedding's, one
+  per token), so an id read twice has two rows; the dense gradient holds their
+  sum. Norms are of the dense gradient: Σ‖row‖² of the rows as they come is
+  not its squared norm. A dense tensor comes back as it is.
+  """
+  if not isinstance(grad, tf.IndexedSlices):
+    return grad
+  unique, positions = tf.unique(grad.indices)
+  return tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+
+
 def norms(tensors):
-  """float32 L2 norms of a list of tensors (IndexedSlices: of their values)."""
-  result = []
-  for t in tensors:
-    if isinstance(t, tf.IndexedSlices):
-      t = t.values
-    result.append(tf.norm(tf.cast(t, tf.float32)))
-  return result
+  """float32 L2 norms of a list of tensors (IndexedSlices: of the dense tensor they sum to)."""
+  return [tf.norm(tf.cast(summed_rows(t), tf.float32)) for t in tensors]
 
 
 def _dense_float32(tensor):
-  if isinstance(tensor, tf.IndexedSlices):
-    tensor = tensor.values
-  return tf.cast(tensor, tf.float32)
+  return tf.cast(summed_rows(tensor), tf.float32)
 
 
 def squared_norms(tensors):
@@ -103,7 +110,7 @@ def squared_norms(tensors):
   ``tf.norm`` materialises x² first (2-5x slower on CPU, docs/performance.md).
 
   Args:
-    tensors: tensors or variables (``tf.IndexedSlices``: of their values).
+    tensors: tensors or variables (``tf.IndexedSlices``: of the dense tensor they sum to).
 
   Returns:
     A float32 vector with one entry per tensor (shape ``[0]`` for none).
@@ -131,13 +138,14 @@ def gradient_statistics(grads, with_norm):
   float32 on the CPU; otherwise the tensor ops of
   ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order. A
-  sparse gradient counts with its values on both (as ``squared_norms``
-  takes them), so an embedding's gradient keeps the kernel.
+  sparse gradient counts with its rows summed per index on both (as
+  ``squared_norms`` takes them: the dense gradient's norm), so an
+  embedding's gradient keeps the kernel.
 
   Returns:
     (has_nan, amax, norm): as ``gradient_stats``; norm is None unless ``with_norm``.
   """
-  present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+  present = [summed_rows(g) for g in grads if g is not None]
   stats = native.gradient_stats_where_applies(present) if present else None
   if stats is not None:
     has_nan, amax, norm = stats

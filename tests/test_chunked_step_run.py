@@ -6,7 +6,9 @@ source embedding's gradient of one pass is sparse (``tf.IndexedSlices``, one
 row per source token), and the norm was taken over its rows without adding
 the rows of a token that occurs twice, while a chunk's gradient is summed
 densely (tests/models/test_chunked_dropout.py checks the chunked gradient
-against one pass's, dropout on). Two runs here, each one step of 32 pairs.
+against one pass's, dropout on). The pipeline's norms now add those rows
+first (optimizers/stages.py, summed_rows). Two runs here, each one step of
+32 pairs.
 """
 
 import os
@@ -70,10 +72,6 @@ def test_one_step_gives_the_loss_of_one_pass_whatever_the_chunk_size(steps):
   assert chunked['loss'] == pytest.approx(one_pass['loss'], rel=2e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'optimizers/stages.py takes the norm of a sparse gradient over its rows without adding the '
-    'rows of a repeated id (squared_norms, gradient_statistics; noise_scale.add likewise): '
-    'the one-pass grad_norm and the clipping norm are low. Remove this mark with that fix.'))
 def test_one_step_gives_the_grad_norm_of_one_pass_whatever_the_chunk_size(steps):
   one_pass, chunked = steps
   assert chunked['grad_norm'] == pytest.approx(one_pass['grad_norm'], rel=2e-3)

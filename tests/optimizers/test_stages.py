@@ -92,3 +92,17 @@ def test_an_optimizer_that_communicates_itself_gets_no_all_reduce(monkeypatch):
   agn = AGNOptimizer(tf.keras.optimizers.SGD(0.1), communication_period=2)
   pipeline = GradientPipeline([variable], agn, {'learning_rate': 0.1}, multi_worker=True)
   assert [type(stage) for stage in pipeline.chain] == [stages.FiniteCheck]
+
+
+def test_a_sparse_gradient_counts_with_the_norm_of_the_dense_gradient_it_sums_to():
+  # An embedding's gradient: a row per lookup, id 1 looked up twice. Its dense gradient adds
+  # the two rows; the norm (logged, clipped by, LARC's) is that tensor's, not the rows'.
+  rows = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], np.float32)
+  sparse = tf.IndexedSlices(tf.constant(rows), tf.constant([1, 3, 1]), tf.constant([4, 2]))
+  dense = np.zeros([4, 2], np.float32)
+  np.add.at(dense, [1, 3, 1], rows)
+  expected = float(np.sqrt((dense ** 2).sum()))
+  assert float(stages.global_norm([sparse])) == pytest.approx(expected, rel=1e-6)
+  assert float(stages.norms([sparse])[0]) == pytest.approx(expected, rel=1e-6)
+  _, _, norm = stages.gradient_statistics([sparse], with_norm=True)
+  assert float(norm) == pytest.approx(expected, rel=1e-6)
