@@ -161,6 +161,38 @@ def list_tree(root, classes=None, what='train_dir', skipped=None):
   return tuple(classes), files
 
 
+def fingerprint(files):
+  """A hash of the names and labels of ``files`` (``list_tree``'s), in order: what a tree held."""
+  digest = hashlib.blake2b(digest_size=8)
+  for relative, label in files:
+    digest.update(f'{label}:{relative}\n'.encode('utf-8'))
+  return digest.hexdigest()
+
+
+def large_image_line(sizes, channels, target, limit):
+  """The note of the largest image of ``sizes`` when it decodes to more than ``limit`` bytes.
+
+  Args:
+    sizes: ``{(height, width): path}`` of the headers read (``common_image_size``).
+    channels: the channels each image is decoded to.
+    target: ``(height, width)`` the images are resized to.
+    limit: bytes.
+
+  Returns:
+    One line, or None.
+  """
+  if not sizes:
+    return None
+  (height, width), path = max(sizes.items(), key=lambda item: item[0][0] * item[0][1])
+  decoded = height * width * channels
+  if decoded <= limit:
+    return None
+  return (f'image_folder: train_dir holds images up to {height}x{width} ({path}), '
+          f'{decoded / 2 ** 20:,.0f} MB decoded: each is decoded whole, a few at once, before it '
+          f'is resized to {target[0]}x{target[1]}; resize the files beforehand for less memory '
+          'and faster steps')
+
+
 def file_hash(relative_path, split_seed):
   """The stable number that orders a file for the validation split."""
   text = f'{split_seed}/{relative_path.replace(os.sep, "/")}'.encode('utf-8')

@@ -17,7 +17,6 @@ validation split and ``eval_dir``, training picks its best checkpoint on
 (``data.schemas.image_folder_eval_splits``).
 """
 
-import hashlib
 import json
 import os
 import sys
@@ -111,7 +110,9 @@ class ImageFolderDataLayer(DataLayer):
     self._header_sizes = None
     self.image_shape = (*self._image_size(), p['channels'])
     if mode == 'train':
-      self._note_large_images()
+      # Each file is decoded whole, a few at once, before it is resized: gigabytes for huge ones.
+      self._tell(image_files.large_image_line(self._sizes()[1], p['channels'],
+                                              self.image_shape[:2], LARGE_IMAGE_BYTES))
     self.statistics = self._configured_statistics()
     self.corrupt_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='corrupt_files')
 
@@ -150,8 +151,8 @@ class ImageFolderDataLayer(DataLayer):
       self._tell(image_files.describe_skipped(skipped, root, what))
 
   def _tell(self, line):
-    """Prints a one-line note on stderr, once per process (worker 0)."""
-    if self.worker_index == 0 and line not in _TOLD:
+    """Prints a one-line note (None: none) on stderr, once per process (worker 0)."""
+    if line is not None and self.worker_index == 0 and line not in _TOLD:
       _TOLD.add(line)
       print(line, file=sys.stderr, flush=True)
 
@@ -177,24 +178,10 @@ class ImageFolderDataLayer(DataLayer):
           self._train_paths or [f for f, _ in self.files])
     return self._header_sizes
 
-  def _note_large_images(self):
-    """One line when a training image decodes to more than ``LARGE_IMAGE_BYTES``.
-
-    Each file is decoded whole before it is resized; a few decoded at once, in
-    parallel, can take gigabytes, and the steps wait for them.
-    """
-    _, seen = self._sizes()
-    if not seen:
-      return
-    channels = self.params['channels']
-    (height, width), path = max(seen.items(), key=lambda item: item[0][0] * item[0][1])
-    decoded = height * width * channels
-    if decoded > LARGE_IMAGE_BYTES:
-      self._tell(f'image_folder: train_dir holds images up to {height}x{width} ({path}), '
-                 f'{decoded / 2 ** 20:,.0f} MB decoded: each is decoded whole, a few at once, '
-                 f'before it is resized to {self.image_shape[0]}x{self.image_shape[1]}; resize '
-                 'the files beforehand for less memory and faster steps')
-
+    if mode == 'train':
+      # Each file is decoded whole, a few at once, before it is resized: gigabytes for huge ones.
+      self._tell(image_files.large_image_line(self._sizes()[1], p['channels'],
+                                              self.image_shape[:2], LARGE_IMAGE_BYTES))
   def _configured_statistics(self):
     """``(mean, std)`` from the params, or None when they are to be computed."""
     p, channels = self.params, self.params['channels']
@@ -265,14 +252,7 @@ class ImageFolderDataLayer(DataLayer):
     """Writes ``record`` with what the training files are now: their number and the fingerprint."""
     write_json_atomically(path, dict(record, train_examples=len(self._train_paths),
                                      train_dir_files=len(self._all_train),
-                                     fingerprint=self._fingerprint()))
-
-  def _fingerprint(self):
-    """A hash of the names of every file of train_dir (training and validation), in order."""
-    digest = hashlib.blake2b(digest_size=8)
-    for relative, label in self._all_train:
-      digest.update(f'{label}:{relative}\n'.encode('utf-8'))
-    return digest.hexdigest()
+                                     fingerprint=image_files.fingerprint(self._all_train)))
 
   def _check_train_dir(self, saved=None, path=None):
     """Refuses a training set other than the one the run directory's checkpoints were trained on.
@@ -290,7 +270,7 @@ class ImageFolderDataLayer(DataLayer):
       return
     then, now = saved.get('train_examples'), len(self._train_paths)
     fingerprint = saved.get('fingerprint')
-    if then == now and fingerprint in (None, self._fingerprint()):
+    if then == now and fingerprint in (None, image_files.fingerprint(self._all_train)):
       return
     train_dir = self.params['train_dir']
     change = (f'{now} training images now, {then} when the checkpoints beside {path} were trained'
