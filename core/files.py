@@ -5,6 +5,7 @@ written here, so that a failed write never leaves half a file behind.
 """
 
 import os
+import sys
 import tempfile
 
 
@@ -32,3 +33,38 @@ def write_text_atomically(path, text):
     except OSError:
       pass
     raise
+
+
+def refresh_generated_page(page, generate, check, command):
+  """Rewrites the generated part of a page, or with ``check`` only says whether it is current.
+
+  For the pages whose tables a script writes (docs/config.md, docs/critical_batch.md).
+
+  Args:
+    page: the page's path.
+    generate: ``f(text) -> text``, the page with its generated part made anew;
+      raises OSError or ValueError when it cannot be (no markers, unreadable inputs).
+    check: write nothing; a page that would change is an error.
+    command: the command that writes the page, named when it is out of date.
+
+  Returns:
+    The exit status: 0 current (or written), 1 out of date under ``check``, 2 an error,
+    each said in one line (errors on stderr).
+  """
+  try:
+    with open(page, encoding='utf-8') as f:
+      text = f.read()
+    updated = generate(text)
+  except (OSError, ValueError) as exc:
+    print(f'error: {page}: {exc}', file=sys.stderr)
+    return 2
+  if updated == text:
+    print(f'{page} is up to date')
+    return 0
+  if check:
+    print(f'{page} is out of date: run {command}', file=sys.stderr)
+    return 1
+  with open(page, 'w', encoding='utf-8') as f:
+    f.write(updated)
+  print(f'wrote {page}')
+  return 0

@@ -21,6 +21,7 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from core import files  # noqa: E402  pylint: disable=wrong-import-position
 from core import precision  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
@@ -262,26 +263,8 @@ def main(argv=None):
                       help='only say whether the page is up to date (exit 1 when it is not)')
   parser.add_argument('--page', default=PAGE, help='the page holding the block (docs/config.md)')
   args = parser.parse_args(argv)
-  try:
-    with open(args.page, encoding='utf-8') as f:
-      text = f.read()
-    updated = page_with(text, reference())
-  except (OSError, ValueError) as exc:
-    print(f'error: {args.page}: {exc}', file=sys.stderr)
-    return 2
-  if args.check:
-    if updated != text:
-      print(f'{args.page} is out of date: run {COMMAND}', file=sys.stderr)
-      return 1
-    return 0
-  if updated != text:
-    with open(args.page, 'w', encoding='utf-8') as f:
-      f.write(updated)
-    print(f'wrote {args.page}')
-  else:
-    print(f'{args.page} is up to date')
-  return 0
-
+  return files.refresh_generated_page(args.page, lambda text: page_with(text, reference()), args.check,
+                                      COMMAND)
 
 if __name__ == '__main__':
   sys.exit(main())

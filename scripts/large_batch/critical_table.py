@@ -32,6 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from core import files  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import results as sweep_results  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
@@ -429,27 +430,8 @@ def main(argv=None):
   parser.add_argument('--root', default=ROOT,
                       help='the checkout whose archived study runs are fitted (default: this one)')
   args = parser.parse_args(argv)
-  try:
-    with open(args.page, encoding='utf-8') as f:
-      text = f.read()
-    updated = page_with(text, block(args.measurements, args.root))
-  except (OSError, ValueError) as exc:
-    print(f'error: {args.page}: {exc}', file=sys.stderr)
-    return 2
-  if args.check:
-    if updated != text:
-      print(f'{args.page} is out of date: run {COMMAND}', file=sys.stderr)
-      return 1
-    print(f'{args.page} is up to date')
-    return 0
-  if updated != text:
-    with open(args.page, 'w', encoding='utf-8') as f:
-      f.write(updated)
-    print(f'wrote {args.page}')
-  else:
-    print(f'{args.page} is up to date')
-  return 0
-
+  return files.refresh_generated_page(args.page, lambda text: page_with(text, block(args.measurements, args.root)), args.check,
+                                      COMMAND)
 
 if __name__ == '__main__':
   sys.exit(main())
