@@ -187,6 +187,7 @@ def large_png(path, side):
             + chunk(b'IEND', b''))
 
 
+@pytest.mark.slow
 def test_a_very_large_image_trains_with_a_note_of_its_decoded_size(tmp_path, run_main):
   tree = tmp_path / 'train'
   write_images(tree / 'alpha', {'a0.png': 10, 'a1.png': 20})
@@ -372,6 +373,7 @@ def records_config(tmp_path, pattern):
   return f'--config={path}'
 
 
+@pytest.mark.slow
 def test_gzip_records_are_read_and_a_wrong_compression_is_one_line(tmp_path, run_main):
   write_records(tmp_path / 'gz' / 'train-0', [0, 1, 2, 0, 1, 2, 0, 1], 'GZIP')
   config = records_config(tmp_path, tmp_path / 'gz' / 'train-*')
@@ -387,6 +389,7 @@ def test_gzip_records_are_read_and_a_wrong_compression_is_one_line(tmp_path, run
       'data_layer_params.compression: GZIP (or auto)']
 
 
+@pytest.mark.slow
 def test_a_label_out_of_range_says_the_label_first_and_the_record_last(tmp_path, run_main):
   path = tmp_path / ('a-long-folder-name-' * 6) / 'train-0'
   write_records(path, [0, 1, 7, 0, 1, 2, 0, 1])
