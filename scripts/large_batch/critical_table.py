@@ -262,7 +262,11 @@ def workload(st):
 
 
 def noise_cell(noise, branched, st):
-  """``(the B_simple cell, B_simple in the study's unit or None)``."""
+  """``(the B_simple cell, B_simple in the study's unit or None)``.
+
+  The ratio is of the branches' estimate when they measured one (at the
+  checkpoint they start from), else of the training run's last.
+  """
   parts, value = [], None
   if noise is not None:
     value = in_unit(noise['value'], noise['unit'], st) if st else noise['value']
@@ -280,8 +284,8 @@ def noise_cell(noise, branched, st):
           f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, from step '
           f'{branched.get("checkpoint_step", "?")}')
     parts.append(at)
-    if value is None:
-      value = in_unit(branched['noise_scale'], branched.get('unit'), st) if st else None
+    # Held against the study at the point the branches measure, which the run's end is not.
+    value = in_unit(branched['noise_scale'], branched.get('unit'), st) if st else None
   return ('; '.join(parts) or 'not measured yet'), value
 
 

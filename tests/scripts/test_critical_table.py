@@ -134,7 +134,7 @@ def test_the_table_fills_the_measured_rows_and_flags_the_ratios(tree):
   assert lars[2] == '4,000 images (90 % test accuracy)'
   assert lars[3] == ('3,000 examples, at step 400 of 400 (100 %); 2,500 examples, in the '
                      'branch at 4,096 from step 120')
-  assert lars[4] == '0.75 (within 2x)'  # 3000 / 4000
+  assert lars[4] == '0.62 (within 2x)'  # 2500 / 4000: the branches' estimate, at their checkpoint
   assert lars[5] == '≥16,384 examples, from step 120'  # the largest branch kept up
   assert lars[6] == '4.10 (**not within 2x**)'  # 16384 / 4000
   # 1800 s and 720 s against the study's seven hours.
