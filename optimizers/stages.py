@@ -155,6 +155,7 @@ def gradient_statistics(grads, with_norm):
 
 def gradient_statistics_reference(grads, with_norm):
   """``gradient_statistics`` with the tensor ops only (the reference path)."""
+  grads = [summed_rows(g) for g in grads if g is not None]
   has_nan, amax = automatic_loss_scaler.gradient_stats(grads)
   return has_nan, amax, (global_norm(grads) if with_norm else None)
 

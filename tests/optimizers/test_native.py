@@ -299,13 +299,15 @@ def test_gradient_stats_kernel_edge_values():
 
 
 def test_gradient_stats_of_a_sparse_gradient_take_its_values_on_the_kernel():
-  """An embedding's gradient (an index twice) counts with its values, as on the tensor ops."""
+  """An embedding's gradient (an index twice) counts as the dense tensor it sums to, on both paths."""
   rng = np.random.default_rng(4)
   dense = rng.normal(size=(7, 5)).astype(np.float32)
   values = rng.normal(scale=3.0, size=(4, 5)).astype(np.float32)
   sparse = tf.IndexedSlices(tf.constant(values), tf.constant([1, 6, 1, 0]), tf.constant([9, 5]))
   grads = [tf.constant(dense), sparse]
-  flat = np.concatenate([dense.ravel(), values.ravel()]).astype(np.float64)
+  as_dense = np.zeros([9, 5], np.float32)
+  np.add.at(as_dense, [1, 6, 1, 0], values)
+  flat = np.concatenate([dense.ravel(), as_dense.ravel()]).astype(np.float64)
   has_nan, amax, norm = (float(x) for x in stages.gradient_statistics(grads, True))
   reference = [float(x) for x in stages.gradient_statistics_reference(grads, True)]
   assert has_nan == reference[0] == 0.0
