@@ -126,8 +126,8 @@ def check_flags(args):
   if args.checkpoint != 'latest' and args.mode not in checkpoint_modes:
     fail(f'--checkpoint: only used with --mode=eval, export, infer or critical_batch, not '
          f'--mode={args.mode} (to start from another run, use --init_checkpoint)')
-  from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
-  problem = critical_batch.flag_problem(args)
+  from framework.run import critical_branches  # pylint: disable=import-outside-toplevel
+  problem = critical_branches.flag_problem(args)
   if problem is not None:
     fail(problem)
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:

@@ -35,63 +35,20 @@ Only the chief writes files. docs/running.md says why each default is what it is
 import gc
 import glob
 import json
-import math
-import numbers
 import os
 import shutil
 import time
 
 from framework.config import config_file
+from framework.run import critical_branches as branch_lib
 from framework.run import critical_batch_results as results
 from framework.run.resume import LaunchError
+from framework.run.resume import enter_logdir
 
-MODE = 'critical_batch'
-# The mode's flags (run.py): given with another mode they are refused.
-FLAGS = ('warmup_fraction', 'max_batch', 'branch_examples', 'tolerance', 'cooldown_fraction')
-# The share of the config's run trained before branching when the logdir holds no checkpoint.
-DEFAULT_WARMUP_FRACTION = 0.25
-# The largest branch's batch, in multiples of the config's global batch.
-DEFAULT_MAX_BATCH_FACTOR = 16
-# A branch is within the critical batch while its held-out loss is at most this much
-# (relative) above the 1x branch's (docs/running.md says why this value).
-DEFAULT_TOLERANCE = 0.05
-# The share of a branch's updates at its end over which its rate falls to 0: the
-# held-out loss of an iterate at a high constant rate swings by several per cent
-# from one update to the next, more than the branches differ (docs/running.md).
-DEFAULT_COOLDOWN_FRACTION = 0.25
-# Pipeline state a branch starts afresh: its own update count and schedule position, an
-# accumulation of its own iter_size, and its own noise-scale averages.
-_BRANCH_OWN = ('global_step', 'micro_step', 'accumulators', 'noise_scale')
-_GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 class QuietRefusal(Exception):
   """A refusal the chief worker says in its line; another worker ends with status 2 quietly."""
-
-
-def flag_problem(args):
-  """The one-line problem of the mode's flags (``run.py``'s parsed flags), or None."""
-  if args.mode != MODE:
-    for flag in FLAGS:
-      if getattr(args, flag, None) is not None:
-        return f'--{flag}: only used with --mode={MODE}, not --mode={args.mode}'
-    return None
-  if args.tolerance is not None and not 0 < args.tolerance < 1:
-    return (f'--tolerance: {args.tolerance:g} is outside (0, 1); it is the held-out loss a '
-            f'branch may lose relative to the 1x branch (default {DEFAULT_TOLERANCE:g}, '
-            f'{100 * DEFAULT_TOLERANCE:g}%)')
-  if args.warmup_fraction is not None and not 0 < args.warmup_fraction < 1:
-    return (f'--warmup_fraction: {args.warmup_fraction:g} is outside (0, 1); it is the share of '
-            f'the config\'s run trained before branching (default {DEFAULT_WARMUP_FRACTION:g})')
-  if args.cooldown_fraction is not None and not 0 <= args.cooldown_fraction < 1:
-    return (f'--cooldown_fraction: {args.cooldown_fraction:g} is outside [0, 1); it is the share '
-            'of a branch\'s updates over which its rate falls to 0 (0: held to the end; default '
-            f'{DEFAULT_COOLDOWN_FRACTION:g})')
-  for flag in ('max_batch', 'branch_examples'):
-    value = getattr(args, flag)
-    if value is not None and value < 1:
-      return f'--{flag}: must be >= 1, got {value}'
-  return None
 
 
 def launch(options, configs, logdir, resume, dtype_line=None):
@@ -120,12 +77,12 @@ def launch(options, configs, logdir, resume, dtype_line=None):
   from framework.run.trainer import TrainingError
   cfg = configs['train']
   base_batch = cfg['batch_size_per_gpu'] * distributed.size() * cfg['iter_size']
-  max_batch = options.max_batch or DEFAULT_MAX_BATCH_FACTOR * base_batch
+  max_batch = options.max_batch or branch_lib.DEFAULT_MAX_BATCH_FACTOR * base_batch
   try:
     batches = results.branch_batches(base_batch, max_batch)
   except results.ResultsError as exc:
     raise LaunchError(str(exc)) from None
-  lock = _enter_logdir(logdir, distributed.is_chief())
+  lock = enter_logdir(logdir, distributed.is_chief())
   stop = stopping.StopRequest(logdir).install()
   pending = signals.take_pending()
   if pending is not None:
@@ -158,92 +115,6 @@ def launch(options, configs, logdir, resume, dtype_line=None):
         remove_if_empty(logdir)
 
 
-def _enter_logdir(logdir, chief):
-  """Refuses a logdir that is a file or in use; takes its lock (chief), making it if new."""
-  from framework.run import rundir  # pylint: disable=import-outside-toplevel
-  if os.path.exists(logdir) and not os.path.isdir(logdir):
-    raise LaunchError(f'logdir {logdir} is a file, not a directory; choose another --logdir')
-  if not chief:
-    return None
-  lock = rundir.RunLock(logdir)
-  lock.made_logdir = not os.path.isdir(logdir)
-  if not lock.made_logdir:
-    holder = lock.live_holder()
-    if holder is not None:
-      raise LaunchError(lock.busy_message(holder))
-  try:
-    os.makedirs(logdir, exist_ok=True)
-    lock.acquire()
-  except rundir.RunDirError as exc:
-    raise LaunchError(str(exc)) from None
-  except OSError as exc:
-    raise LaunchError(f'cannot write to logdir {logdir}: {exc.strerror or exc}; nothing was '
-                      'written') from None
-  return lock
-
-
-def checkpoint_step(path):
-  """The global step a run's checkpoint was saved at."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return int(tf.train.load_checkpoint(path).get_tensor(_GLOBAL_STEP_KEY))
-
-
-def restore_for_branch(trainer, path):
-  """Loads a checkpoint's model, optimizer state and data position into ``trainer``.
-
-  The branch's own counters, accumulators (of another ``iter_size``) and
-  noise-scale averages start afresh (``_BRANCH_OWN``); the rest must match the
-  checkpoint exactly, as a resume's restore requires, or nothing is loaded.
-
-  Raises:
-    ConfigError: the checkpoint does not fit the config's model and optimizer.
-  """
-  # pylint: disable=import-outside-toplevel
-  import tensorflow as tf
-  from core.params import ConfigError
-  from framework.run import warm_start
-  objects = {'model': trainer.model, 'data_position': trainer.data_position,
-             **{k: v for k, v in trainer.pipeline.checkpoint_items().items()
-                if k not in _BRANCH_OWN}}
-  problem = warm_start.describe_misfit(path, objects)
-  if problem:
-    raise ConfigError(f'{path}: does not fit the model and optimizer of this config ({problem}); '
-                      'use the config it was written with (config.yaml in its run directory)')
-  tf.train.Checkpoint(**objects).read(path).expect_partial().assert_existing_objects_matched()
-
-
-def branch_learning_rate(cfg, rate, factor, workers):
-  """The rate of a branch at ``factor`` x the config's batch, from the checkpoint's ``rate``.
-
-  The config's ``lr_scaling`` rule gives the ratio of the rates at the two
-  global batches; without a rule the rate grows linearly with the batch.
-  """
-  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
-  if cfg['lr_scaling'] is None:
-    return rate * factor
-  ours = config_lib.scaled_learning_rate(cfg, workers)[0]
-  theirs = config_lib.scaled_learning_rate(dict(cfg, iter_size=cfg['iter_size'] * factor),
-                                           workers)[0]
-  return rate * theirs / ours
-
-
-def branch_config(cfg, factor, updates, rate, cooldown=0.0):
-  """A branch's train view: ``factor`` x the batch (``iter_size``), ``updates`` at ``rate``.
-
-  With ``cooldown`` > 0 the rate falls linearly to 0 over that share of the
-  updates at the end.
-  """
-  steps = int(round(cooldown * updates))
-  if steps:
-    policy = ('poly_decay', {'learning_rate': rate, 'power': 1.0, 'decay_steps': steps,
-                             'begin_decay_at': updates - steps, 'min_lr': 0.0})
-  else:
-    policy = ('fixed_lr', {'learning_rate': rate})
-  return dict(cfg, iter_size=cfg['iter_size'] * factor, lr_policy=policy[0],
-              lr_policy_params=policy[1], lr_scaling=None, max_steps=updates, num_epochs=None,
-              save_checkpoint_steps=None)
-
-
 class Measurement:
   """One ``--mode=critical_batch`` command: the checkpoint, the branches and the summary.
 
@@ -273,11 +144,11 @@ class Measurement:
     self.chief = distributed.is_chief()
     self.log = distributed.log
     self.tolerance = (options.tolerance if options.tolerance is not None
-                      else DEFAULT_TOLERANCE)
+                      else branch_lib.DEFAULT_TOLERANCE)
     self.fraction = (options.warmup_fraction if options.warmup_fraction is not None
-                     else DEFAULT_WARMUP_FRACTION)
+                     else branch_lib.DEFAULT_WARMUP_FRACTION)
     self.cooldown = (options.cooldown_fraction if options.cooldown_fraction is not None
-                     else DEFAULT_COOLDOWN_FRACTION)
+                     else branch_lib.DEFAULT_COOLDOWN_FRACTION)
     self.started = time.monotonic()
     self.results_root = os.path.join(logdir, results.RESULTS_DIR)
 
@@ -308,7 +179,7 @@ class Measurement:
     except RunStopped as exc:
       return self.stopped_in_warmup(exc)
     self.checkpoint = os.path.abspath(path)
-    self.step = checkpoint_step(path)
+    self.step = branch_lib.checkpoint_step(path)
     self.directory = os.path.join(self.results_root, os.path.basename(path))
     self.rate = float(self.schedule_rate(base))
     self.start = self.start_metrics(base, path)
@@ -366,11 +237,11 @@ class Measurement:
       self.log(checkpoints.describe_fallback(path, damaged, using='branching from'))
     marker = self.read_warmup()
     target = max(1, int(round(self.fraction * base.max_steps)))
-    if path is not None and (marker is None or checkpoint_step(path) >= target):
+    if path is not None and (marker is None or branch_lib.checkpoint_step(path) >= target):
       if self.options.warmup_fraction is not None and marker is None:
         self.log(f'--warmup_fraction not used: {self.logdir} holds {os.path.basename(path)}, '
                  'which the branches start from')
-      ours = marker is not None and checkpoint_step(path) == marker.get('steps')
+      ours = marker is not None and branch_lib.checkpoint_step(path) == marker.get('steps')
       return path, (marker if ours else None)
     if path is None and marker is None:
       self.check_new_logdir()
@@ -401,7 +272,8 @@ class Measurement:
     if self.chief:
       names = sorted(n for n in os.listdir(self.logdir) if n != rundir.LOCK_NAME)
       if names:
-        problem = (f'logdir {self.logdir} holds no checkpoint to branch from, and --mode={MODE} '
+        problem = (f'logdir {self.logdir} holds no checkpoint to branch from, and '
+                   f'--mode={branch_lib.MODE} '
                    f'would train one there first, but it is not empty (it holds {names[0]}'
                    f'{" and more" if len(names) > 1 else ""}); choose a new or empty --logdir, '
                    'or a run directory with checkpoints')
@@ -452,7 +324,7 @@ class Measurement:
 
     Evaluated once per checkpoint and kept beside its branches.
     """
-    restore_for_branch(base, path)
+    branch_lib.restore_for_branch(base, path)
     record_path = os.path.join(self.directory, results.START_NAME)
     try:
       with open(record_path, encoding='utf-8') as f:
@@ -462,7 +334,7 @@ class Measurement:
     except (OSError, ValueError, AttributeError):
       pass
     started = time.monotonic()
-    metrics = _plain(base.evaluate())
+    metrics = branch_lib.plain_numbers(base.evaluate())
     record = {'checkpoint': self.checkpoint, 'step': self.step, 'metrics': metrics,
               'wall_s': round(time.monotonic() - started, 1)}
     self.log(f'{os.path.basename(path)} (step {self.step}): held-out '
@@ -479,7 +351,8 @@ class Measurement:
     factor = batch // self.batches[0]
     return {'checkpoint': self.checkpoint, 'checkpoint_step': self.step,
             'examples': self.examples, 'batch_size_per_gpu': self.cfg['batch_size_per_gpu'],
-            'learning_rate': branch_learning_rate(self.cfg, self.rate, factor, self.workers),
+            'learning_rate': branch_lib.branch_learning_rate(self.cfg, self.rate, factor,
+                                                             self.workers),
             'cooldown_fraction': self.cooldown}
 
   def plan(self):
@@ -534,12 +407,12 @@ class Measurement:
       shutil.rmtree(branch_dir, ignore_errors=True)  # what a stopped attempt left
     self.log(f'branch {index + 1} of {len(self.batches)}: batch {batch} (iter_size '
              f'{self.cfg["iter_size"] * factor}), {updates} updates at learning rate {rate:.6g}')
-    cfg = branch_config(self.cfg, factor, updates, rate, self.cooldown)
+    cfg = branch_lib.branch_config(self.cfg, factor, updates, rate, self.cooldown)
     trainer = Trainer(cfg, self.configs['eval'], self.logdir, overrides=self.options.set)
     # Built with the run directory, the data layers read what the run derived from its data
     # (statistics, vocabularies); the branch writes its checkpoints and events in its own.
     trainer.logdir = branch_dir
-    restore_for_branch(trainer, self.checkpoint)
+    branch_lib.restore_for_branch(trainer, self.checkpoint)
     trainer.begin()
     diverged = metrics = None
     try:
@@ -548,13 +421,13 @@ class Measurement:
       diverged = str(exc)
       self.log(f'branch at batch {batch} diverged: {diverged}')
     if diverged is None:
-      metrics = _plain(trainer.evaluate())
+      metrics = branch_lib.plain_numbers(trainer.evaluate())
       writer = summaries.LazyWriter(os.path.join(branch_dir, summaries.EVAL_DIR), self.chief)
       evaluation.report(trainer.global_step, metrics, writer, trainer.task,
                         split=evaluation.split_of(trainer.eval_data))
       writer.close()
     noise = getattr(trainer, 'noise_scale', None)
-    noise = _plain(noise()) if callable(noise) else None
+    noise = branch_lib.plain_numbers(noise()) if callable(noise) else None
     del trainer
     gc.collect()
     loss = None if metrics is None else results.finite_or_none(metrics['loss'])
@@ -620,34 +493,5 @@ class Measurement:
     for line in results.table_lines(records, gaps, critical, self.unit):
       self.say('  ' + line)
     self.say(f'wrote {os.path.abspath(summary_path)} and {os.path.abspath(plot_path)}')
-    if critical is None:
-      self.say('critical batch: none measured (the 1x branch has no finite held-out loss)')
-    elif critical == self.batches[-1]:
-      self.say(f'critical batch: {critical} {self.unit} (the largest branch: it may be larger; '
-               'raise --max_batch to see)')
-    else:
-      self.say(f'critical batch: {critical} {self.unit}')
-    if b_simple is None:
-      self.say('noise scale (B_simple): not measured (no branch measured a finite estimate; '
-               'noise_scale: auto measures it from iter_size 2)')
-    else:
-      sign = '' if b_simple > 0 else ', not positive: no gradient noise the branch could measure'
-      self.say(f'noise scale (B_simple): {results.describe_batch(b_simple)} {self.unit} '
-               f'(measured in the branch at batch {noise_batch}{sign})')
-
-
-def _plain(values):
-  """A dict of numbers as JSON takes them: Python floats and ints, non-finite ones None."""
-  if values is None:
-    return None
-  plain = {}
-  for key, value in values.items():
-    if isinstance(value, (bool, str)) or value is None:
-      plain[key] = value
-      continue
-    if isinstance(value, numbers.Integral):
-      plain[key] = int(value)
-      continue
-    number = float(value)
-    plain[key] = number if math.isfinite(number) else None
-  return plain
+    for line in results.last_lines(critical, self.batches, b_simple, noise_batch, self.unit):
+      self.say(line)

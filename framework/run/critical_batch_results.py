@@ -250,3 +250,22 @@ def plot(path, branches, tolerance, critical, b_simple, unit, title):
     except OSError:
       pass
     raise
+
+
+def last_lines(critical, batches, b_simple, noise_batch, unit):
+  """The measurement's last two lines: ``critical batch: N <unit>``, then the noise scale beside it."""
+  if critical is None:
+    first = 'critical batch: none measured (the 1x branch has no finite held-out loss)'
+  elif critical == batches[-1]:
+    first = (f'critical batch: {critical} {unit} (the largest branch: it may be larger; '
+             'raise --max_batch to see)')
+  else:
+    first = f'critical batch: {critical} {unit}'
+  if b_simple is None:
+    second = ('noise scale (B_simple): not measured (no branch measured a finite estimate; '
+              'noise_scale: auto measures it from iter_size 2)')
+  else:
+    sign = '' if b_simple > 0 else ', not positive: no gradient noise the branch could measure'
+    second = (f'noise scale (B_simple): {describe_batch(b_simple)} {unit} '
+              f'(measured in the branch at batch {noise_batch}{sign})')
+  return [first, second]

@@ -99,16 +99,11 @@ def launch(options, configs, resume, notes=(), output=None):
   check_with_owners(configs)
   logdir = choose_logdir(options, cfg)
   if options.mode == 'critical_batch':
-    # Trains a warm-up and branches in turn, each a run of its own: its own logdir
-    # checks, lock and stops (framework/run/critical_batch.py).
+    # A warm-up and branches, each a run with its own logdir checks, lock and stops.
     from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
     return critical_batch.launch(options, configs, logdir, resume, dtype_line)
   if options.mode == 'export':
-    from framework.tasks import export as export_lib  # pylint: disable=import-outside-toplevel
-    try:
-      export_lib.check_export_dir(options.export_dir)
-    except export_lib.ExportError as exc:
-      raise LaunchError(str(exc)) from None
+    check_export_dir(options.export_dir)
   lock = check_logdir(logdir, options, distributed.is_chief())
   if options.mode not in TRAINING_MODES:
     # No StopRequest takes the stop signals over: they end the mode as at start-up.
@@ -124,6 +119,15 @@ def launch(options, configs, resume, notes=(), output=None):
       lock.release()
       if not finished:
         undo_refused_start(logdir, lock)
+
+
+def check_export_dir(export_dir):
+  """Refuses, in one line, an ``--export_dir`` the SavedModel cannot be written to."""
+  from framework.tasks import export as export_lib  # pylint: disable=import-outside-toplevel
+  try:
+    export_lib.check_export_dir(export_dir)
+  except export_lib.ExportError as exc:
+    raise LaunchError(str(exc)) from None
 
 
 def scale_learning_rates(configs, distributed):

@@ -184,6 +184,36 @@ def check_logdir(logdir, options, chief):
         and [n for n in os.listdir(logdir) if n != rundir.LOCK_NAME]):
       raise LaunchError(f'logdir {logdir} is not empty; pass --continue_learning to resume from '
                         'it, or choose another --logdir')
+  return take_lock(logdir, lock)
+
+
+def enter_logdir(logdir, chief):
+  """Refuses a logdir that is a file or in use; takes its lock (chief), making it if new.
+
+  For a mode that trains in a logdir of its own making (``--mode=critical_batch``):
+  unlike ``check_logdir``, a logdir that holds files is not refused here.
+  """
+  from framework.run import rundir  # pylint: disable=import-outside-toplevel
+  if os.path.exists(logdir) and not os.path.isdir(logdir):
+    raise LaunchError(f'logdir {logdir} is a file, not a directory; choose another --logdir')
+  if not chief:
+    return None
+  lock = rundir.RunLock(logdir)
+  lock.made_logdir = not os.path.isdir(logdir)
+  if not lock.made_logdir:
+    holder = lock.live_holder()
+    if holder is not None:
+      raise LaunchError(lock.busy_message(holder))
+  return take_lock(logdir, lock)
+
+
+def take_lock(logdir, lock):
+  """Makes ``logdir`` when it is new and takes ``lock`` (a ``rundir.RunLock``) on it; returns it.
+
+  Raises:
+    LaunchError: the lock is held, or the logdir cannot be written; in one line.
+  """
+  from framework.run import rundir  # pylint: disable=import-outside-toplevel
   try:
     os.makedirs(logdir, exist_ok=True)
     lock.acquire()

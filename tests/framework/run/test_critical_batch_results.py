@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from framework.run import critical_batch
+from framework.run import critical_branches
 from framework.run import critical_batch_results as results
 
 
@@ -137,7 +137,7 @@ def test_the_plot_is_a_png_written_whole(tmp_path):
 
 
 def flags(mode='critical_batch', **given):
-  values = dict.fromkeys(critical_batch.FLAGS)
+  values = dict.fromkeys(critical_branches.FLAGS)
   values.update(given)
   return argparse.Namespace(mode=mode, **values)
 
@@ -153,17 +153,17 @@ def flags(mode='critical_batch', **given):
     ({'branch_examples': -4}, '--branch_examples: must be >= 1, got -4'),
 ])
 def test_flags_out_of_range_are_one_line(given, expected):
-  assert critical_batch.flag_problem(flags(**given)).startswith(expected)
+  assert critical_branches.flag_problem(flags(**given)).startswith(expected)
 
 
 def test_the_flags_of_the_mode_are_refused_with_another_mode():
-  assert critical_batch.flag_problem(flags()) is None
-  assert critical_batch.flag_problem(flags(tolerance=0.05, max_batch=4096)) is None
-  assert critical_batch.flag_problem(flags(cooldown_fraction=0.0)) is None
-  assert critical_batch.flag_problem(flags('train')) is None
-  assert critical_batch.flag_problem(flags('train_eval', max_batch=4096)) == (
+  assert critical_branches.flag_problem(flags()) is None
+  assert critical_branches.flag_problem(flags(tolerance=0.05, max_batch=4096)) is None
+  assert critical_branches.flag_problem(flags(cooldown_fraction=0.0)) is None
+  assert critical_branches.flag_problem(flags('train')) is None
+  assert critical_branches.flag_problem(flags('train_eval', max_batch=4096)) == (
       '--max_batch: only used with --mode=critical_batch, not --mode=train_eval')
-  assert critical_batch.flag_problem(flags('eval', tolerance=0.05)) == (
+  assert critical_branches.flag_problem(flags('eval', tolerance=0.05)) == (
       '--tolerance: only used with --mode=critical_batch, not --mode=eval')
 
 
@@ -175,17 +175,17 @@ def lr_config(rule=None, iter_size=1):
 
 def test_a_branch_rate_follows_the_lr_scaling_rule_from_the_rate_at_the_checkpoint():
   # The schedule's rate at the checkpoint, 0.5, times the rule's ratio of the two batches.
-  assert critical_batch.branch_learning_rate(lr_config('sqrt'), 0.5, 4, 1) == pytest.approx(1.0)
-  assert critical_batch.branch_learning_rate(lr_config('linear'), 0.5, 4, 1) == pytest.approx(2.0)
-  assert critical_batch.branch_learning_rate(lr_config('sqrt', 2), 0.5, 4, 2) == pytest.approx(1.0)
+  assert critical_branches.branch_learning_rate(lr_config('sqrt'), 0.5, 4, 1) == pytest.approx(1.0)
+  assert critical_branches.branch_learning_rate(lr_config('linear'), 0.5, 4, 1) == pytest.approx(2.0)
+  assert critical_branches.branch_learning_rate(lr_config('sqrt', 2), 0.5, 4, 2) == pytest.approx(1.0)
   # Without a rule, linear.
-  assert critical_batch.branch_learning_rate(lr_config(), 0.5, 8, 1) == pytest.approx(4.0)
+  assert critical_branches.branch_learning_rate(lr_config(), 0.5, 8, 1) == pytest.approx(4.0)
 
 
 def test_a_branch_grows_the_batch_by_iter_size_at_the_rate_held_then_cooled_down():
   cfg = dict(lr_config('sqrt', 2), lr_policy='poly_decay', num_epochs=8, max_steps=None,
              lr_policy_params={'power': 2.0, 'warmup_epochs': 1}, save_checkpoint_steps=200)
-  branch = critical_batch.branch_config(cfg, 4, 14, 1.25)
+  branch = critical_branches.branch_config(cfg, 4, 14, 1.25)
   assert branch['iter_size'] == 8 and branch['batch_size_per_gpu'] == 256
   assert branch['lr_policy'] == 'fixed_lr' and branch['lr_policy_params'] == {'learning_rate': 1.25}
   assert branch['lr_scaling'] is None
@@ -193,7 +193,7 @@ def test_a_branch_grows_the_batch_by_iter_size_at_the_rate_held_then_cooled_down
                                                                                          None)
   assert cfg['iter_size'] == 2 and cfg['lr_policy'] == 'poly_decay'  # not modified
   # A quarter of 14 updates, rounded, 4: the rate held for 10, then linearly to 0.
-  cooled = critical_batch.branch_config(cfg, 4, 14, 1.25, cooldown=0.25)
+  cooled = critical_branches.branch_config(cfg, 4, 14, 1.25, cooldown=0.25)
   assert cooled['lr_policy'] == 'poly_decay' and cooled['lr_policy_params'] == {
       'learning_rate': 1.25, 'power': 1.0, 'decay_steps': 4, 'begin_decay_at': 10, 'min_lr': 0.0}
   from optimizers import lr_policies  # pylint: disable=import-outside-toplevel
