@@ -34,6 +34,7 @@ import os
 from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
+from framework.engines import local_cluster
 
 # OpenSeq2Seq's keys that mean nothing here, and what to write instead.
 INSTEAD = {
@@ -281,7 +282,7 @@ def local_workers(config, mode, num_workers=1, environ=None):
     line = (f'num_gpus: {gpus} is read as 1, as OpenSeq2Seq reads it under Horovod: every '
             'process is one worker, and horovodrun -np sets how many')
     return 1, line if rank in (None, '0') else None
-  if environ.get('TF_CONFIG', '').strip() or _slurm_tasks(environ) > 1:
+  if environ.get('TF_CONFIG', '').strip() or local_cluster.slurm_tasks(environ) > 1:
     launcher = 'TF_CONFIG' if environ.get('TF_CONFIG', '').strip() else 'srun'
     return 1, (f'num_gpus: {gpus} is not used: this process is one worker of the cluster '
                f'{launcher} describes, which sets how many')
@@ -293,7 +294,6 @@ def local_workers(config, mode, num_workers=1, environ=None):
     raise ConfigError(f'num_gpus: {gpus} starts {gpus} workers, but distribution: none trains in '
                       'one process; set num_gpus: 1, or distribution: auto',
                       'num_gpus', 'invalid')
-  from framework.engines import local_cluster  # pylint: disable=import-outside-toplevel
   most, what = local_cluster.most_workers()
   if gpus > most:
     raise ConfigError(
@@ -306,11 +306,3 @@ def local_workers(config, mode, num_workers=1, environ=None):
                 f'--num_workers={gpus} (multi_worker_mirrored, one process each)')
 
 
-def _slurm_tasks(environ):
-  """The tasks of this Slurm job step (0 outside Slurm), as the engine counts them."""
-  if 'SLURM_PROCID' not in environ:
-    return 0
-  for name in ('SLURM_STEP_NUM_TASKS', 'SLURM_NTASKS'):
-    if environ.get(name, '').isdigit():
-      return int(environ[name])
-  return 1

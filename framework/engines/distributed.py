@@ -35,6 +35,7 @@ from core.params import ConfigError
 from core.params import check_params
 from framework.engines import console
 from framework.engines import start_watch
+from framework.engines.local_cluster import slurm_tasks
 from framework.engines.schema import DISTRIBUTION_SCHEMA
 from optimizers import allreduce
 # Start-up and the job's shape, as the optimizers see them.
@@ -148,17 +149,6 @@ def _check_address(address, where):
   if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
     raise ConfigError(f'TF_CONFIG: {where} is {address!r}; expected "host:port" with a port in '
                       '1..65535')
-
-
-def slurm_tasks(environ=None):
-  """The number of tasks of this Slurm job step, or 0 outside Slurm."""
-  environ = os.environ if environ is None else environ
-  if 'SLURM_PROCID' not in environ:
-    return 0
-  for name in ('SLURM_STEP_NUM_TASKS', 'SLURM_NTASKS'):
-    if environ.get(name, '').isdigit():
-      return int(environ[name])
-  return 1
 
 
 def choose_engine(choice, environ=None):

@@ -274,3 +274,14 @@ def run(command, count):
       if proc.poll() is None:
         proc.kill()
         proc.wait()
+
+
+def slurm_tasks(environ=None):
+  """The number of tasks of this Slurm job step, or 0 outside Slurm."""
+  environ = os.environ if environ is None else environ
+  if 'SLURM_PROCID' not in environ:
+    return 0
+  for name in ('SLURM_STEP_NUM_TASKS', 'SLURM_NTASKS'):
+    if environ.get(name, '').isdigit():
+      return int(environ[name])
+  return 1
