@@ -61,8 +61,7 @@ class NoiseScale(tf.Module):
 
   def add(self, grads):
     """Adds one small-batch gradient's squared norm."""
-    present = [stages.summed_rows(g) for g in grads if g is not None]
-    squared = tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in present])
+    squared = tf.reduce_sum(stages.squared_norms([g for g in grads if g is not None]))
     self.small_sum.assign_add(tf.cast(squared, tf.float64))
     self.small_count.assign_add(1.0)
 
