@@ -15,17 +15,32 @@ def write_text_atomically(path, text):
   A failed write (no space, read-only) leaves neither a partial ``path`` nor the
   temporary file; an existing ``path`` keeps its content.
   """
+  def write(temp):
+    with open(temp, 'w', encoding='utf-8') as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+
+  write_atomically(path, write)
+
+
+def write_atomically(path, write, suffix=''):
+  """Has ``write(temp)`` fill a temporary file beside ``path``, then renames it to ``path``.
+
+  As ``write_text_atomically``, for any writer (a figure's ``savefig``);
+  ``suffix`` ends the temporary file's name, for a writer that reads the format
+  from it.
+  """
   directory = os.path.dirname(path) or '.'
-  fd, temp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
+  fd, temp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.',
+                              suffix=suffix)
+  os.close(fd)
   try:
     # mkstemp creates the file for its owner only; give it the mode open() would.
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(temp, 0o666 & ~umask)
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    write(temp)
     os.replace(temp, path)
   except BaseException:
     try:

@@ -21,6 +21,7 @@ import json
 import math
 import os
 
+from core.files import write_atomically
 from core.files import write_text_atomically
 
 # The directory of the mode's records inside the run directory.
@@ -240,16 +241,7 @@ def plot(path, branches, tolerance, critical, b_simple, unit, title):
   axes.grid(True, which='major', alpha=0.3)
   axes.legend(fontsize=8)
   figure.tight_layout()
-  temp = os.path.join(os.path.dirname(path) or '.', f'.{os.path.basename(path)}.tmp.png')
-  try:
-    figure.savefig(temp, dpi=110)
-    os.replace(temp, path)
-  except BaseException:
-    try:
-      os.remove(temp)
-    except OSError:
-      pass
-    raise
+  write_atomically(path, lambda temp: figure.savefig(temp, dpi=110), suffix='.png')
 
 
 def last_lines(critical, batches, b_simple, noise_batch, unit):
