@@ -53,10 +53,7 @@ def read_pairs(path, delimiter='\t', columns=(0, 1), source_tokens='chars',
       tokens = tokenize(fields[column].strip(), unit, lowercase)
       if not tokens:
         raise DataError(f'{path}:{number}: the {name} (column {column}) is empty')
-      reserved = set(tokens) & set(Vocabulary.SPECIALS)
-      if reserved:
-        raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
-                        f'reserved for {", ".join(Vocabulary.SPECIALS)}')
+      _refuse_reserved(tokens, path, number, name)
       sides.append(tokens)
     pairs.append((number, sides[0], sides[1]))
   if not pairs:
@@ -147,10 +144,7 @@ def read_parallel(source_path, target_path, delimiter=' ', source_tokens='words'
         raise DataError(f'{path}:{number}: the {name} is blank, beside a line of {other}; '
                         'parallel files hold a pair on each line')
       cut = tokenize(text, unit, lowercase, delimiter if unit == 'words' else None)
-      reserved = set(cut) & set(Vocabulary.SPECIALS)
-      if reserved:
-        raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
-                        f'reserved for {", ".join(Vocabulary.SPECIALS)}')
+      _refuse_reserved(cut, path, number, name)
       tokens.append(cut)
     pairs.append((number, tokens[0], tokens[1]))
   if not pairs:
@@ -226,3 +220,11 @@ def read_vocabulary(path, key, specials_in_file=True, pad_to_eight=False):
         tokens.append(f'<${extra}$>')
       extra += 1
   return Vocabulary(tokens)
+
+
+def _refuse_reserved(tokens, path, number, name):
+  """Refuses, in one line, a side of line ``number`` of ``path`` holding a special token."""
+  reserved = set(tokens) & set(Vocabulary.SPECIALS)
+  if reserved:
+    raise DataError(f'{path}:{number}: the {name} holds {sorted(reserved)[0]!r}, a token '
+                    f'reserved for {", ".join(Vocabulary.SPECIALS)}')
