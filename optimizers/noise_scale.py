@@ -38,10 +38,14 @@ class NoiseScale(tf.Module):
       × workers whose gradients are averaged × parts of a micro-step), >= 2.
     micro_batch: examples (or words) in one small-batch gradient: B_small.
     decay: the moving averages' decay, in [0, 1).
+    workers: for a batch that grows between updates: the workers whose
+      gradients are averaged. An update's small-batch gradients are then the
+      ones added since the last (counted) times ``workers``, and
+      ``micro_batches`` is only the count at the start.
   """
 
   def __init__(self, micro_batches, micro_batch=1.0, decay=formulas.DEFAULT_DECAY,
-               name='noise_scale'):
+               workers=None, name='noise_scale'):
     super().__init__(name=name)
     if micro_batches < 2:
       raise ValueError('the noise scale needs two or more small-batch gradients per update, '
@@ -49,6 +53,7 @@ class NoiseScale(tf.Module):
     self.micro_batches = int(micro_batches)
     self.micro_batch = float(micro_batch)
     self.decay = float(decay)
+    self.workers = workers
     with tf.init_scope():
       # Σ|g_small|² and their count since the last update (checkpointed: a run
       # stopped between micro-batches resumes with them).
@@ -58,6 +63,9 @@ class NoiseScale(tf.Module):
                                              name='gradient_sq_average')
       self.trace_average = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='trace_average')
       self.updates = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='updates')
+      if workers is not None:
+        # The small-batch gradients one worker added to the update being applied.
+        self.taken = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='taken')
 
   def add(self, grads):
     """Adds one small-batch gradient's squared norm."""
@@ -68,6 +76,8 @@ class NoiseScale(tf.Module):
   def take(self):
     """The mean |g_small|² since the last update (float32, to travel with the gradients); resets."""
     mean = self.small_sum / tf.maximum(self.small_count, 1.0)
+    if self.workers is not None:
+      self.taken.assign(self.small_count)
     with tf.control_dependencies([mean]):
       self.small_sum.assign(0.0)
       self.small_count.assign(0.0)
@@ -77,8 +87,12 @@ class NoiseScale(tf.Module):
     """The stage: the update's estimates into the moving averages; the gradients pass unchanged."""
     small_sq = tf.cast(update.noise_small, tf.float64)
     big_sq = tf.square(tf.cast(update.global_norm, tf.float64))
-    gradient_sq, trace = formulas.unbiased_estimates(
-        small_sq, big_sq, self.micro_batch, self.micro_batch * self.micro_batches)
+    if self.workers is None:
+      big_batch = self.micro_batch * self.micro_batches
+    else:
+      big_batch = self.micro_batch * self.taken * self.workers
+    gradient_sq, trace = formulas.unbiased_estimates(small_sq, big_sq, self.micro_batch,
+                                                     big_batch)
     keep = self.decay
     self.gradient_sq_average.assign(keep * self.gradient_sq_average + (1 - keep) * gradient_sq)
     self.trace_average.assign(keep * self.trace_average + (1 - keep) * trace)

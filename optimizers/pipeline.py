@@ -75,7 +75,10 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
 
 def _checked_settings(clip_gradients, larc_params, compression, iter_size):
   """The checked (clip_gradients, larc_params, compression, iter_size) of a pipeline."""
-  if not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
+  if isinstance(iter_size, tf.Variable):
+    if iter_size.dtype != tf.int64 or iter_size.shape.rank != 0:
+      raise ValueError(f'iter_size as a variable must be a scalar int64, got {iter_size!r}')
+  elif not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
     raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
   if clip_gradients is not None and not (isinstance(clip_gradients, (int, float))
                                          and clip_gradients > 0):
@@ -102,6 +105,9 @@ class GradientPipeline(tf.Module):
 
   Args: as ``optimize_loss``, plus
     var_list: the variables to train.
+    iter_size: micro-batches per update: an int, or a scalar int64
+      ``tf.Variable`` that the caller may raise between updates (a batch
+      that grows, ``framework.run.batch_policy``).
     multi_worker: average the gradients over the workers (Horovod or
       tf.distribute) once per applied update; ``on_horovod``, OpenSeq2Seq's
       name for it, is still accepted.
@@ -172,8 +178,8 @@ class GradientPipeline(tf.Module):
     self.masters = stages.MasterWeights(self.var_list) if mixed else None
     self.update_vars = self.masters.masters if self.masters is not None else self.var_list
     self.optimizer.build(list(self.update_vars))
-    self.accumulator = (stages.GradientAccumulator(self.var_list) if self.iter_size > 1
-                        else None)
+    self.accumulator = (stages.GradientAccumulator(self.var_list) if self.grows
+                        or self.iter_size > 1 else None)
     self.noise = self._noise_scale()
     self.chain = self._chain()
     self.larc = (stages.Larc(self.larc_params, self.update_vars)
@@ -197,13 +203,15 @@ class GradientPipeline(tf.Module):
       raise ValueError(f'noise_scale_params: unknown key(s) {unknown}; allowed: decay, '
                        'micro_batch, parts')
     workers = allreduce.size() if self._averages_workers() else 1
-    sources = self.iter_size * workers * int(params.get('parts', 1))
+    iter_size = int(self.iter_size.numpy()) if self.grows else self.iter_size
+    sources = iter_size * workers * int(params.get('parts', 1))
     if sources < 2:
       raise ValueError('noise_scale needs two or more small-batch gradients per update '
                        '(iter_size >= 2, two or more workers, or a micro-step in two parts); '
                        f'this update has {sources}')
     return NoiseScale(sources, params.get('micro_batch', 1.0),
-                      params.get('decay', noise_scale_formulas.DEFAULT_DECAY))
+                      params.get('decay', noise_scale_formulas.DEFAULT_DECAY),
+                      workers=workers if self.grows else None)
 
   def _chain(self):
     """Stages 2-5, those before the optimizer's call; LARC (6) is handed to that call."""
@@ -218,6 +226,11 @@ class GradientPipeline(tf.Module):
     if self.clip_gradients is not None:
       chain.append(stages.Clip(self.clip_gradients))
     return chain
+
+  @property
+  def grows(self):
+    """Whether ``iter_size`` is a variable that the run may raise between updates (a growing batch)."""
+    return isinstance(self.iter_size, tf.Variable)
 
   def _current_lr_value(self):
     if self.learning_rate_decay_fn is not None:

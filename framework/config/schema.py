@@ -153,6 +153,12 @@ SCHEMA = {
                              "true: also on one worker with iter_size 1, from the step's batch "
                              'in two halves'),
     'noise_scale_params': DictParam(NOISE_SCALE_SCHEMA, {}, doc='how the noise scale is smoothed'),
+    'batch_policy': _NameOrObject('callable', callable, 'fixed',
+                                  doc='the global batch as a policy of the run: fixed, steps, '
+                                      "noise_scale, or your function 'module:name' "
+                                      '(core/batch_policy.py; docs/critical_batch.md); it grows '
+                                      'by iter_size'),
+    'batch_policy_params': Param(dict, {}, doc='arguments of the batch policy'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
     'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
     'summaries': ListParam(validation.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],

@@ -38,6 +38,7 @@ import inspect
 import math
 import os
 
+from core import batch_policy
 from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
@@ -163,6 +164,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   _check_optimizer(result, registries)
   result = weight_decay.one_weight_decay(result, given_model_params, registries)
   _check_lr_policy(result, registries)
+  _check_batch_policy(result, registries)
   _check_declared_arguments(result, registries)
   _check_batches(result, mode)
   if result['regularizer'] is not None and result['regularizer_params'] is None:
@@ -311,6 +313,29 @@ def _check_lr_policy(result, registries):
     if key in lr_params:
       schedule.to_steps(lr_params[key], 1, f'lr_policy_params.{key}', fraction=True)
   argument_checks.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
+
+
+def _check_batch_policy(result, registries):
+  """The batch policy's name and its parameters, as far as they are known before the workers are.
+
+  A growing batch needs the noise scale it grows by, and an optimizer that
+  averages the gradients every update (AGN averages the workers' weights on a
+  period of its own updates, which a batch that grows would stretch).
+  """
+  registry = registries.get('batch_policy', batch_policy.BATCH_POLICIES)
+  config_names.check_name(result, 'batch_policy', {'batch_policy': registry})
+  name, params = result['batch_policy'], result['batch_policy_params']
+  if batch_policy.is_fixed(result):
+    batch_policy.check(name, params)
+    return
+  if result['agn_params'] is not None:
+    raise ConfigError('batch_policy: a growing batch cannot run beside optimizer AGN, which '
+                      'averages the workers on a period of its own updates; use batch_policy: '
+                      'fixed, or another optimizer')
+  if name == 'noise_scale' and result['noise_scale'] is False:
+    raise ConfigError("batch_policy: 'noise_scale' grows the batch by the measured noise scale, "
+                      "but noise_scale is false; set noise_scale: auto (or true)")
+  batch_policy.check(name, params)
 
 
 def scaled_learning_rate(config, workers):

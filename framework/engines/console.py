@@ -95,6 +95,8 @@ class Progress:
     text = f'step {step} epoch {epoch:.2f} loss {values["loss"]:.4f} '
     text += ''.join(f'{name} {values[name]:.4f} ' for name in self.metrics)
     text += f'lr {values["next_learning_rate"]:.5g} grad_norm {values["global_norm"]:.4g} '
+    if 'global_batch' in values:
+      text += f'batch {values["global_batch"]} '
     if 'noise_scale' in values:
       text += f'noise_scale {values["noise_scale"]:.4g} '
     if self.show_loss_scale:
@@ -109,6 +111,8 @@ class Progress:
       postfix = {'epoch': f'{step / self.steps_per_epoch:.2f}', 'loss': f'{values["loss"]:.4f}'}
       postfix.update((name, f'{values[name]:.4f}') for name in self.metrics)
       postfix['lr'] = f'{values["next_learning_rate"]:.4g}'
+      if 'global_batch' in values:
+        postfix['batch'] = f'{values["global_batch"]}'
       if 'noise_scale' in values:
         postfix['noise'] = f'{values["noise_scale"]:.4g}'
       if self.show_loss_scale:

@@ -26,13 +26,13 @@ class Divergence:
 
   Args:
     config: the train config (``dtype``, ``loss_scaling``).
-    iter_size: micro-steps per update.
+    iter_size: micro-steps per update, or ``f() -> int`` of the current one (a batch that grows).
     step: the global step training starts at.
   """
 
   def __init__(self, config, iter_size, step):
     self.fail_fast = config['dtype'] == 'float32' and not isinstance(config['loss_scaling'], str)
-    self.limit = iter_size * (1 if self.fail_fast else _MAX_SKIPPED_UPDATES)
+    self.iter_size = iter_size if callable(iter_size) else lambda: iter_size
     self.last_step = step
     self.stalled = 0  # micro-steps in a row after which the global step had not moved
 
@@ -49,7 +49,8 @@ class Divergence:
     """
     self.stalled = self.stalled + 1 if step == self.last_step else 0
     self.last_step = step
-    if (self.fail_fast and not np.isfinite(loss)) or self.stalled >= self.limit:
+    limit = self.iter_size() * (1 if self.fail_fast else _MAX_SKIPPED_UPDATES)
+    if (self.fail_fast and not np.isfinite(loss)) or self.stalled >= limit:
       # Not saved now: the forward passes may have left non-finite batch-norm
       # statistics; the last periodic checkpoint is the last good state.
       what = 'loss' if not np.isfinite(loss) else 'gradients'

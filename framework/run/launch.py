@@ -205,7 +205,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
   """
   from core import signals  # pylint: disable=import-outside-toplevel
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
-  from data.base import DataError  # pylint: disable=import-outside-toplevel
+  from data.base import DataError, named_data_loss  # pylint: disable=import-outside-toplevel
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from framework.engines import start_watch  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
@@ -240,8 +240,9 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
     return stopping.exit_status(exc.signum)
   except ConfigError as exc:
     raise LaunchError(config_file.format_error(exc)) from None
-  except DataError as exc:
-    raise LaunchError(str(exc)) from None
+  except DataError as exc:  # a record TensorFlow could not read: the layers find its file
+    layers = trainer and (trainer.train_data, trainer.eval_data)
+    raise LaunchError(named_data_loss(exc, layers)) from None
   except checkpoints.LogdirRemoved as exc:
     if distributed.is_chief():
       # The new directory resumes like the old one: its config goes back beside the checkpoint.
@@ -360,6 +361,14 @@ def benchmark(trainer, steps):
   """Times ``steps`` training steps after the warm-up and prints the rate (chief)."""
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   trainer.begin()
+  if trainer.batch_control is not None:
+    for batch, iter_size, result in trainer.benchmark_batches(steps):
+      if distributed.is_chief():
+        print(f'benchmark at global batch {batch} (iter_size {iter_size}): '
+              f'{result["images_per_sec"]:.1f} {trainer.task.example_unit}/sec, '
+              f'{result["ms_per_update"]:.1f} ms/update over {steps} updates '
+              f'({trainer.num_workers} worker(s))', flush=True)
+    return
   result = trainer.benchmark(steps)
   if distributed.is_chief():
     print(f'benchmark: {result["images_per_sec"]:.1f} {trainer.task.example_unit}/sec, '
@@ -390,7 +399,7 @@ def report_end(trainer, metrics, logdir):
     print(evaluation.final_line(trainer.task, metrics, trainer.global_step), flush=True)
   noise = trainer.noise_scale()
   if noise is not None:
-    print(noise_scale_line(noise, trainer.task.example_unit, trainer.global_batch,
+    print(noise_scale_line(noise, trainer.task.example_unit, trainer.current_batch(),
                            trainer.config['noise_scale_params']['decay']), flush=True)
   best = os.path.abspath(os.path.join(logdir, 'best'))
   print(f'checkpoints: {os.path.abspath(logdir)}'

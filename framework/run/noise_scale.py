@@ -36,6 +36,8 @@ def pipeline_arguments(cfg, num_workers, trains=True):
   wanted = wanted.lower() if isinstance(wanted, str) else wanted
   if not trains or wanted is False:
     return False, None, 1
+  if wanted == 'auto' and cfg.get('batch_policy') == 'noise_scale':
+    wanted = True  # the policy grows the batch by it
   # AGN's workers average their weights by themselves, not their gradients every update.
   workers = num_workers if cfg['agn_params'] is None else 1
   parts = 1

@@ -330,7 +330,8 @@ def record_configs(options, configs, logdir, step, dtype_line=None):
 def as_recorded(cfg):
   """``cfg`` as config.yaml records it.
 
-  An lr_scaling rule is replaced by the rate it gave, and the directories the
+  An lr_scaling rule is replaced by the rate it gave (kept as the rule where the batch
+  grows, which rescales the rate by it), and the directories the
   config's own code (``"module:name"``, or an object of a Python config) is
   imported from are added to ``import_paths``, so the run directory re-runs
   itself from anywhere.
@@ -341,9 +342,14 @@ def as_recorded(cfg):
   from framework.config import config_file  # pylint: disable=import-outside-toplevel
   if cfg is None:
     return cfg, None
+  from core import batch_policy  # pylint: disable=import-outside-toplevel
   cfg = config_file.with_code_roots(config_file.plain(cfg))
   if cfg['lr_scaling'] is None:
     return cfg, None
+  if not batch_policy.is_fixed(cfg):
+    # A growing batch rescales the rate by the rule at each change: the rule is kept.
+    params = {k: v for k, v in cfg['lr_policy_params'].items() if k != 'learning_rate'}
+    return dict(cfg, lr_policy_params=params), None
   return dict(cfg, lr_scaling=None), dict(cfg['lr_scaling'])
 
 

@@ -28,6 +28,7 @@ _START_CONFIG = re.compile(r'^config-(\d+)(?:-(\d+))?\.yaml$')
 # (float32 <-> mixed_bfloat16, as dtype auto may resolve on another machine)
 # changes only the arithmetic: it is free.
 FIXED_ON_RESUME = ('model', 'model_params', 'optimizer', 'agn_params', 'dtype', 'iter_size',
+                   'batch_policy',
                    'loss_scaling', 'loss_scaling_params')
 # Entries below those keys that change no variable (only the arithmetic from now on).
 FREE_ON_RESUME = ('model_params.weight_decay', 'model_params.bn_momentum',

@@ -111,6 +111,10 @@ class LoopParts:
       when it is not ``task`` (a wider beam on the test split); None: ``task``.
     eval_split: the name of the split ``evaluate`` reads (the eval data
       layer's ``split``), named by the eval lines; None: unknown.
+    batch_control: the run's ``framework.run.batch_policy.BatchControl`` when
+      its batch grows (the loop asks it after each applied update), else None.
+    learning_rate: ``f() -> tensor``, the rate of the next update (for the
+      line of a batch change).
   """
   config: dict
   overrides: Sequence[str]
@@ -128,6 +132,8 @@ class LoopParts:
   final_evaluate: Callable[[], Optional[tuple]]
   final_task: Any = None
   eval_split: Optional[str] = None
+  batch_control: Any = None
+  learning_rate: Optional[Callable[[], Any]] = None
 
 
 def _due(step, last, every):
@@ -237,7 +243,9 @@ class TrainLoop:
     self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
     self.values = None  # the last micro-step's metrics, as numpy values
     self.rate = _Rate(self.sizes.batch_size * self.sizes.num_workers)
-    self.divergence = Divergence(self.config, self.sizes.iter_size, self.step)
+    self.control = parts.batch_control
+    self.divergence = Divergence(self.config, self.sizes.iter_size if self.control is None
+                                 else self.control.current_iter_size, self.step)
     self.progress = None  # the console's progress, shown while run() steps
     self.advised = False  # whether the batch was said to be past the noise scale
 
@@ -293,7 +301,8 @@ class TrainLoop:
         f'training {cfg["model"] if isinstance(cfg["model"], str) else "model"} for '
         f'{sizes.max_steps} steps ({sizes.steps_per_epoch} steps/epoch), global batch '
         f'{sizes.global_batch} = {sizes.batch_size} per worker x {sizes.num_workers} '
-        f'worker(s) x iter_size {sizes.iter_size}; starting at step {self.step}')
+        f'worker(s) x iter_size {sizes.iter_size}; starting at step {self.step}'
+        + (f'; {self.control.describe()}' if self.control is not None else ''))
     self.progress = console.Progress(
         sizes.max_steps, self.step, sizes.steps_per_epoch, cfg['print_loss_steps'],
         enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg),
@@ -304,6 +313,8 @@ class TrainLoop:
     cfg = self.config
     self.values = values
     step = self.step = int(values['global_step'])
+    if self.control is not None and values['applied']:
+      self._batch_policy(step, values)
     self.divergence.check(step, values['loss'], self.outputs.latest)
     self.parts.check_data()
     rate = self.rate.step()
@@ -328,18 +339,32 @@ class TrainLoop:
         self._stop(exc.signum)
       self.last_eval = step
 
+  def _batch_policy(self, step, values):
+    """Asks the batch policy after an applied update; a change is one line and two scalars."""
+    change = self.control.decide(values, self.sizes.steps_per_epoch)
+    if change is None:
+      return
+    rate = float(self.parts.learning_rate())
+    distributed.log(self.control.describe_change(*change, values, rate, self.task.example_unit))
+    # The step's line shows the next update's batch and rate, as it does without a change.
+    values.update(global_batch=change[1], next_learning_rate=rate)
+    if self.outputs.writes:
+      self.control.write_scalars(step)
+
   def _advise(self, step, values):
     """Says once when the global batch is above twice the measured noise scale.
 
     The estimate is trusted once its moving average spans its window (about
     1/(1 - decay) updates) or a quarter of the run, whichever comes first.
     """
-    if self.advised or 'noise_scale' not in values:
+    if self.advised or 'noise_scale' not in values or (
+        self.control is not None and self.control.policy_name == 'noise_scale'):
       return
     window = 1.0 / (1.0 - self.config['noise_scale_params']['decay'])
     if values['noise_updates'] < min(window, self.sizes.max_steps / 4):
       return
-    b_simple, batch, unit = float(values['noise_scale']), self.sizes.global_batch, self.task.example_unit
+    b_simple, unit = float(values['noise_scale']), self.task.example_unit
+    batch = int(values.get('global_batch', self.sizes.global_batch))
     if math.isfinite(b_simple) and 0 < b_simple and batch > 2 * b_simple:
       self.advised = True
       distributed.log(
@@ -355,12 +380,15 @@ class TrainLoop:
     several micro-steps, and a resumed run starts at a step already written.
     """
     return step > self.last_summary and (step % self.config['save_summaries_steps'] == 0
-                                         or step == self.sizes.max_steps)
+                                         or step >= self.sizes.max_steps)
 
   def _write_summaries(self, step):
+    # The examples seen are the step x the starting batch (a growing batch counts its steps so).
     summaries.write_train_scalars(step, self.values, self.rate.value,
                                   self.sizes.steps_per_epoch, self.sizes.global_batch,
                                   self.task.TRAIN_METRICS, self.task.example_unit)
+    if self.control is not None:
+      self.control.write_scalars(step)
 
   def _evaluate(self, step):
     """Evaluates, reports, and offers the checkpoint to the best one (by the task's metric)."""

@@ -44,6 +44,7 @@ from framework.config import schedule
 from framework.config import validation as config_lib
 from framework.engines import distributed
 from framework.engines import hardware
+from framework.run import batch_policy
 from framework.run import checkpoints
 from framework.run import evaluation
 from framework.run import noise_scale as noise_lib
@@ -103,6 +104,9 @@ class Trainer:
     self.global_batch = self.batch_size * self.num_workers * self.iter_size
     self.steps_per_epoch, self.config = self._fit_schedule()
     self.max_steps = schedule.total_steps(self.config, self.steps_per_epoch)
+    # A growing batch (batch_policy); None for fixed, where nothing of it is built.
+    self.batch_control = (batch_policy.control_for(self.config, self.batch_size, self.num_workers)
+                          if self.train_data is not None else None)
 
     self.opt_kwargs = self._optimize_loss_arguments(self.config)
     # The noise scale, measured as the config says; in parts: each micro-step as its halves.
@@ -117,6 +121,8 @@ class Trainer:
     self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
                                  skipped_updates=self.skipped_updates,
                                  **self.pipeline.checkpoint_items())
+    if self.batch_control is not None:
+      self.checkpoint_items['batch_policy'] = self.batch_control
     self.checkpoint = tf.train.Checkpoint(**self.checkpoint_items,
                                           **{checkpoints.DATA_LAYOUT: self.data_layout})
     # Regularization is L2 on weights, never on batch-norm parameters (by name or
@@ -191,6 +197,10 @@ class Trainer:
       optimizer = make_optimizer(optimizer, optimizer_params, float(lr_fn(0)),
                                  agn_params=cfg['agn_params'])
       optimizer_params = {}
+    iter_size = cfg['iter_size']
+    if self.batch_control is not None:
+      lr_fn = self.batch_control.learning_rate_fn(lr_fn)
+      iter_size = self.batch_control.iter_size
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
         dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'],
@@ -198,14 +208,23 @@ class Trainer:
         summaries=[s for s in cfg['summaries'] if s not in config_lib.TRAINER_SUMMARIES],
         larc_params=cfg['larc_params'], loss_scaling=cfg['loss_scaling'],
         loss_scaling_params=cfg['loss_scaling_params'], multi_worker=self.num_workers > 1,
-        iter_size=cfg['iter_size'], compression=cfg['distribution_params']['compression'])
+        iter_size=iter_size, compression=cfg['distribution_params']['compression'])
 
   def noise_scale(self):
     """The noise scale measured so far (``noise_lib.estimate``), in the task's example unit."""
     return noise_lib.estimate(self.pipeline)
 
+  def current_batch(self):
+    """The global batch of the next update (the batch policy's, when it grows)."""
+    if self.batch_control is not None:
+      return int(self.batch_control.batch.numpy())
+    return self.global_batch
+
   @property
   def global_step(self):
+    """The run's step: the applied updates, or with a growing batch the examples over the starting batch."""
+    if self.batch_control is not None:
+      return int(self.batch_control.step.numpy())
     return int(self.pipeline.global_step.numpy())
 
   def restore(self, path=None):
@@ -271,7 +290,8 @@ class Trainer:
     if self.num_workers == 1:
       return
     state = (list(self.model.variables) + list(self.pipeline.state_variables())
-             + [self.data_position])
+             + [self.data_position]
+             + (list(self.batch_control.variables) if self.batch_control is not None else []))
     distributed.broadcast_variables(state, root_rank=0)
 
   def begin(self):
@@ -307,11 +327,19 @@ class Trainer:
     pipeline = self.pipeline
 
     train_metrics = self.task.TRAIN_METRICS
+    control = self.batch_control
 
     def update(batch):
       metrics = pipeline(noise_lib.loss_fn(self._loss, batch, self.noise_parts))
       self.data_position.assign_add(1)
       self.skipped_updates.assign_add(tf.cast(metrics['skipped'], tf.int64))
+      if control is not None:
+        # The run's step counts examples; the rate of the next update is read after it moved.
+        with tf.control_dependencies([control.count(metrics['applied'])]):
+          metrics.update(updates=metrics['global_step'], applied=tf.identity(metrics['applied']),
+                         global_step=tf.identity(control.step),
+                         global_batch=tf.identity(control.batch),
+                         next_learning_rate=pipeline.learning_rate())
       # Under the pipeline's names: at the step this micro-step ends at, the console and
       # TensorBoard show the rate and scale of the update that starts there.
       return {'loss': metrics['loss'], **{name: metrics[name] for name in train_metrics},
@@ -319,7 +347,9 @@ class Trainer:
               'next_learning_rate': metrics['next_learning_rate'],
               'next_loss_scale': metrics['next_loss_scale'],
               'global_norm': metrics['global_norm'], 'global_step': metrics['global_step'],
-              **{name: metrics[name] for name in noise_lib.METRICS if name in metrics}}
+              **{name: metrics[name] for name in noise_lib.METRICS if name in metrics},
+              **{name: metrics[name] for name in ('updates', 'applied', 'global_batch')
+                 if name in metrics}}
 
     if cfg['jit_compile']:
       update = tf.function(update, jit_compile=True)
@@ -333,8 +363,9 @@ class Trainer:
       if summary_every:
         # In-graph summaries carry the step before the update; the last update is
         # recorded too, so the run's final weights are in TensorBoard.
-        record = lambda: tf.logical_or(tf.equal(pipeline.global_step % summary_every, 0),
-                                       tf.equal(pipeline.global_step, self.max_steps - 1))
+        clock = control.step if control is not None else pipeline.global_step
+        record = lambda: tf.logical_or(tf.equal(clock % summary_every, 0),
+                                       tf.equal(clock, self.max_steps - 1))
       else:
         record = False
       with tf.summary.record_if(record):
@@ -379,13 +410,15 @@ class Trainer:
     sizes = train_loop.Sizes(max_steps=self.max_steps, steps_per_epoch=self.steps_per_epoch,
                              batch_size=self.batch_size, num_workers=self.num_workers,
                              iter_size=self.iter_size)
+    control = self.batch_control
     return train_loop.LoopParts(
         config=self.config, overrides=self.overrides, task=self.task, sizes=sizes,
         logdir=self.logdir, start_step=self.global_step, step=self.make_train_step(),
         open_batches=self.train_iterator, check_data=self.check_data,
         checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
         evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final_task,
-        eval_split=evaluation.split_of(self.eval_data))
+        eval_split=evaluation.split_of(self.eval_data), batch_control=control,
+        learning_rate=self.pipeline.learning_rate)
 
   def check_data(self):
     """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""
@@ -482,10 +515,30 @@ class Trainer:
     Returns:
       dict with ``images_per_sec`` (all workers) and ``ms_per_step``.
     """
-    step_fn = self.make_train_step()
-    iterator = self.train_iterator()
+    return self._timed(self.make_train_step(), self.train_iterator(), steps)
+
+  def benchmark_batches(self, updates):
+    """Times ``updates`` updates at each global batch the batch policy may use; no checkpoints.
+
+    Returns:
+      ``[(global batch, iter_size, result)]``, smallest batch first; ``result``
+      as :meth:`benchmark`'s, with ``ms_per_update``.
+    """
+    control = self.batch_control
+    step_fn, iterator, found = self.make_train_step(), self.train_iterator(), []
+    name = control.policy_name if control.policy_name in ('steps', 'noise_scale') else None
+    for batch in batch_policy.planned_batches(name, control.params, control.start_batch):
+      control.set(batch, 0)
+      self.pipeline.micro_step.assign(0)
+      iter_size = batch // control.unit
+      result = self._timed(step_fn, iterator, updates * iter_size, warmup=iter_size)
+      found.append((batch, iter_size, dict(result, ms_per_update=result['ms_per_step'] * iter_size)))
+    return found
+
+  def _timed(self, step_fn, iterator, steps, warmup=1):
+    """``steps`` micro-steps timed after ``bench_warmup_steps`` (at least ``warmup``) untimed."""
     with tf.summary.create_noop_writer().as_default():
-      for _ in range(max(1, self.config['bench_warmup_steps'])):
+      for _ in range(max(warmup, self.config['bench_warmup_steps'])):
         result = step_fn(iterator)
       result['loss'].numpy()
       start = time.perf_counter()

@@ -480,6 +480,7 @@ def test_validate_fills_defaults():
       'iter_size': 1,
       'noise_scale': 'auto',
       'noise_scale_params': {'decay': 0.99},
+      'batch_policy': 'fixed', 'batch_policy_params': {},
       'regularizer': None,
       'regularizer_params': None,
       'summaries': ['learning_rate', 'global_gradient_norm', 'loss_scale'],

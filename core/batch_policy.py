@@ -1,0 +1,277 @@
+"""The global batch as a policy of the run, as ``lr_policy`` is for the learning rate.
+
+A batch policy is a function ``policy(state, **batch_policy_params) -> int``:
+given the run's :class:`BatchState` after an update, the global batch of the
+next update. The built-in ones:
+
+- ``fixed``: the config's batch from start to end (the default);
+- ``steps``: a piecewise schedule, ``batches`` by ``boundaries`` (run steps) or
+  ``boundary_epochs``;
+- ``noise_scale``: doubles the batch (once or more in one decision) while twice
+  it stays within the measured gradient noise scale over ``factor``, checked
+  every ``interval`` updates, up to ``max_batch``; it never shrinks.
+
+A name ``"package.module:name"`` is a policy of your own, with the same
+signature. A batch grows by raising ``iter_size``: the micro-batch per worker
+stays as configured, so memory stays what it was at the start, and every batch
+a policy names is a whole multiple of the starting global batch (the run's
+step counts examples in units of it; see :class:`BatchState`).
+
+The learning rate follows the batch by the config's ``lr_scaling`` rule
+(:func:`lr_factor`) and its schedule runs on the run's step, that is on the
+examples seen, so that a warm-up or a decay keeps its length in data whatever
+the batch. This module imports no TensorFlow: the config layer checks a
+policy's parameters with it before anything is built, and the run's own side
+is ``framework.run.batch_policy``. docs/critical_batch.md says how to choose one.
+"""
+
+import dataclasses
+import math
+import numbers
+from typing import Optional
+
+from core.params import ConfigError
+from core.registry import Registry
+
+# A noise_scale policy's default ceiling, in multiples of the starting batch.
+DEFAULT_MAX_FACTOR = 16
+# A noise_scale policy's default updates between two checks (and before the first).
+DEFAULT_INTERVAL = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchState:
+  """What a batch policy is told after each applied update.
+
+  Attributes:
+    step: the run's step, the examples seen over the starting global batch: the
+      step a run at the starting batch would be at (it counts epochs the same
+      way, and the lr schedule and the run's length are in it).
+    updates: the updates applied so far.
+    epoch: the epochs seen (a float).
+    batch: the current global batch (examples, or words/tokens for sequences).
+    start_batch: the global batch the run started with.
+    unit: the smallest change of the batch: the micro-batch x the workers.
+    noise_scale: the measured gradient noise scale B_simple (in the batch's
+      unit), or None when not measured (yet).
+    noise_updates: the updates the noise scale was measured over.
+    last_change: the run step of the batch's last change (0: none yet).
+  """
+  step: int
+  updates: int
+  epoch: float
+  batch: int
+  start_batch: int
+  unit: int
+  noise_scale: Optional[float] = None
+  noise_updates: int = 0
+  last_change: int = 0
+
+
+def fixed(state):
+  """The batch the run started with, to its end."""
+  return state.batch
+
+
+def steps(state, batches, boundaries=None, boundary_epochs=None):
+  """``batches[i]`` from the i-th boundary on (``batches[0]`` before the first).
+
+  Args:
+    state: the run's :class:`BatchState`.
+    batches: the global batches, one more than the boundaries; the first is the
+      run's starting global batch.
+    boundaries: the run steps (examples over the starting batch) at which each
+      next batch begins; or
+    boundary_epochs: the same in epochs.
+  """
+  if boundaries is not None:
+    passed = sum(1 for b in boundaries if state.step >= b)
+  else:
+    passed = sum(1 for b in boundary_epochs if state.epoch >= b - 1e-9)
+  return batches[passed]
+
+
+def noise_scale(state, max_batch=None, factor=1.0, interval=DEFAULT_INTERVAL):
+  """Doubles the batch while twice it is within B_simple / ``factor`` and ``max_batch``.
+
+  McCandlish et al. (2018): below the noise scale a larger batch needs
+  proportionally fewer updates; past it, it buys little. The estimate grows as
+  the loss falls, so the batch follows it up, checked every ``interval``
+  updates once that many were measured; it never shrinks.
+
+  Args:
+    state: the run's :class:`BatchState`.
+    max_batch: the largest global batch (default: 16 x the starting one).
+    factor: how far the noise scale must exceed a batch before the run takes
+      it (1: up to B_simple; 2: up to half of it).
+    interval: updates between checks.
+  """
+  ceiling = max_batch if max_batch is not None else DEFAULT_MAX_FACTOR * state.start_batch
+  measured = state.noise_scale
+  if (state.updates % interval or state.noise_updates < interval or measured is None
+      or not math.isfinite(measured) or measured <= 0):
+    return state.batch
+  batch = state.batch
+  while 2 * batch <= ceiling and 2 * batch * factor <= measured:
+    batch *= 2
+  return batch
+
+
+# The parameters each built-in policy takes (name: required).
+_PARAMETERS = {
+    'fixed': {},
+    'steps': {'batches': True, 'boundaries': False, 'boundary_epochs': False},
+    'noise_scale': {'max_batch': False, 'factor': False, 'interval': False},
+}
+
+BATCH_POLICIES = Registry('batch policy')
+for _name, _policy in (('fixed', fixed), ('steps', steps), ('noise_scale', noise_scale)):
+  BATCH_POLICIES.register(_name, _policy)
+
+KEY = 'batch_policy_params'
+
+
+def is_fixed(config):
+  """Whether the config's batch stays as it starts (``batch_policy: fixed``)."""
+  return config.get('batch_policy', 'fixed') == 'fixed'
+
+
+def check(name, params, start_batch=None, unit=None):
+  """Refuses, in one line naming the key, parameters a built-in policy cannot run with.
+
+  Args:
+    name: the policy's name (a user's policy, by path or object, is checked as it runs).
+    params: its ``batch_policy_params``.
+    start_batch: the run's starting global batch; None (the config layer, before
+      the workers are known) leaves out the checks against it.
+    unit: the micro-batch x the workers (with ``start_batch``).
+
+  Raises:
+    ConfigError: an unknown or missing parameter, a ``steps`` schedule that
+      does not increase, does not start at the starting batch or names a batch
+      the starting batch does not divide, or a ``max_batch`` below the start.
+  """
+  if not isinstance(name, str) or name not in _PARAMETERS:
+    return
+  allowed = _PARAMETERS[name]
+  unknown = sorted(set(params) - set(allowed))
+  if unknown:
+    raise ConfigError(f'{KEY}: unknown key(s) {unknown} for batch_policy {name!r}; allowed: '
+                      f'{", ".join(sorted(allowed)) or "none"}')
+  missing = sorted(k for k, required in allowed.items() if required and k not in params)
+  if missing:
+    raise ConfigError(f'{KEY}.{missing[0]}: required by batch_policy {name!r}')
+  if name == 'steps':
+    _check_steps(params, start_batch, unit)
+  elif name == 'noise_scale':
+    _check_noise_scale(params, start_batch)
+
+
+def _check_steps(params, start_batch, unit):
+  batches = params['batches']
+  given = [k for k in ('boundaries', 'boundary_epochs') if params.get(k) is not None]
+  if len(given) != 1:
+    raise ConfigError(f'{KEY}: give one of boundaries (run steps) and boundary_epochs for '
+                      "batch_policy 'steps'")
+  marks = params[given[0]]
+  if not _is_list(batches, numbers.Integral) or not batches:
+    raise ConfigError(f'{KEY}.batches: must be a list of global batches (integers), got '
+                      f'{batches!r}')
+  if not _is_list(marks, numbers.Real):
+    raise ConfigError(f'{KEY}.{given[0]}: must be a list of numbers, got {marks!r}')
+  if len(batches) != len(marks) + 1:
+    raise ConfigError(f'{KEY}.batches: {len(batches)} batches for {len(marks)} {given[0]}; '
+                      'give one batch more than boundaries (the first is the starting batch)')
+  for key, values in ((given[0], marks), ('batches', batches)):
+    if any(b >= a for a, b in zip(values[1:], values)) or (key != 'batches' and marks
+                                                            and marks[0] <= 0):
+      raise ConfigError(f'{KEY}.{key}: must increase (and boundaries be positive), got {values}')
+  if start_batch is None:
+    return
+  if batches[0] != start_batch:
+    raise ConfigError(f'{KEY}.batches: starts at {batches[0]}, but the run starts at global '
+                      f'batch {start_batch} (batch_size_per_gpu x workers x iter_size); make it '
+                      'the first')
+  for batch in batches:
+    check_batch(batch, start_batch, unit, f'{KEY}.batches')
+
+
+def _check_noise_scale(params, start_batch):
+  top = params.get('max_batch')
+  if top is not None and (not isinstance(top, numbers.Integral) or isinstance(top, bool)
+                          or top < (start_batch or 1)):
+    raise ConfigError(f'{KEY}.max_batch: {top!r} is below the starting global batch '
+                      f'{start_batch}; give an integer >= {start_batch} (or null: '
+                      f'{DEFAULT_MAX_FACTOR} x the start)' if start_batch else
+                      f'{KEY}.max_batch: must be a positive integer, got {top!r}')
+  factor = params.get('factor', 1.0)
+  if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor > 0:
+    raise ConfigError(f'{KEY}.factor: must be a positive number, got {factor!r}')
+  interval = params.get('interval', DEFAULT_INTERVAL)
+  if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
+    raise ConfigError(f'{KEY}.interval: must be an integer >= 1 (updates), got {interval!r}')
+
+
+def _is_list(values, kind):
+  return isinstance(values, (list, tuple)) and all(
+      isinstance(v, kind) and not isinstance(v, bool) for v in values)
+
+
+def check_batch(batch, start_batch, unit, where):
+  """Refuses a global batch the run cannot take, in one line naming ``where``."""
+  if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+    raise ConfigError(f'{where}: a global batch must be a positive integer, got {batch!r}')
+  if batch % unit:
+    raise ConfigError(f'{where}: the global batch {batch} is not a multiple of {unit} (the '
+                      'micro-batch x the workers): iter_size would not be whole')
+  if batch % start_batch:
+    raise ConfigError(f'{where}: the global batch {batch} is not a multiple of the starting '
+                      f'batch {start_batch}: the run counts its steps in starting batches')
+
+
+def next_batch(policy, params, state, where='batch_policy'):
+  """The policy's batch after ``state``, checked: a whole multiple of the start, never smaller.
+
+  Raises:
+    ConfigError: one line naming the policy and what it returned.
+  """
+  batch = policy(state, **params)
+  if isinstance(batch, numbers.Integral) and not isinstance(batch, bool):
+    batch = int(batch)
+  elif isinstance(batch, numbers.Real) and float(batch).is_integer():
+    batch = int(batch)
+  else:
+    raise ConfigError(f'{where}: returned {batch!r} at step {state.step}; a batch policy '
+                      'returns the global batch as an integer')
+  if batch < state.batch:
+    raise ConfigError(f'{where}: returned {batch} at step {state.step}, below the current '
+                      f'global batch {state.batch}; a batch policy never shrinks the batch')
+  check_batch(batch, state.start_batch, state.unit, where)
+  return batch
+
+
+def lr_factor(rule, batch, start_batch):
+  """The learning rate at ``batch`` over the rate at the start: ``lr_scaling``'s rule.
+
+  ``linear`` (Goyal et al.; also the rule without ``lr_scaling``): B/B0;
+  ``sqrt`` (Krizhevsky; the LARS and LAMB recipes): sqrt(B/B0).
+  """
+  ratio = batch / start_batch
+  return math.sqrt(ratio) if rule == 'sqrt' else ratio
+
+
+def planned_batches(name, params, start_batch):
+  """The global batches a built-in policy may use, smallest first (for the benchmark).
+
+  ``steps``: its ``batches``; ``noise_scale``: the start doubled up to
+  ``max_batch``; anything else: the start alone.
+  """
+  if name == 'steps':
+    return list(params['batches'])
+  if name == 'noise_scale':
+    ceiling = params.get('max_batch') or DEFAULT_MAX_FACTOR * start_batch
+    result = [start_batch]
+    while result[-1] * 2 <= ceiling:
+      result.append(result[-1] * 2)
+    return result
+  return [start_batch]
