@@ -50,6 +50,23 @@ def data_error_in(exc):
   return message.split(']', 1)[0].strip() if ']' in message else message.strip()
 
 
+def named_data_loss(exc, layers):
+  """The one line of the DataError ``exc``, naming the file when a record could not be read.
+
+  TensorFlow's ``DataLossError`` (``corrupted record at 8030``) names a byte
+  offset but no file; the train loop raises a DataError for it, the
+  ``DataLossError`` its context. Then each layer of ``layers`` (None ones
+  skipped) is asked in turn for its first file whose records cannot be read
+  (:meth:`DataLayer.corrupt_file`), and the first answer is the line.
+  """
+  if isinstance(exc.__context__, tf.errors.DataLossError):
+    for layer in layers or ():
+      line = layer.corrupt_file() if layer is not None else None
+      if line is not None:
+        return line
+  return str(exc)
+
+
 def fail_unless(ok, message_parts, value):
   """``value`` when ``ok``; else the pipeline fails with the joined message (a DataError for the trainer).
 
@@ -164,6 +181,15 @@ class DataLayer:
       examples_read: train examples this worker has taken so far.
     """
     del examples_read
+
+  def corrupt_file(self):
+    """One line naming the first of this worker's files whose records cannot be read, or None.
+
+    Asked after TensorFlow failed on a record (``DataLossError``, which names
+    a byte offset but no file); layers that read no record files (the base)
+    answer None.
+    """
+    return None
 
   def batches_per_epoch(self, batch_size):
     """Returns the number of full train batches one worker reads per epoch."""

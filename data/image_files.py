@@ -15,7 +15,8 @@ relative to the root, so the order never depends on the file system.
 Symbolic links are followed to files and to folders outside the tree; a link
 that leads back into the tree (a loop, or another class's folder) and a
 second link to a file already read are skipped, so every image is read once,
-with the label of its own class folder.
+with the label of its own class folder. A class folder that is itself such a
+link is refused: its class would hold another class's images, or all of them.
 
 The validation split is chosen per class by a hash of ``split_seed`` and the
 file's relative path: each class holds out its ``round(fraction * n)`` files
@@ -114,12 +115,39 @@ def describe_skipped(skipped, root, what='train_dir'):
           'own class folder')
 
 
+def _check_class_link(root, name, tree, what):
+  """Refuses a class folder that is a link back into the tree (``tree``: its real path).
+
+  Its images would be read again under its label: another class's
+  (``ln -s alpha train/beta``), or every class's (a link to the tree itself
+  or above it, a loop). A link to a folder outside the tree is a class like
+  any other.
+
+  Raises:
+    FolderError: one line naming the link, where it leads and what to do.
+  """
+  folder = os.path.join(root, name)
+  if not os.path.islink(folder):
+    return
+  target = os.path.realpath(folder)
+  if _inside(tree, target):
+    where, whose = 'the tree itself or a folder above it (a loop)', 'every image of the tree'
+  elif _inside(target, tree):
+    where, whose = 'a folder inside the tree', 'its images'
+  else:
+    return
+  raise FolderError(f'image_folder: {what} {root}: class folder {name} is a link to {target}, '
+                    f'{where}: {whose} would be read again as class {name}; make it a folder of '
+                    'its own images (or a link to one outside the tree), or remove it')
+
+
 def list_tree(root, classes=None, what='train_dir', skipped=None):
   """Lists ``root/<class>/<files>``.
 
   Links are followed to files, and to folders that do not lead back into the
   tree; a link to a folder of the tree or above it (a loop, or another class's
-  images under this class) and a linked file that is read already are skipped.
+  images under this class) and a linked file that is read already are skipped,
+  and a class folder that is such a link is refused.
 
   Args:
     root: the directory.
@@ -133,8 +161,8 @@ def list_tree(root, classes=None, what='train_dir', skipped=None):
     ``(relative path, label)`` sorted by relative path (``class/.../file``).
 
   Raises:
-    FolderError: for a missing directory, no class folder, or a class folder
-      without image files.
+    FolderError: for a missing directory, no class folder, a class folder
+      without image files, or one that is a link back into the tree.
   """
   if classes is None:
     classes = class_folders(root, what)
@@ -142,6 +170,7 @@ def list_tree(root, classes=None, what='train_dir', skipped=None):
   skipped = [] if skipped is None else skipped
   listed = []
   for label, name in enumerate(classes):
+    _check_class_link(root, name, tree, what)
     found = _image_files(os.path.join(root, name), tree, skipped)
     if not found:
       raise FolderError(f'image_folder: class folder {os.path.join(root, name)} holds no '
@@ -161,15 +190,7 @@ def list_tree(root, classes=None, what='train_dir', skipped=None):
   return tuple(classes), files
 
 
-def fingerprint(files):
-  """A hash of the names and labels of ``files`` (``list_tree``'s), in order: what a tree held."""
-  digest = hashlib.blake2b(digest_size=8)
-  for relative, label in files:
-    digest.update(f'{label}:{relative}\n'.encode('utf-8'))
-  return digest.hexdigest()
-
-
-def large_image_line(sizes, channels, target, limit):
+def large_image_line(sizes, channels, target, limit, files):
   """The note of the largest image of ``sizes`` when it decodes to more than ``limit`` bytes.
 
   Args:
@@ -177,6 +198,8 @@ def large_image_line(sizes, channels, target, limit):
     channels: the channels each image is decoded to.
     target: ``(height, width)`` the images are resized to.
     limit: bytes.
+    files: how many files the headers were read from; over ``SIZE_SAMPLE``
+      they were a sample, and the note says so (a larger image may be unread).
 
   Returns:
     One line, or None.
@@ -187,7 +210,9 @@ def large_image_line(sizes, channels, target, limit):
   decoded = height * width * channels
   if decoded <= limit:
     return None
-  return (f'image_folder: train_dir holds images up to {height}x{width} ({path}), '
+  sampled = (f'; the largest of {SIZE_SAMPLE:,} headers sampled from its {files:,} training files'
+             if files > SIZE_SAMPLE else '')
+  return (f'image_folder: train_dir holds images up to {height}x{width} ({path}{sampled}), '
           f'{decoded / 2 ** 20:,.0f} MB decoded: each is decoded whole, a few at once, before it '
           f'is resized to {target[0]}x{target[1]}; resize the files beforehand for less memory '
           'and faster steps')

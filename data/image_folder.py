@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import image_files, images, schemas
+from data import image_files, images, schemas, train_set
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
                        check_start_batch, data_error_in, epoch_key, fail_unless,
                        holds_checkpoints, pad_crop_flip, sub_key, write_json_atomically)
@@ -112,7 +112,8 @@ class ImageFolderDataLayer(DataLayer):
     if mode == 'train':
       # Each file is decoded whole, a few at once, before it is resized: gigabytes for huge ones.
       self._tell(image_files.large_image_line(self._sizes()[1], p['channels'],
-                                              self.image_shape[:2], LARGE_IMAGE_BYTES))
+                                              self.image_shape[:2], LARGE_IMAGE_BYTES,
+                                              len(self._header_paths())))
     self.statistics = self._configured_statistics()
     self.corrupt_count = tf.Variable(0, dtype=tf.int64, trainable=False, name='corrupt_files')
 
@@ -171,17 +172,16 @@ class ImageFolderDataLayer(DataLayer):
     raise DataError(f'image_folder: the images of {train_dir} differ in size ({examples}); set '
                     'data_layer_params.image_size to the size to resize them to')
 
+  def _header_paths(self):
+    """The files whose headers tell the image size: the training files (else the split's)."""
+    return self._train_paths or [f for f, _ in self.files]
+
   def _sizes(self):
     """``common_image_size`` of the training files' headers (a sample of 2,000), read once."""
     if self._header_sizes is None:
-      self._header_sizes = image_files.common_image_size(
-          self._train_paths or [f for f, _ in self.files])
+      self._header_sizes = image_files.common_image_size(self._header_paths())
     return self._header_sizes
 
-    if mode == 'train':
-      # Each file is decoded whole, a few at once, before it is resized: gigabytes for huge ones.
-      self._tell(image_files.large_image_line(self._sizes()[1], p['channels'],
-                                              self.image_shape[:2], LARGE_IMAGE_BYTES))
   def _configured_statistics(self):
     """``(mean, std)`` from the params, or None when they are to be computed."""
     p, channels = self.params, self.params['channels']
@@ -200,8 +200,14 @@ class ImageFolderDataLayer(DataLayer):
   # --- normalization statistics ---------------------------------------------------------------
 
   def use_run_dir(self, run_dir):
-    """Keeps the run directory and settles the statistics now (read there, or computed, written)."""
+    """Keeps the run directory and settles the statistics now (read there, or computed, written).
+
+    The statistics file records the training files too; with ``mean`` and
+    ``std`` given there is none, and ``train_set.json`` records them.
+    """
     super().use_run_dir(run_dir)
+    if self.params['mean'] is not None and self.mode == 'train':
+      train_set.keep(self, self._train_set())
     self.normalization()
 
   def normalization(self):
@@ -248,46 +254,40 @@ class ImageFolderDataLayer(DataLayer):
               'with the numbers it held before', file=sys.stderr, flush=True)
     return self.statistics
 
-  def _write_statistics(self, path, record):
-    """Writes ``record`` with what the training files are now: their number and the fingerprint."""
-    write_json_atomically(path, dict(record, train_examples=len(self._train_paths),
-                                     train_dir_files=len(self._all_train),
-                                     fingerprint=image_files.fingerprint(self._all_train)))
+  def _train_set(self):
+    """What train_dir holds now (``data.train_set.TrainSet``): its training files, by name."""
+    return train_set.TrainSet(
+        'image_folder', f'train_dir {self.params["train_dir"]}', len(self._train_paths),
+        train_set.fingerprint(f'{label}:{path}' for path, label in self._all_train),
+        unit='images', parts='file names')
 
-  def _check_train_dir(self, saved=None, path=None):
+  def _write_statistics(self, path, record):
+    """Writes ``record`` with what the training files are now (``_train_set``)."""
+    write_json_atomically(path, dict(record, **self._train_set().record(),
+                                     train_dir_files=len(self._all_train)))
+
+  def _check_train_dir(self, saved, path):
     """Refuses a training set other than the one the run directory's checkpoints were trained on.
 
-    Where the split read comes from train_dir (training, validation) and the
-    run directory's statistics file records its files (their count; their
-    fingerprint, in files written since it is kept), a change is one line
-    naming the counts; ``accept_changed_train_dir`` goes on, and a training
-    layer records the new files.
+    Where the split read comes from train_dir (training, validation), the
+    statistics file ``saved`` (read from ``path``) is held to what train_dir
+    holds now (``data.train_set``); ``accept_changed_train_dir`` goes on, and
+    a training layer records the new files.
 
     Raises:
       DataError: train_dir changed and the change is not accepted.
     """
-    if saved is None or (self.mode == 'eval' and self.split != 'validation'):
+    if self.mode == 'eval' and self.split != 'validation':
       return
-    then, now = saved.get('train_examples'), len(self._train_paths)
-    fingerprint = saved.get('fingerprint')
-    if then == now and fingerprint in (None, image_files.fingerprint(self._all_train)):
+    note = self._train_set().check(saved, path, self.params['accept_changed_train_dir'],
+                                   ' (and validation split)')
+    if note is None or self.worker_index != 0:
       return
-    train_dir = self.params['train_dir']
-    change = (f'{now} training images now, {then} when the checkpoints beside {path} were trained'
-              if then != now else f'{now} training images then and now, but other file names')
-    if not self.params['accept_changed_train_dir']:
-      raise DataError(f'image_folder: train_dir {train_dir} changed since this run directory '
-                      f'was trained: {change}; resuming would read another training set (and '
-                      'validation split) from the same data position. Put the files back, train '
-                      'in a new logdir, or go on with them: --set '
-                      'data_layer_params.accept_changed_train_dir=true')
-    if self.worker_index == 0:
-      if self.mode == 'train':
-        self._write_statistics(path, {key: value for key, value in saved.items()
-                                      if key not in ('train_examples', 'train_dir_files',
-                                                     'fingerprint')})
-      self._tell(f'image_folder: train_dir {train_dir} changed: {change}; going on with it '
-                 '(accept_changed_train_dir), the statistics kept')
+    if self.mode == 'train':
+      self._write_statistics(path, {key: value for key, value in saved.items()
+                                    if key not in ('train_examples', 'train_dir_files',
+                                                   'fingerprint')})
+    self._tell(note + ', the statistics kept')
 
   def _read_statistics(self, path):
     channels = self.params['channels']

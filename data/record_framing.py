@@ -1,13 +1,17 @@
-"""The framing of TFRecord files, read in plain Python: checksums, counts, compression.
+"""The framing of TFRecord files: checksums, counts, compression, and which file is damaged.
 
 A TFRecord record is framed as ``uint64 length, uint32 masked_crc32c(length),
 bytes data[length], uint32 masked_crc32c(data)``, all little-endian; a file
 may be GZIP- or ZLIB-compressed as a whole. The ``tfrecord`` data layer
 (``data.tfrecord``) counts a split's records and tells the files'
-compression with these, before TensorFlow reads them.
+compression with these, in plain Python, before TensorFlow reads them. Once
+TensorFlow's reader has failed on a record (its ``DataLossError`` names a
+byte offset, not the file), :func:`first_unreadable_record` finds the file.
 """
 
+import concurrent.futures
 import gzip
+import re
 import struct
 import zlib
 
@@ -157,3 +161,44 @@ def count_records(path, compression=''):
       f.seek(position)
       count += 1
   return count
+
+
+def _unreadable(path, compression):
+  """``(records read, TensorFlow's reason)`` where TensorFlow's reader fails on ``path``, or None."""
+  def count(records):
+    return int(records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+  records = tf.data.TFRecordDataset(path, compression_type=compression)
+  try:
+    count(records)
+    return None
+  except tf.errors.OpError as e:
+    # After a failure the reader moves to the next file: what came before the bad record counts.
+    read = count(records.ignore_errors())
+    reason = re.sub(r'^\{\{function_node [^}]*\}\}\s*', '', e.message.splitlines()[0])
+    return read, re.sub(r'\s*\[Op:\w+\].*$', '', reason)
+
+
+def first_unreadable_record(paths, compression=''):
+  """The first file of ``paths`` on which TensorFlow's reader fails, and where.
+
+  Each file is read whole by TensorFlow's reader, which checks both
+  checksums of every record (``count_records`` checks the headers only), a
+  few files at once; the failing file first in the order of ``paths`` is
+  named, and the files after it are left unread.
+
+  Returns:
+    ``(path, index of the record that fails, TensorFlow's reason)``, or None
+    when every file reads.
+  """
+  with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    checks = [pool.submit(_unreadable, path, compression) for path in paths]
+    try:
+      for path, check in zip(paths, checks):
+        found = check.result()
+        if found is not None:
+          return (path, *found)
+    finally:
+      for check in checks:
+        check.cancel()
+  return None

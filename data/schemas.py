@@ -37,6 +37,12 @@ FASHION_MNIST_PARAMS = {
     'augment': Param(bool, False, doc='random flip and 2-pixel translation in train mode'),
 }
 
+# The key of every layer that records its training set in the run directory (data.train_set).
+ACCEPT_CHANGED_TRAIN_SET = Param(
+    bool, False, doc='resume although the training set differs from the one the checkpoints were '
+                     'trained on (its count or the fingerprint of its files, kept in '
+                     'train_set.json), recording the new one; refused otherwise')
+
 IMAGENET_PARAMS = {
     'data_dir': PathParam(REQUIRED, doc='directory holding the TFRecord shards'),
     'file_pattern': Param(str, None, doc="glob within data_dir; 'train-*' / 'validation-*' by mode"),
@@ -53,6 +59,7 @@ IMAGENET_PARAMS = {
     'max_corrupt_fraction': Param(float, 0.001, check=_fraction,
                                   doc='with skip_corrupt: fail once more than this fraction of '
                                   'the records read (at least one epoch\'s worth) was skipped'),
+    'accept_changed_train_dir': ACCEPT_CHANGED_TRAIN_SET,
 }
 
 # Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
@@ -113,6 +120,7 @@ _IMAGE_PARAMS = {
                                     'with checkpoints lacks it (eval, export, infer, resume '
                                     'refuse otherwise: the checkpoints were trained with the '
                                     'lost numbers)'),
+    'accept_changed_train_dir': ACCEPT_CHANGED_TRAIN_SET,
 }
 
 # A preset is a named bundle of defaults for the keys below; a key given
@@ -297,6 +305,7 @@ TEXT_PAIRS_PARAMS = {
                                 doc='build vocabulary.json again when a run directory with '
                                     'checkpoints lacks it (eval, export, infer, resume refuse '
                                     'otherwise: the checkpoints were trained with its ids)'),
+    'accept_changed_train_dir': ACCEPT_CHANGED_TRAIN_SET,
     # OpenSeq2Seq's ParallelTextDataLayer keys of its own input pipeline, read so that its
     # configs port as they are; the batches here are drawn as data.seq2seq says.
     'shuffle': Param(bool, None, doc="OpenSeq2Seq's: training batches are always shuffled "
@@ -368,8 +377,8 @@ IMAGE_FOLDER_PARAMS = {
     'accept_changed_train_dir': Param(
         bool, False, doc='resume (and evaluate the validation split) although train_dir holds '
                          'other files than when the checkpoints were trained (its count or file '
-                         'names, kept in image_statistics.json), recording the new ones; '
-                         'refused otherwise'),
+                         'names, kept in image_statistics.json, or in train_set.json when mean '
+                         'and std are given), recording the new ones; refused otherwise'),
     'skip_corrupt': Param(bool, False,
                           doc='skip (and count) files that cannot be decoded, instead of failing'),
     'max_corrupt_fraction': Param(float, 0.001, check=_fraction,

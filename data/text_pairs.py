@@ -49,9 +49,12 @@ to ``vocabulary.json`` there with the tokenization settings (worker 0, when it
 first reads batches: a run refused for a bad eval file leaves nothing
 behind), and every later
 run of the directory (eval, export, infer, a resumed run) reads them back, so
-the ids never drift from the checkpoint, even when the training file changes;
-a run whose tokenization settings differ from the file's is refused. A token
-of an eval, test or served source outside the vocabulary becomes ``<unk>``.
+the ids never drift from the checkpoint; a run whose tokenization settings
+differ from the file's is refused. A resume whose training pairs changed (the
+file edited, another file) is refused in one line, as ``data.train_set``
+says, or goes on with them and the kept vocabularies
+(``accept_changed_train_dir``). A token of an eval, test or served source
+outside the vocabulary becomes ``<unk>``.
 """
 
 import json
@@ -59,7 +62,7 @@ import os
 import sys
 
 from core.params import ConfigError
-from data import schemas
+from data import schemas, train_set
 from data.base import DataError, holds_checkpoints, write_json_atomically
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
@@ -119,6 +122,7 @@ class TextPairsDataLayer(SequenceDataLayer):
     self.max_target_length = p['max_target_length'] or p['max_length']
     self._unwritten = None  # the run directory's vocabulary file, to write with the first batches
     self._pending = None  # an eval layer's vocabulary file that training writes (parallel files)
+    self._unrecorded = None  # the training set, to record with the first batches (data.train_set)
     if self.parallel:
       self.split = 'train' if mode == 'train' else 'eval'
       self.path = p['source_file']
@@ -264,13 +268,19 @@ class TextPairsDataLayer(SequenceDataLayer):
   def use_run_dir(self, run_dir):
     """Reads the run directory's vocabularies, or, on its first run, keeps them to write there.
 
+    A train layer first holds its pairs to those the checkpoints were
+    trained on (``data.train_set.hold``).
+
     Raises:
       ConfigError: the file was written with other tokenization settings.
-      DataError: the file cannot be read.
+      DataError: the file cannot be read, or the training pairs changed.
     """
     super().use_run_dir(run_dir)
     if run_dir is None:
       return
+    if self.mode == 'train':
+      now = self._train_set()
+      self._unrecorded = now if train_set.hold(self, now, ', the vocabularies kept') else None
     path = os.path.join(run_dir, VOCABULARY_FILE)
     if os.path.exists(path):
       self._use_vocabularies(path)
@@ -289,6 +299,18 @@ class TextPairsDataLayer(SequenceDataLayer):
       self._pending = path  # the training run of this directory writes it before it evaluates
     elif self.worker_index == 0:
       self._unwritten = path
+
+  def _train_set(self):
+    """The training pairs now (``data.train_set.TrainSet``), by their tokens, in order."""
+    p = self.params
+    where = (f'source_file {p["source_file"]}' + (f' and target_file {p["target_file"]}'
+                                                  if p['use_targets'] else '')
+             if self.parallel else f'train_file {p["train_file"]}')
+    pairs = ('\x1f'.join(source) + '\t' + '\x1f'.join(target)
+             for source, references in zip(self._source_token_tuples, self.references)
+             for target in references)
+    return train_set.TrainSet('text_pairs', where, self.num_examples,
+                              train_set.fingerprint(pairs), unit='pairs', parts='pairs')
 
   def _use_vocabularies(self, path):
     source, target = self._read_vocabularies(path)
@@ -313,8 +335,12 @@ class TextPairsDataLayer(SequenceDataLayer):
                     'the logdir of a training run (its vocabulary.json)')
 
   def dataset(self, batch_size, seed=0, start_batch=0):
-    """The batches of ``data.seq2seq``; the first call writes the run directory's vocabularies."""
+    """The batches of ``data.seq2seq``; the first call writes the run directory's vocabularies
+    and the record of its training set."""
     self._settle()
+    if self._unrecorded is not None:
+      train_set.record(self, self._unrecorded)
+      self._unrecorded = None
     if self._unwritten is not None and os.path.exists(self._unwritten):
       # Another layer of this run (training, before this evaluation) wrote it first.
       self._use_vocabularies(self._unwritten)

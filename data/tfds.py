@@ -27,9 +27,10 @@ import tensorflow as tf
 
 from core import signals
 from core.params import ConfigError
-from data import images, schemas
+from data import images, schemas, train_set
 from data.base import DataError
 from data.encoded_images import EncodedImageLayer
+from data.record_framing import first_unreadable_record
 
 
 # A worker's share of a split whose encoded images fit in this many bytes is
@@ -265,6 +266,37 @@ class TfdsDataLayer(EncodedImageLayer):
                                   self._checked_label(where, index, example[label_key])),
           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return self._sources[split]
+
+  def use_run_dir(self, run_dir):
+    """Keeps ``run_dir``; a train layer holds its split to the one the checkpoints were trained on."""
+    super().use_run_dir(run_dir)
+    if self.mode == 'train':
+      train_set.keep(self, self._train_set())
+
+  def _split_files(self):
+    """The files the split reads (TFDS' file instructions: the file, and the examples it gives)."""
+    return self.builder.info.splits[self.split].file_instructions
+
+  def _train_set(self):
+    """The split now (``data.train_set.TrainSet``): the data set's version, its files and sizes."""
+    files = self._split_files()
+    # Each file by its size and the examples the split takes of it.
+    extents = [f'{tf.io.gfile.stat(f.filename).length}:{f.skip}:{f.take}' for f in files]
+    return train_set.TrainSet(
+        'tfds', f'split {self.split!r} of {self.params["name"]}', self.num_examples,
+        train_set.fingerprint([self.builder.info.full_name,
+                               *train_set.file_lines([f.filename for f in files], extents)]),
+        parts='files (version, names or sizes)')
+
+  def corrupt_file(self):
+    if self.builder.info.file_format.name != 'TFRECORD':
+      return None
+    found = first_unreadable_record(sorted({f.filename for f in self._split_files()}))
+    if found is None:
+      return None
+    path, index, reason = found
+    return (f'tfds: {path}: record {index} cannot be read ({reason}): the prepared data set is '
+            f'damaged; delete {self.builder.data_dir} and prepare it again (download: true)')
 
   def _before_reading(self):
     # Built here, outside the epochs' traced function, so TFDS' Python runs once.

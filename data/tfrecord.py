@@ -24,7 +24,7 @@ import os
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import images, schemas, split_sizes
+from data import images, schemas, split_sizes, train_set
 from data.base import SHUFFLE_KEY, DataError, epoch_key, sub_key, write_json_atomically
 from data.encoded_images import EncodedImageLayer
 # The framing of the files, by the names the imagenet layer and the tests import from here.
@@ -32,6 +32,7 @@ from data.record_framing import COMPRESSIONS
 from data.record_framing import count_records
 from data.record_framing import crc32c  # pylint: disable=unused-import
 from data.record_framing import file_compression
+from data.record_framing import first_unreadable_record
 from data.record_framing import masked_crc32c  # pylint: disable=unused-import
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,9 @@ class TFRecordDataLayer(EncodedImageLayer):
   ``max_corrupt_fraction``; a label outside ``[0, num_classes)`` after
   ``label_offset`` stops the run naming its record). The first record is read
   at construction: one that lacks ``image_key`` or ``label_key`` is refused,
-  naming its file and the features it has.
+  naming its file and the features it has. A record TensorFlow cannot read
+  (a checksum) is named by :meth:`corrupt_file` once the run failed on it;
+  a resume on other training files is refused (``data.train_set``).
   """
 
   PARAMS = schemas.TFRECORD_PARAMS
@@ -309,12 +312,32 @@ class TFRecordDataLayer(EncodedImageLayer):
     """Keeps ``run_dir``; counts that could not be cached beside their files are cached there.
 
     Counting waits for this call when nothing asked for the size before, so a
-    count cached in the run directory by an earlier start is found.
+    count cached in the run directory by an earlier start is found. A train
+    layer then holds its files to those the run directory's checkpoints were
+    trained on (``data.train_set.hold``).
     """
     super().use_run_dir(run_dir)
     if self.record_counts is None and (self._num_examples is None or self.params['verify_files']):
       self.counts()
     self._save_counts_in_run_dir()
+    if self.mode == 'train':
+      train_set.keep(self, self._train_set())
+
+  def _train_set(self):
+    """The training files now (``data.train_set.TrainSet``): their records, names and sizes."""
+    sizes = [file_signature(path)[0] for path in self.files]
+    return train_set.TrainSet(
+        self.kind, f'the training files {self.pattern}', self.num_examples,
+        train_set.fingerprint(train_set.file_lines(self.files, sizes)), unit='records',
+        parts='files (names or sizes)')
+
+  def corrupt_file(self):
+    found = first_unreadable_record(self.worker_files, self.compression)
+    if found is None:
+      return None
+    path, index, reason = found
+    return (f'{self.kind}: {path}: record {index} cannot be read ({reason}): the file is damaged; '
+            f'copy it again, or leave it out of the files {self.pattern} matches')
 
   # -- the first record ----------------------------------------------------
 

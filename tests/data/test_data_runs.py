@@ -24,6 +24,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+from data import image_files
 from tests.processes import Child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -99,6 +100,44 @@ def test_links_that_loop_or_repeat_an_image_are_skipped_and_named(folder_run):
       'image is read once, under its own class folder']
   # 4 + 4 images, each once: no beta image under alpha, nothing read twice.
   assert json.loads((logdir / 'image_statistics.json').read_text())['train_examples'] == 8
+
+
+@pytest.mark.slow
+def test_a_linked_class_folder_is_a_class_unless_it_leads_back_into_the_tree(tmp_path, run_main):
+  tree = tmp_path / 'train'
+  write_images(tree / 'alpha', {f'a{i}.png': 20 + i for i in range(3)})
+  write_images(tmp_path / 'elsewhere' / 'gamma', {f'g{i}.png': 120 + i for i in range(2)})
+  os.symlink(tmp_path / 'elsewhere' / 'gamma', tree / 'gamma')  # images kept elsewhere
+  os.symlink('.', tree / 'loop')  # every class again, as 'loop'
+  config = tmp_path / 'linked.yaml'
+  config.write_text(yaml.safe_dump({'base_params': {
+      'model': 'resnet_cifar', 'model_params': {'depth': 8}, 'data_layer': 'image_folder',
+      'data_layer_params': {'train_dir': str(tree), 'image_size': 8, 'augment': 'none'},
+      'batch_size_per_gpu': 2, 'max_steps': 1, 'optimizer': 'Momentum',
+      'optimizer_params': {'momentum': 0.9}, 'lr_policy_params': {'learning_rate': 0.01},
+      'dtype': 'float32'}}))
+  refused = run_main(f'--config={config}', '--mode=train', f'--logdir={tmp_path}/refused')
+  assert refused.returncode == 2 and 'Traceback' not in refused.stderr
+  assert error_lines(refused) == [
+      f'error: image_folder: train_dir {tree}: class folder loop is a link to {tree}, the tree '
+      'itself or a folder above it (a loop): every image of the tree would be read again as class '
+      'loop; make it a folder of its own images (or a link to one outside the tree), or remove it']
+  os.remove(tree / 'loop')
+  os.symlink('alpha', tree / 'beta')  # alpha's images again, as beta
+  refused = run_main(f'--config={config}', '--mode=train', f'--logdir={tmp_path}/refused')
+  assert error_lines(refused) == [
+      f'error: image_folder: train_dir {tree}: class folder beta is a link to {tree}/alpha, a '
+      'folder inside the tree: its images would be read again as class beta; make it a folder of '
+      'its own images (or a link to one outside the tree), or remove it']
+  os.remove(tree / 'beta')
+  trained = run_main(f'--config={config}', '--mode=train', f'--logdir={tmp_path}/run')
+  assert trained.returncode == 0, trained.stderr
+  # The linked folder is the class of its link's name, its two images read once.
+  assert json.loads((tmp_path / 'run' / 'image_statistics.json').read_text())[
+      'train_examples'] == 5
+  assert image_files.list_tree(str(tree)) == (
+      ('alpha', 'gamma'), [('alpha/a0.png', 0), ('alpha/a1.png', 0), ('alpha/a2.png', 0),
+                           ('gamma/g0.png', 1), ('gamma/g1.png', 1)])
 
 
 @pytest.mark.slow
@@ -237,6 +276,40 @@ def test_repeated_pairs_are_said_to_be_read_once(tmp_path, run_main):
       'training examples',
       'error: batch_size: 32 words per worker x 1 worker(s) makes no full batch of the 1 examples '
       'of the train split']
+
+
+@pytest.mark.slow
+def test_training_pairs_changed_since_the_checkpoints_are_one_line_at_resume(tmp_path, run_main):
+  words = ('abc', 'bcd', 'cda', 'dab', 'acd', 'bda', 'cab', 'dbc')
+  train = tmp_path / 'pairs.tsv'
+  train.write_text(''.join(f'{w}\t{w[::-1]}\n' for w in words))
+  logdir = tmp_path / 'run'
+  trained = run_main(text_pairs_config(tmp_path / 'pairs.yaml', train), '--mode=train',
+                     f'--logdir={logdir}')
+  assert trained.returncode == 0, trained.stderr
+  recorded = json.loads((logdir / 'train_set.json').read_text())
+  resume = (f'--config={logdir}/config.yaml', '--mode=train', f'--logdir={logdir}',
+            '--continue_learning', '--set', 'max_steps=2')
+  with open(train, 'a', encoding='utf-8') as f:
+    f.write('bca\tacb\n')
+  refused = run_main(*resume)
+  assert refused.returncode == 2 and error_lines(refused) == [
+      f'error: text_pairs: train_file {train} changed since this run directory was trained: 9 '
+      f'training pairs now, 8 when the checkpoints beside {logdir}/train_set.json were trained; '
+      'resuming would read another training set from the same data position. Put the files back, '
+      'train in a new logdir, or go on with them: --set '
+      'data_layer_params.accept_changed_train_dir=true']
+  # As many pairs, one of them another.
+  train.write_text(''.join(f'{w}\t{w[::-1]}\n' for w in words[:-1] + ('bca',)))
+  refused = run_main(*resume)
+  assert ': 8 training pairs then and now, but other pairs; resuming would' in refused.stderr
+  accepted = run_main(*resume, '--set', 'data_layer_params.accept_changed_train_dir=true')
+  assert accepted.returncode == 0, accepted.stderr
+  assert (f'text_pairs: train_file {train} changed: 8 training pairs then and now, but other '
+          'pairs; going on with it (accept_changed_train_dir), the vocabularies kept'
+          in accepted.stderr)
+  now = json.loads((logdir / 'train_set.json').read_text())
+  assert now['train_examples'] == 8 and now['fingerprint'] != recorded['fingerprint']
 
 
 @pytest.mark.slow
@@ -398,3 +471,25 @@ def test_a_label_out_of_range_says_the_label_first_and_the_record_last(tmp_path,
   assert error_lines(failed) == [
       'error: tfrecord: label 7 - label_offset 0 is outside [0, 3): check '
       f'data_layer_params.label_offset and num_classes (record 2 of {path})']
+
+
+@pytest.mark.slow
+def test_a_record_that_fails_its_checksum_is_named_with_its_file(tmp_path, run_main):
+  write_records(tmp_path / 'records' / 'train-0', [0, 1, 2, 0])
+  damaged = tmp_path / 'records' / 'train-1'
+  write_records(damaged, [1, 2, 0, 1])
+  raw = bytearray(damaged.read_bytes())
+  start = 0
+  for _ in range(2):  # to record 2: each is a 12-byte header, its data and a 4-byte checksum
+    start += 12 + struct.unpack('<Q', raw[start:start + 8])[0] + 4
+  raw[start + 12 + 20] ^= 0xFF  # a byte of its data: its header and length checksum still hold
+  damaged.write_bytes(bytes(raw))
+  failed = run_main(records_config(tmp_path, tmp_path / 'records' / 'train-*'), '--mode=train',
+                    f'--logdir={tmp_path}/run')
+  assert failed.returncode == 2
+  # TensorFlow's own line names a byte offset only: 'corrupted record at ...'.
+  assert error_lines(failed) == [
+      f'error: tfrecord: {damaged}: record 2 cannot be read (corrupted record at {start + 12}): '
+      'the file is damaged; copy it again, or leave it out of the files '
+      f'{tmp_path}/records/train-* matches']
+  assert 'Traceback' not in failed.stdout + failed.stderr

@@ -7,6 +7,7 @@ layer is told mean 0 and std 1/255, so a batch's pixels name the files it read.
 import json
 import os
 import shutil
+import struct
 
 import numpy as np
 import pytest
@@ -275,6 +276,23 @@ def test_statistics_are_numpys_and_kept_in_the_run_directory(tmp_path):
   assert DATA_LAYERS['image_folder'](params, 'train').normalization()[0] == mean
 
 
+def test_a_changed_train_dir_is_refused_at_resume_with_mean_and_std_given(tmp_path):
+  for i in range(4):
+    write(str(tmp_path / 'train' / 'ab'[i % 2] / f'{i}.png'), png(flat(i)))
+  params = {'train_dir': str(tmp_path / 'train'), 'image_size': 8, **IDENTITY}
+  run_dir = tmp_path / 'run'
+  DATA_LAYERS['image_folder'](params, 'train').use_run_dir(str(run_dir))
+  # No statistics to keep: the training files are recorded on their own.
+  assert sorted(os.listdir(run_dir)) == ['train_set.json']
+  (run_dir / 'ckpt-2.index').write_bytes(b'')
+  DATA_LAYERS['image_folder'](params, 'train').use_run_dir(str(run_dir))  # the same files
+  write(str(tmp_path / 'train' / 'a' / '9.png'), png(flat(9)))
+  with pytest.raises(DataError, match=r'^image_folder: train_dir .*/train changed since this run '
+                                      r'directory was trained: 5 training images now, 4 when the '
+                                      r'checkpoints beside .*/run/train_set.json were trained; '):
+    DATA_LAYERS['image_folder'](params, 'train').use_run_dir(str(run_dir))
+
+
 def _eval_layer_with(params, run_dir):
   """The training files as an eval split (eval_dir = train_dir), using the run's statistics."""
   data = DATA_LAYERS['image_folder']({**params, 'eval_dir': params['train_dir']}, 'eval')
@@ -309,6 +327,28 @@ def test_headers_of_every_format_give_the_size(tmp_path):
     sizes[name] = image_files.image_size_of(str(tmp_path / name))
   assert sizes == {'a.png': (5, 9), 'b.jpg': (7, 3), 'c.bmp': (4, 6), 'd.gif': (3, 8),
                    'e.png': None}
+
+
+def test_the_large_image_note_says_when_its_headers_were_a_sample(tmp_path, capsys):
+  # A PNG header only: the size in it is all the note reads (no file is decoded at the start).
+  large = b'\x89PNG\r\n\x1a\n' + struct.pack('>I4sII5B', 13, b'IHDR', 6000, 6000, 8, 2, 0, 0, 0)
+  small = png(flat(1, (8, 8)))
+
+  def note(files):
+    root = tmp_path / str(files)
+    write(str(root / 'a' / '0000.png'), large)
+    for i in range(1, files):
+      write(str(root / ('a' if i % 2 else 'b') / f'{i:04d}.png'), small)
+    DATA_LAYERS['image_folder']({'train_dir': str(root), 'image_size': 8, **IDENTITY}, 'train')
+    return [line for line in capsys.readouterr().err.splitlines() if 'decoded whole' in line]
+
+  tail = ('103 MB decoded: each is decoded whole, a few at once, before it is resized to 8x8; '
+          'resize the files beforehand for less memory and faster steps')
+  assert note(image_files.SIZE_SAMPLE) == [
+      f'image_folder: train_dir holds images up to 6000x6000 ({tmp_path}/2000/a/0000.png), {tail}']
+  assert note(image_files.SIZE_SAMPLE + 1) == [
+      f'image_folder: train_dir holds images up to 6000x6000 ({tmp_path}/2001/a/0000.png; the '
+      f'largest of 2,000 headers sampled from its 2,001 training files), {tail}']
 
 
 def test_eval_dir_with_other_classes_is_refused_in_one_line(tree, tmp_path):

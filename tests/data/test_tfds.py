@@ -1,5 +1,7 @@
 """Tests of the tfds data layer on a tiny TensorFlow Datasets builder prepared here, offline."""
 
+import shutil
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -152,3 +154,40 @@ def test_a_set_not_prepared_is_named_and_download_prepares_it(data_dir, tmp_path
     layer(data_dir, 'eval', eval_split='validation')
   with pytest.raises(Exception, match="data_layer_params.label_key: .* no ClassLabel feature 'y'"):
     layer(data_dir, label_key='y')
+
+
+def test_a_resume_on_another_split_is_one_line(data_dir, tmp_path, capsys):
+  run_dir = tmp_path / 'run'
+  layer(data_dir).use_run_dir(str(run_dir))
+  (run_dir / 'ckpt-4.index').write_bytes(b'')  # the checkpoints trained on the whole split
+  layer(data_dir).use_run_dir(str(run_dir))  # the same split: nothing said
+  with pytest.raises(DataError) as refused:
+    layer(data_dir, train_split='train[:50%]').use_run_dir(str(run_dir))
+  assert str(refused.value) == (
+      f"tfds: split 'train[:50%]' of {NAME} changed since this run directory was trained: "
+      f'{TRAIN // 2} training examples now, {TRAIN} when the checkpoints beside {run_dir}/'
+      'train_set.json were trained; resuming would read another training set from the same '
+      'data position. Put the files back, train in a new logdir, or go on with them: --set '
+      'data_layer_params.accept_changed_train_dir=true')
+  capsys.readouterr()
+  layer(data_dir, train_split='train[:50%]', accept_changed_train_dir=True).use_run_dir(
+      str(run_dir))
+  assert capsys.readouterr().err == (
+      f"tfds: split 'train[:50%]' of {NAME} changed: {TRAIN // 2} training examples now, {TRAIN} "
+      f'when the checkpoints beside {run_dir}/train_set.json were trained; going on with it '
+      '(accept_changed_train_dir)\n')
+  layer(data_dir, train_split='train[:50%]').use_run_dir(str(run_dir))  # recorded since
+
+
+def test_a_damaged_record_file_is_named(data_dir, tmp_path):
+  copy = tmp_path / 'copy'
+  shutil.copytree(data_dir, copy)
+  data = layer(str(copy))
+  assert data.corrupt_file() is None
+  shard, = (copy / NAME / '1.0.0').glob(f'{NAME}-train.tfrecord-*')
+  raw = bytearray(shard.read_bytes())
+  raw[12 + 20] ^= 0xFF  # a byte of the first record's data: only its checksum tells
+  shard.write_bytes(bytes(raw))
+  assert data.corrupt_file() == (
+      f'tfds: {shard}: record 0 cannot be read (corrupted record at 12): the prepared data set is '
+      f'damaged; delete {copy}/{NAME}/1.0.0 and prepare it again (download: true)')

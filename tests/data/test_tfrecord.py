@@ -364,3 +364,72 @@ def test_compressed_files_are_told_apart_counted_and_read(tmp_path):
   with pytest.raises(DataError, match=r'cut.gz: (truncated TFRecord file \(GZIP\)|cannot be read '
                                       r'as GZIP-compressed)'):
     tfrecord.count_records(str(cut), 'GZIP')
+
+
+def damage(path, record, byte=20):
+  """Flips a byte of the data of ``record`` in an uncompressed file; returns the data's offset.
+
+  The record's header and length checksum still hold: only TensorFlow's reader, which checks the
+  data's checksum too, finds it.
+  """
+  raw = bytearray(path.read_bytes())
+  start = 0
+  for _ in range(record):  # a 12-byte header, the data, a 4-byte checksum
+    start += 12 + int.from_bytes(raw[start:start + 8], 'little') + 4
+  raw[start + 12 + byte] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  return start + 12
+
+
+def test_the_first_file_whose_records_cannot_be_read_is_found(tmp_path):
+  records = [example(encode(flat(), png=True), label) for label in range(4)]
+  paths = [tmp_path / f'data-train-{i}' for i in range(4)]
+  for path in paths:
+    write(path, records)
+  assert tfrecord.first_unreadable_record([str(p) for p in paths]) is None
+  offset = damage(paths[1], 2)
+  damage(paths[3], 0)
+  assert tfrecord.count_records(str(paths[1])) == 4  # the framing of the headers holds
+  assert tfrecord.first_unreadable_record([str(p) for p in paths]) == (
+      str(paths[1]), 2, f'corrupted record at {offset}')
+  assert layer(tmp_path).corrupt_file() == (
+      f'tfrecord: {paths[1]}: record 2 cannot be read (corrupted record at {offset}): the file is '
+      f'damaged; copy it again, or leave it out of the files {tmp_path}/data-train-* matches')
+  # Each worker looks among the files it reads: worker 0 of 2 files 0 and 2, worker 1 1 and 3.
+  assert layer(tmp_path, workers=2, worker=0).corrupt_file() is None
+  assert layer(tmp_path, workers=2, worker=1).corrupt_file().startswith(
+      f'tfrecord: {paths[1]}: record 2 cannot be read')
+
+
+def test_a_resume_on_changed_training_files_is_one_line(tfds_keys, tmp_path_factory, capsys):
+  run_dir = tmp_path_factory.mktemp('run')
+  layer(tfds_keys).use_run_dir(str(run_dir))
+  recorded = json.loads((run_dir / 'train_set.json').read_text())
+  assert recorded['train_examples'] == 6
+  (run_dir / 'ckpt-4.index').write_bytes(b'')  # the checkpoints trained on those files
+  layer(tfds_keys).use_run_dir(str(run_dir))  # the same files: nothing said
+  layer(tfds_keys, 'eval').use_run_dir(str(run_dir))  # an evaluation reads other files
+  write(tfds_keys / 'data-train-1', [example(encode(flat(), png=True), 1)])
+  with pytest.raises(DataError) as refused:
+    layer(tfds_keys).use_run_dir(str(run_dir))
+  assert str(refused.value) == (
+      f'tfrecord: the training files {tfds_keys}/data-train-* changed since this run directory '
+      f'was trained: 7 training records now, 6 when the checkpoints beside {run_dir}/'
+      'train_set.json were trained; resuming would read another training set from the same '
+      'data position. Put the files back, train in a new logdir, or go on with them: --set '
+      'data_layer_params.accept_changed_train_dir=true')
+  # As many records, one file of other bytes.
+  os.remove(tfds_keys / 'data-train-1')
+  write(tfds_keys / 'data-train-0', [example(encode(flat(), png=False), label)
+                                     for label in range(6)])
+  with pytest.raises(DataError, match=r': 6 training records then and now, but other files '
+                                      r'\(names or sizes\); resuming would'):
+    layer(tfds_keys).use_run_dir(str(run_dir))
+  capsys.readouterr()
+  layer(tfds_keys, accept_changed_train_dir=True).use_run_dir(str(run_dir))
+  assert capsys.readouterr().err.endswith(
+      f'tfrecord: the training files {tfds_keys}/data-train-* changed: 6 training records then and '
+      'now, but other files (names or sizes); going on with it (accept_changed_train_dir)\n')
+  now = json.loads((run_dir / 'train_set.json').read_text())
+  assert now['train_examples'] == 6 and now['fingerprint'] != recorded['fingerprint']
+  layer(tfds_keys).use_run_dir(str(run_dir))  # recorded: the next resume goes on
