@@ -107,6 +107,8 @@ def test_steps_grows_at_its_boundaries_with_the_lr_of_its_rule(straight):
       (8, 16, 6, 2, 'lr_scaling sqrt', 6), (16, 32, 12, 4, 'lr_scaling sqrt', 9)]
   assert float(changes[0][4]) == pytest.approx(0.2 * 2 ** 0.5 * (1 - 6 / 64), rel=5e-5)
   assert float(changes[1][4]) == pytest.approx(0.2 * 2 * (1 - 12 / 64), rel=5e-5)
+  assert 'batch policy steps: 14 updates to step 32 (a fixed batch of 8 takes 32), global batch ' \
+         '8 -> 32' in out
   values = variables(logdir, 32)
   assert int(values['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 6 + 3 + 5  # updates
   assert int(values['batch_policy/step/.ATTRIBUTES/VARIABLE_VALUE']) == 32

@@ -154,6 +154,12 @@ class BatchControl(tf.Module):
     return (f'batch policy {self.policy_name} from global batch {self.start_batch} (it grows by '
             'iter_size; a step counts the examples of one starting batch)')
 
+  def summary_line(self, updates):
+    """``batch policy P: N updates to step S, global batch A -> B``: the run's end, in one line."""
+    step, batch = int(self.step.numpy()), int(self.batch.numpy())
+    return (f'batch policy {self.policy_name}: {updates} updates to step {step} (a fixed batch '
+            f'of {self.start_batch} takes {step}), global batch {self.start_batch} -> {batch}')
+
   def write_scalars(self, step):
     """``batch/global`` and ``batch/iter_size`` at ``step``, to the default summary writer."""
     tf.summary.scalar('batch/global', tf.cast(self.batch, tf.float32), step=step)

@@ -313,7 +313,8 @@ def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=No
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from framework.run import train_loop  # pylint: disable=import-outside-toplevel
   if options.mode == 'benchmark':
-    benchmark(trainer, options.bench_steps)
+    from framework.run import benchmark  # pylint: disable=import-outside-toplevel
+    benchmark.run(trainer, options.bench_steps)
     return 0
   restored = restore(trainer, options, logdir)
   if options.mode == 'export':
@@ -357,26 +358,6 @@ def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=No
   return 0
 
 
-def benchmark(trainer, steps):
-  """Times ``steps`` training steps after the warm-up and prints the rate (chief)."""
-  from framework.engines import distributed  # pylint: disable=import-outside-toplevel
-  trainer.begin()
-  if trainer.batch_control is not None:
-    for batch, iter_size, result in trainer.benchmark_batches(steps):
-      if distributed.is_chief():
-        print(f'benchmark at global batch {batch} (iter_size {iter_size}): '
-              f'{result["images_per_sec"]:.1f} {trainer.task.example_unit}/sec, '
-              f'{result["ms_per_update"]:.1f} ms/update over {steps} updates '
-              f'({trainer.num_workers} worker(s))', flush=True)
-    return
-  result = trainer.benchmark(steps)
-  if distributed.is_chief():
-    print(f'benchmark: {result["images_per_sec"]:.1f} {trainer.task.example_unit}/sec, '
-          f'{result["ms_per_step"]:.1f} ms/step over {steps} steps '
-          f'(global batch {trainer.batch_size * trainer.num_workers}, '
-          f'{trainer.num_workers} worker(s))', flush=True)
-
-
 def noise_scale_line(noise, unit, global_batch, decay):
   """``noise scale (B_simple): N <unit> (...)``: the run's last estimate (``Trainer.noise_scale``)."""
   from core import noise_scale as formulas  # pylint: disable=import-outside-toplevel
@@ -401,6 +382,9 @@ def report_end(trainer, metrics, logdir):
   if noise is not None:
     print(noise_scale_line(noise, trainer.task.example_unit, trainer.current_batch(),
                            trainer.config['noise_scale_params']['decay']), flush=True)
+  if trainer.batch_control is not None:
+    print(trainer.batch_control.summary_line(int(trainer.pipeline.global_step.numpy())),
+          flush=True)
   best = os.path.abspath(os.path.join(logdir, 'best'))
   print(f'checkpoints: {os.path.abspath(logdir)}'
         + (f'  (best by eval {trainer.task.BEST_METRIC} in {best})' if os.path.isdir(best)

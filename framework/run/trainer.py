@@ -6,8 +6,7 @@ pipeline (``optimize_loss``'s stages) and its arguments, the run's counters
 and the ``tf.train.Checkpoint`` of all of it. In this file, in the order a run
 meets them: set-up, restore and the start of training (broadcast, optimizer
 hooks), the compiled train step (loss -> the pipeline's update -> the metrics
-it returns), ``precise_bn``, evaluation and the benchmark loop. The rest lives
-beside it:
+it returns), ``precise_bn`` and evaluation. The rest lives beside it:
 
 - ``framework.run.train_loop``: the loop behind :meth:`Trainer.train`, given the
   pieces of the run it calls (:meth:`Trainer.loop_parts`), and its
@@ -18,6 +17,9 @@ beside it:
   layer's facts, the loss and train metrics, the evaluation and its metric
   that picks the best checkpoint, the serving signature, infer);
 - ``framework.run.evaluation``: the report of an evaluation, the run's final line;
+  ``framework.run.final_evaluation``, the best checkpoint on a final split of its own;
+- ``framework.run.batch_policy``: the batch that grows (``batch_policy``);
+- ``framework.run.benchmark``: ``--mode=benchmark``, the step timed;
 - ``framework.run.checkpoints``: verified restore, safe saves, ``BestCheckpoint``;
 - ``framework.run.stopping``: stopping on a signal, ``RunStopped``;
 - ``framework.tasks.image_precise_bn``: the batch-norm statistics recomputed for a block;
@@ -31,10 +33,8 @@ resolved config and the progress bar. ``BestCheckpoint``, ``RunStopped`` and
 
 import contextlib
 import os
-import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from core.params import ConfigError
@@ -53,6 +53,7 @@ from framework.run import summaries
 from framework.run import train_loop
 from framework.run.checkpoints import BestCheckpoint
 from framework.run.divergence import TrainingError
+from framework.run.final_evaluation import FinalEvaluation
 from framework.run.stopping import RunStopped
 from framework.tasks import image_precise_bn
 from optimizers import exclusions
@@ -95,8 +96,8 @@ class Trainer:
     self.train_data = self._data_layer(config, 'train') if config is not None else None
     self.eval_data = self._data_layer(eval_config, 'eval') if eval_config is not None else None
     # The split of the evaluation after training, when it differs (a test split after a dev one).
-    self.final_eval_config = self.task.final_eval_config(eval_config) if config else None
-    self.final_eval_data, self.final_task = self._final_evaluation()
+    # The evaluation after training, on a split of its own when the view names one.
+    self.final = FinalEvaluation(config, eval_config, self.task, self._data_layer)
     self.model = self.task.build_model(self.train_data or self.eval_data)
 
     self.batch_size = self.config['batch_size_per_gpu']
@@ -130,17 +131,6 @@ class Trainer:
     self._regularized = exclusions.regularized(self.model)
 
   # --- set-up ------------------------------------------------------------------------------
-
-  def _final_evaluation(self):
-    """``(data layer, task)`` of the evaluation after training: its own split and decoding, if any.
-
-    A view may name another split for the end (a test split after a dev one) and
-    its own decoding (a wider beam); without one, the run's eval data and task serve.
-    """
-    if self.final_eval_config is None:
-      return None, self.task
-    return (self._data_layer(self.final_eval_config, 'eval'),
-            tasks.make_task(self.config, self.final_eval_config))
 
   def _fit_schedule(self):
     """``(steps per epoch, config)``: the config's warm-up fitted to the run's length in steps.
@@ -416,7 +406,7 @@ class Trainer:
         logdir=self.logdir, start_step=self.global_step, step=self.make_train_step(),
         open_batches=self.train_iterator, check_data=self.check_data,
         checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
-        evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final_task,
+        evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final.task,
         eval_split=evaluation.split_of(self.eval_data), batch_control=control,
         learning_rate=self.pipeline.learning_rate)
 
@@ -480,72 +470,5 @@ class Trainer:
     return metrics
 
   def final_evaluate(self):
-    """After training: the best checkpoint evaluated on the final split, when there is one.
-
-    A run whose data layer names a ``final_eval_split`` (a test split after
-    model selection on a dev split) evaluates the best checkpoint by the
-    task's metric there; the model keeps those weights afterwards. Every
-    worker takes part (the sums are over all of them).
-
-    Returns:
-      ``(metrics, step of the checkpoint evaluated, split)``, or None when
-      the run has no final split.
-    """
-    if self.final_eval_data is None:
-      return None
-    # The chief has just offered the last checkpoint to the best one: wait for its write.
-    distributed.sum_array(np.zeros(1))
-    path, _ = checkpoints.newest_intact(os.path.join(self.logdir, checkpoints.BEST_DIR),
-                                        checkpoints.BEST_NAME)
-    step = self.global_step
-    if path is not None:
-      tf.train.Checkpoint(model=self.model).restore(path).expect_partial()
-      step = int(path.rsplit('-', 1)[1])
-    metrics = self.final_task.evaluate(self.model, self.final_eval_data,
-                                       self.final_eval_config['batch_size_per_gpu'])
-    split = (evaluation.split_of(self.final_eval_data)
-             or self.final_eval_config['data_layer_params']['eval_split'])
-    return metrics, step, split
-
-  # --- benchmark ---------------------------------------------------------------------------
-
-  def benchmark(self, steps):
-    """Times ``steps`` micro-steps after the configured warm-up; no checkpoints.
-
-    Returns:
-      dict with ``images_per_sec`` (all workers) and ``ms_per_step``.
-    """
-    return self._timed(self.make_train_step(), self.train_iterator(), steps)
-
-  def benchmark_batches(self, updates):
-    """Times ``updates`` updates at each global batch the batch policy may use; no checkpoints.
-
-    Returns:
-      ``[(global batch, iter_size, result)]``, smallest batch first; ``result``
-      as :meth:`benchmark`'s, with ``ms_per_update``.
-    """
-    control = self.batch_control
-    step_fn, iterator, found = self.make_train_step(), self.train_iterator(), []
-    name = control.policy_name if control.policy_name in ('steps', 'noise_scale') else None
-    for batch in batch_policy.planned_batches(name, control.params, control.start_batch):
-      control.set(batch, 0)
-      self.pipeline.micro_step.assign(0)
-      iter_size = batch // control.unit
-      result = self._timed(step_fn, iterator, updates * iter_size, warmup=iter_size)
-      found.append((batch, iter_size, dict(result, ms_per_update=result['ms_per_step'] * iter_size)))
-    return found
-
-  def _timed(self, step_fn, iterator, steps, warmup=1):
-    """``steps`` micro-steps timed after ``bench_warmup_steps`` (at least ``warmup``) untimed."""
-    with tf.summary.create_noop_writer().as_default():
-      for _ in range(max(warmup, self.config['bench_warmup_steps'])):
-        result = step_fn(iterator)
-      result['loss'].numpy()
-      start = time.perf_counter()
-      for _ in range(steps):
-        result = step_fn(iterator)
-      result['loss'].numpy()
-      elapsed = time.perf_counter() - start
-    per_step = elapsed / steps
-    images = self.batch_size * self.num_workers * steps
-    return {'images_per_sec': images / elapsed, 'ms_per_step': per_step * 1000.0}
+    """After training: the best checkpoint on the final split (``FinalEvaluation``), or None."""
+    return self.final(self.model, self.logdir, self.global_step)

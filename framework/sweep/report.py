@@ -28,12 +28,15 @@ from framework.sweep.results import HIGHER_IS_BETTER
 from framework.sweep.results import METRICS
 from framework.sweep.results import format_metric
 from framework.sweep.results import NOISE_SCALE
+from framework.sweep.results import RUN_FACTS
+from framework.sweep.results import UPDATES
 from framework.sweep.results import read_error
 from framework.sweep.results import read_result
 from framework.sweep.runner import log
 
 # Columns of results.csv after the swept keys; best: 1 on the best point (choose_best), else 0.
 RESULT_COLUMNS = ['seed', 'status', 'best', 'accuracy', 'top5', 'loss', 'steps', 'noise_scale',
+                  'updates',
                   'wall_s', 'logdir', 'error']
 
 # The best point of a sweep (choose_best): its run directory, the metric and its
@@ -152,7 +155,7 @@ def task_metrics(rows):
   names = []
   for row in rows:
     names += [k for k in row.get('task_metrics', ())
-              if k not in METRICS and k != NOISE_SCALE and k not in names]
+              if k not in METRICS and k not in RUN_FACTS and k not in names]
   return names
 
 
@@ -232,10 +235,15 @@ def measured_noise(rows):
   return ['noise scale'] if any(r.get(NOISE_SCALE) is not None for r in rows) else []
 
 
+def grown(rows):
+  """``['updates']`` when a row's run grew its batch (fewer updates than steps), else ``[]``."""
+  return ['updates'] if any(r.get(UPDATES) is not None for r in rows) else []
+
+
 def _seed_table(rows, points, swept, best_logdir=None):
-  noise = measured_noise(rows)
-  columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', *noise, 'wall (s)',
-                     'failed seeds', 'best']
+  noise, updates = measured_noise(rows), grown(rows)
+  columns = swept + ['seeds ok', 'accuracy', 'top-5', 'loss', 'steps', *noise, *updates,
+                     'wall (s)', 'failed seeds', 'best']
   cells = []
   for group in group_rows(points, rows):
     ok = [r for r in group if r['status'] == 'ok']
@@ -249,6 +257,7 @@ def _seed_table(rows, points, swept, best_logdir=None):
         mean_std_text([r['loss'] for r in ok]),
         ', '.join(map(str, steps)) or 'n/a',
         *[mean_std_text([r.get(NOISE_SCALE) for r in ok], 0) for _ in noise],
+        *[mean_std_text([r.get(UPDATES) for r in ok], 0) for _ in updates],
         mean_std_text([r['wall_s'] for r in ok], 1),
         ', '.join(failed_seeds) or '',
         f'**best** (seed {best_seeds[0]})' if best_seeds else ''])
@@ -257,14 +266,15 @@ def _seed_table(rows, points, swept, best_logdir=None):
 
 def _run_table(rows, swept, best_logdir=None):
   extra = task_metrics(rows)
-  noise = measured_noise(rows)
-  columns = swept + ['status', 'accuracy', 'top-5', 'loss', *extra, 'steps', *noise, 'wall (s)',
-                     'best']
+  noise, updates = measured_noise(rows), grown(rows)
+  columns = swept + ['status', 'accuracy', 'top-5', 'loss', *extra, 'steps', *noise, *updates,
+                     'wall (s)', 'best']
   cells = [[str(row[k]) for k in swept] + [
       row['status'], format_metric(row['accuracy']), format_metric(row['top5']),
       format_metric(row['loss']), *(format_metric(row.get(k)) for k in extra),
       'n/a' if row['steps'] is None else str(row['steps']),
-      *[format_metric(row.get(NOISE_SCALE), 0) for _ in noise], format_metric(row['wall_s'], 1),
+      *[format_metric(row.get(NOISE_SCALE), 0) for _ in noise],
+      *[format_metric(row.get(UPDATES), 0) for _ in updates], format_metric(row['wall_s'], 1),
       '**best**' if row['logdir'] == best_logdir else '']
       for row in rows]
   return table_lines(columns, cells)

@@ -21,6 +21,10 @@ LOG_FILE = 'run.log'
 METRICS = ('accuracy', 'top5', 'loss', 'steps')
 # Not a metric of the task: the gradient noise scale, in a result when its run measured it.
 NOISE_SCALE = 'noise_scale'
+# Not a metric either: the updates of a run whose batch grew (batch_policy), fewer than its steps.
+UPDATES = 'updates'
+# Either is in a result only when its run printed it.
+RUN_FACTS = (NOISE_SCALE, UPDATES)
 
 # What run.py and the trainer print; parsed back from run.log. Each task words its
 # lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
@@ -44,6 +48,8 @@ TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
 # The gradient noise scale as a run ended (framework.run.launch.noise_scale_line); a run
 # that measured it with |G|² not yet positive says 'unbounded', which reads as infinity.
 NOISE_SCALE_RE = re.compile(r'^noise scale \(B_simple\): (\d+|unbounded)')
+# The end of a run whose batch grew (framework.run.batch_policy.BatchControl.summary_line).
+UPDATES_RE = re.compile(r'^batch policy \S+: (\d+) updates to step')
 STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
 # The last line run.py prints when a training run ends well, and a benchmark's.
 COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
@@ -68,7 +74,8 @@ def parse_metrics(log_text):
     <metric>: ...`` (the last ``eval at step ...`` line serves when that is
     missing), train and benchmark only give the steps of ``training ... for
     N steps``. ``steps`` is the step the run ended at. With the noise scale
-    measured, ``noise_scale`` is the ``noise scale (B_simple): N`` line's N.
+    measured, ``noise_scale`` is the ``noise scale (B_simple): N`` line's N; with
+    a batch that grew, ``updates`` is the ``batch policy P: N updates`` line's N.
   """
   metrics = dict.fromkeys(METRICS)
   for line in log_text.splitlines():
@@ -84,6 +91,9 @@ def parse_metrics(log_text):
     noise = NOISE_SCALE_RE.match(line)
     if noise:
       metrics[NOISE_SCALE] = float('inf' if noise.group(1) == 'unbounded' else noise.group(1))
+    updates = UPDATES_RE.match(line)
+    if updates:
+      metrics[UPDATES] = int(updates.group(1))
   return metrics
 
 
