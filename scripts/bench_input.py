@@ -55,7 +55,7 @@ import tensorflow as tf  # noqa: E402
 
 from data import DATA_LAYERS  # noqa: E402
 from models import MODELS  # noqa: E402
-from optimizers import openseq2seq as opt_lib  # noqa: E402
+from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
 
 MIN_RATIO = 5.0
 LARS = {'momentum': 0.9, 'weight_decay': 5e-4, 'eeta': 0.001,

@@ -46,7 +46,7 @@ from optimizers import native  # noqa: E402
 from optimizers import validation  # noqa: E402
 from optimizers.lamb import LAMB  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
-from optimizers.momentum import MomentumOptimizer  # noqa: E402
+from optimizers.lars import MomentumOptimizer  # noqa: E402
 from optimizers.pipeline import larc_and_apply  # noqa: E402
 
 MAX_RATIO = 1.25

@@ -62,7 +62,7 @@ from data import DATA_LAYERS  # noqa: E402
 from framework.config import validation as config_lib  # noqa: E402
 from framework.run import trainer as trainer_lib  # noqa: E402
 from models import MODELS  # noqa: E402
-from optimizers import openseq2seq as opt_lib  # noqa: E402
+from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 from optimizers.pipeline import GradientPipeline  # noqa: E402
 

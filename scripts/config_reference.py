@@ -26,8 +26,8 @@ from core import precision  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import DictParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import ListParam  # noqa: E402  pylint: disable=wrong-import-position
 from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-position
-from framework import config  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import schema  # noqa: E402  pylint: disable=wrong-import-position
+from framework.config import validation as config_lib  # noqa: E402  pylint: disable=wrong-import-position
 from framework.engines import tf_import  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
@@ -231,7 +231,7 @@ def task_keys_section(registries):
 def reference():
   """The generated block, markers included."""
   tf_import.import_tensorflow()  # the defaults are read from the classes and functions
-  registries = config.default_registries()
+  registries = config_lib.default_registries()
   lines = [BEGIN, f'<!-- written by {COMMAND}; edit the declarations, not this block -->', '',
            '## Top-level keys', '',
            'A nested key (`larc_params.larc_eta`) follows its parent.', '',

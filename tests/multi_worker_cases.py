@@ -23,9 +23,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from framework.engines import distributed  # noqa: E402
-from optimizers import openseq2seq as opt_lib  # noqa: E402
 from optimizers.agn import AGNOptimizer  # noqa: E402
-from optimizers.momentum import MomentumOptimizer  # noqa: E402
+from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
+from optimizers.lars import MomentumOptimizer  # noqa: E402
 
 BATCH = 16
 STEPS = 6

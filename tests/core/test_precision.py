@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from core import precision
-from framework import config as cfg
-from optimizers import openseq2seq as opt_lib
+from framework.config import config_resolve
+from optimizers.compat import openseq2seq as opt_lib
 from tests.framework.config.test_config import base_config
 from tests.framework.config.test_config import check
 from tests.test_run import ROOT
@@ -21,7 +21,7 @@ KERAS_POLICIES = ['float32', 'float16', 'bfloat16', 'mixed_float16', 'mixed_bflo
 @pytest.mark.parametrize('name', KERAS_POLICIES + ['mixed'])
 def test_every_policy_name_is_accepted_by_the_config_and_selects_that_policy(name):
   raw = {'base_params': base_config()}
-  resolved = cfg.resolve(raw, 'train', [f'dtype={name}'])
+  resolved = config_resolve.resolve(raw, 'train', [f'dtype={name}'])
   assert check(resolved)['dtype'] == name
   policy = keras.mixed_precision.Policy(precision.policy_name(name))
   assert policy.name == ('mixed_float16' if name == 'mixed' else name)
@@ -165,7 +165,7 @@ def test_auto_on_gpus_follows_their_compute_capability_not_the_cpu(gpus, dtype, 
 
 
 def test_auto_is_a_config_name_but_no_policy_until_resolved():
-  resolved = cfg.resolve({'base_params': base_config()}, 'train', ['dtype=auto'])
+  resolved = config_resolve.resolve({'base_params': base_config()}, 'train', ['dtype=auto'])
   assert check(resolved)['dtype'] == 'auto'
   with pytest.raises(ValueError, match=r"^dtype: 'auto' names no policy until it is resolved "
                                        r'for the machine'):

@@ -2,7 +2,7 @@
 
 Every test runs twice: with the native kernels (``optimizers/native.py``,
 the default on a CPU) and with them turned off, which leaves the XLA path
-(``fused.py``). Both take the norms in another summation order than
+(``backend.py``). Both take the norms in another summation order than
 ``tf.norm`` and the XLA path may contract a multiply-add, so they may differ
 from the reference paths in the last bits of a float32 sum or product;
 every comparison here uses rtol = 1e-6, and for values that pass through
@@ -20,17 +20,17 @@ import pytest
 import keras
 import tensorflow as tf
 
-from optimizers import fused
-from optimizers import native
+from optimizers import backend
 from optimizers import lars as lars_lib
-from optimizers import openseq2seq as opt_lib
+from optimizers import native
 from optimizers import pipeline as pipeline_lib
 from optimizers import stages
 from optimizers import validation
+from optimizers.compat import openseq2seq as opt_lib
+from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.momentum import MomentumOptimizer
-from optimizers.openseq2seq import optimize_loss
+from optimizers.lars import MomentumOptimizer
 
 RTOL = 1e-6
 ATOL = 1e-8
@@ -159,7 +159,7 @@ def test_lars_fused_update_is_traced_once(monkeypatch):
   optimizer.build(variables)
   step = tf.function(lambda grads: optimizer.apply(grads, variables))
   step(make_gradients(0))
-  update = fused.jit_for(optimizer, lars_lib.lars_update_all, 'lars_update_all_0')
+  update = backend.jit_for(optimizer, lars_lib.lars_update_all, 'lars_update_all_0')
   assert update.experimental_get_tracing_count() == 1
   for i in range(1, 4):
     step(make_gradients(i))
@@ -276,14 +276,14 @@ def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
 def test_squared_norms_and_global_norm_match_numpy():
   rng = np.random.default_rng(3)
   tensors = [rng.normal(size=s).astype(np.float32) for s in [(7,), (3, 4), (2, 2, 5), (0,)]]
-  got = fused.squared_norms([tf.constant(t) for t in tensors]).numpy()
+  got = backend.squared_norms([tf.constant(t) for t in tensors]).numpy()
   want = [np.sum(t.astype(np.float64) ** 2) for t in tensors]
   np.testing.assert_allclose(got, want, rtol=RTOL)
   sparse = tf.IndexedSlices(tf.constant(tensors[1]), tf.constant([0, 2, 3]), tf.constant([5, 4]))
-  np.testing.assert_allclose(fused.norms([sparse]).numpy(), [np.sqrt(want[1])], rtol=RTOL)
+  np.testing.assert_allclose(backend.norms([sparse]).numpy(), [np.sqrt(want[1])], rtol=RTOL)
   np.testing.assert_allclose(stages.global_norm([tf.constant(t) for t in tensors] + [None]).numpy(),
                              np.sqrt(sum(want)), rtol=RTOL)
-  assert fused.squared_norms([]).shape == (0,)
+  assert backend.squared_norms([]).shape == (0,)
 
 
 def pipeline_run(monkeypatch, fused_paths, optimizer_name='LARS'):

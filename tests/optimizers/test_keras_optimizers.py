@@ -25,7 +25,7 @@ from optimizers.catalog import make_optimizer
 
 def test_both_are_registered_by_name_in_any_case():
   assert OPTIMIZER_CLS_NAMES['lion'] is keras.optimizers.Lion
-  # Keras' Muon, taking plain tf.Variables too (optimizers.muon).
+  # Keras' Muon, taking plain tf.Variables too (optimizers.catalog.Muon).
   assert issubclass(OPTIMIZER_CLS_NAMES['Muon'], keras.optimizers.Muon)
   # Muon decays weights by its own algorithm (two arguments); Lion only when given Keras' decay.
   assert OPTIMIZER_CLS_NAMES.facts('Muon')['OWN_WEIGHT_DECAY'] == 0.004

@@ -80,7 +80,7 @@ def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monke
   trust ratio still move them). The fused paths take it densified instead of
   falling back to the per-variable reference path.
   """
-  from optimizers import dispatch, native  # pylint: disable=import-outside-toplevel
+  from optimizers import backend, native  # pylint: disable=import-outside-toplevel
   w0 = np.array([[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], np.float32)
   dense_w0 = np.array([0.3, -0.7], np.float32)
   values = [np.array([[0.1, -0.2], [0.3, 0.1], [-0.05, 0.2]], np.float32) * (k + 1)
@@ -95,8 +95,8 @@ def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monke
   kwargs = dict(beta_1=0.9, beta_2=0.99, epsilon=1e-6, weight_decay=0.1)
   want = numpy_lamb(w0, summed, 0.01, 0.9, 0.99, 1e-6, 0.1, True, True)
   want_dense = numpy_lamb(dense_w0, dense_grads, 0.01, 0.9, 0.99, 1e-6, 0.1, True, True)
-  for switch, fused, path in (('1', True, dispatch.NATIVE), ('0', True, dispatch.XLA),
-                              ('1', False, dispatch.REFERENCE)):
+  for switch, fused, path in (('1', True, backend.NATIVE), ('0', True, backend.XLA),
+                              ('1', False, backend.REFERENCE)):
     monkeypatch.setenv(native.ENV_SWITCH, switch)
     table = keras.Variable(w0, name='embeddings')
     kernel = keras.Variable(dense_w0, name='kernel')
@@ -107,7 +107,7 @@ def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monke
       return [tf.IndexedSlices(tf.constant(values[k]), tf.constant(indices), tf.constant([3, 2])),
               tf.constant(dense_grads[k])]
 
-    assert dispatch.update_path(opt, grads(0), [table, kernel]) == path
+    assert backend.update_path(opt, grads(0), [table, kernel]) == path
     step = tf.function(lambda k: opt.apply(grads(k), [table, kernel]))
     for k in range(3):
       step(k)

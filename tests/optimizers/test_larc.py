@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import dispatch
+from optimizers import backend
 from optimizers import native
-from optimizers import openseq2seq as opt_lib
 from optimizers import pipeline as pipeline_lib
 from optimizers import stages
 from optimizers import validation
+from optimizers.compat import openseq2seq as opt_lib
+from optimizers.compat.openseq2seq import optimize_loss
+from optimizers.lars import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
-from optimizers.momentum import MomentumOptimizer
-from optimizers.openseq2seq import optimize_loss
 
 ETA, MIN_UPDATE, EPS = 0.02, 1e-7, 1e-7
 
@@ -51,8 +51,8 @@ def larc_factors(path, grads, variables, lr, params):
   optimizer.build(variables)
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
-    path = dispatch.update_path(optimizer, tensors, variables, params)
-    assert path == dispatch.NATIVE_WITH_LARC, native.error()
+    path = backend.update_path(optimizer, tensors, variables, params)
+    assert path == backend.NATIVE_WITH_LARC, native.error()
     factors = pipeline_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:
     larc = stages.larc_reference if path == 'reference' else stages.larc

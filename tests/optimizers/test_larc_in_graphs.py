@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from optimizers import native
-from optimizers import openseq2seq as opt_lib
+from optimizers.compat import openseq2seq as opt_lib
 from optimizers.registry import OPTIMIZER_CLS_NAMES
 
 NAMES = sorted(n for n in OPTIMIZER_CLS_NAMES if n.lower() != 'agn')

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from optimizers import OPTIMIZER_CLS_NAMES
-from optimizers.momentum import MomentumOptimizer
+from optimizers.lars import MomentumOptimizer
 
 
 def one_step(optimizer):

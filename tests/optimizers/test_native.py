@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import dispatch
+from optimizers import backend
 from optimizers import native
 from optimizers import stages
 from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.momentum import MomentumOptimizer
+from optimizers.lars import MomentumOptimizer
 from optimizers.pipeline import larc_and_apply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -112,11 +112,11 @@ def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   params = validation.check_larc_params({'larc_eta': 0.002})
   # LARC runs first on its own; the update is Keras' own apply, which clips
   # before update_step (the reference path).
-  assert dispatch.update_path(optimizer, grads, variables, params) == dispatch.REFERENCE
+  assert backend.update_path(optimizer, grads, variables, params) == backend.REFERENCE
   # Without clipnorm, but with momentum 0 (the kernel's LARC needs momentum), the
   # update takes Momentum's own fused path (XLA: it has no native kernel of its own).
-  assert dispatch.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
-                              params) == dispatch.XLA
+  assert backend.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
+                              params) == backend.XLA
 
 
 def test_kernels_are_not_used_inside_xla_and_results_agree():
@@ -223,7 +223,7 @@ def test_first_use_inside_a_traced_step_loads_quietly(tmp_path):
   # The library is first loaded while a step is traced; AutoGraph must not try
   # to convert the loader (it warns about every os and subprocess call it meets).
   code = ('import keras, tensorflow as tf\n'
-          'from optimizers import openseq2seq as opt_lib\n'
+          'from optimizers.compat import openseq2seq as opt_lib\n'
           'model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])\n'
           'x = tf.ones((4, 3))\n'
           '@tf.function\n'  # a def, which AutoGraph converts with what it calls
@@ -357,7 +357,7 @@ def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
 
 
 def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, caplog):
-  monkeypatch.setattr(dispatch, '_logged', set())
+  monkeypatch.setattr(backend, '_logged', set())
   variables, grads = variables_and_grads()
   optimizer = LARSOptimizer(0.1, fused=False)
   optimizer.build(variables)
@@ -366,28 +366,28 @@ def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, cap
       optimizer.apply(grads, variables)
     fused_optimizer = LARSOptimizer(0.1)
     fused_optimizer.build(variables)
-    assert dispatch.update_path(fused_optimizer, grads, variables) == dispatch.NATIVE
+    assert backend.update_path(fused_optimizer, grads, variables) == backend.NATIVE
   assert [r.getMessage() for r in caplog.records] == [
       'LARSOptimizer: update on the reference path', 'LARSOptimizer: update on the native path']
 
 
 @pytest.mark.parametrize('make, larc, expected', [
-    (lambda: LARSOptimizer(0.1), None, dispatch.NATIVE),
-    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002}, dispatch.NATIVE_WITH_LARC),
+    (lambda: LARSOptimizer(0.1), None, backend.NATIVE),
+    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002}, backend.NATIVE_WITH_LARC),
     # Keras' clipnorm runs between LARC and the update: LARC on its own, then
     # Keras' own apply, its clipping and update_step variable by variable.
     (lambda: MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
-     dispatch.REFERENCE),
+     backend.REFERENCE),
 ])
 def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc, expected):
   asked = []
-  choose = dispatch.update_path
+  choose = backend.update_path
 
   def counted(*args, **kwargs):
     asked.append(choose(*args, **kwargs))
     return asked[-1]
 
-  monkeypatch.setattr(dispatch, 'update_path', counted)
+  monkeypatch.setattr(backend, 'update_path', counted)
   variables, grads = variables_and_grads()
   optimizer = make()
   optimizer.build(variables)
@@ -401,11 +401,11 @@ def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc,
   assert 'LargebatchTrustMomentum' not in op_types(
       lambda: lars.reference_apply(grads, variables))
   assert 'LargebatchTrustMomentum' in op_types(
-      lambda: lars.apply_path(dispatch.NATIVE, grads, variables))
+      lambda: lars.apply_path(backend.NATIVE, grads, variables))
   assert asked == []
   assert 'LargebatchTrustMomentum' in op_types(lambda: lars.apply(grads, variables))
-  assert asked == [dispatch.NATIVE]  # a plain apply asks once itself
+  assert asked == [backend.NATIVE]  # a plain apply asks once itself
   with pytest.raises(ValueError, match='apply_path takes a fused path'):
-    lars.apply_path(dispatch.REFERENCE, grads, variables)
+    lars.apply_path(backend.REFERENCE, grads, variables)
   with pytest.raises(ValueError, match='apply_path takes a fused path'):
-    lars.apply_path(dispatch.NATIVE_WITH_LARC, grads, variables)
+    lars.apply_path(backend.NATIVE_WITH_LARC, grads, variables)

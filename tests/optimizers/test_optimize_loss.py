@@ -12,12 +12,12 @@ import tensorflow as tf
 
 import optimizers as optimizers_lib
 from optimizers import allreduce
-from optimizers import openseq2seq as opt_lib
 from optimizers import stages
 from optimizers.catalog import make_optimizer
+from optimizers.compat import openseq2seq as opt_lib
+from optimizers.compat.openseq2seq import optimize_loss
+from optimizers.lars import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
-from optimizers.momentum import MomentumOptimizer
-from optimizers.openseq2seq import optimize_loss
 from optimizers.pipeline import GradientPipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

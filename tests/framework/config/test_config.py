@@ -16,10 +16,12 @@ from core.params import positive
 from core.registry import Registry
 from core.registry import load_attribute
 from data.base import DataLayer
-from framework import config as cfg
 from framework import tasks
 from framework.config import config_file
+from framework.config import config_resolve
+from framework.config import schedule
 from framework.config import schema
+from framework.config import validation as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -116,7 +118,7 @@ def base_config(**changes):
 
 
 def check(config):
-  return cfg.validate(config, REGISTRIES)
+  return config_lib.validate(config, REGISTRIES)
 
 
 def error_of(function, *args):
@@ -143,7 +145,7 @@ def test_load_python_config_keeps_objects_and_computed_values(tmp_path):
       train_params = {'num_epochs': 3}
       helper = 'ignored'
       """)
-  raw = cfg.load_config_file(path)
+  raw = config_file.load_config_file(path)
   assert raw == {'base_params': {'batch_size_per_gpu': 64, 'dtype': tf.float16,
                                  'lr_policy_params': {'learning_rate': 0.025}},
                  'train_params': {'num_epochs': 3}, 'eval_params': {}}
@@ -157,7 +159,7 @@ def test_load_yaml_config_reads_exponents_as_floats(tmp_path):
       eval_params:
         batch_size_per_gpu: 8
       """)
-  raw = cfg.load_config_file(path)
+  raw = config_file.load_config_file(path)
   assert raw == {'base_params': {'lr_policy_params': {'learning_rate': 0.001, 'min_lr': 50000.0,
                                                       'power': 0.2}},
                  'train_params': {}, 'eval_params': {'batch_size_per_gpu': 8}}
@@ -166,12 +168,12 @@ def test_load_yaml_config_reads_exponents_as_floats(tmp_path):
 
 def test_load_missing_file(tmp_path):
   path = str(tmp_path / 'nope.yaml')
-  assert error_of(cfg.load_config_file, path) == f'{path}: config file not found'
+  assert error_of(config_file.load_config_file, path) == f'{path}: config file not found'
 
 
 def test_load_other_extension(tmp_path):
   path = write(tmp_path, 'c.json', '{}')
-  assert error_of(cfg.load_config_file, path) == (
+  assert error_of(config_file.load_config_file, path) == (
       f"{path}: unsupported config file extension '.json'; allowed: .py, .yaml, .yml")
 
 
@@ -181,7 +183,7 @@ def test_load_yaml_syntax_error_gives_file_and_line(tmp_path):
         model: resnet50
         model_params: width: 16
       """)
-  assert error_of(cfg.load_config_file, path) == f'{path}:4: mapping values are not allowed here'
+  assert error_of(config_file.load_config_file, path) == f'{path}:4: mapping values are not allowed here'
 
 
 def test_load_yaml_refuses_python_tags(tmp_path):
@@ -189,7 +191,7 @@ def test_load_yaml_refuses_python_tags(tmp_path):
       base_params:
         model: !!python/name:os.system
       """)
-  message = error_of(cfg.load_config_file, path)
+  message = error_of(config_file.load_config_file, path)
   assert message.startswith(f'{path}:3: could not determine a constructor for the tag')
 
 
@@ -198,20 +200,20 @@ def test_load_yaml_unknown_top_level_key(tmp_path):
       base_params: {model: resnet50}
       trian_params: {num_epochs: 1}
       """)
-  assert error_of(cfg.load_config_file, path) == (
+  assert error_of(config_file.load_config_file, path) == (
       f"{path}: unknown top-level key 'trian_params' (did you mean train_params?); "
       f"allowed: base_params, train_params, eval_params, infer_params")
 
 
 def test_load_without_base_params(tmp_path):
   py = write(tmp_path, 'c.py', 'train_params = {}\n')
-  assert error_of(cfg.load_config_file, py) == f'{py}: defines no base_params dict'
+  assert error_of(config_file.load_config_file, py) == f'{py}: defines no base_params dict'
   yml = write(tmp_path, 'c.yaml', 'train_params: {}\n')
-  assert error_of(cfg.load_config_file, yml) == f'{yml}: defines no base_params dict'
+  assert error_of(config_file.load_config_file, yml) == f'{yml}: defines no base_params dict'
   wrong = write(tmp_path, 'w.py', 'base_params = [1]\n')
-  assert error_of(cfg.load_config_file, wrong) == f'{wrong}: base_params must be a dict, got list'
+  assert error_of(config_file.load_config_file, wrong) == f'{wrong}: base_params must be a dict, got list'
   scalar = write(tmp_path, 's.yaml', '3\n')
-  assert error_of(cfg.load_config_file, scalar) == (
+  assert error_of(config_file.load_config_file, scalar) == (
       f'{scalar}: expected a mapping with base_params, got int')
 
 
@@ -221,7 +223,7 @@ def test_load_python_exception_points_at_the_config_line(tmp_path):
       base_params = {}
       settings = json.loads('{')
       """)
-  assert error_of(cfg.load_config_file, path) == (
+  assert error_of(config_file.load_config_file, path) == (
       f'{path}:4: JSONDecodeError: Expecting property name enclosed in double quotes: '
       f'line 1 column 2 (char 1)')
 
@@ -234,7 +236,8 @@ def test_load_python_exception_in_config_function(tmp_path):
       base_params = {'lr': scaled(0.1)}
       """)
   # The innermost line of the config, where the error happened.
-  assert error_of(cfg.load_config_file, path) == f'{path}:3: ZeroDivisionError: float division by zero'
+  assert error_of(config_file.load_config_file, path) == (
+      f'{path}:3: ZeroDivisionError: float division by zero')
 
 
 def test_load_python_syntax_error(tmp_path):
@@ -243,7 +246,7 @@ def test_load_python_syntax_error(tmp_path):
           'model': 'resnet50',,
       }
       """)
-  assert error_of(cfg.load_config_file, path) == f'{path}:3: SyntaxError: invalid syntax'
+  assert error_of(config_file.load_config_file, path) == f'{path}:3: SyntaxError: invalid syntax'
 
 
 def test_python_config_functions_get_an_importable_module_name(tmp_path, monkeypatch):
@@ -256,10 +259,10 @@ def test_python_config_functions_get_an_importable_module_name(tmp_path, monkeyp
       """)
   monkeypatch.chdir(tmp_path)
   monkeypatch.setattr(sys, 'path', list(sys.path))
-  raw = cfg.load_config_file('configs/small.py')
+  raw = config_file.load_config_file('configs/small.py')
   # Outside the checkout a config's module is its file's name, its directory on the path.
   assert raw['base_params']['lr_policy'].__module__ == 'small'
-  assert cfg.to_yaml(raw['base_params']) == 'lr_policy: small:my_policy\n'
+  assert config_file.to_yaml(raw['base_params']) == 'lr_policy: small:my_policy\n'
   assert str(tmp_path / 'configs') in sys.path
   monkeypatch.delitem(sys.modules, 'small', raising=False)
   assert load_attribute('small:my_policy')(0, 2.0) == 6.0
@@ -274,7 +277,7 @@ def test_a_checkout_config_module_is_named_from_the_checkout(monkeypatch, tmp_pa
 def test_a_local_function_cannot_be_named():
   def local(step):
     return step
-  assert error_of(cfg.to_yaml, {'lr_policy': local}) == (
+  assert error_of(config_file.to_yaml, {'lr_policy': local}) == (
       'lr_policy: test_a_local_function_cannot_be_named.<locals>.local (test_config) cannot be '
       'named in a config file; define it at the top level of a module')
 
@@ -296,7 +299,7 @@ RAW = {
 
 
 def test_resolve_overlays_train_params_key_by_key():
-  config = cfg.resolve(RAW, 'train')
+  config = config_resolve.resolve(RAW, 'train')
   assert config == {
       'model': 'resnet50',
       'model_params': {'width': 16, 'depth': 18},
@@ -304,12 +307,12 @@ def test_resolve_overlays_train_params_key_by_key():
       'batch_size_per_gpu': 32,
       'larc_params': None,
   }
-  assert cfg.resolve(RAW, 'train_eval') == config
-  assert cfg.resolve(RAW, 'benchmark') == config
+  assert config_resolve.resolve(RAW, 'train_eval') == config
+  assert config_resolve.resolve(RAW, 'benchmark') == config
 
 
 def test_resolve_overlays_eval_params_in_eval_mode():
-  assert cfg.resolve(RAW, 'eval') == {
+  assert config_resolve.resolve(RAW, 'eval') == {
       'model': 'resnet50',
       'model_params': {'width': 16, 'depth': 50},
       'data_layer_params': {'image_shape': [224, 224, 3], 'augment': False},
@@ -319,24 +322,24 @@ def test_resolve_overlays_eval_params_in_eval_mode():
 
 
 def test_resolve_without_overlays():
-  assert cfg.resolve({'base_params': {'a': 1}}, 'eval') == {'a': 1}
+  assert config_resolve.resolve({'base_params': {'a': 1}}, 'eval') == {'a': 1}
 
 
 def test_resolve_unknown_mode():
-  assert error_of(cfg.resolve, RAW, 'trian') == (
+  assert error_of(config_resolve.resolve, RAW, 'trian') == (
       "mode: unknown mode 'trian' (did you mean 'train'?); "
       "allowed: train, eval, train_eval, benchmark, export, infer, critical_batch")
 
 
 def test_resolve_does_not_mutate_or_share_raw():
   before = copy.deepcopy(RAW)
-  config = cfg.resolve(RAW, 'train', ['model_params.depth=34', 'data_layer_params.image_shape.0=8',
+  config = config_resolve.resolve(RAW, 'train', ['model_params.depth=34', 'data_layer_params.image_shape.0=8',
                                       'larc_params.larc_eta=0.001'])
   assert RAW == before
   config['data_layer_params']['image_shape'].append(1)
   config['model_params']['width'] = 1
   assert RAW == before
-  evaluation = cfg.resolve(RAW, 'eval')
+  evaluation = config_resolve.resolve(RAW, 'eval')
   evaluation['data_layer_params']['image_shape'][0] = 1
   assert RAW == before
 
@@ -356,13 +359,13 @@ def test_resolve_does_not_mutate_or_share_raw():
     ('text=a=b', 'text', 'a=b'),
 ])
 def test_override_values_are_yaml(override, key, expected):
-  value = cfg.resolve({'base_params': {}}, 'train', [override])[key]
+  value = config_resolve.resolve({'base_params': {}}, 'train', [override])[key]
   assert value == expected
   assert type(value) is type(expected)
 
 
 def test_overrides_of_nested_keys_lists_and_dicts():
-  config = cfg.resolve(RAW, 'train', [
+  config = config_resolve.resolve(RAW, 'train', [
       'model_params.depth=101',
       'data_layer_params.image_shape.1=64',
       'larc_params={larc_eta: 0.002}',
@@ -378,23 +381,23 @@ def test_overrides_of_nested_keys_lists_and_dicts():
 
 
 def test_override_with_a_dict_replaces_the_dict():
-  config = cfg.resolve(RAW, 'train', ['model_params={width: 8}'])
+  config = config_resolve.resolve(RAW, 'train', ['model_params={width: 8}'])
   assert config['model_params'] == {'width': 8}
 
 
 def test_overrides_apply_in_order():
-  config = cfg.resolve(RAW, 'train', ['batch_size_per_gpu=1', 'batch_size_per_gpu=2'])
+  config = config_resolve.resolve(RAW, 'train', ['batch_size_per_gpu=1', 'batch_size_per_gpu=2'])
   assert config['batch_size_per_gpu'] == 2
 
 
 def test_override_creates_a_null_mapping_on_the_way():
-  config = cfg.resolve(RAW, 'train', ['larc_params.larc_eta=0.001'])
+  config = config_resolve.resolve(RAW, 'train', ['larc_params.larc_eta=0.001'])
   assert config['larc_params'] == {'larc_eta': 0.001}
 
 
 def test_override_of_a_list_of_dicts():
   raw = {'base_params': {'layers': [{'units': 4}, {'units': 8}]}}
-  config = cfg.resolve(raw, 'train', ['layers.1.units=16'])
+  config = config_resolve.resolve(raw, 'train', ['layers.1.units=16'])
   assert config['layers'] == [{'units': 4}, {'units': 16}]
 
 
@@ -420,25 +423,26 @@ def test_override_of_a_list_of_dicts():
      "override 'lr=[1, 2': cannot read value '[1, 2': expected ',' or ']', but got '<stream end>'"),
 ])
 def test_malformed_overrides(override, message):
-  assert error_of(cfg.resolve, RAW, 'train', [override]) == message
+  assert error_of(config_resolve.resolve, RAW, 'train', [override]) == message
 
 
 def test_resolve_modes():
   overrides = ['model_params.width=8']
-  both = cfg.resolve_modes(RAW, 'train_eval', overrides)
-  assert both == {'train': cfg.resolve(RAW, 'train', overrides),
-                  'eval': cfg.resolve(RAW, 'eval', overrides)}
+  both = config_resolve.resolve_modes(RAW, 'train_eval', overrides)
+  assert both == {'train': config_resolve.resolve(RAW, 'train', overrides),
+                  'eval': config_resolve.resolve(RAW, 'eval', overrides)}
   assert both['eval']['model_params'] == {'width': 8, 'depth': 50}
   assert both['eval']['batch_size_per_gpu'] == 8
-  assert cfg.resolve_modes(RAW, 'train') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
-  assert cfg.resolve_modes(RAW, 'benchmark') == {'train': cfg.resolve(RAW, 'train'), 'eval': None}
-  assert cfg.resolve_modes(RAW, 'eval') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
+  train, evaluation = config_resolve.resolve(RAW, 'train'), config_resolve.resolve(RAW, 'eval')
+  assert config_resolve.resolve_modes(RAW, 'train') == {'train': train, 'eval': None}
+  assert config_resolve.resolve_modes(RAW, 'benchmark') == {'train': train, 'eval': None}
+  assert config_resolve.resolve_modes(RAW, 'eval') == {'train': None, 'eval': evaluation}
   # A model is exported as it is evaluated.
-  assert cfg.resolve_modes(RAW, 'export') == {'train': None, 'eval': cfg.resolve(RAW, 'eval')}
-  assert cfg.resolve(RAW, 'export') == cfg.resolve(RAW, 'eval')
+  assert config_resolve.resolve_modes(RAW, 'export') == {'train': None, 'eval': evaluation}
+  assert config_resolve.resolve(RAW, 'export') == config_resolve.resolve(RAW, 'eval')
   # Branches train from a run's checkpoint and are evaluated, as train_eval.
-  assert cfg.resolve_modes(RAW, 'critical_batch', overrides) == both
-  assert error_of(cfg.resolve_modes, RAW, 'test') == (
+  assert config_resolve.resolve_modes(RAW, 'critical_batch', overrides) == both
+  assert error_of(config_resolve.resolve_modes, RAW, 'test') == (
       "mode: unknown mode 'test'; allowed: train, eval, train_eval, benchmark, export, infer, "
       'critical_batch')
 
@@ -446,10 +450,10 @@ def test_resolve_modes():
 def test_one_tuple_of_modes_for_the_command_line_and_the_config_layer():
   from framework.config import config_file  # pylint: disable=import-outside-toplevel
   from framework.run import launch  # pylint: disable=import-outside-toplevel
-  assert launch.MODES is cfg.MODES is config_file.MODES
+  assert launch.MODES is config_file.MODES
   assert launch.READING_MODES is config_file.READING_MODES
   assert launch.TRAINING_MODES is config_file.TRAINING_MODES
-  assert set(config_file.READING_MODES) | set(config_file.TRAINING_MODES) < set(cfg.MODES)
+  assert set(config_file.READING_MODES) | set(config_file.TRAINING_MODES) < set(config_file.MODES)
 
 
 # ---------------------------------------------------------------------------
@@ -615,12 +619,12 @@ def test_loss_scaling_errors():
 
 
 def test_summaries_must_be_known_names():
-  assert cfg.SUMMARY_NAMES == ['learning_rate', 'gradients', 'gradient_norm',
+  assert config_lib.SUMMARY_NAMES == ['learning_rate', 'gradients', 'gradient_norm',
                                'global_gradient_norm', 'variables', 'variable_norm',
                                'larc_summaries', 'loss_scale']
   result = check(base_config(summaries=('gradients', 'loss_scale')))
   assert result['summaries'] == ['gradients', 'loss_scale']
-  allowed = ', '.join(repr(name) for name in cfg.SUMMARY_NAMES)
+  allowed = ', '.join(repr(name) for name in config_lib.SUMMARY_NAMES)
   assert error_of(check, base_config(summaries=['learning_rate', 'gradient_norms'])) == (
       f"summaries.1: 'gradient_norms' is not allowed (did you mean 'gradient_norm'?); "
       f"allowed: {allowed}")
@@ -713,13 +717,14 @@ def test_wrapper_optimizer_checks_agn_params_and_the_wrapped_optimizer_params():
   registries['optimizer'] = optimizers
   config = base_config(optimizer='AGN', agn_params={'optimizer': 'Momentum'},
                        optimizer_params={'momentum': 0.9})
-  result = cfg.validate(config, registries)
+  result = config_lib.validate(config, registries)
   assert result['agn_params'] == {'optimizer': 'Momentum', 'communication_period': 10}
-  assert error_of(cfg.validate, base_config(optimizer='AGN', optimizer_params={'momentum': 0.9}),
+  assert error_of(config_lib.validate, base_config(optimizer='AGN', optimizer_params={'momentum': 0.9}),
                   registries).startswith('agn_params.optimizer: required key is missing')
   bad = base_config(optimizer='AGN', agn_params={'optimizer': 'Momentum'},
                     optimizer_params={'momentun': 0.9})
-  assert error_of(cfg.validate, bad, registries).startswith('optimizer_params.momentun: unknown argument')
+  assert error_of(config_lib.validate, bad, registries).startswith(
+      'optimizer_params.momentun: unknown argument')
   assert error_of(check, base_config(agn_params={'optimizer': 'Momentum'})) == (
       'agn_params: only used with optimizer: AGN')
 
@@ -747,7 +752,7 @@ def test_missing_registry_is_a_programming_error():
   registries = dict(REGISTRIES)
   del registries['lr_policy']
   with pytest.raises(ValueError, match="validate: no 'lr_policy' registry given"):
-    cfg.validate(base_config(), registries)
+    config_lib.validate(base_config(), registries)
 
 
 def test_model_params_checked_against_model_params_declaration():
@@ -900,43 +905,43 @@ def test_lr_policy_with_kwargs_takes_any_key():
 ])
 def test_epochs_to_steps(params, steps_per_epoch, expected):
   before = copy.deepcopy(params)
-  result = cfg.epochs_to_steps(params, steps_per_epoch)
+  result = schedule.epochs_to_steps(params, steps_per_epoch)
   assert result == expected
   assert list(result) == list(expected)
   assert params == before
 
 
 def test_epochs_to_steps_keeps_key_positions():
-  result = cfg.epochs_to_steps({'a': 1, 'warmup_epochs': 1, 'b': 2}, 4)
+  result = schedule.epochs_to_steps({'a': 1, 'warmup_epochs': 1, 'b': 2}, 4)
   assert list(result.items()) == [('a', 1), ('warmup_steps', 4), ('b', 2)]
 
 
 def test_epochs_to_steps_errors():
-  assert error_of(cfg.epochs_to_steps, {'warmup_epochs': 1, 'warmup_steps': 3}, 10) == (
+  assert error_of(schedule.epochs_to_steps, {'warmup_epochs': 1, 'warmup_steps': 3}, 10) == (
       'lr_policy_params: give warmup_epochs or warmup_steps, not both')
-  assert error_of(cfg.epochs_to_steps, {'boundary_epochs': [1, None]}, 10) == (
+  assert error_of(schedule.epochs_to_steps, {'boundary_epochs': [1, None]}, 10) == (
       'lr_policy_params.boundary_epochs: expected a number >= 0 or a list of them, got [1, None]')
   with pytest.raises(ValueError, match='steps_per_epoch must be a positive number, got 0'):
-    cfg.epochs_to_steps({'warmup_epochs': 1}, 0)
+    schedule.epochs_to_steps({'warmup_epochs': 1}, 0)
 
 
 def test_fractions_of_the_run_become_steps():
   params = {'learning_rate': 0.1, 'warmup_fraction': 0.15, 'decay_fraction': 0.85,
             'boundary_fractions': [0.5, 0.75]}
-  assert cfg.epochs_to_steps(params, 7, total_steps=224) == {
+  assert schedule.epochs_to_steps(params, 7, total_steps=224) == {
       'learning_rate': 0.1, 'warmup_steps': 34, 'decay_steps': 190,  # 33.6 and 190.4
       'boundaries': [112, 168]}
-  assert cfg.epochs_to_steps({'begin_decay_at_fraction': 0.5}, 3, total_steps=5) == {
+  assert schedule.epochs_to_steps({'begin_decay_at_fraction': 0.5}, 3, total_steps=5) == {
       'begin_decay_at': 3}  # 2.5 rounds up
 
 
 def test_fraction_errors():
-  assert error_of(cfg.epochs_to_steps, {'warmup_epochs': 1, 'warmup_fraction': 0.1}, 10, 100) == (
+  assert error_of(schedule.epochs_to_steps, {'warmup_epochs': 1, 'warmup_fraction': 0.1}, 10, 100) == (
       'lr_policy_params: give warmup_epochs or warmup_fraction, not both')
-  assert error_of(cfg.epochs_to_steps, {'warmup_fraction': 1.5}, 10, 100) == (
+  assert error_of(schedule.epochs_to_steps, {'warmup_fraction': 1.5}, 10, 100) == (
       'lr_policy_params.warmup_fraction: expected a fraction in [0, 1] or a list of them, got 1.5')
   with pytest.raises(ValueError, match='needs total_steps'):
-    cfg.epochs_to_steps({'warmup_fraction': 0.1}, 10)
+    schedule.epochs_to_steps({'warmup_fraction': 0.1}, 10)
   assert error_of(check, base_config(
       lr_policy='poly_decay', lr_policy_params={'learning_rate': 0.1, 'decay_fraction': 2})) == (
           'lr_policy_params.decay_fraction: expected a fraction in [0, 1] or a list of them, got 2')
@@ -965,7 +970,7 @@ def test_ghost_batch_size_must_divide_the_batches():
   assert error_of(check, base_config(model=model, model_params=model_params)) == (
       'model_params.ghost_batch_size: 12 must divide batch_size_per_gpu (32)')
   # An eval view normalises with the moving statistics: its batches need not divide.
-  assert cfg.validate(base_config(model=model, model_params=model_params), REGISTRIES,
+  assert config_lib.validate(base_config(model=model, model_params=model_params), REGISTRIES,
                       'eval')['model_params'] == {'ghost_batch_size': 12}
   model_params['ghost_batch_size'] = 8
   assert error_of(check, base_config(model=model, model_params=model_params,
@@ -1033,9 +1038,9 @@ YAML_CONFIG = """
 def test_python_and_yaml_configs_give_identical_yaml(tmp_path, mode):
   outputs = {}
   for name, text in (('c.py', PY_CONFIG), ('c.yaml', YAML_CONFIG)):
-    raw = cfg.load_config_file(write(tmp_path, name, text))
-    config = cfg.resolve(raw, mode, ['optimizer_params.momentum=0.95'])
-    outputs[name] = (cfg.to_yaml(config), cfg.to_yaml(check(config)))
+    raw = config_file.load_config_file(write(tmp_path, name, text))
+    config = config_resolve.resolve(raw, mode, ['optimizer_params.momentum=0.95'])
+    outputs[name] = (config_file.to_yaml(config), config_file.to_yaml(check(config)))
   assert outputs['c.py'] == outputs['c.yaml']
   resolved, validated = outputs['c.py']
   assert 'dtype: float32\n' in resolved
@@ -1046,7 +1051,7 @@ def test_python_and_yaml_configs_give_identical_yaml(tmp_path, mode):
 
 def test_to_yaml_text():
   config = {'b': [1, (2, 3)], 'a': {'lr': 1e-3, 'fn': len, 'dtype': tf.float16, 'off': None}}
-  assert cfg.to_yaml(config) == textwrap.dedent("""\
+  assert config_file.to_yaml(config) == textwrap.dedent("""\
       a:
         dtype: float16
         fn: builtins:len
@@ -1060,9 +1065,9 @@ def test_to_yaml_text():
 
 
 def test_to_yaml_refuses_instances():
-  assert error_of(cfg.to_yaml, {'model_params': {'init': object()}}).startswith(
+  assert error_of(config_file.to_yaml, {'model_params': {'init': object()}}).startswith(
       'model_params.init: cannot write <object object at ')
-  assert error_of(cfg.to_yaml, {'a': [1, object()]}).endswith(
+  assert error_of(config_file.to_yaml, {'a': [1, object()]}).endswith(
       '(object) as YAML; use a name, number, string, list or mapping')
 
 
@@ -1070,17 +1075,17 @@ def test_write_config_reads_back_to_the_same_config(tmp_path):
   config = check(base_config(larc_params={'larc_eta': 1e-3}, regularizer='l2',
                              regularizer_params={'scale': 1e-4}, loss_scaling=2.0 ** 14))
   path = tmp_path / 'run' / 'logs' / 'config.yaml'
-  cfg.write_config(config, str(path))
-  assert path.read_text() == cfg.to_yaml(config)
+  config_file.write_config(config, str(path))
+  assert path.read_text() == config_file.to_yaml(config)
   again = write(tmp_path, 'again.yaml', 'base_params:\n' + textwrap.indent(path.read_text(), '  '))
-  assert check(cfg.resolve(cfg.load_config_file(again), 'train')) == config
+  assert check(config_resolve.resolve(config_file.load_config_file(again), 'train')) == config
 
 
 def test_run_config_splits_two_views_into_a_file_that_resolves_back_to_them(tmp_path):
   train = check(base_config(batch_size_per_gpu=256, model_params={'width': 16, 'depth': 2},
                             label_smoothing=0.1))
   evaluation = check(base_config(batch_size_per_gpu=1000, model_params={'width': 16}))
-  layout = cfg.run_config(train, evaluation)
+  layout = config_file.run_config(train, evaluation)
   assert list(layout) == ['base_params', 'train_params', 'eval_params']
   # Differing keys go whole into both overlays; equal ones into base_params.
   assert train['model_params']['depth'] == 2 != evaluation['model_params']['depth']
@@ -1091,13 +1096,13 @@ def test_run_config_splits_two_views_into_a_file_that_resolves_back_to_them(tmp_
   assert layout['base_params']['optimizer'] == train['optimizer'] == evaluation['optimizer']
   assert not set(layout['base_params']) & set(layout['train_params'])
   path = tmp_path / 'config.yaml'
-  cfg.write_run_config(train, evaluation, str(path))
-  raw = cfg.load_config_file(str(path))
-  assert check(cfg.resolve(raw, 'train')) == train
-  assert check(cfg.resolve(raw, 'eval')) == evaluation
+  config_file.write_run_config(train, evaluation, str(path))
+  raw = config_file.load_config_file(str(path))
+  assert check(config_resolve.resolve(raw, 'train')) == train
+  assert check(config_resolve.resolve(raw, 'eval')) == evaluation
   # Without an eval view, both views are the train view.
-  alone = cfg.run_config(train)
-  assert alone == {'base_params': cfg.run_config(train, train)['base_params'],
+  alone = config_file.run_config(train)
+  assert alone == {'base_params': config_file.run_config(train, train)['base_params'],
                    'train_params': {}, 'eval_params': {}}
 
 
@@ -1105,9 +1110,10 @@ def test_run_config_splits_two_views_into_a_file_that_resolves_back_to_them(tmp_
 # format_error
 
 def test_format_error():
-  assert cfg.format_error(ConfigError("model: unknown model 'x'")) == "error: model: unknown model 'x'"
-  assert cfg.format_error(ValueError('bad\nvalue')) == 'error: ValueError: bad value'
-  assert cfg.format_error(KeyError()) == 'error: KeyError'
+  assert config_file.format_error(ConfigError("model: unknown model 'x'")) == (
+      "error: model: unknown model 'x'")
+  assert config_file.format_error(ValueError('bad\nvalue')) == 'error: ValueError: bad value'
+  assert config_file.format_error(KeyError()) == 'error: KeyError'
 
 
 # ---------------------------------------------------------------------------
@@ -1116,21 +1122,22 @@ def test_format_error():
 def test_load_configs_gives_the_validated_views_of_a_mode(tmp_path):
   base = '\n'.join(f'  {key}: {value!r}' for key, value in base_config().items())
   path = write(tmp_path, 'run.yaml', f'base_params:\n{base}\neval_params:\n  batch_size_per_gpu: 64\n')
-  both = cfg.load_configs(path, 'train_eval', ['num_epochs=3'], REGISTRIES)
+  both = config_lib.load_configs(path, 'train_eval', ['num_epochs=3'], REGISTRIES)
   assert (both['train']['batch_size_per_gpu'], both['eval']['batch_size_per_gpu']) == (32, 64)
   assert both['train']['num_epochs'] == both['eval']['num_epochs'] == 3
-  assert both['train'] == check(cfg.resolve(cfg.load_config_file(path), 'train', ['num_epochs=3']))
+  raw = config_file.load_config_file(path)
+  assert both['train'] == check(config_resolve.resolve(raw, 'train', ['num_epochs=3']))
   # An export serves the model as it is evaluated.
-  export = cfg.load_configs(path, 'export', (), REGISTRIES)
+  export = config_lib.load_configs(path, 'export', (), REGISTRIES)
   assert export['train'] is None and export['eval']['batch_size_per_gpu'] == 64
   # Without construct, only the owners' checks are left out.
   typo = ['optimizer_params.momentun=0.9']
-  assert cfg.load_configs(path, 'train', typo, REGISTRIES, construct=False)['train'][
+  assert config_lib.load_configs(path, 'train', typo, REGISTRIES, construct=False)['train'][
       'optimizer_params'] == {'momentum': 0.9, 'momentun': 0.9}
   with pytest.raises(ConfigError, match='^optimizer_params.momentun: unknown argument of SGD'):
-    cfg.load_configs(path, 'train', typo, REGISTRIES)
+    config_lib.load_configs(path, 'train', typo, REGISTRIES)
   with pytest.raises(ConfigError, match='^optimizer_params.learning_rate: not allowed'):
-    cfg.load_configs(path, 'train', ['optimizer_params.learning_rate=1'], REGISTRIES,
+    config_lib.load_configs(path, 'train', ['optimizer_params.learning_rate=1'], REGISTRIES,
                      construct=False)
 
 
@@ -1145,13 +1152,13 @@ def test_a_lazy_entry_declares_its_params_or_is_checked_once_loaded():
   message = ('model_params.dept: unknown key (did you mean model_params.depth?); '
              'allowed keys: block, depth, initializer, width')
   for construct in (False, True):
-    assert error_of(cfg.validate, base_config(model='declared', model_params=bad), registries,
+    assert error_of(config_lib.validate, base_config(model='declared', model_params=bad), registries,
                     'train', construct) == message
   assert not models.is_loaded('declared')
-  unchecked = cfg.validate(base_config(model='undeclared', model_params=bad), registries,
+  unchecked = config_lib.validate(base_config(model='undeclared', model_params=bad), registries,
                            construct=False)
   assert unchecked['model_params'] == bad and not models.is_loaded('undeclared')
-  assert error_of(cfg.validate, base_config(model='undeclared', model_params=bad),
+  assert error_of(config_lib.validate, base_config(model='undeclared', model_params=bad),
                   registries) == message
   assert models.is_loaded('undeclared')
 
@@ -1166,7 +1173,7 @@ def test_lr_scaling_resolves_the_rate_from_the_global_batch():
   assert linear['lr_scaling'] == {'rule': 'linear', 'base_learning_rate': 0.1,
                                   'reference_batch': 256}
   # Four workers: B = 1024, 0.1 x 1024/256.
-  scaled, how = cfg.scale_learning_rates({'train': linear, 'eval': None}, 4)
+  scaled, how = config_lib.scale_learning_rates({'train': linear, 'eval': None}, 4)
   assert scaled['train']['lr_policy_params']['learning_rate'] == pytest.approx(0.4)
   assert scaled['eval'] is None
   assert 'global batch 1024 = 128 x 4 worker(s) x iter_size 2' in how
@@ -1189,11 +1196,11 @@ def test_lr_scaling_and_a_rate_in_the_same_config_is_one_error():
 def test_a_rate_given_on_the_command_line_replaces_the_rule():
   raw = {'base_params': base_config(lr_policy_params={}, lr_scaling={'base_learning_rate': 0.1})}
   for override in ('lr_policy_params.learning_rate=0.03', 'lr_policy_params={learning_rate: 0.03}'):
-    resolved = cfg.resolve(raw, 'train', [override])
+    resolved = config_resolve.resolve(raw, 'train', [override])
     assert resolved['lr_scaling'] is None
     assert check(resolved)['lr_policy_params']['learning_rate'] == 0.03
   # A rule given beside it is kept, and the two together are refused.
-  both = cfg.resolve(raw, 'train', ['lr_policy_params.learning_rate=0.03',
+  both = config_resolve.resolve(raw, 'train', ['lr_policy_params.learning_rate=0.03',
                                     'lr_scaling.base_learning_rate=0.2'])
   with pytest.raises(ConfigError, match='give one of them'):
     check(both)
@@ -1239,7 +1246,7 @@ def test_a_yaml_config_names_code_beside_it(tmp_path, fresh_path):  # pylint: di
         lr_policy: user_code:flat_lr
         lr_policy_params: {learning_rate: 0.1}
       """)
-  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  config = config_lib.load_configs(path, 'train', registries=REGISTRIES)['train']
   # The declared PARAMS of the user's objects fill their defaults.
   assert config['model_params'] == {'width': 8}
   assert config['data_layer_params'] == {'root': 'here'}
@@ -1257,7 +1264,7 @@ def test_a_name_that_does_not_import_is_one_line(tmp_path, fresh_path):  # pylin
                     batch_size_per_gpu: 8, max_steps: 3, optimizer: Momentum,
                     lr_policy_params: {learning_rate: 0.1}}
       """)
-  assert error_of(cfg.load_configs, path, 'train', (), REGISTRIES) == (
+  assert error_of(config_lib.load_configs, path, 'train', (), REGISTRIES) == (
       f"data_layer: data_layer 'user_code:Folder': module 'user_code' ({tmp_path}/user_code.py) "
       "has no attribute 'Folder'")
 
@@ -1276,14 +1283,14 @@ def test_import_paths_are_relative_to_the_config_file(tmp_path, fresh_path):  # 
         optimizer: Momentum
         lr_policy_params: {learning_rate: 0.1}
       """)
-  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  config = config_lib.load_configs(path, 'train', registries=REGISTRIES)['train']
   assert config['import_paths'] == [str(tmp_path / 'src')]
   assert str(tmp_path / 'configs') in sys.path and str(tmp_path / 'src') in sys.path
   assert config_file.with_code_roots(config)['import_paths'] == [str(tmp_path / 'src')]
   bad = write(tmp_path, 'configs/bad.yaml', """
       base_params: {import_paths: [../nowhere]}
       """)
-  assert error_of(cfg.load_config_file, bad) == (
+  assert error_of(config_file.load_config_file, bad) == (
       f"base_params.import_paths.0: '../nowhere' is not a directory ({tmp_path}/nowhere); "
       'import_paths lists directories to import your own modules from')
 
@@ -1300,7 +1307,7 @@ def test_a_python_config_imports_modules_beside_it(tmp_path, fresh_path):  # pyl
                      'max_steps': 3, 'optimizer': 'Momentum',
                      'lr_policy_params': {'learning_rate': 0.1}}
       """)
-  config = cfg.load_configs(path, 'train', registries=REGISTRIES)['train']
+  config = config_lib.load_configs(path, 'train', registries=REGISTRIES)['train']
   recorded = config_file.with_code_roots(config_file.plain(config))
   # Written as import paths that import again, from the directory recorded beside them.
   assert (recorded['model'], recorded['data_layer']) == ('user_code:net', 'exp_config:OwnData')
@@ -1323,7 +1330,7 @@ def test_an_unreadable_yaml_config_is_one_line(tmp_path, monkeypatch):
 
   # Root reads any file whatever its mode, so the refusal is the file system's answer made by hand.
   monkeypatch.setattr(config_file, 'open', refuse, raising=False)
-  assert error_of(cfg.load_config_file, path) == f'{path}: cannot be read (Permission denied)'
+  assert error_of(config_file.load_config_file, path) == f'{path}: cannot be read (Permission denied)'
 
 
 @pytest.mark.parametrize('rate', [float('inf'), float('nan'), 0.0])

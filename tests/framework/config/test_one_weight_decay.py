@@ -5,7 +5,7 @@ import os
 import pytest
 
 from core.params import ConfigError
-from framework import config as cfg
+from framework.config import validation as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
@@ -14,7 +14,7 @@ OWN_DEFAULT = {'LARS': 1e-4, 'LAMB': 0.0, 'AdamW': 0.004}
 
 
 def train_view(path, *overrides):
-  return cfg.load_configs(path, 'train', list(overrides), construct=False)['train']
+  return config_lib.load_configs(path, 'train', list(overrides), construct=False)['train']
 
 
 def decays(config):
@@ -57,7 +57,7 @@ def test_a_model_decay_given_turns_the_optimizers_default_off():
   assert decays(config) == (5e-4, 0.0) and config['optimizer_params']['weight_decay'] == 0.0
   # Recorded so (the rate as the number lr_scaling gave), it resolves to the same again.
   recorded = dict(config, lr_scaling=None)
-  assert cfg.validate(recorded, cfg.default_registries(), construct=False) == recorded
+  assert config_lib.validate(recorded, config_lib.default_registries(), construct=False) == recorded
 
 
 def test_two_sources_given_at_once_is_one_line():

@@ -12,11 +12,11 @@ import keras
 import pytest
 
 from core.params import ConfigError
-from framework import config as cfg
 from framework.config import config_file
 from framework.config import config_resolve
 from framework.config import openseq2seq
 from framework.config import schedule
+from framework.config import validation as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PORTS = os.path.join(ROOT, 'configs', 'openseq2seq')
@@ -26,7 +26,7 @@ SGD = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
 
 
 def train_view(path, *overrides, notes=None):
-  return cfg.load_configs(path, 'train', list(overrides), construct=False, notes=notes)['train']
+  return config_lib.load_configs(path, 'train', list(overrides), construct=False, notes=notes)['train']
 
 
 def error(function, *args, **kwargs):
@@ -61,13 +61,13 @@ def test_the_text_port_reads_its_loss_params_and_infer_params():
   config = train_view(TEXT_PORT)
   assert config['model_params']['label_smoothing'] == 0.1
   assert config['dtype'] == 'mixed' and config['use_horovod'] is True
-  views = cfg.load_configs(TEXT_PORT, 'infer', [], construct=False)
+  views = config_lib.load_configs(TEXT_PORT, 'infer', [], construct=False)
   assert views['train'] is None
   # infer_params over the eval view: its batch and its files.
   assert views['eval']['batch_size_per_gpu'] == 1
   assert views['eval']['data_layer_params']['source_file'].endswith(
       'wmt14-en-de.src.BPE_common.32K.tok')
-  evaluation = cfg.load_configs(TEXT_PORT, 'eval', [], construct=False)['eval']
+  evaluation = config_lib.load_configs(TEXT_PORT, 'eval', [], construct=False)['eval']
   assert evaluation['batch_size_per_gpu'] == 16
 
 

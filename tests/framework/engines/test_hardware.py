@@ -9,7 +9,8 @@ import tensorflow as tf
 import yaml
 
 from core import precision
-from framework import config as cfg
+from framework.config import config_file
+from framework.config import config_resolve
 from framework.engines import hardware
 from framework.run import launch
 from framework.run import resume
@@ -131,7 +132,7 @@ def test_config_yaml_records_the_dtype_the_run_computes_in(monkeypatch, tmp_path
       saved.get('eval_params') or {})
   assert (tmp_path / 'config-0.yaml').read_text() == text
   # Read back as a config, it asks for what the run used, on any machine.
-  again = cfg.resolve(cfg.load_config_file(str(tmp_path / 'config.yaml')), 'train')
+  again = config_resolve.resolve(config_file.load_config_file(str(tmp_path / 'config.yaml')), 'train')
   assert check(again)['dtype'] == 'mixed_bfloat16'
 
 

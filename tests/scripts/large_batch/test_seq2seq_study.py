@@ -377,12 +377,12 @@ def test_updates_and_cadence_follow_the_trainers_count():
 
 def test_the_schedule_warms_up_for_a_tenth_and_ends_at_a_tenth_of_the_peak():
   """docs/large_batch_seq2seq.md's schedule: the decay, as long as the run, starts where the warm-up ends."""
-  from framework import config as cfg  # pylint: disable=import-outside-toplevel
   from framework.config import schedule  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   for batch in (256, 8192):
     micro, iter_size = s2s_plan.micro_batches(batch)
     path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb.py')
-    config = cfg.load_configs(path, 'train', [f'batch_size_per_gpu={micro}',
+    config = config_lib.load_configs(path, 'train', [f'batch_size_per_gpu={micro}',
                                               f'iter_size={iter_size}'], construct=False)['train']
     per_epoch = schedule.updates_per_epoch(s2s_plan.TRAIN_PRONUNCIATIONS // micro, iter_size)
     lr = schedule.learning_rate_fn(config, per_epoch)
@@ -408,9 +408,9 @@ def test_the_recipes_data_facts_are_the_data_layers():
 
 
 def test_the_key_point_config_is_the_studys_point():
-  from framework import config as cfg  # pylint: disable=import-outside-toplevel
+  from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb_8k.py')
-  config = cfg.load_configs(path, 'train', [], construct=False)['train']
+  config = config_lib.load_configs(path, 'train', [], construct=False)['train']
   micro, iter_size = s2s_plan.micro_batches(s2s_plan.LARGE)
   assert (config['batch_size_per_gpu'], config['iter_size']) == (micro, iter_size)
   assert config['eval_steps'] == s2s_plan.eval_steps(s2s_plan.LARGE)
