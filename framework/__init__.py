@@ -11,25 +11,5 @@
   multi-worker engine, the local and Horovod launchers, the hardware), and
   what each prints.
 
-``tests/core/test_layers.py`` holds the order. The modules' paths before the
-rooms (``framework.trainer``, ...) give the moved modules themselves.
+``tests/core/test_layers.py`` holds the order.
 """
-
-from core.moved_modules import redirect
-
-# Old path -> new path: ``import framework.trainer`` is ``framework.run.trainer``,
-# the very module object, so users' code and its monkeypatches keep working.
-MOVED_MODULES = {
-    **{f'framework.{name}': f'framework.config.{name}' for name in (
-        'argument_checks', 'check_configs', 'config_file', 'config_names', 'config_resolve',
-        'schedule', 'schema', 'weight_decay')},
-    **{f'framework.{name}': f'framework.run.{name}' for name in (
-        'checkpoints', 'divergence', 'evaluation', 'launch', 'resume',
-        'run_outputs', 'rundir', 'stopping', 'summaries', 'train_loop', 'trainer', 'warm_start')},
-    **{f'framework.{name}': f'framework.engines.{name}' for name in (
-        'console', 'distributed', 'hardware', 'horovod_launcher', 'local_cluster',
-        'start_watch', 'tf_import')},
-    'framework.export': 'framework.tasks.export',
-    'framework.precise_bn': 'framework.tasks.image_precise_bn',
-}
-redirect(MOVED_MODULES)

@@ -12,7 +12,6 @@ finds them by their registered names.
 import sys
 
 from core.lazy import lazy_exports
-from core.moved_modules import redirect
 from optimizers.registry import OPTIMIZER_CLS_NAMES
 from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES
 
@@ -36,23 +35,6 @@ _EXPORTS = {
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
 _KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
-
-# Modules that moved, under their old paths: ``import optimizers.dispatch`` is
-# ``optimizers.backend``, the very module object, so ported code and its
-# monkeypatches keep working.
-MOVED_MODULES = {
-    'optimizers.dispatch': 'optimizers.backend',
-    'optimizers.fused': 'optimizers.backend',
-    'optimizers.keras_adapter': 'optimizers.backend',
-    'optimizers.tf1_compat': 'optimizers.backend',
-    'optimizers.momentum': 'optimizers.lars',
-    'optimizers.muon': 'optimizers.catalog',
-    'optimizers.loss_scale_optimizer': 'optimizers.compat.loss_scale_optimizer',
-    'optimizers.mp_wrapper': 'optimizers.compat.loss_scale_optimizer',
-    'optimizers.openseq2seq': 'optimizers.compat.openseq2seq',
-    'optimizers.optimizers': 'optimizers.compat.optimizers',
-}
-redirect(MOVED_MODULES)
 
 __all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

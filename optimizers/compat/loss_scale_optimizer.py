@@ -26,9 +26,6 @@ Both take the loss scales ``optimize_loss`` takes (a fixed number,
   the half-precision variable receives the rounded result, so small updates
   accumulate instead of rounding away. Under Keras 3's mixed policies the
   variables are float32 already and only the loss scaling remains.
-
-``import optimizers.loss_scale_optimizer`` and ``import optimizers.mp_wrapper``
-(the old paths) give this module.
 """
 
 import math

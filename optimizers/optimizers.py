@@ -7,6 +7,9 @@ OpenSeq2Seq users import ``optimize_loss`` and its helpers from
 ``catalog.py`` (the optimizers by name, ``make_optimizer``), ``lars.py``
 and ``pipeline.py``; new code imports them from the package
 (``from optimizers import optimize_loss``).
+
+It sits beside the core modules because the path is the seeds' promise to
+users, but it belongs to the compatibility room: no core module imports it.
 """
 
 # pylint: disable=unused-import
