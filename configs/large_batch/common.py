@@ -3,7 +3,7 @@
 Fashion-MNIST without augmentation, the CIFAR-style ResNet-8 of the main job,
 float32, one process on the CPU, and the same number of epochs at every batch
 size. The arms (``sgd.py``, ``lars.py``, ``lamb.py``) add the optimizer and its
-learning rate; ``scripts/large_batch/run_study.sh`` sets the batch size (16K as
+learning rate; ``studies/large_batch/run_study.sh`` sets the batch size (16K as
 two micro-batches of 8K, ``iter_size: 2``) and the learning rate per point.
 
 - **Budget:** ``num_epochs`` epochs at every batch size, so the number of

@@ -3,7 +3,7 @@
 LAMB (You et al. 2020) with beta_1 0.9, beta_2 0.999 and decoupled weight
 decay 0.01; the batch-norm and bias variables get neither weight decay nor the
 layer-wise trust ratio. On the study's shared recipe (``common.py``).
-``scripts/large_batch/run_study.sh`` sets lr = 0.005·sqrt(B/256) at batch size B.
+``studies/large_batch/run_study.sh`` sets lr = 0.005·sqrt(B/256) at batch size B.
 This file alone is the batch-256 point:
 
   .venv/bin/python run.py --config=configs/large_batch/lamb.py --mode=train_eval --logdir=runs/lb_lamb_256

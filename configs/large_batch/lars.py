@@ -4,7 +4,7 @@ LARS (You, Gitman, Ginsburg 2017) with momentum 0.9, eeta 0.002 and weight
 decay 5e-4 folded into the LARS gradient; the batch-norm and bias variables are
 skipped (no trust ratio, no decay: they take the plain rate), as in the MLPerf
 ResNet-50 LARS runs. On the study's shared recipe (``common.py``).
-``scripts/large_batch/run_study.sh`` sets lr = 2.0·sqrt(B/256) at batch size B.
+``studies/large_batch/run_study.sh`` sets lr = 2.0·sqrt(B/256) at batch size B.
 Unlike the other arms, its schedule decays linearly (power 1) after the
 warm-up. This file alone is the batch-256 point; ``lars_8k.py`` is the 8K point:
 

@@ -20,7 +20,7 @@ base_params = copy.deepcopy(lars.base_params)
 base_params['batch_size_per_gpu'] = batch_size
 # Twice the recipe's: the eeta that won the study's eeta grid at 8K.
 base_params['optimizer_params']['eeta'] = 0.004
-# To 4 significant digits, as scripts/large_batch/run_study.sh sets it: 11.31.
+# To 4 significant digits, as studies/large_batch/run_study.sh sets it: 11.31.
 base_params['lr_policy_params']['learning_rate'] = float(f'{2.0 * math.sqrt(batch_size / 256):.4g}')
 
 eval_params = copy.deepcopy(lars.eval_params)

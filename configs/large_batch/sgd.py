@@ -2,7 +2,7 @@
 
 The baseline (Goyal et al. 2017; tuned per batch as Nado et al. 2021 insist):
 momentum 0.9, L2 weight decay 5e-4 on the conv and dense kernels, on the
-study's shared recipe (``common.py``). ``scripts/large_batch/run_study.sh`` runs a
+study's shared recipe (``common.py``). ``studies/large_batch/run_study.sh`` runs a
 grid of three learning rates at each batch size B, 0.1·sqrt(B/256) times 0.5,
 1 and 2 (it holds the linear-scaling value 0.1·B/256 up to 1K), with seed 0,
 and seed 1 at the best of them. This file alone is the batch-256 point at lr 0.1:

@@ -4,7 +4,7 @@ Keras' AdamW (Loshchilov and Hutter 2019) with beta_1 0.9, beta_2 0.999,
 epsilon 1e-6 and weight decay 0.01 (on every variable: Keras' AdamW takes no
 exclusion list), the baseline Nado et al. 2021 found to match LAMB once its
 rate is tuned at each batch. On the study's shared recipe (``common.py``);
-``scripts/large_batch/seq2seq_study.py`` tunes the rate at each batch on a
+``studies/large_batch/seq2seq_study.py`` tunes the rate at each batch on a
 grid around 0.001 at 256 words and, at a batch B, around the rate tuned at
 256 × sqrt(B/256). This file alone is the batch-256 point at 0.001:
 

@@ -5,7 +5,7 @@ Transformer than the main job's (configs/cmudict_transformer_lamb.py: d_model
 256, 3 + 3 layers), so that the study's runs fit about ten hours of a 2-core
 AMD EPYC with AVX512-BF16; the same number of epochs at every batch size.
 The arms (``lamb.py``, ``adamw.py``, ``muon.py``) add the optimizer and its
-learning rate at batch 256; ``scripts/large_batch/seq2seq_study.py`` sets the
+learning rate at batch 256; ``studies/large_batch/seq2seq_study.py`` sets the
 batch (in words; above 1024 as micro-batches of 1024 with ``iter_size``: a
 micro-batch of 4096 words trained 2.6 times slower per word on that
 machine), the learning rate, the evaluation cadence and the seed of each run.

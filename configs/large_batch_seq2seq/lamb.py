@@ -4,7 +4,7 @@ LAMB with beta_1 0.9, beta_2 0.999, epsilon 1e-6 and decoupled weight decay
 0.01; the layer-normalization and bias variables get neither the decay nor
 the layer-wise trust ratio (as the main job, configs/cmudict_transformer_lamb.py).
 On the study's shared recipe (``common.py``);
-``scripts/large_batch/seq2seq_study.py`` tunes the rate at each batch on a
+``studies/large_batch/seq2seq_study.py`` tunes the rate at each batch on a
 grid around 0.003 at 256 words and, at a batch B, around the rate tuned at
 256 × sqrt(B/256). This file alone is the batch-256 point at 0.003:
 

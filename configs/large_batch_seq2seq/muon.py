@@ -8,7 +8,7 @@ beta_1 0.9, beta_2 0.999, epsilon 1e-6), with decoupled weight decay 0.01 on
 both, as the AdamW arm. Its RMS matching lets it take Adam's rate (Liu et
 al. 2025), so its grid at 256 words is centred on AdamW's tuned rate there.
 On the study's shared recipe (``common.py``);
-``scripts/large_batch/seq2seq_study.py`` tunes the rate at each batch, at a
+``studies/large_batch/seq2seq_study.py`` tunes the rate at each batch, at a
 batch B around Muon's rate tuned at 256 × sqrt(B/256). This file alone is
 the batch-256 point at 0.001:
 

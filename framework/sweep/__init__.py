@@ -7,7 +7,7 @@
 - :mod:`framework.sweep.report`: results.csv, results.md and accuracy.png, and the best
   point (``scripts/sweep.py --best``).
 
-The large-batch study (``scripts/large_batch/``) stands on these.
+The large-batch study (``studies/large_batch/``) stands on these.
 
 Nothing here imports TensorFlow itself: each point is its own run.py process,
 and the configs are checked in one ``python -m framework.config.check_configs``.

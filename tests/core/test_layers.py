@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The layers whose modules are checked: a package directory, or run.py.
-LAYERS = ('run', 'framework', 'optimizers', 'models', 'data', 'core', 'scripts')
+LAYERS = ('run', 'framework', 'optimizers', 'models', 'data', 'core', 'scripts', 'studies')
 
 # Which repository layers each layer may import (its own always).
 ALLOWED = {
@@ -25,6 +25,7 @@ ALLOWED = {
     'data': {'core'},
     'core': set(),
     'scripts': {'framework', 'optimizers', 'models', 'data', 'core'},
+    'studies': {'framework', 'optimizers', 'models', 'data', 'core'},
 }
 
 # Third-party packages a layer must not import: the ground stays TensorFlow-free
@@ -169,11 +170,12 @@ def build():
     ('models/x.py', ['models/x.py:5: models -> optimizers', 'models/x.py:9: models -> framework',
                      'models/x.py:10: models -> run']),
     ('scripts/x.py', ['scripts/x.py:10: scripts -> run']),
+    ('studies/x.py', ['studies/x.py:10: studies -> run']),
     ('framework/x.py', ['framework/x.py:10: framework -> run']),
     ('run.py', []),
 ])
 def test_the_checker_finds_forbidden_edges_at_module_level_and_in_functions(path, expected):
-  repo_names = {'run', 'framework', 'optimizers', 'models', 'data', 'core', 'scripts'}
+  repo_names = {'run', 'framework', 'optimizers', 'models', 'data', 'core', 'scripts', 'studies'}
   found = [text for text, _ in forbidden_edges(path, SYNTHETIC, repo_names)]
   assert found == expected
 

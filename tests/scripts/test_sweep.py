@@ -626,7 +626,7 @@ def test_attempts_and_their_seconds_are_read_from_run_log():
 
 def test_an_attempt_killed_with_its_session_counts_up_to_the_checkpoint_resumed_from(tmp_path):
   """A killed attempt's time after its last checkpoint is redone by the next one, and counted once."""
-  from tests.scripts.large_batch.test_report import write_events  # pylint: disable=import-outside-toplevel
+  from tests.studies.large_batch.test_report import write_events  # pylint: disable=import-outside-toplevel
   logdir = tmp_path / 'point'
   # Attempt 1 starts at 1000, evaluates at steps 7 (21 s) and 9 (30 s), and is killed
   # unseen (no closing line) after its checkpoint at step 7; attempt 2 starts at 5000

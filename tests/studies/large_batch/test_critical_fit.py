@@ -1,4 +1,4 @@
-"""Tests of scripts/large_batch/critical_fit.py: the critical-batch fit and the updates it fits."""
+"""Tests of studies/large_batch/critical_fit.py: the critical-batch fit and the updates it fits."""
 
 import json
 import os
@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from scripts.large_batch import critical_fit
-from scripts.large_batch import study
+from studies.large_batch import critical_fit
+from studies.large_batch import study
 
 BATCHES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 

@@ -1,12 +1,12 @@
 """The sequence-to-sequence large-batch study (docs/large_batch_seq2seq.md): every run, in order, resumable.
 
-  .venv/bin/python scripts/large_batch/seq2seq_study.py              # run or resume; then the page
-  .venv/bin/python scripts/large_batch/seq2seq_study.py --dry-run    # every run and its state
-  .venv/bin/python scripts/large_batch/seq2seq_study.py --report-only
+  .venv/bin/python studies/large_batch/seq2seq_study.py              # run or resume; then the page
+  .venv/bin/python studies/large_batch/seq2seq_study.py --dry-run    # every run and its state
+  .venv/bin/python studies/large_batch/seq2seq_study.py --report-only
 
 A small Transformer on CMUdict at global batches from 256 to 16384 words, three
 optimizers each with its learning rate tuned: the runs and their order are
-:mod:`scripts.large_batch.seq2seq_plan`'s; this script runs them.
+:mod:`studies.large_batch.seq2seq_plan`'s; this script runs them.
 
 Every run is one point of ``scripts/sweep.py`` in ``OUT/<sweep>/<point>``
 (the sweep is the arm's name, ``<arm>_half`` for the budget check,
@@ -20,7 +20,7 @@ or a fresh one, and the grids grow from the archived results. SIGINT or
 SIGTERM stops the run under way after it saves (``scripts/sweep.py``), and
 the study with 130 or 143; running the command again resumes it.
 
-At the end (and with ``--report-only`` at once) scripts/large_batch/seq2seq_report.py
+At the end (and with ``--report-only`` at once) studies/large_batch/seq2seq_report.py
 writes the page from the archive.
 """
 
@@ -39,20 +39,20 @@ from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-p
 from framework.sweep.results import ERROR_FILE  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.results import read_error  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep.results import read_result  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import CONFIGS  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import DEFAULT_ARCHIVE  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import DEFAULT_OUT  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import EPOCHS  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import PAGE  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import Pending  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import Results  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import Run  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import STUDY  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import eval_steps  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import micro_batches  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import plan  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_plan import updates  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import CONFIGS  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import DEFAULT_ARCHIVE  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import DEFAULT_OUT  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import EPOCHS  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import PAGE  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import Pending  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import Results  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import Run  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import STUDY  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import eval_steps  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import micro_batches  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import plan  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_plan import updates  # noqa: E402  pylint: disable=wrong-import-position
 
 # The lock a study holds on its OUT while it runs: one study per directory.
 LOCK_FILE = '.study.lock'
@@ -153,9 +153,9 @@ def parse_args(argv):
 
 
 def report(archive):
-  """Writes the page from the archive (scripts/large_batch/seq2seq_report.py); its exit status."""
+  """Writes the page from the archive (studies/large_batch/seq2seq_report.py); its exit status."""
   os.makedirs(archive, exist_ok=True)  # a study that has archived nothing yet has an empty page
-  command = [sys.executable, os.path.join(ROOT, 'scripts', 'large_batch', 'seq2seq_report.py'),
+  command = [sys.executable, os.path.join(ROOT, 'studies', 'large_batch', 'seq2seq_report.py'),
              '--archive', archive, '--page', os.path.join(ROOT, PAGE)]
   return subprocess.run(command, cwd=ROOT, check=False).returncode
 

@@ -1,14 +1,14 @@
 """Writes the tables of docs/critical_batch.md: the studies' critical batches and the measurements.
 
-  .venv/bin/python scripts/large_batch/critical_table.py           # rewrite the block
-  .venv/bin/python scripts/large_batch/critical_table.py --check   # exit 1 when the page is stale
+  .venv/bin/python studies/large_batch/critical_table.py           # rewrite the block
+  .venv/bin/python studies/large_batch/critical_table.py --check   # exit 1 when the page is stale
 
 The block between the page's ``<!-- critical-table:begin -->`` and
 ``<!-- critical-table:end -->`` lines is made from archived files alone:
 
 - the two large-batch studies' runs (docs/results/large_batch_e48 and
   docs/results/large_batch_seq2seq), to which S(B) = S_min·(1 + B_crit/B) is
-  fitted per optimizer (scripts/large_batch/critical_fit.py), on the updates at
+  fitted per optimizer (studies/large_batch/critical_fit.py), on the updates at
   which each run first reached the study's target: 90 % test accuracy for the
   image study, 60 % dev WER for the sequence study;
 - the measurements, one directory each under docs/results/critical_batch/:
@@ -35,16 +35,16 @@ sys.path.insert(0, ROOT)
 from core import files  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import results as sweep_results  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import seq2seq_plan  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_report import TARGET_WER  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import seq2seq_plan  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_report import TARGET_WER  # noqa: E402  pylint: disable=wrong-import-position
 
 BEGIN = '<!-- critical-table:begin -->'
 END = '<!-- critical-table:end -->'
 PAGE = os.path.join('docs', 'critical_batch.md')
 MEASUREMENTS = os.path.join('docs', 'results', 'critical_batch')
-COMMAND = '.venv/bin/python scripts/large_batch/critical_table.py'
+COMMAND = '.venv/bin/python studies/large_batch/critical_table.py'
 MEASURED_FILE = 'critical_batch.json'
 # The image study's epochs at every batch, from its shared recipe (they name its archive).
 IMAGE_EPOCHS = config_file.load_config_file(

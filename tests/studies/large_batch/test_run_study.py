@@ -1,4 +1,4 @@
-"""Tests of scripts/large_batch/run_study.sh: which runs the study makes, in which order."""
+"""Tests of studies/large_batch/run_study.sh: which runs the study makes, in which order."""
 
 import json
 import os
@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def study(out, archive='', **env):
   """Runs the study script on ``out`` with ``archive`` as ARCHIVE (none by default)."""
-  return subprocess.run(['bash', os.path.join(ROOT, 'scripts', 'large_batch', 'run_study.sh'), str(out)],
+  return subprocess.run(['bash', os.path.join(ROOT, 'studies', 'large_batch', 'run_study.sh'), str(out)],
                         cwd=ROOT, env=dict(os.environ, ARCHIVE=str(archive), **env),
                         capture_output=True, text=True, timeout=300, check=True)
 
@@ -198,7 +198,7 @@ def test_a_fresh_checkout_is_set_up_before_the_study_asks_its_python(tmp_path):
       'chmod +x .venv/bin/python\n')
 
   def dry_run_lines():
-    result = subprocess.run(['bash', str(checkout / 'scripts' / 'large_batch' / 'run_study.sh'),
+    result = subprocess.run(['bash', str(checkout / 'studies' / 'large_batch' / 'run_study.sh'),
                              str(tmp_path / 'out')], cwd=tmp_path,
                             env=dict(os.environ, ARCHIVE='', DRY_RUN='1'),
                             capture_output=True, text=True, timeout=300, check=True)

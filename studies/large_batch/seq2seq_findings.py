@@ -5,15 +5,15 @@ whose numbers comes from the runs: the optimizer, how the tuned rate grows with
 the batch, what the warm-up is worth, scaling efficiency, the critical batch and
 the cost of an update. The small readers of the runs it shares with the page's
 table (the chosen runs at a batch, a sweep's label) live here too;
-scripts/large_batch/seq2seq_report.py writes the page.
+studies/large_batch/seq2seq_report.py writes the page.
 """
 
 import math
 
 from framework.sweep import report
-from scripts.large_batch import seq2seq_plan as plan
-from scripts.large_batch import study
-from scripts.large_batch.critical_fit import critical_fit
+from studies.large_batch import seq2seq_plan as plan
+from studies.large_batch import study
+from studies.large_batch.critical_fit import critical_fit
 
 KEY = study.GLOBAL_BATCH
 

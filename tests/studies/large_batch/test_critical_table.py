@@ -1,12 +1,12 @@
-"""Tests of scripts/large_batch/critical_table.py on a temporary tree: the table is the files'."""
+"""Tests of studies/large_batch/critical_table.py on a temporary tree: the table is the files'."""
 
 import json
 import os
 
 import pytest
 
-from scripts.large_batch import critical_table as table
-from scripts.large_batch import seq2seq_plan
+from studies.large_batch import critical_table as table
+from studies.large_batch import seq2seq_plan
 
 PAGE = """# The critical batch
 

@@ -1,10 +1,10 @@
 """The page of the sequence-to-sequence large-batch study, written from its archived runs alone.
 
-  .venv/bin/python scripts/large_batch/seq2seq_report.py \\
+  .venv/bin/python studies/large_batch/seq2seq_report.py \\
       [--archive docs/results/large_batch_seq2seq] [--page docs/large_batch_seq2seq.md]
 
 Reads every archived run (``ARCHIVE/<sweep>/<point>.json``, a failed one's
-``<point>.error``) of scripts/large_batch/seq2seq_study.py and puts between the
+``<point>.error``) of studies/large_batch/seq2seq_study.py and puts between the
 page's ``<!-- seq2seq_study: begin -->`` and ``<!-- seq2seq_study: end -->``
 lines: the table (per batch and arm, the chosen rate's final test WER, mean ±
 std over seeds, its PER, the gap to the best batch-256 result, tokens per
@@ -12,7 +12,7 @@ batch, updates and wall time to the target dev WER), the tuning grids, the
 targets, the steps-to-result figure (``docs/images/large_batch_seq2seq_steps.png``:
 updates to first reach the target dev WER against the batch, log-log, with
 the line of perfect scaling; ``..._wall.png`` beside it, the wall time to
-that WER) and the recipe (scripts/large_batch/seq2seq_findings.py), each number from the runs; a
+that WER) and the recipe (studies/large_batch/seq2seq_findings.py), each number from the runs; a
 point not yet run says so. Nothing on the page is typed in by hand.
 """
 
@@ -23,19 +23,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import figures as study_figures  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import report as study_report  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import seq2seq_plan as plan  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import KEY  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import best_warmup  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import label  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import members_at  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import percent  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import recipe  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import untuned  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch.seq2seq_findings import warmup_wers  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import figures as study_figures  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import report as study_report  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import seq2seq_plan as plan  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import KEY  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import best_warmup  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import label  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import members_at  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import percent  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import recipe  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import untuned  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch.seq2seq_findings import warmup_wers  # noqa: E402  pylint: disable=wrong-import-position
 
 BEGIN = '<!-- seq2seq_study: begin -->'
 END = '<!-- seq2seq_study: end -->'

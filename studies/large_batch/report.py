@@ -1,6 +1,6 @@
 """Combine the sweeps of a study (one sweep directory per arm) into one table and one plot.
 
-  python scripts/large_batch/report.py --arm 'SGD, linear lr'=runs/large_batch/sgd \\
+  python studies/large_batch/report.py --arm 'SGD, linear lr'=runs/large_batch/sgd \\
       --arm 'LARS'=runs/large_batch/lars --key batch_size_per_gpu --out runs/large_batch
 
 Reads every finished point (``result.json``) and failed point (``error.txt``)
@@ -49,9 +49,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import figures  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
-from scripts.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import figures  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
+from studies.large_batch import targets  # noqa: E402  pylint: disable=wrong-import-position
 
 DOC_BEGIN = '<!-- study_report: begin -->'
 DOC_END = '<!-- study_report: end -->'

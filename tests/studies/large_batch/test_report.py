@@ -1,4 +1,4 @@
-"""Tests of scripts/large_batch/report.py, study.py and targets.py: sweeps of several arms, one table."""
+"""Tests of studies/large_batch/report.py, study.py and targets.py: sweeps of several arms, one table."""
 
 import csv
 import json
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from scripts.large_batch import figures
-from scripts.large_batch import report as study_report
-from scripts.large_batch import study as study_lib
+from studies.large_batch import figures
+from studies.large_batch import report as study_report
+from studies.large_batch import study as study_lib
 from tests.scripts.test_plots import check_png
 
 

@@ -1,4 +1,4 @@
-"""Tests of scripts/large_batch/seq2seq_study.py: which runs the study makes, in which order, with what."""
+"""Tests of studies/large_batch/seq2seq_study.py: which runs the study makes, in which order, with what."""
 
 import json
 import math
@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from framework.sweep.grid import make_points
-from scripts.large_batch import seq2seq_plan as s2s_plan
-from scripts.large_batch import seq2seq_study as s2s
-from scripts.large_batch import study
+from studies.large_batch import seq2seq_plan as s2s_plan
+from studies.large_batch import seq2seq_study as s2s
+from studies.large_batch import study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ARMS = ('lamb', 'adamw', 'muon')
@@ -332,7 +332,7 @@ def test_finished_points_are_skipped_and_only_they(tmp_path):
   assert [(r.sweep, r.batch, r.lr, r.seed) for r in group] == [('lamb', 256, s2s_plan.rate(middle * 2), 0)]
   assert results.score('lamb', 256, s2s_plan.rate(middle / 2)) == math.inf
   # The dry run says which is which, with each run's config and cadence.
-  out = subprocess.run([sys.executable, os.path.join(ROOT, 'scripts', 'large_batch',
+  out = subprocess.run([sys.executable, os.path.join(ROOT, 'studies', 'large_batch',
                                                      'seq2seq_study.py'), '--dry-run',
                         '--archive', str(archive)], cwd=ROOT, capture_output=True, text=True,
                        timeout=120, check=True).stdout.splitlines()
@@ -423,7 +423,7 @@ def test_the_key_point_config_is_the_studys_point():
 
 
 def test_the_key_point_configs_section_of_the_page_quotes_the_archived_results():
-  from scripts.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
+  from studies.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
   path = os.path.join(ROOT, 'configs', 'large_batch_seq2seq', 'lamb_8k.py')
   source = open(path, encoding='utf-8').read()
   # The config points to its section of the page, which holds its results (outside the
@@ -554,7 +554,7 @@ def test_a_second_study_on_the_same_output_is_refused(tmp_path, capsys):
 
 
 def test_the_readme_quotes_the_archived_results_at_32x():
-  from scripts.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
+  from studies.large_batch import seq2seq_report as page  # pylint: disable=import-outside-toplevel
   text = ' '.join(open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read().split())
   runs = page.read(os.path.join(ROOT, 'docs', 'results', 'large_batch_seq2seq'))
   best = page.reference(runs)

@@ -1,6 +1,6 @@
 """A study's targets, checked from its runs: an arm within some points of the best baseline, and the budget.
 
-``--claim LABEL@VALUE<=POINTS`` (scripts/large_batch/report.py) asks whether the arm
+``--claim LABEL@VALUE<=POINTS`` (studies/large_batch/report.py) asks whether the arm
 LABEL at the key's VALUE is within POINTS percentage points of the best mean
 accuracy of the reference arms at the baseline (docs/large_batch.md: LARS at
 8K within 1.0 of the best at batch 256); ``--budget FULL=HALF`` how much the
@@ -9,7 +9,7 @@ best arm at the baseline gains from half the epochs (HALF) to all of them
 on fewer seeds than wanted is provisional.
 """
 
-from scripts.large_batch import study
+from studies.large_batch import study
 
 
 def parse_claim(text):
