@@ -53,7 +53,8 @@ def write_atomically(path, write, suffix=''):
 def refresh_generated_page(page, generate, check, command):
   """Rewrites the generated part of a page, or with ``check`` only says whether it is current.
 
-  For the pages whose tables a script writes (docs/config.md, docs/critical_batch.md).
+  For the pages whose tables a script writes (docs/config.md, docs/critical_batch.md,
+  docs/large_batch_seq2seq.md).
 
   Args:
     page: the page's path.

@@ -12,7 +12,7 @@
   :mod:`studies.large_batch.seq2seq_report` and :mod:`studies.large_batch.seq2seq_findings`:
   the sequence-to-sequence study of docs/large_batch_seq2seq.md (LAMB, AdamW and Muon
   on a CMUdict Transformer): its runs planned from its archive, the driver that runs
-  them, its page and the page's recipe;
+  them, its page and the numbers of the page's findings;
 - :mod:`studies.large_batch.critical_fit` and :mod:`studies.large_batch.critical_table`:
   the critical batch fitted to both studies' runs, and docs/critical_batch.md's tables.
 

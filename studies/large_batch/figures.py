@@ -86,6 +86,24 @@ def unreached(grouped, arms, values, field='steps_to_target'):
   return bounds
 
 
+def steps_series(runs, key, arms, values=None, field='steps_to_target'):
+  """``{arm: [(key value, updates to the target)]}`` of the arms that reached it at some value.
+
+  What :func:`plot_steps` draws (nothing when this is empty); ``field``
+  and ``values`` as there.
+  """
+  grouped = study.groups(runs, key)
+  values = [v for v in (values or study.ordered_values(runs, key)) if study.number(v)]
+  series = {}
+  for arm in arms:
+    points = [(study.number(v), study.steps_to_target(grouped[(arm, v)], field)) for v in values
+              if (arm, v) in grouped]
+    points = [(x, y) for x, y in points if y is not None]
+    if points:
+      series[arm] = points
+  return series
+
+
 def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
                field='steps_to_target', perfect=True, labels=None, values=None, bounds=False):
   """Updates to the target against the key, log-log, with the line of perfect scaling.
@@ -100,13 +118,7 @@ def plot_steps(runs, key, arms, path, title, target, ylabel=None, xlabel=None,
   """
   grouped = study.groups(runs, key)
   values = [v for v in (values or study.ordered_values(runs, key)) if study.number(v)]
-  series = {}
-  for arm in arms:
-    points = [(study.number(v), study.steps_to_target(grouped[(arm, v)], field)) for v in values
-              if (arm, v) in grouped]
-    points = [(x, y) for x, y in points if y is not None]
-    if points:
-      series[arm] = points
+  series = steps_series(runs, key, arms, values, field)
   if not series:
     return False
   plt = report.pyplot()

@@ -1,4 +1,8 @@
-"""Tests of studies/large_batch/seq2seq_report.py on a small fake archive: the page comes from the runs."""
+"""Tests of studies/large_batch/seq2seq_report.py and seq2seq_findings.py: the page comes from the runs.
+
+A small fake archive checks the tables and the findings' numbers; the repository's page is
+held to its own archive, its prose's numbers too.
+"""
 
 import math
 import os
@@ -9,6 +13,7 @@ import pytest
 from studies.large_batch import seq2seq_findings as findings
 from studies.large_batch import seq2seq_plan as s2s_plan
 from studies.large_batch import seq2seq_report as page
+from tests.studies.large_batch.test_seq2seq_study import ROOT
 from tests.studies.large_batch.test_seq2seq_study import write_archive
 
 LAMB, ADAMW, MUON = s2s_plan.ARMS
@@ -85,7 +90,8 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
   assert '| 0.048 (one rate, not tuned) | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | **0.048: 99.00** (one rate, not tuned) |' in page.grids(runs)
   # Only a grid that holds its rate inside enters the rate rule: 16384 does not.
-  assert 'at 16384' not in '\n'.join(findings.recipe(runs, TARGET))
+  assert 16384 not in findings.rates_inside(runs, LAMB)
+  assert 16384 not in findings.rule_ratios(runs, LAMB)
   # With a grid there (the best arm at 8192 gets one), the mark goes.
   write_archive(archive, 'lamb', 16384, {(0.024, 0): 0.995, (0.096, 0): 0.999},
                 steps=s2s_plan.updates(16384))
@@ -94,8 +100,10 @@ def test_the_one_run_past_32x_is_marked_not_tuned(archive):
              and '| LAMB |' in line)
   assert '| 0.048 | 1/1 | 99.00 |' in row
   assert '| 16384 | LAMB | 0.024: 99.50; **0.048: 99.00**; 0.096: 99.90 |' in page.grids(runs)
-  # ... and its best rate enters the rule's line: 0.048 / (0.003·sqrt(64) = 0.024) = 2.00.
-  assert 'a grid): LAMB: 2.00 at 8192, 2.00 at 16384;' in '\n'.join(findings.recipe(runs, TARGET))
+  # ... and its best rate enters the rule's ratios: 0.048 / (0.003·sqrt(64) = 0.024) = 2.00.
+  assert findings.rule_ratios(runs, LAMB) == {8192: pytest.approx(2.0, abs=5e-3),
+                                             16384: pytest.approx(2.0)}
+  assert findings.rates_inside(runs, LAMB)[16384] == 0.048
 
 
 def test_targets_budget_and_failures(archive):
@@ -114,34 +122,39 @@ def test_targets_budget_and_failures(archive):
   assert 'error: the loss is NaN at step 12' in text and 'Muon, `batch_size_per_gpu=256' in text
 
 
-def test_the_recipe_is_computed_from_the_runs(archive):
+def test_the_findings_are_computed_from_the_runs(archive):
   runs = page.read(str(archive), TARGET)
-  text = '\n'.join(findings.recipe(runs, TARGET))
   # AdamW's rate inside its grid at 256 (0.001), 1024 (0.002) and 8192 (0.005657): slope
   # of log(lr) on log(B) by least squares; LAMB's 8192 rate is at the grid's edge: left out.
+  assert findings.rates_inside(runs, ADAMW) == {256: 0.001, 1024: 0.002, 8192: 0.005657}
   expected = findings.slope([(256, 0.001), (1024, 0.002), (8192, 0.005657)])
-  assert 0.49 < expected < 0.51
-  assert (f'AdamW: 0.001 at 256, 0.002 at 1024, 0.005657 at 8192 (lr ∝ B^{expected:.2f})'
-          in text)
-  assert 'LAMB: 0.003 at 256;' in text and 'Muon: 0.001 at 256. A slope' in text
+  assert 0.49 < expected < 0.51 and findings.rate_exponent(runs, ADAMW) == expected
+  assert findings.rates_inside(runs, LAMB) == {256: 0.003}
+  assert findings.rate_exponent(runs, LAMB) is None
   # At 8192 LAMB's tuned rate beats its tuned rate at 256 (0.003) by the square-root rule,
   # 0.01697, by 1.8 points.
-  assert ("tuning LAMB's rate (against its rate at 256 by the square-root rule, 0.01697): 1.80"
-          in text)
-  assert 'the optimizer: not yet run' in text  # Muon has no 8192 result
+  rule_rate, gain = findings.rate_tuning_gain(runs, LAMB)
+  assert rule_rate == 0.01697 and gain == pytest.approx(0.018)
+  assert findings.rate_tuning_gain(runs, MUON) is None  # Muon has no 8192 result
+  assert findings.ranking(runs, 8192) is None
   # The best arm at 256: AdamW (30.5 %, mean of 30 and 31) ahead of LAMB (31 %) by 0.5.
-  assert 'over the next): 256: AdamW, 0.50 ahead of LAMB; 1024: not yet run;' in text
+  ranked = findings.ranking(runs, 256)
+  assert [name for _, name in ranked] == ['AdamW', 'LAMB', 'Muon']
+  assert ranked[1][0] - ranked[0][0] == pytest.approx(0.005)
+  assert findings.ranking(runs, 1024) is None
   # Tuned rate over the rule: LAMB 0.03394 / (0.003·sqrt(32) = 0.01697) = 2.00; AdamW on
   # the rule at 1024 (0.002 = 0.001·2) and at 8192 (0.005657).
-  assert ('a grid): LAMB: 2.00 at 8192; AdamW: 1.00 at 1024, 1.00 at 8192; Muon: not yet run.'
-          in text)
-  assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
-          '5 %: not yet run') in text
+  assert findings.rule_ratios(runs, LAMB) == {8192: pytest.approx(2.0, abs=5e-3)}
+  assert findings.rule_ratios(runs, ADAMW) == {1024: pytest.approx(1.0),
+                                              8192: pytest.approx(1.0, abs=5e-3)}
+  assert findings.rule_ratios(runs, MUON) == {}
+  assert findings.warmup_wers(runs, 'lamb') == {0.1: pytest.approx(0.312), 0.05: None, 0.2: None}
+  assert findings.warmup_gain(runs, 'lamb') is None
   # Steps to 45 %: AdamW 3/5 of 4740 at 256, 2/4 of 1180 at 1024 -> efficiency S256*256/(S*B).
   s256, s1k = s2s_plan.updates(256) * 3 // 5, s2s_plan.updates(1024) * 2 // 4
-  assert f'AdamW: {s256 * 256 / (s1k * 1024):.2f} at 1024' in text
+  assert findings.efficiency(runs, ADAMW) == {1024: pytest.approx(s256 * 256 / (s1k * 1024))}
   # LAMB: 3/5 of 4740 at 256, 4/5 of 148 at 8192: (2844·256) / (118·8192) = 0.75.
-  assert 'LAMB: 0.75 at 8192' in text
+  assert findings.efficiency(runs, LAMB) == {8192: pytest.approx(0.75, abs=5e-3)}
   # The critical batch, S(B) = S_min (1 + B_crit/B) through LAMB's two batches: S_min =
   # (S1·B1 - S2·B2) / (B1 - B2), B_crit = (S1 - S_min)·B1 / S_min. AdamW's updates fall
   # faster than 1/B from 256 to 1024 (S_min would be negative): no fit. Muon: one batch.
@@ -149,21 +162,48 @@ def test_the_recipe_is_computed_from_the_runs(archive):
   s_min = (s256 * 256 - s8k * 8192) / (256 - 8192)
   b_crit = (s256 - s_min) * 256 / s_min
   assert 23000 < b_crit < 25000
-  assert (f'LAMB: {b_crit:.0f} words ({b_crit * 15.91 / 1000:.1f} K tokens), S_min {s_min:.0f} '
-          'updates (from 256, 8192); AdamW: no fit (from 256, 1024); Muon: not yet run.') in text
+  assert findings.critical(runs, LAMB) == (pytest.approx(s_min), pytest.approx(b_crit), (256, 8192))
+  assert findings.critical(runs, ADAMW) == (None, None, (256, 1024))
+  assert findings.critical(runs, MUON) is None
   # Muon's wall per update over AdamW's where both ran (the fake runs take 2 s an update).
-  assert 'Muon against AdamW at the same batch): 1.00 at 256. These are whole runs' in text
+  assert findings.cost_ratios(runs) == {256: pytest.approx(1.0)}
+
+
+def test_the_findings_tables_give_the_numbers_and_say_what_is_not_run(archive):
+  runs = page.read(str(archive), TARGET)
+  text = page.findings_block(runs, TARGET)
+  # At 256: AdamW 30.50 %, LAMB 31.00 %, Muon 32.00 %; the fake runs take 2 s an update.
+  assert '| 256 | AdamW | 0.50 | LAMB | 1.50 | 1.00 |' in text
+  assert '| 1024 | not yet run | — | — | — | — |' in text
+  assert '| AdamW | 1024 | 0.002 | 1.00 | ' in text
+  s256, s8k = s2s_plan.updates(256) * 3 // 5, s2s_plan.updates(8192) * 4 // 5
+  s_min = (s256 * 256 - s8k * 8192) / (256 - 8192)
+  b_crit = (s256 - s_min) * 256 / s_min
+  assert (f'| LAMB | — | {b_crit:.0f} | {b_crit * 15.91 / 1000:.1f} | {s_min:.0f} | 256, 8192 |'
+          in text)
+  assert '| AdamW | 0.50 | no fit | — | — | 256, 1024 |' in text
+  assert '| Muon | — | not yet run | — | — | — |' in text
+  # At 8192: LAMB's rule rate and what tuning gained; no warm-up run yet.
+  assert '| LAMB | 0.01697 | 1.80 | not yet run | 31.20 | not yet run | — | not yet run | — |' in text
 
 
 def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, capsys):
   doc = tmp_path / 'page.md'
-  doc.write_text(f'# Title\n\n{page.BEGIN}\nold\n{page.END}\n\nafter\n')
+  doc.write_text(f'# Title\n\n{page.BEGIN}\nold\n{page.END}\n\nprose\n\n'
+                 f'{page.FINDINGS_BEGIN}\nold\n{page.FINDINGS_END}\n\nafter\n')
   figure = tmp_path / 'images' / 'steps.png'
-  assert page.main(['--archive', str(archive), '--page', str(doc), '--figure', str(figure),
-                    '--target-wer', '0.45']) == 0
+  arguments = ['--archive', str(archive), '--page', str(doc), '--figure', str(figure),
+               '--target-wer', '0.45']
+  # The page's blocks are not the archive's yet: --check says so and writes nothing.
+  assert page.main(arguments + ['--check']) == 1
+  assert '\nold\n' in doc.read_text() and not figure.exists()
+  assert page.main(arguments) == 0
   text = doc.read_text()
-  assert text.startswith('# Title\n\n' + page.BEGIN) and text.endswith(page.END + '\n\nafter\n')
+  assert text.startswith('# Title\n\n' + page.BEGIN)
+  assert text.endswith(page.FINDINGS_END + '\n\nafter\n') and f'{page.END}\n\nprose\n\n' in text
   assert '\nold\n' not in text and '| 256 | 4.1 K | AdamW | 0.001 | 2/2 |' in text
+  assert '| 256 | AdamW | 0.50 | LAMB | 1.50 | 1.00 |' in text
+  assert page.main(arguments + ['--check']) == 0
   assert '![updates to 45 % dev WER against the batch, log-log](images/steps.png)' in text
   # 21 archived runs (one failed), their wall times (2 s an update) in hours.
   hours = sum(2.0 * n for n in [s2s_plan.updates(256)] * 9 + [s2s_plan.updates(256) // 2] * 2
@@ -178,6 +218,16 @@ def test_the_page_and_figure_are_written_between_the_markers(archive, tmp_path, 
   capsys.readouterr()
   assert page.main(['--archive', str(tmp_path / 'nowhere'), '--page', str(doc)]) == 2
   assert capsys.readouterr().err.startswith('error: --archive ')
+  # A page without the findings' markers is refused in one line, and left as it is.
+  doc.write_text(f'{page.BEGIN}\n{page.END}\n')
+  assert page.main(arguments) == 2
+  assert capsys.readouterr().err.strip() == (
+      f'error: {doc}: no {page.FINDINGS_BEGIN} ... {page.FINDINGS_END} block')
+  assert doc.read_text() == f'{page.BEGIN}\n{page.END}\n'
+
+
+def test_the_repositorys_page_is_its_archives():
+  assert page.main(['--check']) == 0, f'{s2s_plan.PAGE} is out of date: run {page.COMMAND}'
 
 
 def test_the_metric_direction_of_the_shared_study_helpers():
@@ -235,36 +285,39 @@ def test_the_warm_up_is_held_against_seed_0_and_updates_that_grow_with_the_batch
   runs = page.read(str(archive), TARGET)
   assert page.study.metric_mean(findings.members_at(runs, 'lamb', 8192), page.study.WER) == (
       pytest.approx(0.301))
-  text = '\n'.join(findings.recipe(runs, TARGET))
-  assert ('LAMB at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 31.20 %; '
-          '5 %: 35.00 %; 20 %: not yet run; 40 %: 30.00 %. Its 2 seeds at the recipe\'s warm-up '
-          'differ by 2.20 points. Its best is the longest warm-up the study tries (40 %): past '
-          'it may be better still. AdamW at 8192, seed 0, test WER by warm-up: 10 % (the recipe): 33.00 %; '
-          '5 %: not yet run; 20 %: not yet run.') in text
-  # Muon has no run at 8192: no sentence.
-  assert 'Muon at 8192' not in text
-  assert 'the warm-up of LAMB: not yet run' in text
+  assert findings.warmup_wers(runs, 'lamb') == {
+      0.1: pytest.approx(0.312), 0.05: pytest.approx(0.35), 0.2: None, 0.4: pytest.approx(0.30)}
+  assert findings.seed_spread(runs, 'lamb') == pytest.approx(0.022)
+  assert findings.warmup_wers(runs, 'adamw') == {0.1: pytest.approx(0.33), 0.05: None, 0.2: None}
+  # Muon has no run at 8192: nothing to read.
+  assert findings.warmup_wers(runs, 'muon') == {0.1: None, 0.05: None, 0.2: None}
+  assert findings.seed_spread(runs, 'muon') is None
+  assert findings.warmup_gain(runs, 'lamb') is None  # 20 % not yet run
+  text = page.findings_block(runs, TARGET)
+  # Tuning the rate gained 33.00 - 30.10 = 2.90 points over the rule's rate at 8192 (seed 0 there).
+  assert ('| LAMB | 0.01697 | 2.90 | 35.00 | 31.20 | not yet run | 30.00 | 2.20 | not yet run | — |'
+          in text)
   # With 20 % in, the best warm-up tried is 40 %: 31.20 - 30.00 = 1.20 points over the recipe.
   write_archive(archive, 'lamb_warmup0.2', 8192, {(0.03394, 0): 0.33}, steps=s8k,
                 sets=('lr_policy_params.warmup_fraction=0.2',))
-  text = '\n'.join(findings.recipe(page.read(str(archive), TARGET), TARGET))
-  assert ("the warm-up of LAMB (its best tried, 40 %, against the recipe's 10 %, seed 0): 1.20;"
-          in text)
+  runs = page.read(str(archive), TARGET)
+  best, gain = findings.warmup_gain(runs, 'lamb')
+  assert best == 0.4 and gain == pytest.approx(0.012)
+  # 40 % is the longest the plan tries (seq2seq_plan.WARMUP_LIMITS): the table says so.
+  assert s2s_plan.WARMUP_LIMITS[1] == 0.4
+  assert ('| 35.00 | 31.20 | 33.00 | 30.00 | 2.20 | 40 % (the longest tried) | 1.20 |'
+          in page.findings_block(runs, TARGET))
   # The target line gives the arm's best warm-up too, against the best at 256 (AdamW, 30.50 %):
   # 30.00 - 30.50 = -0.50. AdamW has no warm-up run: its line has none.
-  targets = '\n'.join(page.target_lines(page.read(str(archive), TARGET)))
+  targets = '\n'.join(page.target_lines(runs))
   assert ('(lr 0.03394), -0.40 points: **met**; with its best warm-up (40 %, seed 0) 30.00 %, '
           '-0.50 points\n') in targets
   assert '+2.50 points: **missed** (provisional: 1 of 2 seeds)\n' in targets
-  # 40 % is the longest the plan tries (seq2seq_plan.WARMUP_LIMITS): the page says so.
-  assert s2s_plan.WARMUP_LIMITS[1] == 0.4
-  assert ("20 %: 33.00 %; 40 %: 30.00 %. Its 2 seeds at the recipe's warm-up differ by 2.20 "
-          "points. Its best is the longest warm-up the study tries (40 %): past it may be better "
-          "still. AdamW at 8192") in text
-  assert f'Muon: {948 * 256 / (1180 * 1024):.2f} at 1024' in text
-  assert 'Muon: 0.20 at 1024' in text
+  assert findings.efficiency(runs, MUON) == {1024: pytest.approx(948 * 256 / (1180 * 1024))}
+  assert f'| Muon | 1024 | 0.002 | 1.00 | {948 * 256 / (1180 * 1024):.2f} |' in page.findings_block(
+      runs, TARGET)
   # Its updates grow with the batch: no fit.
-  assert 'Muon: no fit (from 256, 1024).' in text
+  assert findings.critical(runs, MUON) == (None, None, (256, 1024))
 
 
 def test_the_critical_batch_fit_recovers_the_model_and_is_least_squares_on_one_over_b():
@@ -279,3 +332,56 @@ def test_the_critical_batch_fit_recovers_the_model_and_is_least_squares_on_one_o
   # One batch, or updates that do not level off: nothing.
   assert findings.critical_fit({256: 592}) is None
   assert findings.critical_fit({256: 500, 1024: 600}) is None
+
+
+def test_the_recipes_prose_quotes_the_archived_findings():
+  """Each number the page's hand-written recipe quotes is the one its archived runs give."""
+  runs = page.read(os.path.join(ROOT, 'docs', 'results', 'large_batch_seq2seq'))
+  with open(os.path.join(ROOT, s2s_plan.PAGE), encoding='utf-8') as f:
+    doc = f.read()
+  after = doc.index(page.FINDINGS_END)
+  prose = ' '.join(doc[after:doc.index('\n## ', after)].split())
+
+  def quoted(text):
+    assert text in prose, text
+
+  # The optimizer: Muon first at every tuned batch, its lead at 256 and 8192, the spread at 8192.
+  assert all(findings.ranking(runs, batch)[0][1] == 'Muon' for batch in s2s_plan.BATCHES)
+  lead = {b: findings.ranking(runs, b)[1][0] - findings.ranking(runs, b)[0][0] for b in (256, 8192)}
+  quoted(f'from {page.points(lead[256])} WER points at 256 to {page.points(lead[8192])} at 8192')
+  spread = findings.ranking(runs, 8192)[-1][0] - findings.ranking(runs, 8192)[0][0]
+  quoted(f'the choice of optimizer is worth {page.points(spread)} points')
+  # The rate: Muon's on the rule at every batch; LAMB's and AdamW's against it at 8192.
+  assert {f'{r:.2f}' for r in findings.rule_ratios(runs, MUON).values()} == {'1.00'}
+  quoted(f'(1.00, x = {findings.rate_exponent(runs, MUON):.2f})')
+  quoted(f'tuning it at 8192 gains {page.points(findings.rate_tuning_gain(runs, MUON)[1])} points')
+  quoted(f'(x = {findings.rate_exponent(runs, LAMB):.2f} and '
+         f'{findings.rate_exponent(runs, ADAMW):.2f})')
+  quoted(f'at 8192 they sit at {findings.rule_ratios(runs, LAMB)[8192]:.2f} and '
+         f'{findings.rule_ratios(runs, ADAMW)[8192]:.2f} of the rule')
+  quoted(f'costs them {page.points(findings.rate_tuning_gain(runs, LAMB)[1])} and '
+         f'{page.points(findings.rate_tuning_gain(runs, ADAMW)[1])} points')
+  # The warm-up: LAMB's and AdamW's best is the longest tried; Muon's gain within its seeds.
+  (lamb_best, lamb_gain), (adamw_best, adamw_gain) = (findings.warmup_gain(runs, 'lamb'),
+                                                      findings.warmup_gain(runs, 'adamw'))
+  assert lamb_best == adamw_best == max(s2s_plan.WARMUP_LIMITS)
+  quoted(f'a warm-up over {lamb_best * 100:g} % of the updates instead of '
+         f'{s2s_plan.WARMUP_FRACTION * 100:g} % gains them {page.points(lamb_gain)} and '
+         f'{page.points(adamw_gain)} points')
+  quoted(f'yet they stay at {page.points(findings.warmup_wers(runs, "lamb")[lamb_best])} and '
+         f'{page.points(findings.warmup_wers(runs, "adamw")[adamw_best])} % test WER')
+  muon_best, muon_gain = findings.warmup_gain(runs, 'muon')
+  assert muon_gain < findings.seed_spread(runs, 'muon')
+  quoted(f"Muon's best warm-up, {muon_best * 100:g} %, gains {page.points(muon_gain)} points, "
+         f'less than its two seeds differ ({page.points(findings.seed_spread(runs, "muon"))})')
+  # Where scaling stops: twice the words at 1024, the critical batches, 60 % at 8192.
+  assert {f'{findings.efficiency(runs, arm)[1024]:.2f}' for arm in s2s_plan.ARMS} == {'0.50'}
+  quoted('twice the words of batch 256 (0.50)')
+  quoted(f'{findings.critical(runs, LAMB)[1]:.0f} words for LAMB, '
+         f'{findings.critical(runs, ADAMW)[1]:.0f} for AdamW and '
+         f'{findings.critical(runs, MUON)[1]:.0f} for Muon')
+  assert [arm.label for arm in s2s_plan.ARMS if 8192 in findings.efficiency(runs, arm)] == ['Muon']
+  quoted('only Muon reaches 60 % dev WER at 8192')
+  # The cost of an update, up to 8192.
+  costs = [findings.cost_ratios(runs)[batch] for batch in s2s_plan.BATCHES]
+  quoted(f'{min(costs):.2f} to {max(costs):.2f} of it from 256 to 8192')
