@@ -10,12 +10,19 @@ batch, and the bad inputs in one line each.
 import glob
 import os
 import re
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from tests.processes import Child
 from tests.test_critical_batch import MODEL
+from tests.test_critical_batch import ROOT
+from tests.test_critical_batch import RUN
+from tests.test_critical_batch import env
+from tests.test_critical_batch import horovod_built
 from tests.test_critical_batch import run
 from tests.test_noise_scale_run import COMMON as NOISE_COMMON_BASE
 from tests.test_noise_scale_run import scalars
@@ -220,3 +227,45 @@ def test_bad_input_is_one_line(config, tmp_path, run_main, extra, message):
   assert 'Traceback' not in result.stderr
   assert message in result.stderr.strip().splitlines()[-1], result.stderr
   assert not glob.glob(str(logdir / 'ckpt-*'))
+
+
+# --- two workers ------------------------------------------------------------------------------
+
+TWO_STEPS = ['--set', 'batch_policy=steps',
+             '--set', 'batch_policy_params={batches: [16, 32, 64], boundaries: [6, 12]}']
+
+
+def two_workers(engine, config, logdir, *extra):
+  """run.py on two workers of ``engine`` on this machine; its output, with a deadline."""
+  python = [sys.executable, RUN]
+  launcher = (python + ['--num_workers', '2'] if engine == 'tf_distribute' else
+              [os.path.join(os.path.dirname(sys.executable), 'horovodrun'), '-np', '2', '--gloo',
+               '-H', 'localhost:2'] + python)
+  args = [*launcher, '--config', config, '--mode', 'train', '--logdir', logdir, *TWO_STEPS,
+          *extra]
+  with Child(args, cwd=ROOT, env=env(), stderr=subprocess.STDOUT,
+             start_new_session=True) as child:
+    out, _ = child.communicate(timeout=600)
+  assert child.returncode == 0, out[-4000:]
+  # horovodrun prefixes each worker's lines with its rank: '[0]<stdout>:'.
+  return re.sub(r'^\[\d+\]<std(?:out|err)>:', '', out, flags=re.M)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize('engine', ['tf_distribute', 'horovod'])
+def test_two_workers_change_together_and_resume_across_a_change_exactly(config, tmp_path,
+                                                                         engine):
+  # The suite's set-up builds Horovod (scripts/setup.sh): without it this test fails, not skips.
+  assert horovod_built(), 'horovod.tensorflow does not import: run scripts/setup.sh'
+  straight = str(tmp_path / 'straight')
+  out = two_workers(engine, config, straight)
+  # 8 per worker x 2 workers: the run starts at 16, and the chief alone says each change.
+  changes = [CHANGE.match(l).groups()[:4] for l in out.splitlines() if CHANGE.match(l)]
+  assert changes == [('16', '32', '6', '2'), ('32', '64', '12', '4')], out[-4000:]
+  resumed = str(tmp_path / 'resumed')
+  two_workers(engine, config, resumed, '--set', 'max_steps=7')
+  assert os.path.exists(os.path.join(resumed, 'ckpt-8.index'))
+  second = two_workers(engine, config, resumed, '--continue_learning')
+  assert 'starting at step 8' in second
+  assert_same(variables(resumed, 32), variables(straight, 32))
