@@ -55,6 +55,8 @@ class BatchState:
     noise_scale: the measured gradient noise scale B_simple (in the batch's
       unit), or None when not measured (yet).
     noise_updates: the updates the noise scale was measured over.
+    noise_window: the updates its moving averages span, 1/(1 - decay): an
+      estimate over fewer is mostly its first few updates.
     last_change: the run step of the batch's last change (0: none yet).
   """
   step: int
@@ -65,6 +67,7 @@ class BatchState:
   unit: int
   noise_scale: Optional[float] = None
   noise_updates: int = 0
+  noise_window: int = 0
   last_change: int = 0
 
 
@@ -97,7 +100,9 @@ def noise_scale(state, max_batch=None, factor=1.0, interval=DEFAULT_INTERVAL):
   McCandlish et al. (2018): below the noise scale a larger batch needs
   proportionally fewer updates; past it, it buys little. The estimate grows as
   the loss falls, so the batch follows it up, checked every ``interval``
-  updates once that many were measured; it never shrinks.
+  updates once the estimate spans its moving averages' window (and at least
+  ``interval`` updates): the first updates' estimate, of a model at its
+  initialization, is no guide to the run. It never shrinks.
 
   Args:
     state: the run's :class:`BatchState`.
@@ -108,7 +113,8 @@ def noise_scale(state, max_batch=None, factor=1.0, interval=DEFAULT_INTERVAL):
   """
   ceiling = max_batch if max_batch is not None else DEFAULT_MAX_FACTOR * state.start_batch
   measured = state.noise_scale
-  if (state.updates % interval or state.noise_updates < interval or measured is None
+  trusted = state.noise_updates >= max(interval, state.noise_window)
+  if (state.updates % interval or not trusted or measured is None
       or not math.isfinite(measured) or measured <= 0):
     return state.batch
   batch = state.batch

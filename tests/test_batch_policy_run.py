@@ -155,7 +155,9 @@ def test_noise_scale_policy_grows_by_the_measured_noise_and_resumes_to_the_bit(t
   # Fashion-MNIST (the synthetic images have no noise to measure), one worker at
   # iter_size 1: each micro-batch of 64 is measured as two halves. factor 0.01 makes
   # any estimate above 2.56 images reason to double, twice at most (max_batch 256).
-  policy = [*NOISE_COMMON, '--set', 'batch_policy=noise_scale',
+  # decay 0.5: the estimate's window is 2 updates, so the first check (3) trusts it.
+  policy = [*NOISE_COMMON, '--set', 'batch_policy=noise_scale', '--set',
+            'noise_scale_params.decay=0.5',
             '--set', 'batch_policy_params={max_batch: 256, interval: 3, factor: 0.01}']
   straight_dir = str(tmp_path / 'straight')
   out = run(*policy, '--logdir', straight_dir).stdout

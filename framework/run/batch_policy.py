@@ -73,6 +73,7 @@ class BatchControl(tf.Module):
     policies.check(config['batch_policy'], self.params, self.start_batch, self.unit)
     self.rule = (config['lr_scaling'] or {}).get('rule', 'linear')
     self.rule_named = config['lr_scaling'] is not None
+    self.noise_window = round(1.0 / (1.0 - config['noise_scale_params']['decay']))
     # A policy of the user's may draw on anything: the chief's decision is broadcast.
     self.broadcast = num_workers > 1 and config['batch_policy'] not in ('steps', 'noise_scale')
     with tf.init_scope():
@@ -112,7 +113,7 @@ class BatchControl(tf.Module):
         step=step, updates=int(values['updates']), epoch=step / steps_per_epoch,
         batch=int(self.batch.numpy()), start_batch=self.start_batch, unit=self.unit,
         noise_scale=noise, noise_updates=int(values.get('noise_updates', 0)),
-        last_change=int(self.last_change.numpy()))
+        noise_window=self.noise_window, last_change=int(self.last_change.numpy()))
 
   def decide(self, values, steps_per_epoch):
     """After an applied update: the policy's batch, set when it changed.

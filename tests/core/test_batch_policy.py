@@ -64,6 +64,12 @@ def test_noise_scale_factor_interval_and_default_ceiling():
   assert bp.noise_scale(state(updates=20, noise=1e6, noise_updates=19)) == 256
   # No max_batch: 16 x the start.
   assert bp.noise_scale(state(updates=20, noise=1e9, noise_updates=20)) == 16 * 256
+  # The estimate's window (decay 0.99: 100 updates) not spanned yet: no change until it is.
+  windowed = dict(noise_scale=1e9, noise_window=100)
+  assert bp.noise_scale(bp.BatchState(**dict(vars(state(updates=80, noise_updates=80)),
+                                             **windowed))) == 256
+  assert bp.noise_scale(bp.BatchState(**dict(vars(state(updates=100, noise_updates=100)),
+                                             **windowed))) == 16 * 256
 
 
 def test_planned_batches():
