@@ -203,6 +203,21 @@ def test_iter_size_accumulates_micro_batches_of_a_sequence_config(tmp_path):
   assert checkpoint_value(ckpt, 'global_step/.ATTRIBUTES/VARIABLE_VALUE') == 4
 
 
+def test_a_batch_policy_grows_a_sequence_config_in_its_unit(tmp_path):
+  logdir = tmp_path / 'grown'
+  out = run('--config', small_config(tmp_path), '--mode', 'train', '--logdir', str(logdir),
+            *SMALL, '--set', 'batch_policy=steps',
+            '--set', 'batch_policy_params={batches: [10, 20], boundaries: [2]}',
+            '--set', 'max_steps=6').stdout
+  assert re.search(r'^batch 10 -> 20 at step 2: iter_size 2, lr [\d.]+ \(linear: no '
+                   r'lr_scaling\) after update 2$', out, re.M), out
+  assert 'batch policy steps: 4 updates to step 6' in out
+  ckpt = logdir / 'ckpt-6'
+  # Two updates of one micro-batch, two of two: six micro-batches, none read twice.
+  assert checkpoint_value(ckpt, 'data_position/.ATTRIBUTES/VARIABLE_VALUE') == 6
+  assert checkpoint_value(ckpt, 'global_step/.ATTRIBUTES/VARIABLE_VALUE') == 4
+
+
 @pytest.mark.parametrize('dtype, loss_scaling', [('mixed_bfloat16', '1.0'),
                                                  ('mixed_bfloat16', 'Backoff'),
                                                  ('float32', 'dynamic')])
