@@ -231,6 +231,17 @@ def test_bad_input_is_one_line(config, tmp_path, run_main, extra, message):
   assert not glob.glob(str(logdir / 'ckpt-*'))
 
 
+def test_critical_batch_mode_refuses_a_growing_batch_in_one_line(config, tmp_path, run_main):
+  logdir = tmp_path / 'refused'
+  result = run_main('--config', config, '--mode', 'critical_batch', '--logdir', logdir, *STEPS)
+  message = ('batch_policy: --mode=critical_batch measures fixed batches against each other, '
+             "and this config grows its batch ('steps'); run it with --set batch_policy=fixed")
+  assert result.returncode == 2, result
+  assert 'Traceback' not in result.stderr
+  assert message in result.stderr.strip().splitlines()[-1], result.stderr
+  assert not glob.glob(str(logdir / 'ckpt-*'))
+
+
 # --- two workers ------------------------------------------------------------------------------
 
 TWO_STEPS = ['--set', 'batch_policy=steps',

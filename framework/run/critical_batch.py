@@ -76,6 +76,10 @@ def launch(options, configs, logdir, resume, dtype_line=None):
   from framework.run.resume import remove_if_empty
   from framework.run.trainer import TrainingError
   cfg = configs['train']
+  if cfg['batch_policy'] != 'fixed':
+    raise LaunchError('batch_policy: --mode=critical_batch measures fixed batches against each '
+                      f'other, and this config grows its batch ({cfg["batch_policy"]!r}); run '
+                      'it with --set batch_policy=fixed')
   base_batch = cfg['batch_size_per_gpu'] * distributed.size() * cfg['iter_size']
   max_batch = options.max_batch or branch_lib.DEFAULT_MAX_BATCH_FACTOR * base_batch
   try:
