@@ -128,7 +128,9 @@ SCHEMA = {
     'num_epochs': Param(float, None, check=_finite_positive,
                         doc='training length in epochs (or max_steps): ceil(epochs x micro-batches '
                             'per epoch / iter_size) updates'),
-    'max_steps': Param(int, None, check=positive, doc='training length in updates (or num_epochs)'),
+    'max_steps': Param(int, None, check=positive,
+                       doc='training length in updates (or num_epochs); where batch_policy grows '
+                           'the batch, in run steps: examples over the starting global batch'),
     'optimizer': _NameOrObject('class', inspect.isclass, doc='registered optimizer name, or the class'),
     'optimizer_params': Param(dict, {}, doc="keyword arguments of the optimizer, except learning_rate"),
     'lr_policy': _NameOrObject('callable', callable, 'fixed_lr', doc='registered lr policy, or the function'),
