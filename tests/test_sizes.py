@@ -1,19 +1,24 @@
-"""The size goals of the code outside tests/: no file over 500 lines, no function over 70.
+"""The size goals of the code outside tests/, as a warning: no file over 500 lines, no function over 70.
 
 A function counts from its first decorator to its last line, docstring included.
-A file that outgrows the limit is split by meaning (a module per concern), a
-function by naming its steps; ``PENDING`` lists what is still over, with why.
+A size is a smell detector, not a rule to trim to: a file or function over its
+limit is named in pytest's warnings summary (``SizeWarning``), and the cure is
+a split by meaning (a module per concern, a function by naming its steps),
+never shorter docstrings. The counting itself is tested.
 """
 
 import ast
 import os
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 70
 SKIPPED_DIRS = {'tests', '.venv', '.git', '__pycache__'}
-# Over a limit today, each being rewritten on its own branch; may be over, need not be.
-PENDING = {}
+
+
+class SizeWarning(UserWarning):
+  """A file or function over its size goal."""
 
 
 def python_files(root=ROOT):
@@ -40,12 +45,18 @@ def oversized(source, path):
   return found
 
 
-def test_no_file_or_function_is_over_its_limit():
+def test_files_and_functions_over_their_limit_are_named_as_warnings():
   over = []
   for path in python_files():
     with open(os.path.join(ROOT, path), encoding='utf-8') as f:
       over += oversized(f.read(), path.replace(os.sep, '/'))
-  assert not [item for item in over if item[0] not in PENDING], over
+  for what, lines in over:
+    limit = MAX_FUNCTION_LINES if ':' in what else MAX_FILE_LINES
+    warnings.warn(f'{what}: {lines} lines, over the goal of {limit}; split it by meaning',
+                  SizeWarning)
+  # The walk read the project: its largest packages are there.
+  assert {'run.py', 'optimizers/pipeline.py', 'framework/run/trainer.py'} <= set(
+      p.replace(os.sep, '/') for p in python_files())
 
 
 def test_the_count_includes_decorators_and_docstrings():
