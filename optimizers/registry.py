@@ -12,6 +12,7 @@ import collections
 import importlib.metadata
 
 from core.registry import Registry
+from optimizers import optimizer_arguments
 
 Arguments = collections.namedtuple('Arguments', ['who', 'names', 'required'])
 Arguments.__doc__ = """The keyword arguments an entry accepts, declared so they are known unimported.
@@ -21,15 +22,11 @@ keyword argument, ``required`` those without a default.
 tests/optimizers/test_declared_arguments.py checks each against the signature.
 """
 
-# The arguments every Keras optimizer takes from its base class, as of this
-# Keras version. Under another version the optimizers declare none, and their
-# argument names are checked once the class is imported.
-KERAS_VERSION = '3.15.1'
-KERAS_BASE = ('weight_decay', 'clipnorm', 'clipvalue', 'global_clipnorm', 'use_ema',
-              'ema_momentum', 'ema_overwrite_frequency', 'loss_scale_factor',
-              'gradient_accumulation_steps', 'name')
-_LEARNING_RATE = ('learning_rate',)
-_EXCLUSIONS = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation', 'skip_list', 'fused')
+# The Keras version the optimizers' declared arguments were read under
+# (optimizers/optimizer_arguments.py, generated). Under another version the
+# optimizers declare none, and their argument names are checked once the class
+# is imported.
+KERAS_VERSION = optimizer_arguments.KERAS_VERSION
 
 # The weight decay an optimizer applies by its own algorithm, with its default: a
 # run takes one source of weight decay, this one unless the config gives the
@@ -40,29 +37,24 @@ _OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0, 'Muon': 0.004}
 # and the variables of its AdamW fallback by adam_weight_decay (both 0.004).
 _OWN_DECAY_ARGUMENTS = {'Muon': ('weight_decay', 'adam_weight_decay')}
 
-_OPTIMIZERS = (
-    ('Adagrad', 'keras.optimizers:Adagrad', ('initial_accumulator_value', 'epsilon')),
-    ('Adam', 'keras.optimizers:Adam', ('beta_1', 'beta_2', 'epsilon', 'amsgrad')),
-    ('Ftrl', 'keras.optimizers:Ftrl', ('learning_rate_power', 'initial_accumulator_value',
-                                       'l1_regularization_strength', 'l2_regularization_strength',
-                                       'l2_shrinkage_regularization_strength', 'beta')),
-    ('Momentum', 'optimizers.lars:MomentumOptimizer', ('momentum', 'use_nesterov', 'nesterov')),
-    ('RMSProp', 'keras.optimizers:RMSprop', ('rho', 'momentum', 'epsilon', 'centered')),
-    ('SGD', 'keras.optimizers:SGD', ('momentum', 'nesterov')),
-    ('AdamW', 'keras.optimizers:AdamW', ('beta_1', 'beta_2', 'epsilon', 'amsgrad')),
-    ('LARS', 'optimizers.lars:LARSOptimizer', ('momentum', 'eeta', 'epsilon', 'use_nesterov')
-     + _EXCLUSIONS),
-    ('LAMB', 'optimizers.lamb:LAMB', ('beta_1', 'beta_2', 'epsilon') + _EXCLUSIONS),
+# optimizer: where its class lives (imported on the first lookup of its name).
+OPTIMIZER_TARGETS = (
+    ('Adagrad', 'keras.optimizers:Adagrad'),
+    ('Adam', 'keras.optimizers:Adam'),
+    ('Ftrl', 'keras.optimizers:Ftrl'),
+    ('Momentum', 'optimizers.lars:MomentumOptimizer'),
+    ('RMSProp', 'keras.optimizers:RMSprop'),
+    ('SGD', 'keras.optimizers:SGD'),
+    ('AdamW', 'keras.optimizers:AdamW'),
+    ('LARS', 'optimizers.lars:LARSOptimizer'),
+    ('LAMB', 'optimizers.lamb:LAMB'),
     # Keras 3's sign-of-momentum update (Chen et al. 2023); its decay is Keras'
     # weight_decay, off by default, so it has no own decay.
-    ('Lion', 'keras.optimizers:Lion', ('beta_1', 'beta_2')),
+    ('Lion', 'keras.optimizers:Lion'),
     # Keras 3's Muon (Jordan et al. 2024; Liu et al. 2025): momentum
     # orthogonalized by Newton-Schulz iterations for 2-D variables whose path names
     # no embedding nor any of exclude_layers, AdamW for every other variable.
-    ('Muon', 'optimizers.catalog:Muon', ('adam_beta_1', 'adam_beta_2', 'adam_weight_decay',
-                                       'epsilon', 'exclude_layers', 'exclude_embeddings',
-                                       'muon_a', 'muon_b', 'muon_c', 'adam_lr_ratio', 'momentum',
-                                       'ns_steps', 'nesterov', 'rms_rate')),
+    ('Muon', 'optimizers.catalog:Muon'),
 )
 
 
@@ -75,13 +67,13 @@ def _keras_version():
 
 OPTIMIZER_CLS_NAMES = Registry('optimizer', case_insensitive=True)
 _KNOWN_KERAS = _keras_version() == KERAS_VERSION
-for _name, _target, _own in _OPTIMIZERS:
+for _name, _target in OPTIMIZER_TARGETS:
   _facts = {}
   if _name in _OWN_WEIGHT_DECAY:
     _facts['OWN_WEIGHT_DECAY'] = _OWN_WEIGHT_DECAY[_name]
     _facts['OWN_DECAY_ARGUMENTS'] = _OWN_DECAY_ARGUMENTS.get(_name, ('weight_decay',))
-  if _KNOWN_KERAS:
-    _facts['ARGUMENTS'] = Arguments(_target.split(':')[1], _LEARNING_RATE + _own + KERAS_BASE, ())
+  if _KNOWN_KERAS and _name in optimizer_arguments.ARGUMENTS:
+    _facts['ARGUMENTS'] = Arguments(*optimizer_arguments.ARGUMENTS[_name])
   OPTIMIZER_CLS_NAMES.register_lazy(_name, _target, **_facts)
 # AGN takes optimizer_params for the optimizer it wraps (agn_params.optimizer).
 OPTIMIZER_CLS_NAMES.register_lazy('AGN', 'optimizers.agn:AGNOptimizer', WRAPS_OPTIMIZER=True)

@@ -123,14 +123,20 @@ def default_cell(target, name, required=()):
 def optimizer_section(registries):
   optimizers = registries['optimizer']
   import keras  # pylint: disable=import-outside-toplevel
-  keras_base = set(registry.KERAS_BASE)
-  # The Keras base arguments' defaults, as the optimizers inherit them.
+  # The Keras base arguments and their defaults, as the optimizers inherit them.
   base_class = keras.optimizers.Optimizer
+  # Keras' optimizer classes pass **kwargs down to the first base that names them.
+  base_names = next(names for names in (
+      [p.name for p in inspect.signature(cls.__init__).parameters.values()
+       if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ('self', LEARNING_RATE)]
+      for cls in base_class.__mro__) if names)
+  keras_base = set(base_names)
   declared_any = False
   lines = ['## `optimizer_params`', '',
            f'The keyword arguments of the optimizer `optimizer` names, but `{LEARNING_RATE}`, '
            'which comes from the lr policy (`lr_policy_params.learning_rate`). Each registration '
-           'declares the names (`ARGUMENTS` in `optimizers/registry.py`); the defaults are those '
+           'declares the names (read from the classes into `optimizers/optimizer_arguments.py` by '
+           '`scripts/optimizer_arguments.py`); the defaults are those '
            "of the class's signature. Every optimizer but AGN also takes the Keras base "
            'arguments listed last; a row under an optimizer shows where it sets its own default.',
            '']
@@ -165,7 +171,7 @@ def optimizer_section(registries):
     lines += ['### Keras base arguments', '',
               '| argument | default |', '|---|---|',
               *(f'| `{a}` | {default_cell(base_class, a)} |'
-                for a in registry.KERAS_BASE if a != 'name'),
+                for a in base_names if a != 'name'),
               '', "`name` defaults to the optimizer's own name.", '']
   return lines
 

@@ -32,6 +32,16 @@ def test_the_pinned_keras_is_the_one_the_declarations_are_for():
     assert f'keras=={registry.KERAS_VERSION}\n' in f.read()
 
 
+def test_the_generated_arguments_are_what_the_classes_declare():
+  # The file is written from the classes under the pinned Keras: a changed signature
+  # or another Keras shows here as a stale file (scripts/optimizer_arguments.py rewrites it).
+  from scripts import optimizer_arguments  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(root, optimizer_arguments.PATH), encoding='utf-8') as f:
+    assert f.read() == optimizer_arguments.render()
+  assert optimizer_arguments.main(['--check']) == 0
+
+
 def test_every_entry_but_the_wrapper_declares_its_arguments():
   undeclared = [name for reg in (registry.OPTIMIZER_CLS_NAMES, registry.LR_POLICIES) for name in reg
                 if 'ARGUMENTS' not in reg.facts(name)]
