@@ -284,25 +284,31 @@ def test_srun_with_two_tasks_selects_the_engine_through_the_slurm_resolver(jobs,
   assert tf.train.latest_checkpoint(str(logdir)).endswith('ckpt-4')
 
 
-def _one_line_error(env, *extra):
-  result = subprocess.run([sys.executable, RUN, '--config', SGD_CONFIG, '--mode', 'train',
-                           '--logdir', os.devnull + '-unused', *SHORT, '--set', 'max_steps=2',
-                           *extra], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+def _one_line_error(run_main, monkeypatch, tf_config=None, *extra):
+  """The one error line of a cluster run.py cannot start, with exit status 2.
+
+  The engine refuses before TensorFlow starts a server and before anything is
+  built: run.py's main() answers in this process (``run_main``), with
+  ``tf_config`` as TF_CONFIG.
+  """
+  if tf_config is not None:
+    monkeypatch.setenv('TF_CONFIG', json.dumps(tf_config))
+  result = run_main('--config', SGD_CONFIG, '--mode', 'train', '--logdir', os.devnull + '-unused',
+                    *SHORT, '--set', 'max_steps=2', *extra)
   lines = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
   assert result.returncode == 2 and len(lines) == 1, (result.returncode, result.stderr[-2000:])
   assert 'Traceback' not in result.stderr
   return lines[0]
 
 
-def test_a_tf_config_naming_one_address_twice_is_one_line():
+def test_a_tf_config_naming_one_address_twice_is_one_line(run_main, monkeypatch):
   config = {'cluster': {'worker': ['localhost:2222', 'localhost:2222']},
             'task': {'type': 'worker', 'index': 0}}
-  line = _one_line_error(base_env(TF_CONFIG=json.dumps(config)))
+  line = _one_line_error(run_main, monkeypatch, config)
   assert 'TF_CONFIG: localhost:2222 is named twice' in line
 
 
-def test_a_port_in_use_is_one_line():
+def test_a_port_in_use_is_one_line(run_main, monkeypatch):
   import socket  # pylint: disable=import-outside-toplevel
   with socket.socket() as taken:
     taken.bind(('127.0.0.1', 0))
@@ -310,12 +316,12 @@ def test_a_port_in_use_is_one_line():
     port = taken.getsockname()[1]
     config = {'cluster': {'worker': [f'localhost:{port}', 'localhost:1']},
               'task': {'type': 'worker', 'index': 0}}
-    line = _one_line_error(base_env(TF_CONFIG=json.dumps(config)))
+    line = _one_line_error(run_main, monkeypatch, config)
   assert f'localhost:{port}' in line and 'in use' in line
 
 
-def test_a_forced_engine_the_environment_cannot_honour_is_one_line():
-  line = _one_line_error(base_env(), '--set', 'distribution=multi_worker_mirrored')
+def test_a_forced_engine_the_environment_cannot_honour_is_one_line(run_main, monkeypatch):
+  line = _one_line_error(run_main, monkeypatch, None, '--set', 'distribution=multi_worker_mirrored')
   assert 'distribution: multi_worker_mirrored needs a cluster' in line and '--num_workers' in line
 
 
