@@ -297,7 +297,7 @@ def _fill(directory, leave):
     pass  # full: the point
 
 
-def test_full_and_read_only_disks_end_with_one_line(trained, tmp_path):
+def test_full_and_read_only_disks_end_with_one_line(trained, tmp_path, run_main):
   mount = tmp_path / 'disk'
   _mount_tmpfs(mount, '16m')
   try:
@@ -321,10 +321,10 @@ def test_full_and_read_only_disks_end_with_one_line(trained, tmp_path):
     assert all(os.path.getsize(os.path.join(logdir, n)) > 0 for n in os.listdir(logdir)
                if n.endswith('.yaml'))
     loadable(logdir, (2,))
-    # No space at all: the start-up writes fail with one line.
+    # No space at all: the start-up writes fail with one line. They come before anything is
+    # built, as the read-only refusal below: run.py's main() answers in this process.
     _fill(str(mount), 0)
-    result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
-                 check=False)
+    result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning')
     assert result.returncode == 2
     assert last_line(result) == (f'error: cannot write to logdir {logdir}: No space left on '
                                  'device; nothing was written')
@@ -333,8 +333,7 @@ def test_full_and_read_only_disks_end_with_one_line(trained, tmp_path):
     # Read-only: one line, nothing changed.
     subprocess.run(['mount', '-o', 'remount,ro', str(mount)], check=True)
     files = sorted(os.listdir(logdir))
-    result = run(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning',
-                 check=False)
+    result = run_main(*TINY, '--logdir', logdir, '--set', 'max_steps=6', '--continue_learning')
     assert result.returncode == 2
     assert last_line(result) == (f'error: cannot write to logdir {logdir}: Read-only file system; '
                                  'nothing was written')
@@ -519,9 +518,16 @@ def test_float16_trains_and_skipped_updates_are_counted(tmp_path):
 # ---------------------------------------------------------------------------
 # Every way a checkpoint is named, the best checkpoint, the saved config, the end of training
 
-# A train_eval run of four steps: checkpoints at 2 and 4, an evaluation (10,000 test
-# images) and a best-checkpoint offer at each.
+# A train_eval run of four steps: checkpoints at 2 and 4, an evaluation and a
+# best-checkpoint offer at each. What these tests read is the run directory, not what the
+# model learns: synthetic images of Fashion-MNIST's shape, 256 of them to evaluate, where
+# the 10,000 test images took most of each run's time. The ResNet-8 of the checkpoints is
+# the one eval and export build from the Fashion-MNIST config (READ).
 TRAIN_EVAL = ['--config', SGD_CONFIG, '--mode', 'train_eval', *SHORT,
+              '--set', 'data_layer=synthetic',
+              '--set', 'data_layer_params={image_shape: [28, 28, 1], num_classes: 10, '
+                       'num_examples: 256}',
+              '--set', 'eval_params.batch_size_per_gpu=256',
               '--set', 'batch_size_per_gpu=32', '--set', 'save_checkpoint_steps=2',
               '--set', 'eval_steps=2', '--set', 'print_loss_steps=1']
 # Eval and export read the config as well (a run length among the rest).
@@ -603,7 +609,7 @@ def test_every_named_checkpoint_is_read_in_full_before_it_is_used(evaluated, tmp
 
 
 def test_a_saved_model_gives_weights_to_a_new_run_and_is_no_checkpoint_to_evaluate(
-    evaluated, tmp_path):
+    evaluated, tmp_path, run_main):
   logdir = evaluated[0]
   export_dir = tmp_path / 'export'
   run('--config', SGD_CONFIG, '--mode', 'export', *READ, '--logdir', str(logdir),
@@ -637,10 +643,11 @@ def test_a_saved_model_gives_weights_to_a_new_run_and_is_no_checkpoint_to_evalua
       'the model weights only, no optimizer state; drop --init_optimizer_state, or name a '
       'checkpoint of the run it was exported from')
   assert not (tmp_path / 'state').exists()
-  # An export directory under a regular file: that file is named.
+  # An export directory under a regular file: that file is named. Refused before anything is
+  # built: run.py's main() answers in this process.
   (tmp_path / 'afile').write_text('x')
-  result = run('--config', SGD_CONFIG, '--mode', 'export', *READ, '--logdir', str(logdir),
-               '--export_dir', str(tmp_path / 'afile' / 'sub' / 'x'), check=False)
+  result = run_main('--config', SGD_CONFIG, '--mode', 'export', *READ, '--logdir', logdir,
+                    '--export_dir', tmp_path / 'afile' / 'sub' / 'x')
   assert result.returncode == 2
   assert last_line(result) == (
       f'error: --export_dir {tmp_path}/afile/sub/x: {tmp_path}/afile is a file, not a '
