@@ -396,6 +396,22 @@ class AutomaticLossScaler(LossScaler):
     return self.scaler.update_op(has_nan, amax)
 
 
+def describe(scaler):
+  """The loss scaling as an update chain's description names it.
+
+  ``finite check`` for a static scale of 1 (the check alone), ``static(S)``,
+  ``dynamic``, ``backoff``, ``logmax``, or the class name of a scaler of yours.
+  """
+  if isinstance(scaler, StaticLossScaler):
+    # pylint: disable-next=protected-access
+    return 'finite check' if scaler._scale == 1 else f'static({scaler._scale:g})'
+  if isinstance(scaler, AutomaticLossScaler):
+    return scaler.algorithm
+  if isinstance(scaler, DynamicLossScaler):
+    return 'dynamic'
+  return type(scaler).__name__
+
+
 def _is_scaler(value):
   return isinstance(value, LossScaler) or (
       hasattr(value, 'loss_scale') and callable(getattr(value, 'update_op', None)))

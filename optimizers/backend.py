@@ -1,19 +1,20 @@
-"""The one module that runs an optimizer's update, choosing its path once.
+"""The optimizers' side of the update: the forms of a step, and the choice among them, once.
 
-Three paths compute the same math (docs/math.md) at different speeds:
+An optimizer's step has up to three forms with the same math (docs/math.md),
+at different speeds:
 
-* ``NATIVE``: the CPU kernels of ``native.py``, each variable read once
-  (LARS, LAMB, and LARC followed by Momentum as one kernel);
-* ``XLA``: norms with ``tf.nn.l2_loss`` kernels (``squared_norms``) and the
+* native: the CPU kernels of ``native.py``, each variable read once (LARS,
+  LAMB, and LARC followed by Momentum as one kernel);
+* XLA: norms with ``tf.nn.l2_loss`` kernels (``squared_norms``) and the
   element-wise updates as a few XLA launches (``jit_for``, ``pipelined``);
-* ``REFERENCE``: Keras' own ``update_step``, one variable at a time.
+* Keras: Keras' own ``update_step``, one variable at a time.
 
-``update_all`` is the end of the gradient chain: LARC, when asked for, and
-the optimizer's update, in one call. ``update_path`` applies the rules of the
-choice in one order, once per update, and logs the first time an optimizer
-class takes a path (INFO, ``optimizers`` logger). ``FusedUpdate``, the base
-of the package's optimizers, runs a fused path as ``apply_path`` (Keras'
-``apply`` takes it too) and brings ``TF1OptimizerMixin``, the
+``step_stages`` applies the rules of the choice in one order, once, when an
+update's chain is built (``stages.Chain``), and returns the stages that end
+it (``stages.KerasStep``, ``stages.FusedStep``, ``stages.FusedLarcStep``);
+it logs the first time an optimizer class takes a form (INFO, ``optimizers``
+logger). ``FusedUpdate``, the base of the package's optimizers, gives Keras'
+``apply`` the same choice, and brings ``TF1OptimizerMixin``, the
 ``tf.compat.v1.train.Optimizer`` methods ported code calls.
 
 Why: a Python loop over variables runs several small ops per variable, each
@@ -126,60 +127,80 @@ def jit_for(owner, fn, name=None):
   return functions[key]
 
 
-# --- the choice of path ------------------------------------------------------------------
+# --- the choice of the step's form, once, when the chain is built ------------------------
 
 NATIVE = 'native'
 XLA = 'xla'
-REFERENCE = 'reference'
-# LARC and the update as one native kernel (``MomentumOptimizer.native_larc_update``).
-NATIVE_WITH_LARC = 'native LARC-and-update'
+KERAS = 'keras'
 
 _LOG = logging.getLogger('optimizers')
 _logged = set()
 
 
 @tf.autograph.experimental.do_not_convert
-def update_path(optimizer, grads, variables, larc_params=None, larc_rate_is_optimizers=True):
-  """The path of one update of ``variables`` by ``optimizer``, LARC included when given.
+def step_stages(optimizer, variables, grads, larc=None, larc_rate_is_optimizers=True,
+                sets_rate=False):
+  """The stages that end an update's chain: LARC (when given) and the optimizer's step.
 
-  With ``larc_params``: NATIVE_WITH_LARC when one kernel can do LARC and the
-  update (``MomentumOptimizer``, momentum > 0, LARC at the optimizer's own
-  rate, ``keras_adds_nothing``, the kernel applies). Otherwise LARC runs as
-  a step of its own, and the update takes REFERENCE when the optimizer has
-  no fused paths or asked for none (``fused=False``), Keras' ``apply`` adds a
-  step around ``update_step`` (``keras_adds_nothing``), a gradient is sparse
-  and not read as dense (``SPARSE_AS_DENSE``: LAMB reads it so), or a
-  ``tf.distribute`` strategy routes each variable's update; else NATIVE where
-  the kernel applies (float32, dense, CPU, not inside XLA, built and loaded,
-  not off by ``LARGEBATCH_NATIVE_KERNELS=0``); else XLA.
+  Called once, when the chain is built (``stages.Chain``), with the
+  gradients as they reach the end of the chain. The rules, in order:
+
+  * with ``larc``: one native kernel for LARC and the step
+    (``stages.FusedLarcStep``) when the optimizer has it
+    (``MomentumOptimizer``), momentum > 0, LARC works at the optimizer's own
+    rate, Keras' ``apply`` would add nothing (``keras_adds_nothing``) and the
+    kernel applies (``native.library_for``); else ``larc`` as a stage of its
+    own, then the step:
+  * Keras' own step (``stages.KerasStep``) for an optimizer without fused
+    updates, or asked for none (``fused=False``), when Keras' ``apply``
+    would add a step around ``update_step``, a gradient is sparse and not
+    read as dense (``SPARSE_AS_DENSE``: LAMB reads it so), or a
+    ``tf.distribute`` strategy routes each variable's update;
+  * else the optimizer's native kernel where it applies (float32, dense, CPU,
+    outside XLA, built and loaded, not off by ``LARGEBATCH_NATIVE_KERNELS=0``);
+  * else its XLA launches.
 
   Args:
     optimizer: the Keras optimizer.
-    grads: the gradients of the update (no None entries).
-    variables: the matching variables.
-    larc_params: checked ``larc_params``, or None for the update alone.
+    variables: the variables of the update.
+    grads: their gradients as the step will take them (None: not updated).
+    larc: the ``stages.Larc`` stage, or None.
     larc_rate_is_optimizers: whether LARC's learning rate is the one the
-      optimizer's update uses.
+      optimizer's update uses (when it is not, LARC and the step stay apart).
+    sets_rate: the step gives the optimizer the update's learning rate first
+      (``stages.Step``).
 
   Returns:
-    NATIVE_WITH_LARC (only with ``larc_params``), NATIVE, XLA or REFERENCE.
+    A list of stages.
   """
-  if larc_params is not None and (
-      larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update')
-      and optimizer.momentum > 0 and keras_adds_nothing(optimizer, variables)
-      and native.applies(variables, [], grads)):
-    return _chosen(optimizer, 'LARC and update', NATIVE_WITH_LARC)
+  present = [i for i, g in enumerate(grads) if g is not None]
+  grads = [grads[i] for i in present]
+  fused_variables = [variables[i] for i in present]
+  if not present or not isinstance(optimizer, FusedUpdate):
+    return ([larc] if larc is not None else []) + [
+        stages.KerasStep(optimizer, variables, sets_rate)]
+  if larc is not None and larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update') \
+      and optimizer.momentum > 0 and keras_adds_nothing(optimizer, fused_variables):
+    kernels = native.library_for(fused_variables, [], grads)
+    if kernels is not None:
+      return [_chosen(stages.FusedLarcStep(optimizer, larc, kernels, sets_rate))]
+  step = _step(optimizer, variables, fused_variables, grads, sets_rate)
+  return ([larc] if larc is not None else []) + [_chosen(step)]
+
+
+def _step(optimizer, variables, fused_variables, grads, sets_rate):
+  """The optimizer's step alone, in the form the rules of ``step_stages`` give."""
   if getattr(optimizer, 'SPARSE_AS_DENSE', False):
-    # The fused paths are given a sparse gradient densified (FusedUpdate);
+    # The fused forms are given a sparse gradient densified (stages.apply_fused);
     # its values stand in for it here, where only types and dtypes are checked.
     grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-  if not (getattr(optimizer, 'fused', False) and fusable(grads)
-          and keras_adds_nothing(optimizer, variables)):
-    return _chosen(optimizer, 'update', REFERENCE)
-  if hasattr(optimizer, 'native_update') and native.applies(
-      variables, optimizer.native_slots(variables), grads):
-    return _chosen(optimizer, 'update', NATIVE)
-  return _chosen(optimizer, 'update', XLA)
+  if not (optimizer.fused and fusable(grads) and keras_adds_nothing(optimizer, fused_variables)):
+    return stages.KerasStep(optimizer, variables, sets_rate)
+  if hasattr(optimizer, 'native_update'):
+    kernels = native.library_for(fused_variables, optimizer.native_slots(fused_variables), grads)
+    if kernels is not None:
+      return stages.FusedStep(optimizer, variables, NATIVE, kernels, sets_rate)
+  return stages.FusedStep(optimizer, variables, XLA, sets_rate=sets_rate)
 
 
 def keras_adds_nothing(optimizer, variables):
@@ -196,13 +217,15 @@ def keras_adds_nothing(optimizer, variables):
               or any(getattr(v, 'overwrite_with_gradient', False) for v in variables))
 
 
-def _chosen(optimizer, what, path):
-  key = (type(optimizer).__name__, what, path)
+def _chosen(step):
+  """Logs the first time an optimizer class takes a form (INFO, ``optimizers`` logger)."""
+  key = (type(step.optimizer).__name__, step.describe())
   if key not in _logged:
     _logged.add(key)
-    reason = f' ({native.error()})' if path != NATIVE and native.error() else ''
-    _LOG.info('%s: %s on the %s path%s', key[0], what, path, reason)
-  return path
+    native_used = isinstance(step, stages.FusedLarcStep) or getattr(step, 'form', None) == NATIVE
+    reason = f' ({native.error()})' if not native_used and native.error() else ''
+    _LOG.info('%s: step %s%s', key[0], key[1], reason)
+  return step
 
 
 # --- TF 1's optimizer methods on Keras 3 optimizers ---------------------------------------
@@ -335,22 +358,23 @@ class TF1OptimizerMixin:
 # --- the optimizers' side: Keras' apply on the chosen path -------------------------------
 
 class FusedUpdate(TF1OptimizerMixin):
-  """Base of the package's Keras 3 optimizers: their update on one of three paths, TF 1's methods.
+  """Base of the package's Keras 3 optimizers: their update in fused forms, TF 1's methods.
 
   First among the bases of the optimizer class; it brings the
   ``tf.compat.v1.train.Optimizer`` methods (``TF1OptimizerMixin``) with it.
 
   The subclass provides ``xla_update(grads, variables, indices, learning_rate)``
-  (all variables in a few XLA launches) and may provide ``native_update``
-  with the same arguments, and ``native_larc_update(grads, keras_variables,
-  variables, indices, learning_rate, larc_params)``. ``variables`` are the
-  tf.Variables behind the Keras ones and ``indices`` their positions in the
-  built variable list. ``SLOTS`` names the attributes that hold its slot
-  lists, in the order the native kernel takes them.
+  (all variables in a few XLA launches) and may provide
+  ``native_update(kernels, grads, variables, indices, learning_rate)`` and
+  ``native_larc_update(kernels, grads, variables, indices, learning_rate,
+  larc_params, adapt)``, given the loaded native op library. ``variables``
+  are the tf.Variables behind the Keras ones and ``indices`` their positions
+  in the built variable list. ``SLOTS`` names the attributes that hold its
+  slot lists, in the order the native kernel takes them.
 
-  Keras' ``apply`` (``model.fit``, a user's loop) takes the path
-  ``update_path`` chooses, as the pipeline's ``update_all`` does; on the
-  reference path it is Keras' own (``reference_apply``).
+  Keras' ``apply`` (``model.fit``, a user's loop) takes the form
+  ``step_stages`` chooses, once, as the chain of ``optimize_loss`` does; in
+  Keras' own form it is Keras' ``apply`` (``reference_apply``).
   """
 
   # The attributes holding the optimizer's per-variable slot lists.
@@ -378,13 +402,24 @@ class FusedUpdate(TF1OptimizerMixin):
     return [getattr(self, name)[i].value for name in self.SLOTS for i in indices]
 
   def apply(self, grads, trainable_variables=None):
-    """Keras' ``apply``: on a fused path where one applies and Keras adds nothing, else Keras' own."""
+    """Keras' ``apply``: in a fused form where one applies and Keras adds nothing, else Keras' own.
+
+    The form is chosen once for a list of variables (``step_stages``), the
+    first time they are applied, and kept.
+    """
     if trainable_variables is not None and grads and all(g is not None for g in grads):
       grads, variables = list(grads), list(trainable_variables)
       self._build_as_keras_does(variables)
-      path = update_path(self, grads, variables)
-      if path != REFERENCE:
-        return self.apply_path(path, grads, variables)
+      steps = self.__dict__.get('_apply_steps')
+      if steps is None:
+        steps = {}
+        object.__setattr__(self, '_apply_steps', steps)
+      key = tuple(id(v) for v in variables)
+      if key not in steps:
+        steps[key] = step_stages(self, variables, grads)[0]
+      if not isinstance(steps[key], stages.KerasStep):
+        steps[key](grads, None)
+        return None
     return super().apply(grads, trainable_variables)
 
   def reference_apply(self, grads, trainable_variables=None):
@@ -396,104 +431,3 @@ class FusedUpdate(TF1OptimizerMixin):
       with keras.name_scope(self.name, caller=self):
         self.build(variables)
       self.built = True
-
-  def apply_path(self, path, grads, trainable_variables, larc_params=None):
-    """What Keras' ``apply`` does when it adds nothing to the update, on a fused path.
-
-    Builds the optimizer if needed, runs the update of every variable on
-    ``path``, applies the variables' constraints and counts the iteration.
-    Call it only where ``keras_adds_nothing`` holds.
-
-    Args:
-      path: ``NATIVE`` or ``XLA`` (the update), or ``NATIVE_WITH_LARC`` (LARC
-        at this optimizer's learning rate, then the update, as one kernel),
-        as ``update_path`` chose it for these gradients and variables.
-      grads: the gradients (no None entries).
-      trainable_variables: the matching variables.
-      larc_params: checked ``larc_params``, with ``NATIVE_WITH_LARC`` only.
-
-    Returns:
-      With ``NATIVE_WITH_LARC``, a float32 vector: the LARC factor of each
-      variable (1 for skipped ones); else None.
-    """
-    if path not in (NATIVE, XLA, NATIVE_WITH_LARC) or (larc_params is None) != (
-        path != NATIVE_WITH_LARC):
-      raise ValueError(f'{self.name}: apply_path takes a fused path ({NATIVE}, {XLA}, or '
-                       f'{NATIVE_WITH_LARC} with larc_params), got {path!r}')
-    trainable_variables = list(trainable_variables)
-    self._build_as_keras_does(trainable_variables)
-    result = None
-    with tf.name_scope(self.name):
-      indices = [self._get_variable_index(v) for v in trainable_variables]
-      variables = unwrap_all(trainable_variables)
-      if path == NATIVE_WITH_LARC:
-        result = self.native_larc_update(list(grads), trainable_variables, variables, indices,
-                                         self.learning_rate, larc_params)
-      else:
-        update = self.native_update if path == NATIVE else self.xla_update
-        # A sparse gradient comes this far only when SPARSE_AS_DENSE: the
-        # dense tensor it sums to is what update_step would read.
-        update([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                for g in grads], variables, indices, self.learning_rate)
-      for variable in trainable_variables:
-        if variable.constraint is not None:
-          variable.assign(variable.constraint(variable))
-    self.iterations.assign_add(1)
-    return result
-
-
-def update_all(optimizer, grads, variables, update, larc=None, larc_rate_is_optimizers=True):
-  """The end of the chain: LARC (when ``larc``), then the optimizer's update of every variable.
-
-  The path is chosen once (``update_path``): one native kernel for both,
-  which reads each variable once, or LARC as a step of its own and the
-  update on the optimizer's own path. An optimizer without fused paths
-  (Keras' own, AGN) runs Keras' ``apply``.
-
-  Args:
-    optimizer: a Keras optimizer (or ``AGNOptimizer``).
-    grads: gradients (None entries are left out of the update).
-    variables: the matching variables.
-    update: what the update's stages share (``pipeline.Update``): its
-      ``learning_rate``, the base rate; ``larc_factors`` is set here.
-    larc: the LARC stage (``stages.Larc``) or None.
-    larc_rate_is_optimizers: whether ``learning_rate`` is the rate of the
-      optimizer's update (when it is not, LARC and the update stay apart).
-
-  Returns:
-    ``update.larc_factors``: {variable index: LARC factor} for the adapted variables.
-  """
-  present = [i for i, g in enumerate(grads) if g is not None]
-  grads_present = [grads[i] for i in present]
-  vars_present = [variables[i] for i in present]
-  larc_params = larc.params if larc is not None else None
-  path = None
-  if present and isinstance(optimizer, FusedUpdate):
-    path = update_path(optimizer, grads_present, vars_present, larc_params,
-                       larc_rate_is_optimizers)
-  if path == NATIVE_WITH_LARC:
-    factors = optimizer.apply_path(path, grads_present, vars_present, larc_params)
-    update.larc_factors = {i: factors[k] for k, i in enumerate(present) if larc.adapts[i]}
-    return update.larc_factors
-  if larc is not None:
-    grads = larc(grads, update)
-  # Keras' reference update passes the gradients through a custom_gradient op
-  # (its replica-context sum, an identity on one replica), which needs them
-  # all from one graph: the gradients LARC left alone come from outside the
-  # branch the update runs in, the scaled ones from inside it.
-  grads_present = [_in_this_graph(grads[i]) for i in present]
-  if path in (NATIVE, XLA):
-    optimizer.apply_path(path, grads_present, vars_present)
-  elif path == REFERENCE:
-    optimizer.reference_apply(grads_present, vars_present)
-  else:
-    optimizer.apply(grads_present, vars_present)
-  return update.larc_factors
-
-
-def _in_this_graph(grad):
-  """``grad`` as a tensor (or IndexedSlices) of the graph being built, without a copy."""
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
-                            grad.dense_shape)
-  return tf.identity(grad)

@@ -2,11 +2,11 @@
 
 ``update_step`` is the per-variable reference path. With ``fused=True`` (the
 default) ``apply`` runs ``native_update``, the native CPU kernel
-(``native.lamb``: moments, norms and update of each variable in one visit),
+(``lamb_kernel``: moments, norms and update of each variable in one visit),
 or where it does not apply ``xla_update``: the moments of all variables and
 their directions u in one XLA launch, ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
 kernels, and w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
-``lamb_apply_all``); ``backend.update_path`` chooses (docs/performance.md).
+``lamb_apply_all``); ``backend.step_stages`` chooses, once (docs/performance.md).
 
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.
@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from optimizers import backend
 from optimizers import exclusions
-from optimizers import native
 from optimizers.backend import FusedUpdate
 from optimizers.backend import unwrap
 
@@ -85,6 +84,34 @@ def lamb_apply_all(variables, directions, adapts, learning_rate, w_squared, u_sq
       k += 1
     var.assign_sub(tf.cast(lr * ratio * u, var.dtype))
   return ratios
+
+
+def lamb_kernel(kernels, variables, first_moments, second_moments, grads, learning_rate, step,
+                decay, adapt, beta_1, beta_2, epsilon, weight_decay):
+  """Runs the native ``LargebatchLamb`` op: LAMB's update of many variables (largebatch_ops.cc).
+
+  Args:
+    kernels: the loaded op library (``native.library_for``).
+    variables, first_moments, second_moments: float32 tf.Variables, updated in place.
+    grads: the dense float32 gradients.
+    learning_rate: scalar learning rate.
+    step: the 1-based step t (float32 scalar); the bias corrections 1 − β^t
+      are computed here with the same tf ops as ``LAMB.update_step``.
+    decay, adapt: one bool per variable: weight decay in u, trust ratio.
+    beta_1, beta_2, epsilon, weight_decay: as ``LAMB``.
+
+  Returns:
+    A float32 vector, the trust ratio of each variable (1 where not adapted).
+  """
+  corrections = tf.stack([1.0 - tf.pow(beta_1, step), 1.0 - tf.pow(beta_2, step)])
+  return kernels.largebatch_lamb(
+      variables=[v.handle for v in variables], first_moments=[m.handle for m in first_moments],
+      second_moments=[v.handle for v in second_moments],
+      gradients=[tf.convert_to_tensor(g) for g in grads],
+      learning_rate=tf.cast(learning_rate, tf.float32), corrections=corrections,
+      decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
+      one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
+      epsilon=float(epsilon), weight_decay=float(weight_decay))
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
@@ -172,9 +199,9 @@ class LAMB(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizers.Optimiz
       ratio = 1.0
     var.assign_sub(tf.cast(tf.cast(learning_rate, tf.float32) * ratio * u, var.dtype))
 
-  def native_update(self, grads, variables, indices, learning_rate):
-    """The update of all variables in the native kernel (``native.lamb``)."""
-    native.lamb(variables, [self._m[i].value for i in indices],
+  def native_update(self, kernels, grads, variables, indices, learning_rate):
+    """The update of all variables in the native kernel (``lamb_kernel``)."""
+    lamb_kernel(kernels, variables, [self._m[i].value for i in indices],
                 [self._v[i].value for i in indices], grads,
                 tf.cast(learning_rate, tf.float32), tf.cast(self.iterations + 1, tf.float32),
                 [self._decays[i] for i in indices], [self._adapts[i] for i in indices],

@@ -9,11 +9,11 @@ The math lives in plain tensor functions (``trust_ratio``, ``lars_momentum_updat
 so it can be tested and fused independently of the class. ``update_step`` and
 ``compute_lr`` are the per-variable reference path. With ``fused=True`` (the
 default) ``apply`` runs ``native_update``, the native CPU kernel
-(``native.trust_momentum``: each variable's norms and update in one visit,
+(``trust_momentum``: each variable's norms and update in one visit,
 about the cost of plain momentum), or where it does not apply ``xla_update``:
 norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
 launches over groups of variables (``lars_update_all``, ``backend.pipelined``);
-``backend.update_path`` chooses (docs/performance.md).
+``backend.step_stages`` chooses, once (docs/performance.md).
 
 ``MomentumOptimizer`` is Keras' momentum SGD under its TF 1 name, with the
 same fused paths; after LARC, where the native kernel applies, LARC and its
@@ -29,7 +29,6 @@ import tensorflow as tf
 
 from optimizers import backend
 from optimizers import exclusions
-from optimizers import native
 from optimizers.backend import FusedUpdate
 from optimizers.backend import unwrap
 
@@ -115,6 +114,42 @@ def lars_update_all(variables, slots, grads, adapt, decay, learning_rate, w_squa
       grad = decayed_gradient(grad, var, weight_decay)
     lars_momentum_update(var, slot, grad, scaled_lr, momentum, use_nesterov)
   return ratios
+
+
+def trust_momentum(kernels, variables, slots, grads, learning_rate, adapt, mode, momentum,
+                   weight_decay=0.0, eeta=0.001, epsilon=0.0, min_update=0.0,
+                   use_nesterov=False, decay=None):
+  """Runs the native ``LargebatchTrustMomentum`` op (``optimizers/kernels/largebatch_ops.cc``).
+
+  The op takes each variable's norms and applies its update while the
+  variable is in the cache: LARS's update (``lars_update_all``'s math), or
+  the LARC stage followed by Keras' momentum SGD.
+
+  Args:
+    kernels: the loaded op library (``native.library_for``).
+    variables: float32 tf.Variables (resource variables), updated in place.
+    slots: their momentum tf.Variables.
+    grads: their dense float32 gradients.
+    learning_rate: scalar base learning rate.
+    adapt: one bool per variable; False for one that keeps the base lr (no
+      trust ratio or LARC factor).
+    mode: 'lars' (LARSOptimizer's update), 'larc_clip' or 'larc_scale' (the
+      LARC stage followed by Keras' momentum SGD).
+    momentum, weight_decay, eeta, epsilon, min_update, use_nesterov: as the
+      optimizer and ``larc_params`` (eeta is larc_eta for the LARC modes).
+    decay: in 'lars' mode, one bool per variable, whether it gets weight
+      decay; None: the same as ``adapt``.
+
+  Returns:
+    A float32 vector: each variable's trust ratio or LARC factor (1 if skipped).
+  """
+  return kernels.largebatch_trust_momentum(
+      variables=[v.handle for v in variables], slots=[s.handle for s in slots],
+      gradients=[tf.convert_to_tensor(g) for g in grads],
+      learning_rate=tf.cast(learning_rate, tf.float32), adapt=[bool(a) for a in adapt],
+      decay=[bool(d) for d in (adapt if decay is None else decay)], mode=mode,
+      momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
+      epsilon=float(epsilon), min_update=float(min_update), use_nesterov=bool(use_nesterov))
 
 
 def deduplicate(grad):
@@ -264,9 +299,9 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
     scaled_lr, grad = self.compute_lr(gradient, variable, learning_rate)
     lars_momentum_update(tf_var, slot, grad, scaled_lr, self.momentum, self.use_nesterov)
 
-  def native_update(self, grads, variables, indices, learning_rate):
-    """The update of all variables in the native kernel (``native.trust_momentum``)."""
-    native.trust_momentum(variables, [self._momentums[i].value for i in indices],
+  def native_update(self, kernels, grads, variables, indices, learning_rate):
+    """The update of all variables in the native kernel (``trust_momentum``)."""
+    trust_momentum(kernels, variables, [self._momentums[i].value for i in indices],
                           grads, tf.cast(learning_rate, tf.float32),
                           [self._adapts[i] for i in indices], 'lars', self.momentum,
                           self.weight_decay, self.eeta, self.epsilon,
@@ -364,23 +399,30 @@ class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
     for grad, var in zip(grads, variables):
       self.update_step(grad, var, learning_rate)
 
-  def native_larc_update(self, grads, keras_variables, variables, indices, learning_rate,
-                         larc_params):
+  def native_larc_update(self, kernels, grads, variables, indices, learning_rate, larc_params,
+                         adapt):
     """LARC (docs/math.md) followed by this optimizer's update, in the native kernel.
 
     Same math as ``stages.larc`` followed by ``update_step``: each adapted
     variable's gradient is scaled by its LARC factor c, then
     v ← m·v − lr·c·g; w ← w + v.
 
+    Args:
+      kernels: the loaded op library.
+      grads, variables, indices, learning_rate: as ``native_update``.
+      larc_params: checked ``larc_params``.
+      adapt: one bool per variable, whether LARC adapts it
+        (``exclusions.larc_mask``).
+
     Returns:
       A float32 vector, the LARC factor of each variable (1 for skipped ones).
     """
     slots = [self.momentums[i].value for i in indices]
-    adapt = exclusions.larc_mask(keras_variables, larc_params)
-    return native.trust_momentum(
-        variables, slots, grads, learning_rate, adapt, 'larc_' + larc_params['larc_mode'],
-        self.momentum, eeta=larc_params['larc_eta'], epsilon=larc_params['epsilon'],
-        min_update=larc_params['min_update'], use_nesterov=self.nesterov)
+    return trust_momentum(
+        kernels, variables, slots, grads, learning_rate, adapt,
+        'larc_' + larc_params['larc_mode'], self.momentum, eeta=larc_params['larc_eta'],
+        epsilon=larc_params['epsilon'], min_update=larc_params['min_update'],
+        use_nesterov=self.nesterov)
 
   def get_config(self):
     config = super().get_config()

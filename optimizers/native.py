@@ -7,6 +7,11 @@ file for the math). LARS and Momentum + LARC then move about the bytes of a
 plain momentum step, where the XLA path (``backend.py``) needs 1.5-1.7x that
 (docs/performance.md).
 
+Each op is called by the code of the math it computes: ``lars.trust_momentum``
+(LARS; LARC followed by Momentum), ``lamb.lamb_kernel`` and the finite check's
+``stages.gradient_statistics``; this module builds and loads the library and
+says where it applies (``library_for``).
+
 The library is compiled with the TensorFlow headers and flags of the running
 installation (``tf.sysconfig``) into ``optimizers/kernels/build/``, keyed by a
 hash of the source, the TensorFlow version and the compiler flags;
@@ -149,109 +154,29 @@ def error():
 
 
 @tf.autograph.experimental.do_not_convert
-def applies(variables, slots, grads):
-  """Whether the kernels can update these: all float32, dense, on the CPU, and they load.
+def library_for(variables, slots, grads):
+  """The loaded op library where the kernels can update these, else None.
 
-  Inside an XLA-compiled function (``jit_compile=True``) they cannot run, and
-  the optimizers take the XLA path. Only dtypes and types are read, so Keras
-  variables may stand for the tf.Variables behind them.
+  They can where all are float32, dense and on the CPU, outside XLA (inside
+  an XLA-compiled function, ``jit_compile=True``, they cannot run) and not
+  under a ``tf.distribute`` strategy, and the library loads. Only dtypes and
+  types are read, so Keras variables may stand for the tf.Variables behind
+  them. The chain asks once, when it is built (``backend.step_stages``), and
+  its stages call the library's ops.
   """
   if tf.config.list_logical_devices('GPU') or tf.distribute.has_strategy():
-    return False
+    return None
   if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-    return False
+    return None
   for tensor in list(variables) + list(slots) + list(grads):
     if isinstance(tensor, tf.IndexedSlices) or tensor.dtype != tf.float32:
-      return False
-  return load() is not None
+      return None
+  return load()
 
 
-def trust_momentum(variables, slots, grads, learning_rate, adapt, mode, momentum,
-                   weight_decay=0.0, eeta=0.001, epsilon=0.0, min_update=0.0,
-                   use_nesterov=False, decay=None):
-  """Runs the LargebatchTrustMomentum op (see largebatch_ops.cc for the math).
-
-  Args:
-    variables: float32 tf.Variables (resource variables), updated in place.
-    slots: their momentum tf.Variables.
-    grads: their dense float32 gradients.
-    learning_rate: scalar base learning rate.
-    adapt: one bool per variable; False for one that keeps the base lr (no
-      trust ratio or LARC factor).
-    mode: 'lars' (LARSOptimizer's update), 'larc_clip' or 'larc_scale' (the
-      LARC stage followed by Keras' momentum SGD).
-    momentum, weight_decay, eeta, epsilon, min_update, use_nesterov: as the
-      optimizer and ``larc_params`` (eeta is larc_eta for the LARC modes).
-    decay: in 'lars' mode, one bool per variable, whether it gets weight
-      decay; None: the same as ``adapt``.
-
-  Returns:
-    A float32 vector: each variable's trust ratio or LARC factor (1 if skipped).
-  """
-  module = load()
-  if module is None:
-    raise RuntimeError(f'native kernel unavailable: {error()}')
-  return module.largebatch_trust_momentum(
-      variables=[v.handle for v in variables], slots=[s.handle for s in slots],
-      gradients=[tf.convert_to_tensor(g) for g in grads],
-      learning_rate=tf.cast(learning_rate, tf.float32), adapt=[bool(a) for a in adapt],
-      decay=[bool(d) for d in (adapt if decay is None else decay)], mode=mode, momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
-      epsilon=float(epsilon), min_update=float(min_update), use_nesterov=bool(use_nesterov))
-
-
-def lamb(variables, first_moments, second_moments, grads, learning_rate, step, decay, adapt,
-         beta_1, beta_2, epsilon, weight_decay):
-  """Runs the LargebatchLamb op: ``LAMB``'s update of many variables (see largebatch_ops.cc).
-
-  Args:
-    variables, first_moments, second_moments: float32 tf.Variables, updated in place.
-    grads: the dense float32 gradients.
-    learning_rate: scalar learning rate.
-    step: the 1-based step t (float32 scalar); the bias corrections 1 − β^t
-      are computed here with the same tf ops as ``LAMB.update_step``.
-    decay, adapt: one bool per variable: weight decay in u, trust ratio.
-    beta_1, beta_2, epsilon, weight_decay: as ``LAMB``.
-
-  Returns:
-    A float32 vector, the trust ratio of each variable (1 where not adapted).
-  """
-  module = load()
-  if module is None:
-    raise RuntimeError(f'native kernel unavailable: {error()}')
-  corrections = tf.stack([1.0 - tf.pow(beta_1, step), 1.0 - tf.pow(beta_2, step)])
-  return module.largebatch_lamb(
-      variables=[v.handle for v in variables], first_moments=[m.handle for m in first_moments],
-      second_moments=[v.handle for v in second_moments],
-      gradients=[tf.convert_to_tensor(g) for g in grads],
-      learning_rate=tf.cast(learning_rate, tf.float32), corrections=corrections,
-      decay=[bool(d) for d in decay], adapt=[bool(a) for a in adapt], beta_1=float(beta_1),
-      one_minus_beta_1=1.0 - beta_1, beta_2=float(beta_2), one_minus_beta_2=1.0 - beta_2,
-      epsilon=float(epsilon), weight_decay=float(weight_decay))
-
-
-@tf.autograph.experimental.do_not_convert
-def gradient_stats_where_applies(grads):
-  """``gradient_stats(grads)`` where the kernels apply to ``grads`` (``applies``), else None."""
-  if not applies([], [], grads):
-    return None
-  return gradient_stats(grads)
-
-
-def gradient_stats(grads):
-  """Runs the LargebatchGradientStats op on dense float32 gradients.
-
-  Returns:
-    (has_nan, amax, global_norm): a bool scalar, True when any element is NaN
-    or infinite; the largest |g| as float32 (+inf when has_nan, 0 for no
-    elements); the float32 L2 norm of all the gradients together (summed in
-    double).
-  """
-  module = load()
-  if module is None:
-    raise RuntimeError(f'native kernel unavailable: {error()}')
-  all_finite, amax, norm = module.largebatch_gradient_stats(
-      gradients=[tf.convert_to_tensor(g) for g in grads])
-  return tf.logical_not(all_finite), amax, norm
+def applies(variables, slots, grads):
+  """Whether the kernels can update these (``library_for`` is not None)."""
+  return library_for(variables, slots, grads) is not None
 
 
 if __name__ == '__main__':

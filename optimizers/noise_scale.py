@@ -83,6 +83,9 @@ class NoiseScale(tf.Module):
       self.small_count.assign(0.0)
     return tf.cast(mean, tf.float32)
 
+  def describe(self):
+    return 'noise_scale'
+
   def __call__(self, grads, update):
     """The stage: the update's estimates into the moving averages; the gradients pass unchanged."""
     small_sq = tf.cast(update.noise_small, tf.float64)

@@ -1,23 +1,27 @@
-"""``GradientPipeline``: one large-batch update, as a short chain of stages.
+"""``GradientPipeline``: one large-batch update, as one chain of stages built once.
 
 The stages, in the order of docs/math.md ("One update of optimize_loss"),
 each an object of ``stages.py`` called as ``stage(grads, update) -> grads``:
 
-1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale (``stages.scaled_gradients``)
+1. loss × loss_scale -> gradients (float32) -> × 1/loss_scale (``scaled_gradients``, here)
 2. accumulation over ``iter_size`` micro-batches (``Accumulate``)
 3. all-reduce: the average over workers, either engine (``AllReduce``)
 4. finite check -> loss-scaler update; a non-finite update stops here (``FiniteCheck``)
 5. global-norm clipping (``Clip``)
-6. LARC (``Larc``) and 7. the optimizer's update, then global_step += 1
+6. LARC (``Larc``) and 7. the optimizer's step (``KerasStep``, ``FusedStep``),
+   or the two as one native kernel (``FusedLarcStep``); then global_step += 1
 
-The chain ends in one call, ``backend.update_all(optimizer, grads, variables,
-learning_rate, larc=...)``, which runs LARC and the update as one native
-kernel where it can and otherwise LARC as a stage, then the optimizer's own
-path (native kernel, XLA, Keras' reference). A pipeline holds the state of
-the update (optimizer, global step, loss scaler, accumulators) and returns
-the metrics of each micro-step; the trainer calls it directly, users' own
-loops through ``optimize_loss``.
+Stages 2-7 are a ``stages.Chain``, built on the first update, when the
+device, the graph (inside XLA or not) and the gradients are known: each
+stage's form is chosen then (``backend.step_stages`` for 6 and 7) and never
+again. ``describe_chain`` gives it as the run log prints it. A pipeline holds
+the state of the update (optimizer, global step, loss scaler, accumulators)
+and returns the metrics of each micro-step; the trainer calls it directly,
+users' own loops through ``optimize_loss``.
 """
+
+import dataclasses
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -25,6 +29,7 @@ from core import noise_scale as noise_scale_formulas
 from optimizers import allreduce
 from optimizers import backend
 from optimizers import exclusions
+from optimizers import native
 from optimizers import stages
 from optimizers.noise_scale import NoiseScale
 from optimizers import validation
@@ -32,6 +37,63 @@ from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.catalog import is_instance
 from optimizers.catalog import make_optimizer
 from optimizers.catalog import normalize_dtype
+
+
+# --- 1. the gradients of one micro-step --------------------------------------------------
+
+def _to_float32(grad, factor=None):
+  """``grad`` cast to float32, times ``factor`` when given (IndexedSlices: its values; None stays)."""
+  if grad is None:
+    return None
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(_to_float32(grad.values, factor), grad.indices, grad.dense_shape)
+  grad = tf.cast(grad, tf.float32)
+  return grad if factor is None else grad * factor
+
+
+def scaled_gradients(loss_fn, var_list, loss_scale, extras=None):
+  """Runs ``loss_fn`` on a tape and returns (loss, float32 gradients of loss·scale, unscaled).
+
+  The loss is multiplied by ``loss_scale`` before differentiation so small
+  half-precision gradients do not underflow; the gradients are cast to float32
+  and multiplied by 1/loss_scale there, where they are representable.
+
+  ``loss_fn`` may return a pair (loss, dict of tensors); the dict then goes
+  into ``extras`` (e.g. the batch's accuracy, returned among the metrics).
+  """
+  # A fixed scale of 1 (the default) multiplies nothing: leave the two
+  # multiplies per gradient out of the graph (x·1 is exact, so the gradients
+  # are the same to the bit).
+  unit = tf.get_static_value(loss_scale) == 1.0
+  with tf.GradientTape() as tape:
+    loss = loss_fn()
+    if isinstance(loss, tuple):
+      loss, extra = loss
+      if extras is not None:
+        extras.update(extra)
+    scaled = tf.cast(loss, tf.float32)
+    if not unit:
+      scaled = scaled * loss_scale
+  grads = tape.gradient(scaled, var_list)
+  inverse = None if unit else 1.0 / loss_scale
+  return tf.cast(loss, tf.float32), [_to_float32(g, inverse) for g in grads]
+
+
+def mean_gradients(parts):
+  """The mean of several lists of gradients (None where all are None; IndexedSlices stay sparse)."""
+  inverse = 1.0 / len(parts)
+  result = []
+  for grads in zip(*parts):
+    present = [g for g in grads if g is not None]
+    if not present:
+      result.append(None)
+    elif all(isinstance(g, tf.IndexedSlices) for g in present):
+      result.append(tf.IndexedSlices(tf.concat([g.values for g in present], 0) * inverse,
+                                     tf.concat([g.indices for g in present], 0),
+                                     present[0].dense_shape))
+    else:
+      result.append(tf.add_n([tf.convert_to_tensor(g) for g in present]) * inverse)
+  return result
 
 
 class Update:
@@ -63,28 +125,98 @@ class Update:
 
 def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
                    larc_rate_is_optimizers=True):
-  """Stages 6 and 7 with LARC given as ``larc_params``: ``backend.update_all``.
+  """Stages 6 and 7 alone, with LARC given as ``larc_params``: the end of a chain, built and run once.
 
   Returns:
     {variable index: LARC factor} for the adapted variables.
   """
   larc = stages.Larc(larc_params, var_list) if larc_params is not None else None
-  return backend.update_all(optimizer, grads, var_list, Update(learning_rate), larc,
-                            larc_rate_is_optimizers)
+  update = Update(learning_rate)
+  for stage in backend.step_stages(optimizer, var_list, grads, larc, larc_rate_is_optimizers):
+    grads = stage(grads, update)
+  return update.larc_factors
 
 
-def _checked_settings(clip_gradients, larc_params, compression, iter_size):
-  """The checked (clip_gradients, larc_params, compression, iter_size) of a pipeline."""
-  if isinstance(iter_size, tf.Variable):
-    if iter_size.dtype != tf.int64 or iter_size.shape.rank != 0:
-      raise ValueError(f'iter_size as a variable must be a scalar int64, got {iter_size!r}')
-  elif not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
-    raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
-  if clip_gradients is not None and not (isinstance(clip_gradients, (int, float))
-                                         and clip_gradients > 0):
-    raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip_gradients!r}')
-  larc_params = validation.check_larc_params(larc_params) if larc_params is not None else None
-  return clip_gradients, larc_params, validation.check_compression(compression), iter_size
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+  """What one update does, checked once: the one object a ``GradientPipeline`` is built from.
+
+  OpenSeq2Seq's names (``on_horovod``, ``horovod_params``) are mapped to
+  these by ``optimizers.compat.openseq2seq.optimize_loss``.
+
+  Attributes:
+    optimizer: a name in ``OPTIMIZER_CLS_NAMES``, a Keras optimizer class, or an instance.
+    optimizer_params: keyword arguments of the optimizer class (``learning_rate``
+      only without ``learning_rate_decay_fn``).
+    learning_rate_decay_fn: ``f(global_step) -> lr``, or None for a fixed rate.
+    dtype: a tf.DType or a Keras dtype policy name (``'mixed_float16'``, ...).
+    clip_gradients: the largest global gradient norm, or None.
+    summaries: names from ``OPTIMIZER_SUMMARIES`` written inside the update.
+    larc_params: LARC's settings (``larc_eta``, ``larc_mode``, ...), or None.
+    loss_scaling: a number (static), ``'Backoff'``, ``'LogMax'``, ``'dynamic'``, or a scaler.
+    loss_scaling_params: the automatic loss scaler's parameters.
+    multi_worker: average the gradients over the workers (Horovod or
+      tf.distribute) once per applied update.
+    iter_size: micro-batches per update: an int, or a scalar int64
+      ``tf.Variable`` that the caller may raise between updates (a batch
+      that grows, ``framework.run.batch_policy``).
+    compression: ``'none'`` or ``'fp16'`` (float16 on the wire) for the all-reduce.
+    log_global_norm: take the global gradient norm every update for logging
+      (it is taken anyway when clipping or summarising it).
+    noise_scale: measure the gradient noise scale (``noise_scale.NoiseScale``)
+      from the update's small-batch gradients: its micro-batches, the
+      workers' gradients before the all-reduce, and the parts of a micro-step
+      (``GradientPipeline.__call__``); it needs two or more of them per update.
+    noise_scale_params: ``micro_batch``, the examples (or words) of one
+      small-batch gradient, so that B_simple is in examples (default 1: in
+      small batches); ``parts``, the loss functions each micro-step is given
+      as (default 1); ``decay``, of the estimates' moving averages (0.99).
+
+  Raises:
+    ValueError: for any value out of its range, naming it and what is allowed.
+  """
+
+  optimizer: Any
+  optimizer_params: Optional[dict] = None
+  learning_rate_decay_fn: Optional[Callable] = None
+  dtype: Any = tf.float32
+  clip_gradients: Optional[float] = None
+  summaries: Any = None
+  larc_params: Optional[dict] = None
+  loss_scaling: Any = 1.0
+  loss_scaling_params: Optional[dict] = None
+  multi_worker: bool = False
+  iter_size: Any = 1
+  compression: str = 'none'
+  log_global_norm: bool = False
+  noise_scale: bool = False
+  noise_scale_params: Optional[dict] = None
+
+  def __post_init__(self):
+    iter_size = self.iter_size
+    if isinstance(iter_size, tf.Variable):
+      if iter_size.dtype != tf.int64 or iter_size.shape.rank != 0:
+        raise ValueError(f'iter_size as a variable must be a scalar int64, got {iter_size!r}')
+    elif not isinstance(iter_size, int) or isinstance(iter_size, bool) or iter_size < 1:
+      raise ValueError(f'iter_size must be an integer >= 1, got {iter_size!r}')
+    clip = self.clip_gradients
+    if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+      raise ValueError(f'clip_gradients must be a number > 0 or None, got {clip!r}')
+    noise_params = dict(self.noise_scale_params or {}) if self.noise_scale else None
+    unknown = sorted(set(noise_params or {}) - {'micro_batch', 'parts', 'decay'})
+    if unknown:
+      raise ValueError(f'noise_scale_params: unknown key(s) {unknown}; allowed: decay, '
+                       'micro_batch, parts')
+    checked = dict(
+        optimizer_params=dict(self.optimizer_params or {}), dtype=normalize_dtype(self.dtype),
+        summaries=validation.check_summaries(self.summaries),
+        larc_params=(validation.check_larc_params(self.larc_params)
+                     if self.larc_params is not None else None),
+        multi_worker=bool(self.multi_worker),
+        compression=validation.check_compression(self.compression),
+        noise_scale=bool(self.noise_scale), noise_scale_params=noise_params)
+    for name, value in checked.items():
+      object.__setattr__(self, name, value)
 
 
 def _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn):
@@ -103,62 +235,47 @@ class GradientPipeline(tf.Module):
 
   Calling it runs one micro-step and returns its metrics (see ``__call__``).
 
-  Args: as ``optimize_loss``, plus
+  Args:
     var_list: the variables to train.
-    iter_size: micro-batches per update: an int, or a scalar int64
-      ``tf.Variable`` that the caller may raise between updates (a batch
-      that grows, ``framework.run.batch_policy``).
-    multi_worker: average the gradients over the workers (Horovod or
-      tf.distribute) once per applied update; ``on_horovod``, OpenSeq2Seq's
-      name for it, is still accepted.
-    compression: ``'none'`` or ``'fp16'`` (float16 on the wire) for the
-      all-reduce; OpenSeq2Seq's ``horovod_params={'compression': ...}`` is
-      still read when it is not given.
-    log_global_norm: compute the global gradient norm every step for logging
-      (it is computed anyway when clipping or summarising it).
-    noise_scale: measure the gradient noise scale (``noise_scale.NoiseScale``)
-      from the update's small-batch gradients: its micro-batches, the
-      workers' gradients before the all-reduce, and the parts of a micro-step
-      (``__call__``); it needs two or more of them per update.
-    noise_scale_params: ``micro_batch``, the examples (or words) of one
-      small-batch gradient, so that B_simple is in examples (default 1: in
-      small batches); ``parts``, the loss functions each micro-step is given
-      as (default 1); ``decay``, of the estimates' moving averages (0.99).
+    settings: the update's ``UpdateSettings``.
+    name: the module's name.
   """
 
-  def __init__(self, var_list, optimizer, optimizer_params=None, learning_rate_decay_fn=None,
-               dtype=tf.float32, clip_gradients=None, summaries=None, larc_params=None,
-               loss_scaling=1.0, loss_scaling_params=None, multi_worker=False, iter_size=1,
-               horovod_params=None, log_global_norm=False, name='optimize_loss', on_horovod=None,
-               compression=None, noise_scale=False, noise_scale_params=None):
+  def __init__(self, var_list, settings, name='optimize_loss'):
     super().__init__(name=name)
+    if not isinstance(settings, UpdateSettings):
+      raise TypeError(f'GradientPipeline: settings must be an UpdateSettings, got '
+                      f'{type(settings).__name__}')
     self.var_list = list(var_list)
     if not self.var_list:
       raise ValueError('optimize_loss: var_list is empty; nothing to train')
-    self.dtype = normalize_dtype(dtype)
-    if compression is None:
-      compression = (horovod_params or {}).get('compression')
-    self.clip_gradients, self.larc_params, self.compression, self.iter_size = _checked_settings(
-        clip_gradients, larc_params, compression, iter_size)
-    self.summaries = validation.check_summaries(summaries)
-    self.multi_worker = bool(multi_worker if on_horovod is None else on_horovod)
-    self.log_global_norm = log_global_norm
-    self.noise_scale_params = dict(noise_scale_params or {}) if noise_scale else None
+    self.settings = settings
+    self.dtype = settings.dtype
+    self.clip_gradients = settings.clip_gradients
+    self.larc_params = settings.larc_params
+    self.compression = settings.compression
+    self.iter_size = settings.iter_size
+    self.summaries = settings.summaries
+    self.multi_worker = settings.multi_worker
+    self.log_global_norm = settings.log_global_norm
+    self.noise_scale_params = settings.noise_scale_params
     # The global norm is taken when clipping, logging or summarising it, and for the noise scale.
     self._with_norm = (self.clip_gradients is not None or self.log_global_norm
-                       or 'global_gradient_norm' in self.summaries or bool(noise_scale))
+                       or 'global_gradient_norm' in self.summaries or settings.noise_scale)
     if self.multi_worker and allreduce.engine_name() == allreduce.NONE:
-      # OpenSeq2Seq's on_horovod=True starts Horovod; an engine already running serves as it is.
+      # No engine is running: the default one (Horovod) starts, as OpenSeq2Seq's on_horovod did.
       allreduce.init()
-    optimizer_params = dict(optimizer_params or {})
-    self.learning_rate_decay_fn = learning_rate_decay_fn
-    self._base_lr = _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn)
+    optimizer_params = dict(settings.optimizer_params)
+    self.learning_rate_decay_fn = settings.learning_rate_decay_fn
+    self._base_lr = _base_learning_rate(settings.optimizer, optimizer_params,
+                                        self.learning_rate_decay_fn)
     # The pipeline sets the optimizer's rate each update when it knows it; LARC's
     # rate is then the optimizer's own.
-    self._larc_rate_is_optimizers = (learning_rate_decay_fn is not None
+    self._larc_rate_is_optimizers = (self.learning_rate_decay_fn is not None
                                      or self._base_lr is not None)
     with tf.init_scope():
-      self._create_state(optimizer, optimizer_params, loss_scaling, loss_scaling_params)
+      self._create_state(settings.optimizer, optimizer_params, settings.loss_scaling,
+                         settings.loss_scaling_params)
 
   def _create_state(self, optimizer, optimizer_params, loss_scaling, loss_scaling_params):
     """The variables of the pipeline, the optimizer (built) and the loss scaler."""
@@ -180,10 +297,11 @@ class GradientPipeline(tf.Module):
     self.optimizer.build(list(self.update_vars))
     self.accumulator = (stages.GradientAccumulator(self.var_list) if self.grows
                         or self.iter_size > 1 else None)
+    self.accumulate = (stages.Accumulate(self.accumulator, self.micro_step, self.iter_size)
+                       if self.accumulator is not None else None)
     self.noise = self._noise_scale()
-    self.chain = self._chain()
-    self.larc = (stages.Larc(self.larc_params, self.update_vars)
-                 if self.larc_params is not None else None)
+    # Built on the first update (build_chain), when the forms of its stages can be chosen.
+    self.chain = None
 
   def _averages_workers(self):
     """Whether the update averages the workers' gradients (the ``AllReduce`` stage).
@@ -198,10 +316,6 @@ class GradientPipeline(tf.Module):
     if self.noise_scale_params is None:
       return None
     params = self.noise_scale_params
-    unknown = sorted(set(params) - {'micro_batch', 'parts', 'decay'})
-    if unknown:
-      raise ValueError(f'noise_scale_params: unknown key(s) {unknown}; allowed: decay, '
-                       'micro_batch, parts')
     workers = allreduce.size() if self._averages_workers() else 1
     iter_size = int(self.iter_size.numpy()) if self.grows else self.iter_size
     sources = iter_size * workers * int(params.get('parts', 1))
@@ -213,19 +327,35 @@ class GradientPipeline(tf.Module):
                       params.get('decay', noise_scale_formulas.DEFAULT_DECAY),
                       workers=workers if self.grows else None)
 
-  def _chain(self):
-    """Stages 2-5, those before the optimizer's call; LARC (6) is handed to that call."""
-    chain = []
-    if self.accumulator is not None:
-      chain.append(stages.Accumulate(self.accumulator, self.micro_step, self.iter_size))
+  def build_chain(self):
+    """The chain of stages 2-7 (``stages.Chain``), built on the first call and kept.
+
+    The update calls it when it first runs, so that each stage's form fits
+    where it runs: the finite check's statistics in the native kernel where
+    it applies (CPU, outside XLA, ``native.library_for``), and the step's
+    forms chosen by ``backend.step_stages`` when the first update reaches it.
+    """
+    if self.chain is not None:
+      return self.chain
+    head = [self.accumulate] if self.accumulate is not None else []
     if self._averages_workers():
-      chain.append(stages.AllReduce(self.compression, self.allreduce_count))
-    chain.append(stages.FiniteCheck(self.loss_scaler, self._with_norm, self.last_global_norm))
+      head.append(stages.AllReduce(self.compression, self.allreduce_count))
+    head.append(stages.FiniteCheck(self.loss_scaler, self._with_norm, self.last_global_norm,
+                                   native.library_for([], [], [])))
     if self.noise is not None:
-      chain.append(self.noise)
+      head.append(self.noise)
     if self.clip_gradients is not None:
-      chain.append(stages.Clip(self.clip_gradients))
-    return chain
+      head.append(stages.Clip(self.clip_gradients))
+    larc = stages.Larc(self.larc_params, self.update_vars) if self.larc_params is not None else None
+    self.chain = stages.Chain(
+        head, lambda grads: backend.step_stages(
+            self.optimizer, self.update_vars, grads, larc, self._larc_rate_is_optimizers,
+            sets_rate=self._larc_rate_is_optimizers), self._finish)
+    return self.chain
+
+  def describe_chain(self):
+    """The chain as the run log prints it (``update chain: accumulate(2) → ... → lars(native)``)."""
+    return self.build_chain().describe()
 
   @property
   def grows(self):
@@ -256,11 +386,6 @@ class GradientPipeline(tf.Module):
     if self._base_lr is not None:
       return tf.constant(self._base_lr, tf.float32)
     return tf.cast(self.optimizer.learning_rate, tf.float32)
-
-  @property
-  def on_horovod(self):
-    """OpenSeq2Seq's name of ``multi_worker``."""
-    return self.multi_worker
 
   @property
   def loss_scale(self):
@@ -334,7 +459,7 @@ class GradientPipeline(tf.Module):
       due = tf.constant(True)
       applied = self._update(grads)
     else:
-      due = self.chain[0].add(grads, skip_update)
+      due = self.accumulate.add(grads, skip_update)
       applied = tf.cond(due, lambda: self._update(grads), lambda: tf.constant(False))
     metrics.update(loss=loss, applied=applied,
                    skipped=tf.logical_and(due, tf.logical_not(applied)),
@@ -350,14 +475,14 @@ class GradientPipeline(tf.Module):
   def _gradients(self, loss_fn, loss_scale, metrics):
     """(loss, gradients) of a micro-step, given whole or in parts; each adds to the noise scale."""
     if callable(loss_fn):
-      loss, grads = stages.scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
+      loss, grads = scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
       if self.noise is not None:
         self.noise.add(grads)
       return loss, grads
     losses, parts, extras = [], [], []
     for part in loss_fn:
       extra = {}
-      loss, grads = stages.scaled_gradients(part, self.var_list, loss_scale, extras=extra)
+      loss, grads = scaled_gradients(part, self.var_list, loss_scale, extras=extra)
       if self.noise is not None:
         self.noise.add(grads)
       losses.append(loss)
@@ -365,41 +490,26 @@ class GradientPipeline(tf.Module):
       extras.append(extra)
     for name in extras[0]:
       metrics[name] = tf.add_n([tf.cast(e[name], tf.float32) for e in extras]) / len(extras)
-    return tf.add_n(losses) / len(losses), stages.mean_gradients(parts)
+    return tf.add_n(losses) / len(losses), mean_gradients(parts)
 
   def _update(self, grads):
     """The chain on one update's gradients; returns whether the update was applied."""
     update = Update(self.learning_rate())
     if self.noise is not None:
       update.noise_small = self.noise.take()
-    return self._run(self.chain, grads, update)
+    return self.build_chain()(grads, update)
 
-  def _run(self, chain, grads, update):
-    """Runs ``chain`` in order, the rest of it under ``tf.cond`` after a stage that may stop it."""
-    for k, stage in enumerate(chain):
-      grads = stage(grads, update)
-      if update.go_on is not None:
-        go_on, update.go_on = update.go_on, None
-        rest = chain[k + 1:]
-        return tf.cond(go_on, lambda: self._run(rest, grads, update), lambda: tf.constant(False))
-    return self._finish(grads, update)
-
-  def _finish(self, grads, update):
-    """Stages 6 and 7 in one call, then global_step += 1; returns True."""
-    lr = update.learning_rate
-    if self._larc_rate_is_optimizers:
-      self.optimizer.learning_rate = lr
-    backend.update_all(self.optimizer, grads, self.update_vars, update, self.larc,
-                       self._larc_rate_is_optimizers)
+  def _finish(self, update):
+    """After the optimizer's step: the half-precision weights, the summaries, global_step += 1."""
     if self.masters is not None:
       self.masters.copy_back()
     if self.summaries:
       write_summaries(self.summaries, self.global_step,
-                      {'learning_rate': lr, 'loss_scale': self.loss_scaler.loss_scale,
+                      {'learning_rate': update.learning_rate,
+                       'loss_scale': self.loss_scaler.loss_scale,
                        'global_norm': update.global_norm}, self.var_list, update.checked,
                       update.larc_factors)
     self.global_step.assign_add(1)
-    return tf.constant(True)
 
 
 # --- the summaries optimize_loss writes inside its update (``summaries=[...]``) ----------

@@ -1,20 +1,26 @@
 """The stages of one update: small transforms with one signature, and the tensor math they use.
 
-``pipeline.GradientPipeline`` runs them in the order of docs/math.md:
-accumulation (``GradientAccumulator``) -> all-reduce (``AllReduce``) ->
-finite check and loss-scaler update (``FiniteCheck``) -> global-norm
-clipping (``Clip``) -> LARC (``Larc``) -> the optimizer's update
-(``backend.update_all``). Each stage is called as ``stage(grads, update) ->
-grads``: ``update`` (a ``pipeline.Update``) carries what the stages of one update
-share (its learning rate, the global norm, whether it goes on, the LARC
-factors). A stage holds only its own settings and variables, and its math
-is a plain tensor function here, so each can be tested on its own.
+One update is a chain (``Chain``) of stages, each called as ``stage(grads,
+update) -> grads``, in the order of docs/math.md:
+
+  accumulate (``Accumulate``) -> all-reduce (``AllReduce``) -> finite check
+  and loss scale (``FiniteCheck``) -> [noise scale] -> clip (``Clip``) ->
+  LARC (``Larc``) -> the optimizer's step (``KerasStep``, ``FusedStep``)
+
+``update`` (a ``Update``) carries what the stages of one update share: its
+learning rate, the global norm, whether it goes on, the LARC factors. A stage
+holds only its own settings, variables and the form of its math chosen when
+the chain was built (``optimizers/chain.py``): ``FiniteCheck`` takes its
+statistics with the native kernel or with tensor ops, the optimizer's step is
+Keras' own (``KerasStep``), the optimizer's native kernel or its XLA launches
+(``FusedStep``), and ``FusedLarcStep`` is one native kernel that replaces the
+LARC stage and a momentum step. Nothing on the path chooses a form again.
 
 The norms of the clipping and LARC stages are taken with one
-``tf.nn.l2_loss`` kernel per tensor (``squared_norms``); ``norms`` and
-``larc_reference`` keep the one-``tf.norm``-per-tensor form they are checked
-against.
+``tf.nn.l2_loss`` kernel per tensor (``squared_norms``).
 """
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -22,7 +28,6 @@ import tensorflow as tf
 from optimizers import allreduce
 from optimizers import automatic_loss_scaler
 from optimizers import exclusions
-from optimizers import native
 
 
 def unwrap(var):
@@ -42,42 +47,6 @@ def _map_dense(fn, grad):
   if isinstance(grad, tf.IndexedSlices):
     return tf.IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
   return fn(grad)
-
-
-def to_float32(grads):
-  """Casts gradients to float32 (None stays None)."""
-  return [_map_dense(lambda g: tf.cast(g, tf.float32), g) for g in grads]
-
-
-def scaled_gradients(loss_fn, var_list, loss_scale, extras=None):
-  """Runs ``loss_fn`` on a tape and returns (loss, float32 gradients of loss·scale, unscaled).
-
-  The loss is multiplied by ``loss_scale`` before differentiation so small
-  half-precision gradients do not underflow; the gradients are cast to float32
-  and multiplied by 1/loss_scale there, where they are representable.
-
-  ``loss_fn`` may return a pair (loss, dict of tensors); the dict then goes
-  into ``extras`` (e.g. the batch's accuracy, returned among the metrics).
-  """
-  # A fixed scale of 1 (the default) multiplies nothing: leave the two
-  # multiplies per gradient out of the graph (x·1 is exact, so the gradients
-  # are the same to the bit).
-  unit = tf.get_static_value(loss_scale) == 1.0
-  with tf.GradientTape() as tape:
-    loss = loss_fn()
-    if isinstance(loss, tuple):
-      loss, extra = loss
-      if extras is not None:
-        extras.update(extra)
-    scaled = tf.cast(loss, tf.float32)
-    if not unit:
-      scaled = scaled * loss_scale
-  grads = tape.gradient(scaled, var_list)
-  if unit:
-    return tf.cast(loss, tf.float32), to_float32(grads)
-  inverse = 1.0 / loss_scale
-  grads = [_map_dense(lambda g: tf.cast(g, tf.float32) * inverse, g) for g in grads]
-  return tf.cast(loss, tf.float32), grads
 
 
 def summed_rows(grad):
@@ -131,11 +100,12 @@ def global_norm(grads):
   return tf.sqrt(tf.reduce_sum(squared_norms([g for g in grads if g is not None])))
 
 
-def gradient_statistics(grads, with_norm):
+def gradient_statistics(grads, with_norm, kernels=None):
   """The finite check, the largest |g| and, if ``with_norm``, the global norm of the gradients.
 
-  One native kernel pass (``native.gradient_stats``) when the gradients are
-  float32 on the CPU; otherwise the tensor ops of
+  With ``kernels`` (the loaded native op library, given where it applies:
+  float32 gradients on the CPU, outside XLA), one pass of its
+  ``LargebatchGradientStats`` op; otherwise the tensor ops of
   ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order. A
   sparse gradient counts with its rows summed per index on both (as
@@ -143,38 +113,18 @@ def gradient_statistics(grads, with_norm):
   embedding's gradient keeps the kernel.
 
   Returns:
-    (has_nan, amax, norm): as ``gradient_stats``; norm is None unless ``with_norm``.
+    (has_nan, amax, norm): a bool scalar, True when any element is NaN or
+    infinite; the largest |g| (+inf when has_nan, 0 for no elements); the
+    float32 L2 norm of all the gradients together (the kernel sums it in
+    double), None unless ``with_norm``.
   """
   present = [summed_rows(g) for g in grads if g is not None]
-  stats = native.gradient_stats_where_applies(present) if present else None
-  if stats is not None:
-    has_nan, amax, norm = stats
-    return has_nan, amax, (norm if with_norm else None)
-  return gradient_statistics_reference(grads, with_norm)
-
-
-def gradient_statistics_reference(grads, with_norm):
-  """``gradient_statistics`` with the tensor ops only (the reference path)."""
-  grads = [summed_rows(g) for g in grads if g is not None]
-  has_nan, amax = automatic_loss_scaler.gradient_stats(grads)
-  return has_nan, amax, (global_norm(grads) if with_norm else None)
-
-
-def mean_gradients(parts):
-  """The mean of several lists of gradients (None where all are None; IndexedSlices stay sparse)."""
-  inverse = 1.0 / len(parts)
-  result = []
-  for grads in zip(*parts):
-    present = [g for g in grads if g is not None]
-    if not present:
-      result.append(None)
-    elif all(isinstance(g, tf.IndexedSlices) for g in present):
-      result.append(tf.IndexedSlices(tf.concat([g.values for g in present], 0) * inverse,
-                                     tf.concat([g.indices for g in present], 0),
-                                     present[0].dense_shape))
-    else:
-      result.append(tf.add_n([tf.convert_to_tensor(g) for g in present]) * inverse)
-  return result
+  if kernels is None or not present:
+    has_nan, amax = automatic_loss_scaler.gradient_stats(present)
+    return has_nan, amax, (global_norm(present) if with_norm else None)
+  all_finite, amax, norm = kernels.largebatch_gradient_stats(
+      gradients=[tf.convert_to_tensor(g) for g in present])
+  return tf.logical_not(all_finite), amax, (norm if with_norm else None)
 
 
 def clip_by_global_norm(grads, clip_norm, use_norm=None):
@@ -208,6 +158,10 @@ class AllReduce:
     self.compression = compression
     self.count = count
 
+  def describe(self):
+    wire = ', fp16' if self.compression == 'fp16' else ''
+    return f'allreduce({allreduce.engine_name()}{wire})'
+
   def __call__(self, grads, update):
     if update.noise_small is None:
       grads = allreduce.average(grads, self.compression)
@@ -233,15 +187,21 @@ class FiniteCheck:
     loss_scaler: the pipeline's loss scaler (``automatic_loss_scaler``).
     with_norm: take the global norm (to clip, log or summarise it).
     last_norm: a float32 tf.Variable keeping the latest update's norm.
+    kernels: the native op library where its statistics kernel applies
+      (``native.library_for``), else None: tensor ops.
   """
 
-  def __init__(self, loss_scaler, with_norm, last_norm):
+  def __init__(self, loss_scaler, with_norm, last_norm, kernels=None):
     self.loss_scaler = loss_scaler
     self.with_norm = with_norm
     self.last_norm = last_norm
+    self.kernels = kernels
+
+  def describe(self):
+    return automatic_loss_scaler.describe(self.loss_scaler)
 
   def __call__(self, grads, update):
-    has_nan, amax, norm = gradient_statistics(grads, self.with_norm)
+    has_nan, amax, norm = gradient_statistics(grads, self.with_norm, self.kernels)
     self.loss_scaler.update_op(has_nan, amax)
     if norm is not None:
       self.last_norm.assign(norm)
@@ -256,6 +216,9 @@ class Clip:
 
   def __init__(self, clip_norm):
     self.clip_norm = clip_norm
+
+  def describe(self):
+    return f'clip({self.clip_norm:g})'
 
   def __call__(self, grads, update):
     grads, _ = clip_by_global_norm(grads, self.clip_norm, update.global_norm)
@@ -295,8 +258,7 @@ def larc(grads, var_list, learning_rate, params, adapts=None):
   """Applies LARC to the gradients.
 
   The norms of all adapted gradients and variables are taken in one go
-  (``norm_vector``); ``larc_reference`` is the same stage with one ``tf.norm``
-  per tensor.
+  (``norm_vector``).
 
   Args:
     grads: gradients (None entries pass through).
@@ -308,21 +270,29 @@ def larc(grads, var_list, learning_rate, params, adapts=None):
   Returns:
     (new gradients, {variable index: LARC factor}) for the adapted variables.
   """
-  return _larc(grads, var_list, learning_rate, params, norm_vector, adapts)
-
-
-def larc_reference(grads, var_list, learning_rate, params, adapts=None):
-  """``larc`` with the norms taken one ``tf.norm`` at a time (the reference path)."""
-  return _larc(grads, var_list, learning_rate, params, lambda ts: tf.stack(norms(ts)), adapts)
+  if adapts is None:
+    adapts = exclusions.larc_mask(var_list, params)
+  adapted = [i for i, g in enumerate(grads) if g is not None and adapts[i]]
+  if not adapted:
+    return list(grads), {}
+  g_norms = norm_vector([grads[i] for i in adapted])
+  v_norms = norm_vector([unwrap(var_list[i]) for i in adapted])
+  factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
+                              params['larc_mode'], params['min_update'], params['epsilon'])
+  result = list(grads)
+  coefficients = {}
+  for k, i in enumerate(adapted):
+    c = factors[k]
+    result[i] = _map_dense(lambda g, c=c: g * tf.cast(c, g.dtype), grads[i])
+    coefficients[i] = c
+  return result, coefficients
 
 
 class Larc:
   """Stage 6, LARC: scales each adapted gradient by its LARC factor (``larc``).
 
-  ``backend.update_all`` takes it as ``larc=``, the end of the chain: it
-  either calls it as a stage, or reads ``params`` and ``adapts`` to run LARC
-  inside the optimizer's native kernel. The factors go to
-  ``update.larc_factors``.
+  The factors go to ``update.larc_factors``. Where one native kernel does LARC
+  and the optimizer's step (``FusedLarcStep``), that stage takes its place.
 
   Args:
     params: checked ``larc_params``.
@@ -335,29 +305,224 @@ class Larc:
     self.variables = list(var_list)
     self.adapts = exclusions.larc_mask(var_list, params)
 
+  def describe(self):
+    return f"larc({self.params['larc_mode']})"
+
   def __call__(self, grads, update):
     grads, update.larc_factors = larc(grads, self.variables, update.learning_rate, self.params,
                                       self.adapts)
     return grads
 
 
-def _larc(grads, var_list, learning_rate, params, norms_fn, adapts=None):
-  if adapts is None:
-    adapts = exclusions.larc_mask(var_list, params)
-  adapted = [i for i, g in enumerate(grads) if g is not None and adapts[i]]
-  if not adapted:
-    return list(grads), {}
-  g_norms = norms_fn([grads[i] for i in adapted])
-  v_norms = norms_fn([unwrap(var_list[i]) for i in adapted])
-  factors = larc_coefficients(g_norms, v_norms, learning_rate, params['larc_eta'],
-                              params['larc_mode'], params['min_update'], params['epsilon'])
-  result = list(grads)
-  coefficients = {}
-  for k, i in enumerate(adapted):
-    c = factors[k]
-    result[i] = _map_dense(lambda g, c=c: g * tf.cast(c, g.dtype), grads[i])
-    coefficients[i] = c
-  return result, coefficients
+def step_name(optimizer):
+  """The optimizer's short name in the chain's description: ``LARSOptimizer`` -> ``lars``."""
+  name = type(optimizer).__name__.lower()
+  return name[:-len('optimizer')] if name.endswith('optimizer') and name != 'optimizer' else name
+
+
+def _in_this_graph(grad):
+  """``grad`` as a tensor (or IndexedSlices) of the graph being built, without a copy.
+
+  Keras' update passes the gradients through a custom_gradient op (its
+  replica-context sum, an identity on one replica), which needs them all
+  from one graph: the gradients LARC left alone come from outside the branch
+  the update runs in, the scaled ones from inside it.
+  """
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices),
+                            grad.dense_shape)
+  return tf.identity(grad)
+
+
+def apply_fused(optimizer, update_fn, grads, trainable_variables):
+  """What Keras' ``apply`` does around an update that it adds nothing to, with ``update_fn`` as the update.
+
+  Builds the optimizer if needed, runs ``update_fn(grads, variables,
+  indices, learning_rate)`` on every variable at once (``variables`` the
+  tf.Variables behind the Keras ones, ``indices`` their places in the built
+  list; a sparse gradient is given as the dense tensor it sums to), applies
+  the variables' constraints and counts the iteration.
+
+  Returns:
+    What ``update_fn`` returns.
+  """
+  trainable_variables = list(trainable_variables)
+  if not optimizer.built:
+    with keras.name_scope(optimizer.name, caller=optimizer):
+      optimizer.build(trainable_variables)
+    optimizer.built = True
+  with tf.name_scope(optimizer.name):
+    # pylint: disable-next=protected-access
+    indices = [optimizer._get_variable_index(v) for v in trainable_variables]
+    result = update_fn([tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                        for g in grads], unwrap_all(trainable_variables), indices,
+                       optimizer.learning_rate)
+    for variable in trainable_variables:
+      if variable.constraint is not None:
+        variable.assign(variable.constraint(variable))
+  optimizer.iterations.assign_add(1)
+  return result
+
+
+class Step:
+  """What the forms of stage 7, the optimizer's step, share.
+
+  Args:
+    optimizer: the Keras optimizer.
+    variables: the variables it updates.
+    sets_rate: give the optimizer the update's learning rate first (the
+      pipeline's schedule drives it), else it keeps its own.
+  """
+
+  def __init__(self, optimizer, variables, sets_rate=False):
+    self.optimizer = optimizer
+    self.variables = list(variables)
+    self.sets_rate = sets_rate
+
+  def take_rate(self, update):
+    """Gives the optimizer the update's learning rate when this step sets it."""
+    if self.sets_rate:
+      self.optimizer.learning_rate = update.learning_rate
+
+
+class KerasStep(Step):
+  """Stage 7 in Keras' own form: its ``apply``, ``update_step`` variable by variable.
+
+  The form of an optimizer without fused updates (Keras' own, AGN), of one
+  asked for none (``fused=False``), and wherever a fused one does not apply
+  (``backend.step_stages``).
+  """
+
+  def __init__(self, optimizer, variables, sets_rate=False):
+    super().__init__(optimizer, variables, sets_rate)
+    # The package's optimizers keep Keras' apply as reference_apply (their apply is fused).
+    self.apply = getattr(optimizer, 'reference_apply', optimizer.apply)
+
+  def describe(self):
+    return f'{step_name(self.optimizer)}(keras)'
+
+  def __call__(self, grads, update):
+    self.take_rate(update)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    self.apply([_in_this_graph(grads[i]) for i in present], [self.variables[i] for i in present])
+    return grads
+
+
+class FusedStep(Step):
+  """Stage 7 in a fused form: the optimizer's update of every variable at once.
+
+  Args:
+    optimizer: a package optimizer (``backend.FusedUpdate``).
+    variables: the variables it updates.
+    form: ``'native'``, the optimizer's native kernel (``native_update``,
+      given ``kernels``), or ``'xla'``, its XLA launches (``xla_update``).
+    kernels: the loaded native op library, with ``'native'``.
+    sets_rate: as ``Step``.
+  """
+
+  def __init__(self, optimizer, variables, form, kernels=None, sets_rate=False):
+    super().__init__(optimizer, variables, sets_rate)
+    self.form = form
+    self.update = (functools.partial(optimizer.native_update, kernels) if form == 'native'
+                   else optimizer.xla_update)
+
+  def describe(self):
+    return f'{step_name(self.optimizer)}({self.form})'
+
+  def __call__(self, grads, update):
+    if update is not None:
+      self.take_rate(update)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+      self.optimizer.reference_apply([], [])
+      return grads
+    apply_fused(self.optimizer, self.update, [_in_this_graph(grads[i]) for i in present],
+                [self.variables[i] for i in present])
+    return grads
+
+
+class FusedLarcStep(Step):
+  """Stages 6 and 7 as one native kernel: LARC, then momentum SGD.
+
+  ``MomentumOptimizer.native_larc_update`` reads each variable once for its
+  LARC factor and its update; the factors go to ``update.larc_factors`` as
+  the LARC stage's would.
+
+  Args:
+    optimizer: a ``MomentumOptimizer`` with momentum > 0.
+    larc_stage: the ``Larc`` stage it replaces (its params and mask).
+    kernels: the loaded native op library.
+    sets_rate: as ``Step``.
+  """
+
+  def __init__(self, optimizer, larc_stage, kernels, sets_rate=False):
+    super().__init__(optimizer, larc_stage.variables, sets_rate)
+    self.larc = larc_stage
+    self.kernels = kernels
+
+  def describe(self):
+    return f"larc({self.larc.params['larc_mode']})+{step_name(self.optimizer)}(native)"
+
+  def __call__(self, grads, update):
+    self.take_rate(update)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    adapts = self.larc.adapts
+    update_fn = functools.partial(self.optimizer.native_larc_update, self.kernels,
+                                  larc_params=self.larc.params,
+                                  adapt=[adapts[i] for i in present])
+    factors = apply_fused(self.optimizer, update_fn, [grads[i] for i in present],
+                          [self.variables[i] for i in present])
+    update.larc_factors = {i: factors[k] for k, i in enumerate(present) if adapts[i]}
+    return grads
+
+
+class Chain:
+  """The stages of one update in order, run once per update: ``chain(grads, update)``.
+
+  The stages before the optimizer's step are given when the chain is made.
+  The step's own (LARC, when asked for, and the step, in the forms
+  ``backend.step_stages`` chooses) are made by ``build_step(grads)`` the
+  first time an update reaches them, when the gradients they take are known
+  (their dtypes, which are sparse, which are None), and are kept: every
+  later update runs the same stages.
+
+  A stage that may end the update (``FiniteCheck``) sets ``update.go_on``;
+  the rest of the chain then runs under ``tf.cond`` on it.
+
+  Args:
+    stages: the stages before the step, in order.
+    build_step: ``grads -> list of stages``, called once.
+    finish: ``update -> None``, run after the step (the global step, the summaries).
+  """
+
+  def __init__(self, stages, build_step, finish):
+    self.stages = list(stages)
+    self.step = None
+    self._build_step = build_step
+    self._finish = finish
+
+  def describe(self):
+    """The stages as the log prints them: ``accumulate(2) → allreduce(horovod) → backoff → ...``."""
+    step = [s.describe() for s in self.step] if self.step is not None else ['step (at the first update)']
+    return ' → '.join([s.describe() for s in self.stages] + step)
+
+  def __call__(self, grads, update):
+    """Runs the chain on one update's gradients; returns whether the update was applied."""
+    return self._run(self.stages, grads, update)
+
+  def _run(self, stages, grads, update):
+    for k, stage in enumerate(stages):
+      grads = stage(grads, update)
+      if update.go_on is not None:
+        go_on, update.go_on = update.go_on, None
+        rest = stages[k + 1:]
+        return tf.cond(go_on, lambda: self._run(rest, grads, update), lambda: tf.constant(False))
+    if self.step is None:
+      self.step = list(self._build_step(grads))
+    for stage in self.step:
+      grads = stage(grads, update)
+    self._finish(update)
+    return tf.constant(True)
 
 
 class GradientAccumulator(tf.Module):
@@ -413,6 +578,10 @@ class Accumulate:
     self.accumulator = accumulator
     self.micro_step = micro_step
     self.iter_size = iter_size
+
+  def describe(self):
+    grows = isinstance(self.iter_size, tf.Variable)
+    return 'accumulate(iter_size, grows)' if grows else f'accumulate({self.iter_size})'
 
   def add(self, grads, skip_update=None):
     """Adds a micro-batch's gradients; returns whether an update is due (a boolean tensor).

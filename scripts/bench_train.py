@@ -65,6 +65,7 @@ from models import MODELS  # noqa: E402
 from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 from optimizers.pipeline import GradientPipeline  # noqa: E402
+from optimizers.pipeline import UpdateSettings  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
 MAX_STEP_RATIO = 1.05
@@ -142,9 +143,9 @@ def noise_scale_step(cfg, iter_size, noise_scale):
   model = build_model(cfg)
   params = dict(cfg['optimizer_params'], learning_rate=cfg['lr_policy_params']['learning_rate'])
   parts = 2 if noise_scale and iter_size == 1 else 1
-  pipeline = GradientPipeline(model.trainable_variables, cfg['optimizer'], params,
-                              iter_size=iter_size, log_global_norm=True, noise_scale=noise_scale,
-                              noise_scale_params={'parts': parts} if noise_scale else None)
+  pipeline = GradientPipeline(model.trainable_variables, UpdateSettings(
+      cfg['optimizer'], params, iter_size=iter_size, log_global_norm=True,
+      noise_scale=noise_scale, noise_scale_params={'parts': parts} if noise_scale else None))
 
   def loss_of(images, labels):
     return lambda: cross_entropy(model, images, labels)

@@ -26,9 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-# The limits of issue 45: today's chain entered 14 files with 50 hops.
-MAX_FILES = 8
-MAX_HOPS = 16
+# The limits the chain is held to (it entered 14 files with 50 hops before the update
+# had a seam of its own, and 7 with 16 while the step's form was chosen at every update).
+MAX_FILES = 5
+MAX_HOPS = 8
 # Only the package's own code is followed: tests and scripts are the caller.
 PACKAGES = ('optimizers', 'core')
 

@@ -164,12 +164,14 @@ def noise_scale_case(workers=None):
   pair of small-batch gradients.
   """
   from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
+  from optimizers.pipeline import UpdateSettings  # pylint: disable=import-outside-toplevel
   size = workers or distributed.size()
   net = model()
   pipeline = GradientPipeline(
-      net.trainable_variables, 'Momentum', {'momentum': 0.9, 'learning_rate': 0.1},
-      multi_worker=size > 1, iter_size=1 if size > 1 else 2, noise_scale=True,
-      noise_scale_params={'micro_batch': BATCH // 2, 'decay': 0.9})
+      net.trainable_variables, UpdateSettings(
+          'Momentum', {'momentum': 0.9, 'learning_rate': 0.1}, multi_worker=size > 1,
+          iter_size=1 if size > 1 else 2, noise_scale=True,
+          noise_scale_params={'micro_batch': BATCH // 2, 'decay': 0.9}))
 
   @tf.function
   def step(xb, yb):

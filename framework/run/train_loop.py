@@ -115,6 +115,8 @@ class LoopParts:
       its batch grows (the loop asks it after each applied update), else None.
     learning_rate: ``f() -> tensor``, the rate of the next update (for the
       line of a batch change).
+    describe_chain: ``f() -> str``, the update's chain of stages as it was
+      built by the first step (``GradientPipeline.describe_chain``), said once.
   """
   config: dict
   overrides: Sequence[str]
@@ -134,6 +136,7 @@ class LoopParts:
   eval_split: Optional[str] = None
   batch_control: Any = None
   learning_rate: Optional[Callable[[], Any]] = None
+  describe_chain: Optional[Callable[[], str]] = None
 
 
 def _due(step, last, every):
@@ -259,11 +262,16 @@ class TrainLoop:
     step_fn = self.parts.step
     iterator = self.parts.open_batches()
     self._open_progress()
+    chain_said = self.parts.describe_chain is None
     while self.step < self.sizes.max_steps:
       signum = self.stop.agreed() if self.stop is not None else 0
       if signum:
         self._stop(signum)
       metrics = step_fn(iterator)
+      if not chain_said:
+        # The first step built the chain: each stage's form is known from here on.
+        distributed.log(f'update chain: {self.parts.describe_chain()}')
+        chain_said = True
       self._after_step({k: v.numpy() for k, v in metrics.items()})
     self.progress.close()
     try:

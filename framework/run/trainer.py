@@ -59,6 +59,7 @@ from framework.tasks import image_precise_bn
 from optimizers import exclusions
 from optimizers.catalog import make_optimizer
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 
 # The trainer's interface; the last three are defined beside it and re-exported.
 __all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
@@ -115,8 +116,8 @@ class Trainer:
         self.config, self.num_workers, trains=self.train_data is not None)
     self.opt_kwargs.update(noise_scale=measure, noise_scale_params=measure_params)
     config_lib.check_jit_compile(self.config, self.num_workers)
-    self.pipeline = GradientPipeline(self.model.trainable_variables, **self.opt_kwargs,
-                                     log_global_norm=True)
+    self.pipeline = GradientPipeline(self.model.trainable_variables,
+                                     UpdateSettings(**self.opt_kwargs, log_global_norm=True))
     self.data_position, self.skipped_updates, self.data_layout = self._counters()
     # What a checkpoint of the run holds, by name (also to name what a checkpoint lacks).
     self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
@@ -408,7 +409,7 @@ class Trainer:
         checkpoint=self.checkpoint, model=self.model, precise_bn=self.precise_bn,
         evaluate=self.evaluate, final_evaluate=self.final_evaluate, final_task=self.final.task,
         eval_split=evaluation.split_of(self.eval_data), batch_control=control,
-        learning_rate=self.pipeline.learning_rate)
+        learning_rate=self.pipeline.learning_rate, describe_chain=self.pipeline.describe_chain)
 
   def check_data(self):
     """Raises ``DataError`` when more records were skipped as corrupt than the data layer allows."""

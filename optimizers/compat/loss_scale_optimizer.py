@@ -34,6 +34,7 @@ import keras
 import tensorflow as tf
 
 from optimizers import stages
+from optimizers.pipeline import scaled_gradients
 from optimizers import backend
 from optimizers.automatic_loss_scaler import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
@@ -212,7 +213,7 @@ class MixedPrecisionLossScaleOptimizer(tf.Module):
         raise ValueError(f'{self.name}: var_list is required; pass model.trainable_variables')
       var_list = self._optimizer._trainable_variables  # pylint: disable=protected-access
     var_list = list(var_list)
-    _, grads = stages.scaled_gradients(loss, var_list, self.loss_scale)
+    _, grads = scaled_gradients(loss, var_list, self.loss_scale)
     return list(zip(grads, var_list))
 
   def _apply(self, grads_and_vars):

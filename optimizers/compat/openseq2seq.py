@@ -26,6 +26,7 @@ import tensorflow as tf
 from optimizers import stages
 from optimizers.catalog import normalize_dtype
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 
 
 def _clip_by_global_norm(t_list, clip_norm, use_norm, name=None):
@@ -206,12 +207,14 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
     _check_same_arguments(created, given)
     return pipeline
   given['dtype'] = normalize_dtype(dtype)
-  pipeline = GradientPipeline(
-      var_list, optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
+  # OpenSeq2Seq's names: on_horovod is multi_worker, horovod_params holds the compression.
+  pipeline = GradientPipeline(var_list, UpdateSettings(
+      optimizer, optimizer_params, learning_rate_decay_fn, dtype=dtype,
       clip_gradients=clip_gradients, summaries=summaries, larc_params=larc_params,
       loss_scaling=loss_scaling, loss_scaling_params=loss_scaling_params,
-      multi_worker=on_horovod, iter_size=iter_size, horovod_params=horovod_params,
-      log_global_norm=log_global_norm)
+      multi_worker=on_horovod, iter_size=iter_size,
+      compression=(horovod_params or {}).get('compression', 'none'),
+      log_global_norm=log_global_norm))
   # The owner is kept alive with the entry so its id cannot be reused.
   created = {name: _snapshot(value) for name, value in given.items()}
   created['given dtype'] = dtype

@@ -17,6 +17,7 @@ from models.keras_application import application
 from models.keras_application import application_names
 from optimizers import exclusions
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 
 MOBILENET = {'name': 'MobileNetV2', 'extra_kwargs': {'alpha': 0.35}}
 
@@ -177,9 +178,9 @@ def test_two_updates_of_lars_through_the_gradient_pipeline(caplog):
               tf.constant(rng.integers(0, 4, 4), tf.int32)) for _ in range(2)]
   with caplog.at_level('WARNING', logger='optimizers'):
     pipeline = GradientPipeline(
-        model.trainable_variables, 'LARS',
-        {'learning_rate': 0.1, 'momentum': 0.9, 'weight_decay': 1e-4,
-         'skip_list': ['batch_normalization', 'gamma', 'beta', 'bias']})
+        model.trainable_variables, UpdateSettings(
+            'LARS', {'learning_rate': 0.1, 'momentum': 0.9, 'weight_decay': 1e-4,
+                     'skip_list': ['batch_normalization', 'gamma', 'beta', 'bias']}))
   # The ResNet spelling matches nothing here, and says so once; the other three do.
   assert [r.getMessage().split(' matches')[0] for r in caplog.records] == [
       "warning: optimizer_params.skip_list: 'batch_normalization'"]

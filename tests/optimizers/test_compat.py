@@ -33,10 +33,19 @@ def test_the_core_never_imports_the_compatibility_room():
       assert module != 'optimizers.optimizers', (name, module)
 
 
-def test_multi_worker_is_the_pipelines_name_and_on_horovod_is_still_read():
+def test_openseq2seq_names_are_mapped_by_optimize_loss_alone():
+  import pytest  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
+  from optimizers.compat import openseq2seq  # pylint: disable=import-outside-toplevel
+  from optimizers.pipeline import UpdateSettings  # pylint: disable=import-outside-toplevel
+  # The pipeline's settings have one name for each thing ...
+  for old in ({'on_horovod': False}, {'horovod_params': {'compression': 'fp16'}}):
+    with pytest.raises(TypeError, match='unexpected keyword argument'):
+      UpdateSettings('SGD', {'learning_rate': 0.1}, **old)
+  assert UpdateSettings('SGD', {'learning_rate': 0.1}).compression == 'none'
+  # ... and OpenSeq2Seq's are read where its signature is kept.
   var = tf.Variable([1.0, 2.0])
-  for kwargs in ({}, {'multi_worker': False}, {'on_horovod': False}):
-    pipeline = GradientPipeline([var], 'SGD', {'learning_rate': 0.1}, **kwargs)
-    assert pipeline.multi_worker is False and pipeline.on_horovod is False
+  pipeline = openseq2seq.get_pipeline('SGD', {'learning_rate': 0.1}, None, var_list=[var],
+                                      on_horovod=False, horovod_params={'compression': 'fp16'})
+  openseq2seq.clear_pipelines()
+  assert pipeline.settings.multi_worker is False and pipeline.settings.compression == 'fp16'

@@ -12,6 +12,7 @@ from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 from tests.optimizers.test_lamb import numpy_lamb
 from tests.optimizers.test_lars import numpy_lars
 
@@ -148,10 +149,10 @@ def test_the_pipeline_warns_once_per_unmatched_string_naming_its_list_and_exampl
   model = keras_named_model()
   with caplog.at_level('WARNING', logger='optimizers'):
     pipeline = GradientPipeline(
-        model.trainable_variables, 'LARS',
-        {'learning_rate': 0.1, 'skip_list': ['batch_normalization', 'bias'],
-         'exclude_from_weight_decay': ['layer_normalization', 'logits']},
-        larc_params={'larc_eta': 0.002, 'skip_list': ['BatchNorm']})
+        model.trainable_variables, UpdateSettings(
+            'LARS', {'learning_rate': 0.1, 'skip_list': ['batch_normalization', 'bias'],
+                     'exclude_from_weight_decay': ['layer_normalization', 'logits']},
+            larc_params={'larc_eta': 0.002, 'skip_list': ['BatchNorm']}))
   assert [r.getMessage() for r in caplog.records] == [
       "warning: optimizer_params.skip_list: 'batch_normalization' matches none of the model's 6 "
       'variables (e.g. conv1_bn/gamma, conv1_bn/beta, ...); those variables get weight decay and '
@@ -172,10 +173,10 @@ def test_the_pipeline_warns_once_per_unmatched_string_naming_its_list_and_exampl
 def test_lists_that_match_say_nothing_and_other_optimizers_have_none(caplog):
   model = keras_named_model()
   with caplog.at_level('WARNING', logger='optimizers'):
-    GradientPipeline(model.trainable_variables, 'LAMB',
-                     {'learning_rate': 0.1, 'exclude_from_weight_decay': ['_bn/', 'bias'],
-                      'exclude_from_layer_adaptation': ['bias']})
-    GradientPipeline(model.trainable_variables, 'SGD', {'learning_rate': 0.1})
+    GradientPipeline(model.trainable_variables, UpdateSettings(
+        'LAMB', {'learning_rate': 0.1, 'exclude_from_weight_decay': ['_bn/', 'bias'],
+                 'exclude_from_layer_adaptation': ['bias']}))
+    GradientPipeline(model.trainable_variables, UpdateSettings('SGD', {'learning_rate': 0.1}))
   assert not caplog.records
   lamb = LAMB(0.1, exclude_from_layer_adaptation=['bias', 'gamma_'])
   assert exclusions.exclusion_lists(lamb) == [

@@ -8,7 +8,7 @@ from the reference paths in the last bits of a float32 sum or product;
 every comparison here uses rtol = 1e-6, and for values that pass through
 zero an atol of 1e-6 times the largest value of the array.
 
-The reference paths (``fused=False``, Keras' SGD, ``larc_reference``) never
+The reference paths (``fused=False``, Keras' SGD, ``references.larc_reference``) never
 take a native kernel, so the numbers of each are computed once and shared by
 the two runs of a test (:func:`reference`).
 """
@@ -31,6 +31,7 @@ from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.lars import MomentumOptimizer
+from tests.optimizers import references
 
 RTOL = 1e-6
 ATOL = 1e-8
@@ -225,7 +226,7 @@ def test_larc_fused_matches_reference(mode, skip_list):
   grads = make_gradients(0)
   params = validation.check_larc_params({'larc_eta': 0.02, 'larc_mode': mode, 'skip_list': skip_list})
   got, got_factors = stages.larc(grads, variables, 0.5, params)
-  want, want_factors = stages.larc_reference(grads, variables, 0.5, params)
+  want, want_factors = references.larc_reference(grads, variables, 0.5, params)
   assert sorted(got_factors) == sorted(want_factors)
   assert_same([got_factors[i].numpy() for i in sorted(got_factors)],
               [want_factors[i].numpy() for i in sorted(want_factors)])
@@ -266,7 +267,7 @@ def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
   want_w, want_m, want_f = reference(
       ('larc then sgd', mode, nesterov),
       lambda: steps(keras.optimizers.SGD(0.5, momentum=0.9, nesterov=nesterov),
-                    stages.larc_reference))
+                    references.larc_reference))
   assert_same(got_w, want_w)
   assert_same(got_m, want_m)
   assert sorted(got_f) == sorted(want_f) == [0, 2, 3, 4]
@@ -289,7 +290,7 @@ def test_squared_norms_and_global_norm_match_numpy():
 def pipeline_run(monkeypatch, fused_paths, optimizer_name='LARS'):
   """Three steps of optimize_loss with loss scaling, clipping, LARC and LARS (or Momentum)."""
   if not fused_paths:
-    monkeypatch.setattr(stages, 'larc', stages.larc_reference)
+    monkeypatch.setattr(stages, 'larc', references.larc_reference)
   variables = make_variables()
   targets = [tf.constant(np.full(v.shape, 0.5, np.float32)) for v in variables]
 

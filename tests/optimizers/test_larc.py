@@ -20,6 +20,7 @@ from optimizers.compat import openseq2seq as opt_lib
 from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lars import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
+from tests.optimizers import references
 
 ETA, MIN_UPDATE, EPS = 0.02, 1e-7, 1e-7
 
@@ -51,11 +52,12 @@ def larc_factors(path, grads, variables, lr, params):
   optimizer.build(variables)
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
-    path = backend.update_path(optimizer, tensors, variables, params)
-    assert path == backend.NATIVE_WITH_LARC, native.error()
+    larc = stages.Larc(params, variables)
+    chosen = backend.step_stages(optimizer, variables, tensors, larc)
+    assert [type(s) for s in chosen] == [stages.FusedLarcStep], native.error()
     factors = pipeline_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:
-    larc = stages.larc_reference if path == 'reference' else stages.larc
+    larc = references.larc_reference if path == 'reference' else stages.larc
     scaled, factors = larc(tensors, variables, lr, params)
     optimizer.apply(scaled, variables)
   return [float(factors[i]) for i in range(len(variables))]

@@ -17,9 +17,11 @@ from optimizers import backend
 from optimizers import native
 from optimizers import stages
 from optimizers import validation
+from optimizers import lars as lars_lib
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.lars import MomentumOptimizer
+from optimizers import pipeline as pipeline_lib
 from optimizers.pipeline import larc_and_apply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,18 +107,27 @@ def test_momentum_with_larc_dispatches_to_one_kernel():
       lambda: larc_and_apply(optimizer, grads, variables, 0.1, params))
 
 
+def forms(optimizer, grads, variables, larc_params=None):
+  """The stages ``backend.step_stages`` chooses, as the chain's description names them."""
+  larc = (stages.Larc(validation.check_larc_params(larc_params), variables)
+          if larc_params is not None else None)
+  return [s.describe() for s in backend.step_stages(optimizer, variables, grads, larc)]
+
+
 def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   """Keras' clipnorm runs between LARC and the update, so the two must not be fused."""
   variables, grads = variables_and_grads()
   optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
-  params = validation.check_larc_params({'larc_eta': 0.002})
+  params = {'larc_eta': 0.002}
   # LARC runs first on its own; the update is Keras' own apply, which clips
-  # before update_step (the reference path).
-  assert backend.update_path(optimizer, grads, variables, params) == backend.REFERENCE
+  # before update_step.
+  assert forms(optimizer, grads, variables, params) == ['larc(clip)', 'momentum(keras)']
   # Without clipnorm, but with momentum 0 (the kernel's LARC needs momentum), the
-  # update takes Momentum's own fused path (XLA: it has no native kernel of its own).
-  assert backend.update_path(MomentumOptimizer(0.1, momentum=0.0), grads, variables,
-                              params) == backend.XLA
+  # update takes Momentum's own fused form (XLA: it has no native kernel of its own).
+  assert forms(MomentumOptimizer(0.1, momentum=0.0), grads, variables, params) == [
+      'larc(clip)', 'momentum(xla)']
+  assert forms(MomentumOptimizer(0.1, momentum=0.9), grads, variables, params) == [
+      'larc(clip)+momentum(native)']
 
 
 def test_kernels_are_not_used_inside_xla_and_results_agree():
@@ -195,8 +206,8 @@ def test_same_variable_twice_is_a_clear_error():
   variables, grads = variables_and_grads()
   slots = [tf.Variable(tf.zeros(v.shape)) for v in variables]
   with pytest.raises(tf.errors.InvalidArgumentError, match='given twice'):
-    native.trust_momentum([variables[0]] * 2,
-                          [slots[0], slots[0]], [grads[0]] * 2, 0.1, [True, True], 'lars', 0.9)
+    lars_lib.trust_momentum(native.load(), [variables[0]] * 2, [slots[0], slots[0]],
+                            [grads[0]] * 2, 0.1, [True, True], 'lars', 0.9)
 
 
 def test_float16_variables_take_the_xla_path():
@@ -250,6 +261,11 @@ def random_gradients(seed=0):
           for s in shapes]
 
 
+def kernel_statistics(grads, with_norm):
+  """``stages.gradient_statistics`` in the form of the native kernel (its tensor-op form: no library)."""
+  return stages.gradient_statistics(grads, with_norm, native.load())
+
+
 def stats_of(grads, fn):
   has_nan, amax, norm = fn([tf.constant(g) for g in grads], True)
   return bool(has_nan), float(amax), float(norm)
@@ -259,8 +275,8 @@ def stats_of(grads, fn):
 def test_gradient_stats_kernel_matches_numpy_and_the_tensor_ops(seed):
   grads = random_gradients(seed)
   flat = np.concatenate([g.ravel() for g in grads]).astype(np.float64)
-  native_stats = stats_of(grads, stages.gradient_statistics)
-  reference = stats_of(grads, stages.gradient_statistics_reference)
+  native_stats = stats_of(grads, kernel_statistics)
+  reference = stats_of(grads, stages.gradient_statistics)
   assert native_stats[0] is False and reference[0] is False
   # The largest magnitude is exact in any order.
   assert native_stats[1] == reference[1] == float(np.max(np.abs(flat)))
@@ -278,7 +294,7 @@ def test_gradient_stats_kernel_flags_any_non_finite_element(bad, where, index):
   grads = random_gradients()
   grads[where] = np.array(grads[where])
   grads[where].flat[index] = bad
-  for fn in (stages.gradient_statistics, stages.gradient_statistics_reference):
+  for fn in (kernel_statistics, stages.gradient_statistics):
     has_nan, amax, _ = stats_of(grads, fn)
     assert has_nan is True and amax == np.inf
 
@@ -288,13 +304,12 @@ def test_gradient_stats_kernel_edge_values():
   # The largest float32 is finite. Its square overflows float32 but not the
   # kernel's double sum, so its norm is exact where the tensor ops' is inf.
   grads = [np.array([largest, -1.0], np.float32)]
-  has_nan, amax, norm = stats_of(grads, stages.gradient_statistics)
+  has_nan, amax, norm = stats_of(grads, kernel_statistics)
   assert has_nan is False and amax == float(largest) and norm == float(largest)
-  assert stats_of(grads, stages.gradient_statistics_reference) == (False, float(largest), np.inf)
-  empty = native.gradient_stats([])
-  assert (bool(empty[0]), float(empty[1]), float(empty[2])) == (False, 0.0, 0.0)
-  zeros = stats_of([np.zeros((0, 3), np.float32), np.zeros(5, np.float32)],
-                   stages.gradient_statistics)
+  assert stats_of(grads, stages.gradient_statistics) == (False, float(largest), np.inf)
+  all_finite, amax, norm = native.load().largebatch_gradient_stats(gradients=[])
+  assert (bool(all_finite), float(amax), float(norm)) == (True, 0.0, 0.0)
+  zeros = stats_of([np.zeros((0, 3), np.float32), np.zeros(5, np.float32)], kernel_statistics)
   assert zeros == (False, 0.0, 0.0)
 
 
@@ -308,30 +323,29 @@ def test_gradient_stats_of_a_sparse_gradient_take_its_values_on_the_kernel():
   as_dense = np.zeros([9, 5], np.float32)
   np.add.at(as_dense, [1, 6, 1, 0], values)
   flat = np.concatenate([dense.ravel(), as_dense.ravel()]).astype(np.float64)
-  has_nan, amax, norm = (float(x) for x in stages.gradient_statistics(grads, True))
-  reference = [float(x) for x in stages.gradient_statistics_reference(grads, True)]
+  has_nan, amax, norm = (float(x) for x in kernel_statistics(grads, True))
+  reference = [float(x) for x in stages.gradient_statistics(grads, True)]
   assert has_nan == reference[0] == 0.0
   assert amax == reference[1] == float(np.max(np.abs(flat)))
   np.testing.assert_allclose(norm, np.sqrt(np.sum(flat ** 2)), rtol=1e-7)
   np.testing.assert_allclose(norm, reference[2], rtol=1e-6)
-  types = op_types(lambda: stages.gradient_statistics(grads, True))
+  types = op_types(lambda: kernel_statistics(grads, True))
   assert 'LargebatchGradientStats' in types and 'IsFinite' not in types
   values[2, 3] = np.nan
   bad = tf.IndexedSlices(tf.constant(values), tf.constant([1, 6, 1, 0]), tf.constant([9, 5]))
-  has_nan, amax, _ = stages.gradient_statistics([tf.constant(dense), bad], False)
+  has_nan, amax, _ = kernel_statistics([tf.constant(dense), bad], False)
   assert bool(has_nan) and float(amax) == np.inf
 
 
 def test_optimize_loss_takes_its_gradient_statistics_from_the_kernel():
-  variables, grads = variables_and_grads()
-
-  def step():
-    has_nan, amax, norm = stages.gradient_statistics(grads, True)
-    return has_nan, amax, norm
-
-  types = op_types(step)
+  variables, _ = variables_and_grads()
+  x = tf.constant(np.random.default_rng(3).normal(size=(5, 4)).astype(np.float32))
+  pipeline = pipeline_lib.GradientPipeline(
+      variables, pipeline_lib.UpdateSettings('SGD', {'learning_rate': 0.1}, clip_gradients=1.0))
+  types = op_types(lambda: pipeline(
+      lambda: tf.reduce_sum(tf.tanh(tf.matmul(x, variables[0]) + variables[1])))['loss'])
   assert 'LargebatchGradientStats' in types and 'IsFinite' not in types and 'L2Loss' not in types
-  del variables
+  assert pipeline.describe_chain() == 'finite check → clip(1) → sgd(keras)'
 
 
 def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
@@ -340,7 +354,7 @@ def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
   loss_fn = lambda: tf.reduce_sum(tf.tanh(tf.matmul(x, variables[0]) + variables[1]))
 
   def gradients(scale):
-    return stages.scaled_gradients(loss_fn, variables, tf.constant(scale, tf.float32))[1]
+    return pipeline_lib.scaled_gradients(loss_fn, variables, tf.constant(scale, tf.float32))[1]
 
   unit = [g.numpy() for g in tf.function(lambda: gradients(1.0))()]
   # Scaling by a power of two and back is exact: the multiplying path gives the same bits.
@@ -356,7 +370,7 @@ def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
   assert count_mul(2.0) - count_mul(1.0) == 2 + len(variables)
 
 
-def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, caplog):
+def test_the_step_form_is_chosen_in_one_place_and_logged_once(monkeypatch, caplog):
   monkeypatch.setattr(backend, '_logged', set())
   variables, grads = variables_and_grads()
   optimizer = LARSOptimizer(0.1, fused=False)
@@ -366,46 +380,45 @@ def test_the_update_path_is_chosen_in_one_place_and_logged_once(monkeypatch, cap
       optimizer.apply(grads, variables)
     fused_optimizer = LARSOptimizer(0.1)
     fused_optimizer.build(variables)
-    assert backend.update_path(fused_optimizer, grads, variables) == backend.NATIVE
+    assert forms(fused_optimizer, grads, variables) == ['lars(native)']
+    assert forms(fused_optimizer, grads, variables) == ['lars(native)']
   assert [r.getMessage() for r in caplog.records] == [
-      'LARSOptimizer: update on the reference path', 'LARSOptimizer: update on the native path']
+      'LARSOptimizer: step lars(keras)', 'LARSOptimizer: step lars(native)']
 
 
 @pytest.mark.parametrize('make, larc, expected', [
-    (lambda: LARSOptimizer(0.1), None, backend.NATIVE),
-    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002}, backend.NATIVE_WITH_LARC),
+    (lambda: LARSOptimizer(0.1), None, ['lars(native)']),
+    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002},
+     ['larc(clip)+momentum(native)']),
     # Keras' clipnorm runs between LARC and the update: LARC on its own, then
     # Keras' own apply, its clipping and update_step variable by variable.
     (lambda: MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
-     backend.REFERENCE),
+     ['larc(clip)', 'momentum(keras)']),
 ])
-def test_one_update_asks_for_its_path_once_and_takes_it(monkeypatch, make, larc, expected):
+def test_a_step_is_chosen_once_and_its_stages_take_no_other_form(monkeypatch, make, larc,
+                                                                  expected):
   asked = []
-  choose = backend.update_path
+  choose = backend.step_stages
 
   def counted(*args, **kwargs):
-    asked.append(choose(*args, **kwargs))
-    return asked[-1]
+    asked.append([s.describe() for s in choose(*args, **kwargs)])
+    return choose(*args, **kwargs)
 
-  monkeypatch.setattr(backend, 'update_path', counted)
+  monkeypatch.setattr(backend, 'step_stages', counted)
   variables, grads = variables_and_grads()
   optimizer = make()
   optimizer.build(variables)
   params = validation.check_larc_params(larc) if larc is not None else None
   larc_and_apply(optimizer, grads, variables, 0.1, params)
   assert asked == [expected]
-  # The path given is the one taken: Keras' own apply runs no kernel.
+  # The form chosen is the one taken: Keras' own apply runs no kernel; Keras' apply of
+  # the package's optimizer asks once for a list of variables and keeps the answer.
   asked.clear()
   lars = LARSOptimizer(0.1)
   lars.build(variables)
   assert 'LargebatchTrustMomentum' not in op_types(
       lambda: lars.reference_apply(grads, variables))
-  assert 'LargebatchTrustMomentum' in op_types(
-      lambda: lars.apply_path(backend.NATIVE, grads, variables))
   assert asked == []
-  assert 'LargebatchTrustMomentum' in op_types(lambda: lars.apply(grads, variables))
-  assert asked == [backend.NATIVE]  # a plain apply asks once itself
-  with pytest.raises(ValueError, match='apply_path takes a fused path'):
-    lars.apply_path(backend.REFERENCE, grads, variables)
-  with pytest.raises(ValueError, match='apply_path takes a fused path'):
-    lars.apply_path(backend.NATIVE_WITH_LARC, grads, variables)
+  for _ in range(2):
+    assert 'LargebatchTrustMomentum' in op_types(lambda: lars.apply(grads, variables))
+  assert asked == [['lars(native)']]

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from core.noise_scale import NoiseScaleTracker
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 
 D = 100
 SIGMA = 0.5
@@ -25,10 +26,10 @@ def examples(count, seed=0):
 
 
 def pipeline_for(w, iter_size=1, micro_batch=8, decay=0.99, parts=1, **kwargs):
-  return GradientPipeline([w], 'SGD', {'learning_rate': 0.0}, iter_size=iter_size,
-                          noise_scale=True, noise_scale_params={'micro_batch': micro_batch,
-                                                                'decay': decay, 'parts': parts},
-                          **kwargs)
+  return GradientPipeline([w], UpdateSettings(
+      'SGD', {'learning_rate': 0.0}, iter_size=iter_size, noise_scale=True,
+      noise_scale_params={'micro_batch': micro_batch, 'decay': decay, 'parts': parts},
+      **kwargs))
 
 
 def linear_loss(w, x):
@@ -133,13 +134,13 @@ def test_one_small_batch_gradient_per_update_is_refused_in_one_line():
                                        r'per update .* this update has 1$'):
     pipeline_for(w)
   with pytest.raises(ValueError, match=r"noise_scale_params: unknown key\(s\) \['every'\]"):
-    GradientPipeline([w], 'SGD', {'learning_rate': 0.1}, iter_size=2, noise_scale=True,
-                     noise_scale_params={'every': 3})
+    UpdateSettings('SGD', {'learning_rate': 0.1}, iter_size=2, noise_scale=True,
+                   noise_scale_params={'every': 3})
 
 
 def test_without_the_noise_scale_the_update_returns_no_noise_metrics():
   w = tf.Variable(tf.zeros([D]))
-  pipeline = GradientPipeline([w], 'SGD', {'learning_rate': 0.1}, iter_size=2)
+  pipeline = GradientPipeline([w], UpdateSettings('SGD', {'learning_rate': 0.1}, iter_size=2))
   metrics = pipeline(linear_loss(w, tf.ones([4, D])))
   assert pipeline.noise is None and not any(k.startswith('noise') for k in metrics)
   assert 'noise_scale' not in pipeline.checkpoint_items()

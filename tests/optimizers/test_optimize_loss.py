@@ -19,6 +19,7 @@ from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lars import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -398,8 +399,9 @@ def test_the_pipeline_returns_the_metrics_of_each_micro_step():
   bad = tf.Variable(False)
   schedule = lambda step: 0.5 / tf.cast(step + 1, tf.float32)  # noqa: E731
   pipeline = GradientPipeline(
-      [var], 'SGD', {}, schedule, iter_size=2, loss_scaling='Backoff',
-      loss_scaling_params={'scale_max': 8.0, 'step_window': 100}, log_global_norm=True)
+      [var], UpdateSettings('SGD', {}, schedule, iter_size=2, loss_scaling='Backoff',
+                            loss_scaling_params={'scale_max': 8.0, 'step_window': 100},
+                            log_global_norm=True))
 
   def step(g):
     def loss():

@@ -14,6 +14,7 @@ from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 from optimizers.pipeline import Update
 
 
@@ -80,9 +81,9 @@ def test_the_chain_holds_the_stages_of_the_configuration_in_the_order_of_the_mat
     monkeypatch, settings, expected):
   monkeypatch.setattr(allreduce, 'engine_name', lambda: 'horovod')
   variable = tf.Variable([1.0])
-  pipeline = GradientPipeline([variable], 'Momentum', {'learning_rate': 0.1, 'momentum': 0.9},
-                              **settings)
-  assert [type(stage) for stage in pipeline.chain] == expected
+  pipeline = GradientPipeline(
+      [variable], UpdateSettings('Momentum', {'learning_rate': 0.1, 'momentum': 0.9}, **settings))
+  assert [type(stage) for stage in pipeline.build_chain().stages] == expected
 
 
 def test_an_optimizer_that_communicates_itself_gets_no_all_reduce(monkeypatch):
@@ -90,8 +91,9 @@ def test_an_optimizer_that_communicates_itself_gets_no_all_reduce(monkeypatch):
   monkeypatch.setattr(allreduce, 'size', lambda: 1)
   variable = tf.Variable([1.0])
   agn = AGNOptimizer(tf.keras.optimizers.SGD(0.1), communication_period=2)
-  pipeline = GradientPipeline([variable], agn, {'learning_rate': 0.1}, multi_worker=True)
-  assert [type(stage) for stage in pipeline.chain] == [stages.FiniteCheck]
+  pipeline = GradientPipeline([variable],
+                              UpdateSettings(agn, {'learning_rate': 0.1}, multi_worker=True))
+  assert [type(stage) for stage in pipeline.build_chain().stages] == [stages.FiniteCheck]
 
 
 def test_a_sparse_gradient_counts_with_the_norm_of_the_dense_gradient_it_sums_to():

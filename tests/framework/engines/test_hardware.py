@@ -16,6 +16,7 @@ from framework.run import launch
 from framework.run import resume
 from framework.run import rundir
 from optimizers.pipeline import GradientPipeline
+from optimizers.pipeline import UpdateSettings
 from tests.framework.config.test_config import base_config
 from tests.framework.config.test_config import check
 
@@ -191,8 +192,8 @@ def checkpoint_of(policy):
   keras.mixed_precision.set_dtype_policy(policy)
   keras.utils.set_random_seed(0)
   model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-  pipeline = GradientPipeline(model.trainable_variables, 'Adam', {'learning_rate': 0.1},
-                              dtype=policy)
+  pipeline = GradientPipeline(model.trainable_variables,
+                              UpdateSettings('Adam', {'learning_rate': 0.1}, dtype=policy))
   pipeline(lambda: tf.reduce_sum(tf.cast(model(tf.ones([4, 3])), tf.float32)))
   return tf.train.Checkpoint(model=model, **pipeline.checkpoint_items()), model
 
