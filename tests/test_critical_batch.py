@@ -7,6 +7,7 @@ one line with exit status 2 and the run directory as it was. A stop in the
 warm-up and in a branch, and two workers under both engines, run their own.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -326,7 +327,9 @@ def test_a_stop_in_the_warm_up_or_in_a_branch_goes_on_with_the_same_command(tmp_
   assert summary['checkpoint_step'] == 300 and summary['warmup']['wall_s'] > 0
 
 
+@functools.lru_cache(maxsize=None)
 def horovod_built():
+  """Whether horovod.tensorflow imports, asked once a process: each asking is a TensorFlow start-up."""
   return subprocess.run([sys.executable, '-c', 'import horovod.tensorflow'], env=env(),
                         capture_output=True, timeout=120).returncode == 0
 
