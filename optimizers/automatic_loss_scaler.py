@@ -4,7 +4,8 @@ The loss is multiplied by a scale before differentiation so that small float16
 gradients do not flush to zero, and the gradients are divided by it again. A
 scaler holds the current scale and updates it once per step from two facts
 about the unscaled gradients: whether any was non-finite (``has_nan``) and
-their largest magnitude (``amax``); :func:`gradient_stats` computes both.
+their largest magnitude (``amax``); the update's finite check computes both
+(``stages.gradient_statistics``).
 
 Every scaler has the interface of :class:`LossScaler`:
 
@@ -57,42 +58,15 @@ def overflow_of(has_nan, amax):
   return tf.logical_or(has_nan, tf.logical_not(tf.math.is_finite(amax))), amax
 
 
-def gradient_stats(grads):
-  """Finite check and largest magnitude of a list of gradients.
-
-  Args:
-    grads: a list of gradient tensors; None entries are skipped and
-      ``tf.IndexedSlices`` contribute their ``values``. Any dtype; the stats
-      are computed in float32.
-
-  Returns:
-    ``(has_nan, amax)``: a bool scalar tensor that is True when any element is
-    NaN or infinite, and a float32 scalar tensor with the largest |g| (0 when
-    there are no elements, +inf when ``has_nan``).
-
-  Raises:
-    ValueError: when ``grads`` is a single tensor instead of a list.
-  """
-  if isinstance(grads, (tf.Tensor, tf.Variable, tf.IndexedSlices)):
-    raise ValueError(f'grads: expected a list of gradient tensors, got a single {type(grads).__name__}')
-  finite = [tf.constant(True)]
-  maxima = [tf.constant(0.0, tf.float32)]
-  for grad in grads:
-    if grad is None:
-      continue
-    if isinstance(grad, tf.IndexedSlices):
-      grad = grad.values
-    grad = tf.cast(grad, tf.float32)
-    # A max does not reliably propagate NaN, so finiteness is its own reduction.
-    finite.append(tf.reduce_all(tf.math.is_finite(grad)))
-    maxima.append(tf.reduce_max(tf.abs(grad)))
-  has_nan = tf.logical_not(tf.reduce_all(tf.stack(finite)))
-  amax = tf.where(has_nan, tf.constant(math.inf, tf.float32), tf.reduce_max(tf.stack(maxima)))
-  return has_nan, amax
-
-
 class LossScaler(tf.Module):
   """The interface of every loss scaler."""
+
+  # Its name in an update chain's description (``describe``).
+  label = 'loss scale'
+
+  def describe(self):
+    """The loss scaling as an update chain's description names it (``backoff``, ``static(128)``)."""
+    return self.label
 
   @property
   def loss_scale(self):
@@ -122,6 +96,10 @@ class StaticLossScaler(LossScaler):
   def __init__(self, scale, name=None):
     super().__init__(name=name)
     self._scale = validation.number('scale', scale, positive=True)
+
+  def describe(self):
+    # A scale of 1 scales nothing: the stage is the finite check alone.
+    return 'finite check' if self._scale == 1 else f'static({self._scale:g})'
 
   @property
   def loss_scale(self):
@@ -175,6 +153,8 @@ class DynamicLossScaler(LossScaler):
   Raises:
     ValueError: for an unknown parameter or an out-of-range value.
   """
+
+  label = 'dynamic'
 
   def __init__(self, name=None, **params):
     super().__init__(name=name)
@@ -381,6 +361,9 @@ class AutomaticLossScaler(LossScaler):
 
   _CLASSES = {'backoff': BackoffScaler, 'logmax': LogMaxScaler}
 
+  def describe(self):
+    return self.algorithm
+
   def __init__(self, algorithm='Backoff', params=None, name=None):
     key = validation.algorithm_key(algorithm, validation.AUTOMATIC_ALGOS)
     params = validation.loss_scaler_params(algorithm, params)
@@ -394,22 +377,6 @@ class AutomaticLossScaler(LossScaler):
 
   def update_op(self, has_nan, amax):
     return self.scaler.update_op(has_nan, amax)
-
-
-def describe(scaler):
-  """The loss scaling as an update chain's description names it.
-
-  ``finite check`` for a static scale of 1 (the check alone), ``static(S)``,
-  ``dynamic``, ``backoff``, ``logmax``, or the class name of a scaler of yours.
-  """
-  if isinstance(scaler, StaticLossScaler):
-    # pylint: disable-next=protected-access
-    return 'finite check' if scaler._scale == 1 else f'static({scaler._scale:g})'
-  if isinstance(scaler, AutomaticLossScaler):
-    return scaler.algorithm
-  if isinstance(scaler, DynamicLossScaler):
-    return 'dynamic'
-  return type(scaler).__name__
 
 
 def _is_scaler(value):

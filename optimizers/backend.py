@@ -1,4 +1,4 @@
-"""The optimizers' side of the update: the forms of a step, and the choice among them, once.
+"""The optimizers' side of the update: the fused forms of their step, and TF 1's methods.
 
 An optimizer's step has up to three forms with the same math (docs/math.md),
 at different speeds:
@@ -9,13 +9,11 @@ at different speeds:
   element-wise updates as a few XLA launches (``jit_for``, ``pipelined``);
 * Keras: Keras' own ``update_step``, one variable at a time.
 
-``step_stages`` applies the rules of the choice in one order, once, when an
-update's chain is built (``stages.Chain``), and returns the stages that end
-it (``stages.KerasStep``, ``stages.FusedStep``, ``stages.FusedLarcStep``);
-it logs the first time an optimizer class takes a form (INFO, ``optimizers``
-logger). ``FusedUpdate``, the base of the package's optimizers, gives Keras'
-``apply`` the same choice, and brings ``TF1OptimizerMixin``, the
-``tf.compat.v1.train.Optimizer`` methods ported code calls.
+``stages.step_stages`` applies the rules of the choice in one order, once,
+when an update's chain is built (``stages.Chain``). ``FusedUpdate``, the
+base of the package's optimizers, gives Keras' ``apply`` the same choice,
+and brings ``TF1OptimizerMixin``, the ``tf.compat.v1.train.Optimizer``
+methods ported code calls; this module holds the XLA form's building blocks.
 
 Why: a Python loop over variables runs several small ops per variable, each
 reading and writing a whole tensor; ``tf.nn.l2_loss`` takes Σx²/2 in one
@@ -24,13 +22,10 @@ docs/performance.md), XLA fuses a group's element-wise arithmetic into one
 launch, and ``pipelined`` overlaps the two.
 """
 
-import logging
-
 import keras
 import tensorflow as tf
 
 from optimizers import exclusions
-from optimizers import native
 from optimizers import stages
 
 
@@ -93,17 +88,6 @@ def pipelined(groups, norms_fn, update_fn):
     update_deps = tf.nest.flatten(result)
 
 
-def fusable(grads):
-  """Whether the fused path applies: every gradient dense and no tf.distribute strategy.
-
-  Under a ``tf.distribute`` strategy Keras routes each variable's update
-  through the strategy, which the per-variable path keeps doing.
-  """
-  if tf.distribute.has_strategy():
-    return False
-  return all(not isinstance(g, tf.IndexedSlices) for g in grads)
-
-
 def jit(fn):
   """``fn`` as a ``tf.function`` that XLA compiles into one launch (one cluster of an outer graph)."""
   return tf.function(fn, jit_compile=True, autograph=False)
@@ -125,107 +109,6 @@ def jit_for(owner, fn, name=None):
   if key not in functions:
     functions[key] = jit(fn)
   return functions[key]
-
-
-# --- the choice of the step's form, once, when the chain is built ------------------------
-
-NATIVE = 'native'
-XLA = 'xla'
-KERAS = 'keras'
-
-_LOG = logging.getLogger('optimizers')
-_logged = set()
-
-
-@tf.autograph.experimental.do_not_convert
-def step_stages(optimizer, variables, grads, larc=None, larc_rate_is_optimizers=True,
-                sets_rate=False):
-  """The stages that end an update's chain: LARC (when given) and the optimizer's step.
-
-  Called once, when the chain is built (``stages.Chain``), with the
-  gradients as they reach the end of the chain. The rules, in order:
-
-  * with ``larc``: one native kernel for LARC and the step
-    (``stages.FusedLarcStep``) when the optimizer has it
-    (``MomentumOptimizer``), momentum > 0, LARC works at the optimizer's own
-    rate, Keras' ``apply`` would add nothing (``keras_adds_nothing``) and the
-    kernel applies (``native.library_for``); else ``larc`` as a stage of its
-    own, then the step:
-  * Keras' own step (``stages.KerasStep``) for an optimizer without fused
-    updates, or asked for none (``fused=False``), when Keras' ``apply``
-    would add a step around ``update_step``, a gradient is sparse and not
-    read as dense (``SPARSE_AS_DENSE``: LAMB reads it so), or a
-    ``tf.distribute`` strategy routes each variable's update;
-  * else the optimizer's native kernel where it applies (float32, dense, CPU,
-    outside XLA, built and loaded, not off by ``LARGEBATCH_NATIVE_KERNELS=0``);
-  * else its XLA launches.
-
-  Args:
-    optimizer: the Keras optimizer.
-    variables: the variables of the update.
-    grads: their gradients as the step will take them (None: not updated).
-    larc: the ``stages.Larc`` stage, or None.
-    larc_rate_is_optimizers: whether LARC's learning rate is the one the
-      optimizer's update uses (when it is not, LARC and the step stay apart).
-    sets_rate: the step gives the optimizer the update's learning rate first
-      (``stages.Step``).
-
-  Returns:
-    A list of stages.
-  """
-  present = [i for i, g in enumerate(grads) if g is not None]
-  grads = [grads[i] for i in present]
-  fused_variables = [variables[i] for i in present]
-  if not present or not isinstance(optimizer, FusedUpdate):
-    return ([larc] if larc is not None else []) + [
-        stages.KerasStep(optimizer, variables, sets_rate)]
-  if larc is not None and larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update') \
-      and optimizer.momentum > 0 and keras_adds_nothing(optimizer, fused_variables):
-    kernels = native.library_for(fused_variables, [], grads)
-    if kernels is not None:
-      return [_chosen(stages.FusedLarcStep(optimizer, larc, kernels, sets_rate))]
-  step = _step(optimizer, variables, fused_variables, grads, sets_rate)
-  return ([larc] if larc is not None else []) + [_chosen(step)]
-
-
-def _step(optimizer, variables, fused_variables, grads, sets_rate):
-  """The optimizer's step alone, in the form the rules of ``step_stages`` give."""
-  if getattr(optimizer, 'SPARSE_AS_DENSE', False):
-    # The fused forms are given a sparse gradient densified (stages.apply_fused);
-    # its values stand in for it here, where only types and dtypes are checked.
-    grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-  if not (optimizer.fused and fusable(grads) and keras_adds_nothing(optimizer, fused_variables)):
-    return stages.KerasStep(optimizer, variables, sets_rate)
-  if hasattr(optimizer, 'native_update'):
-    kernels = native.library_for(fused_variables, optimizer.native_slots(fused_variables), grads)
-    if kernels is not None:
-      return stages.FusedStep(optimizer, variables, NATIVE, kernels, sets_rate)
-  return stages.FusedStep(optimizer, variables, XLA, sets_rate=sets_rate)
-
-
-def keras_adds_nothing(optimizer, variables):
-  """Whether Keras' ``apply`` would do nothing but ``update_step`` and count the iteration.
-
-  A decay the optimizer folds into its update (``FOLDS_WEIGHT_DECAY``) is no
-  step of Keras'.
-  """
-  decoupled_decay = optimizer.weight_decay and not getattr(optimizer, 'FOLDS_WEIGHT_DECAY', False)
-  return not (optimizer.clipnorm is not None or optimizer.clipvalue is not None
-              or optimizer.global_clipnorm is not None or decoupled_decay
-              or optimizer.use_ema or optimizer.gradient_accumulation_steps
-              or optimizer.loss_scale_factor is not None
-              or any(getattr(v, 'overwrite_with_gradient', False) for v in variables))
-
-
-def _chosen(step):
-  """Logs the first time an optimizer class takes a form (INFO, ``optimizers`` logger)."""
-  key = (type(step.optimizer).__name__, step.describe())
-  if key not in _logged:
-    _logged.add(key)
-    native_used = isinstance(step, stages.FusedLarcStep) or getattr(step, 'form', None) == NATIVE
-    reason = f' ({native.error()})' if not native_used and native.error() else ''
-    _LOG.info('%s: step %s%s', key[0], key[1], reason)
-  return step
 
 
 # --- TF 1's optimizer methods on Keras 3 optimizers ---------------------------------------
@@ -373,7 +256,7 @@ class FusedUpdate(TF1OptimizerMixin):
   slot lists, in the order the native kernel takes them.
 
   Keras' ``apply`` (``model.fit``, a user's loop) takes the form
-  ``step_stages`` chooses, once, as the chain of ``optimize_loss`` does; in
+  ``stages.step_stages`` chooses, once, as the chain of ``optimize_loss`` does; in
   Keras' own form it is Keras' ``apply`` (``reference_apply``).
   """
 
@@ -404,7 +287,7 @@ class FusedUpdate(TF1OptimizerMixin):
   def apply(self, grads, trainable_variables=None):
     """Keras' ``apply``: in a fused form where one applies and Keras adds nothing, else Keras' own.
 
-    The form is chosen once for a list of variables (``step_stages``), the
+    The form is chosen once for a list of variables (``stages.step_stages``), the
     first time they are applied, and kept.
     """
     if trainable_variables is not None and grads and all(g is not None for g in grads):
@@ -416,7 +299,7 @@ class FusedUpdate(TF1OptimizerMixin):
         object.__setattr__(self, '_apply_steps', steps)
       key = tuple(id(v) for v in variables)
       if key not in steps:
-        steps[key] = step_stages(self, variables, grads)[0]
+        steps[key] = stages.step_stages(self, variables, grads)[0]
       if not isinstance(steps[key], stages.KerasStep):
         steps[key](grads, None)
         return None

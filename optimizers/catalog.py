@@ -10,7 +10,6 @@ import keras
 import tensorflow as tf
 
 from core import precision
-from optimizers.agn import AGNOptimizer
 from optimizers.registry import OPTIMIZER_CLS_NAMES
 
 
@@ -57,7 +56,9 @@ def make_optimizer(optimizer, optimizer_params, learning_rate, agn_params=None):
 
 
 def is_instance(optimizer):
-  return isinstance(optimizer, (keras.optimizers.Optimizer, AGNOptimizer))
+  """Whether ``optimizer`` is built already: a Keras optimizer, or a wrapper of one (AGN)."""
+  return isinstance(optimizer, keras.optimizers.Optimizer) or (
+      not isinstance(optimizer, type) and getattr(optimizer, 'WRAPS_OPTIMIZER', False))
 
 
 class _Named:

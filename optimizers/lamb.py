@@ -6,7 +6,7 @@ default) ``apply`` runs ``native_update``, the native CPU kernel
 or where it does not apply ``xla_update``: the moments of all variables and
 their directions u in one XLA launch, ‖w‖ and ‖u‖ with ``tf.nn.l2_loss``
 kernels, and w ← w − lr·ratio·u in a second launch (``lamb_moments_all``,
-``lamb_apply_all``); ``backend.step_stages`` chooses, once (docs/performance.md).
+``lamb_apply_all``); ``stages.step_stages`` chooses, once (docs/performance.md).
 
 References:
   You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer, Hsieh.

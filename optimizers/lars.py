@@ -13,7 +13,7 @@ default) ``apply`` runs ``native_update``, the native CPU kernel
 about the cost of plain momentum), or where it does not apply ``xla_update``:
 norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
 launches over groups of variables (``lars_update_all``, ``backend.pipelined``);
-``backend.step_stages`` chooses, once (docs/performance.md).
+``stages.step_stages`` chooses, once (docs/performance.md).
 
 ``MomentumOptimizer`` is Keras' momentum SGD under its TF 1 name, with the
 same fused paths; after LARC, where the native kernel applies, LARC and its

@@ -161,7 +161,7 @@ def library_for(variables, slots, grads):
   an XLA-compiled function, ``jit_compile=True``, they cannot run) and not
   under a ``tf.distribute`` strategy, and the library loads. Only dtypes and
   types are read, so Keras variables may stand for the tf.Variables behind
-  them. The chain asks once, when it is built (``backend.step_stages``), and
+  them. The chain asks once, when it is built (``stages.step_stages``), and
   its stages call the library's ops.
   """
   if tf.config.list_logical_devices('GPU') or tf.distribute.has_strategy():

@@ -12,7 +12,7 @@ nothing: the stage runs after the finite check.
 
 One update, as ``pipeline.GradientPipeline`` runs it:
 
-1. ``add(grads)`` on every micro-batch (or part): Σ|g|² and the count;
+1. ``add(|g|²)`` on every micro-batch (or part): Σ|g|² and the count;
 2. ``take()`` when the update is due: the mean |g_small|², the sums start again;
 3. ``stages.AllReduce`` averages that mean over the workers with the gradients;
 4. the stage itself, after ``stages.FiniteCheck``: the estimates from the
@@ -22,7 +22,6 @@ One update, as ``pipeline.GradientPipeline`` runs it:
 import tensorflow as tf
 
 from core import noise_scale as formulas
-from optimizers import stages
 
 
 def measures(iter_size, workers, parts=1):
@@ -67,9 +66,8 @@ class NoiseScale(tf.Module):
         # The small-batch gradients one worker added to the update being applied.
         self.taken = tf.Variable(0.0, dtype=tf.float64, trainable=False, name='taken')
 
-  def add(self, grads):
-    """Adds one small-batch gradient's squared norm."""
-    squared = tf.reduce_sum(stages.squared_norms([g for g in grads if g is not None]))
+  def add(self, squared):
+    """Adds one small-batch gradient's squared norm |g_small|² (a float32 scalar)."""
     self.small_sum.assign_add(tf.cast(squared, tf.float64))
     self.small_count.assign_add(1.0)
 

@@ -13,7 +13,7 @@ each an object of ``stages.py`` called as ``stage(grads, update) -> grads``:
 
 Stages 2-7 are a ``stages.Chain``, built on the first update, when the
 device, the graph (inside XLA or not) and the gradients are known: each
-stage's form is chosen then (``backend.step_stages`` for 6 and 7) and never
+stage's form is chosen then (``stages.step_stages`` for 6 and 7) and never
 again. ``describe_chain`` gives it as the run log prints it. A pipeline holds
 the state of the update (optimizer, global step, loss scaler, accumulators)
 and returns the metrics of each micro-step; the trainer calls it directly,
@@ -27,7 +27,6 @@ import tensorflow as tf
 
 from core import noise_scale as noise_scale_formulas
 from optimizers import allreduce
-from optimizers import backend
 from optimizers import exclusions
 from optimizers import native
 from optimizers import stages
@@ -132,7 +131,7 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
   """
   larc = stages.Larc(larc_params, var_list) if larc_params is not None else None
   update = Update(learning_rate)
-  for stage in backend.step_stages(optimizer, var_list, grads, larc, larc_rate_is_optimizers):
+  for stage in stages.step_stages(optimizer, var_list, grads, larc, larc_rate_is_optimizers):
     grads = stage(grads, update)
   return update.larc_factors
 
@@ -333,7 +332,7 @@ class GradientPipeline(tf.Module):
     The update calls it when it first runs, so that each stage's form fits
     where it runs: the finite check's statistics in the native kernel where
     it applies (CPU, outside XLA, ``native.library_for``), and the step's
-    forms chosen by ``backend.step_stages`` when the first update reaches it.
+    forms chosen by ``stages.step_stages`` when the first update reaches it.
     """
     if self.chain is not None:
       return self.chain
@@ -348,7 +347,7 @@ class GradientPipeline(tf.Module):
       head.append(stages.Clip(self.clip_gradients))
     larc = stages.Larc(self.larc_params, self.update_vars) if self.larc_params is not None else None
     self.chain = stages.Chain(
-        head, lambda grads: backend.step_stages(
+        head, lambda grads: stages.step_stages(
             self.optimizer, self.update_vars, grads, larc, self._larc_rate_is_optimizers,
             sets_rate=self._larc_rate_is_optimizers), self._finish)
     return self.chain
@@ -397,7 +396,7 @@ class GradientPipeline(tf.Module):
     # tf.train.Checkpoint treats an object with get_slot_names() as a TF 1
     # optimizer and would save its slots twice.
     items = {'global_step': self.global_step, 'micro_step': self.micro_step,
-             'optimizer_variables': [backend.unwrap(v) for v in self.optimizer.variables],
+             'optimizer_variables': [stages.unwrap(v) for v in self.optimizer.variables],
              'loss_scaler': self.loss_scaler}
     if self.accumulator is not None:
       items['accumulators'] = list(self.accumulator.sums)
@@ -410,7 +409,7 @@ class GradientPipeline(tf.Module):
   def state_variables(self):
     """Every variable of the pipeline's state (optimizer slots included), e.g. to broadcast."""
     result = [self.global_step, self.micro_step]
-    result += [backend.unwrap(v) for v in self.optimizer.variables]
+    result += [stages.unwrap(v) for v in self.optimizer.variables]
     result += list(self.loss_scaler.variables)
     if self.accumulator is not None:
       result += list(self.accumulator.sums)
@@ -477,14 +476,14 @@ class GradientPipeline(tf.Module):
     if callable(loss_fn):
       loss, grads = scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
       if self.noise is not None:
-        self.noise.add(grads)
+        self.noise.add(stages.squared_norm_sum(grads))
       return loss, grads
     losses, parts, extras = [], [], []
     for part in loss_fn:
       extra = {}
       loss, grads = scaled_gradients(part, self.var_list, loss_scale, extras=extra)
       if self.noise is not None:
-        self.noise.add(grads)
+        self.noise.add(stages.squared_norm_sum(grads))
       losses.append(loss)
       parts.append(grads)
       extras.append(extra)

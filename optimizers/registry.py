@@ -10,9 +10,10 @@ function is imported on its first lookup.
 
 import collections
 import importlib.metadata
+import json
+import os
 
 from core.registry import Registry
-from optimizers import optimizer_arguments
 
 Arguments = collections.namedtuple('Arguments', ['who', 'names', 'required'])
 Arguments.__doc__ = """The keyword arguments an entry accepts, declared so they are known unimported.
@@ -22,11 +23,17 @@ keyword argument, ``required`` those without a default.
 tests/optimizers/test_declared_arguments.py checks each against the signature.
 """
 
-# The Keras version the optimizers' declared arguments were read under
-# (optimizers/optimizer_arguments.py, generated). Under another version the
-# optimizers declare none, and their argument names are checked once the class
-# is imported.
-KERAS_VERSION = optimizer_arguments.KERAS_VERSION
+# The optimizers' keyword arguments, read from their classes by
+# scripts/optimizer_arguments.py into a data file, with the Keras version they
+# were read under. Under another version the optimizers declare none, and their
+# argument names are checked once the class is imported.
+# Without the file (while the script writes it anew) none are declared.
+_DECLARED_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'optimizer_arguments.json')
+_DECLARED = {'keras_version': None, 'arguments': {}}
+if os.path.exists(_DECLARED_PATH):
+  with open(_DECLARED_PATH, encoding='utf-8') as _file:
+    _DECLARED = json.load(_file)
+KERAS_VERSION = _DECLARED['keras_version']
 
 # The weight decay an optimizer applies by its own algorithm, with its default: a
 # run takes one source of weight decay, this one unless the config gives the
@@ -72,8 +79,10 @@ for _name, _target in OPTIMIZER_TARGETS:
   if _name in _OWN_WEIGHT_DECAY:
     _facts['OWN_WEIGHT_DECAY'] = _OWN_WEIGHT_DECAY[_name]
     _facts['OWN_DECAY_ARGUMENTS'] = _OWN_DECAY_ARGUMENTS.get(_name, ('weight_decay',))
-  if _KNOWN_KERAS and _name in optimizer_arguments.ARGUMENTS:
-    _facts['ARGUMENTS'] = Arguments(*optimizer_arguments.ARGUMENTS[_name])
+  if _KNOWN_KERAS and _name in _DECLARED['arguments']:
+    _declared = _DECLARED['arguments'][_name]
+    _facts['ARGUMENTS'] = Arguments(_declared['class'], tuple(_declared['names']),
+                                    tuple(_declared['required']))
   OPTIMIZER_CLS_NAMES.register_lazy(_name, _target, **_facts)
 # AGN takes optimizer_params for the optimizer it wraps (agn_params.optimizer).
 OPTIMIZER_CLS_NAMES.register_lazy('AGN', 'optimizers.agn:AGNOptimizer', WRAPS_OPTIMIZER=True)

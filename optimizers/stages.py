@@ -10,24 +10,27 @@ update) -> grads``, in the order of docs/math.md:
 ``update`` (a ``Update``) carries what the stages of one update share: its
 learning rate, the global norm, whether it goes on, the LARC factors. A stage
 holds only its own settings, variables and the form of its math chosen when
-the chain was built (``optimizers/chain.py``): ``FiniteCheck`` takes its
+the chain was built: ``FiniteCheck`` takes its
 statistics with the native kernel or with tensor ops, the optimizer's step is
 Keras' own (``KerasStep``), the optimizer's native kernel or its XLA launches
 (``FusedStep``), and ``FusedLarcStep`` is one native kernel that replaces the
-LARC stage and a momentum step. Nothing on the path chooses a form again.
+LARC stage and a momentum step. ``step_stages`` holds the rules of that
+choice. Nothing on the path chooses a form again.
 
 The norms of the clipping and LARC stages are taken with one
 ``tf.nn.l2_loss`` kernel per tensor (``squared_norms``).
 """
 
 import functools
+import logging
+import math
 
 import keras
 import tensorflow as tf
 
 from optimizers import allreduce
-from optimizers import automatic_loss_scaler
 from optimizers import exclusions
+from optimizers import native
 
 
 def unwrap(var):
@@ -95,9 +98,48 @@ def norm_vector(tensors):
   return tf.sqrt(squared_norms(tensors))
 
 
+def squared_norm_sum(grads):
+  """Σ‖g‖² of the non-None gradients, in float32 (0 when there are none)."""
+  return tf.reduce_sum(squared_norms([g for g in grads if g is not None]))
+
+
 def global_norm(grads):
   """The float32 global L2 norm of the non-None gradients (0 when there are none)."""
-  return tf.sqrt(tf.reduce_sum(squared_norms([g for g in grads if g is not None])))
+  return tf.sqrt(squared_norm_sum(grads))
+
+
+def gradient_stats(grads):
+  """Finite check and largest magnitude of a list of gradients.
+
+  Args:
+    grads: a list of gradient tensors; None entries are skipped and
+      ``tf.IndexedSlices`` contribute their ``values``. Any dtype; the stats
+      are computed in float32.
+
+  Returns:
+    ``(has_nan, amax)``: a bool scalar tensor that is True when any element is
+    NaN or infinite, and a float32 scalar tensor with the largest |g| (0 when
+    there are no elements, +inf when ``has_nan``).
+
+  Raises:
+    ValueError: when ``grads`` is a single tensor instead of a list.
+  """
+  if isinstance(grads, (tf.Tensor, tf.Variable, tf.IndexedSlices)):
+    raise ValueError(f'grads: expected a list of gradient tensors, got a single {type(grads).__name__}')
+  finite = [tf.constant(True)]
+  maxima = [tf.constant(0.0, tf.float32)]
+  for grad in grads:
+    if grad is None:
+      continue
+    if isinstance(grad, tf.IndexedSlices):
+      grad = grad.values
+    grad = tf.cast(grad, tf.float32)
+    # A max does not reliably propagate NaN, so finiteness is its own reduction.
+    finite.append(tf.reduce_all(tf.math.is_finite(grad)))
+    maxima.append(tf.reduce_max(tf.abs(grad)))
+  has_nan = tf.logical_not(tf.reduce_all(tf.stack(finite)))
+  amax = tf.where(has_nan, tf.constant(math.inf, tf.float32), tf.reduce_max(tf.stack(maxima)))
+  return has_nan, amax
 
 
 def gradient_statistics(grads, with_norm, kernels=None):
@@ -106,7 +148,7 @@ def gradient_statistics(grads, with_norm, kernels=None):
   With ``kernels`` (the loaded native op library, given where it applies:
   float32 gradients on the CPU, outside XLA), one pass of its
   ``LargebatchGradientStats`` op; otherwise the tensor ops of
-  ``automatic_loss_scaler.gradient_stats`` and ``global_norm``, which give the
+  ``gradient_stats`` and ``global_norm``, which give the
   same flag and maximum and the same norm up to float32 summation order. A
   sparse gradient counts with its rows summed per index on both (as
   ``squared_norms`` takes them: the dense gradient's norm), so an
@@ -120,7 +162,7 @@ def gradient_statistics(grads, with_norm, kernels=None):
   """
   present = [summed_rows(g) for g in grads if g is not None]
   if kernels is None or not present:
-    has_nan, amax = automatic_loss_scaler.gradient_stats(present)
+    has_nan, amax = gradient_stats(present)
     return has_nan, amax, (global_norm(present) if with_norm else None)
   all_finite, amax, norm = kernels.largebatch_gradient_stats(
       gradients=[tf.convert_to_tensor(g) for g in present])
@@ -198,7 +240,9 @@ class FiniteCheck:
     self.kernels = kernels
 
   def describe(self):
-    return automatic_loss_scaler.describe(self.loss_scaler)
+    # A scaler of the user's own may have no description: its class names it.
+    describe = getattr(self.loss_scaler, 'describe', None)
+    return describe() if describe is not None else type(self.loss_scaler).__name__
 
   def __call__(self, grads, update):
     has_nan, amax, norm = gradient_statistics(grads, self.with_norm, self.kernels)
@@ -390,7 +434,7 @@ class KerasStep(Step):
 
   The form of an optimizer without fused updates (Keras' own, AGN), of one
   asked for none (``fused=False``), and wherever a fused one does not apply
-  (``backend.step_stages``).
+  (``step_stages``).
   """
 
   def __init__(self, optimizer, variables, sets_rate=False):
@@ -476,12 +520,124 @@ class FusedLarcStep(Step):
     return grads
 
 
+# --- the choice of the step's forms, once, when the chain is built -------------------------
+
+NATIVE = 'native'
+XLA = 'xla'
+KERAS = 'keras'
+
+_LOG = logging.getLogger('optimizers')
+_logged = set()
+
+
+@tf.autograph.experimental.do_not_convert
+def step_stages(optimizer, variables, grads, larc=None, larc_rate_is_optimizers=True,
+                sets_rate=False):
+  """The stages that end an update's chain: LARC (when given) and the optimizer's step.
+
+  Called once, when the chain is built (``Chain``), with the
+  gradients as they reach the end of the chain. The rules, in order:
+
+  * with ``larc``: one native kernel for LARC and the step
+    (``FusedLarcStep``) when the optimizer has it
+    (``MomentumOptimizer``), momentum > 0, LARC works at the optimizer's own
+    rate, Keras' ``apply`` would add nothing (``keras_adds_nothing``) and the
+    kernel applies (``native.library_for``); else ``larc`` as a stage of its
+    own, then the step:
+  * Keras' own step (``KerasStep``) for an optimizer without fused
+    updates, or asked for none (``fused=False``), when Keras' ``apply``
+    would add a step around ``update_step``, a gradient is sparse and not
+    read as dense (``SPARSE_AS_DENSE``: LAMB reads it so), or a
+    ``tf.distribute`` strategy routes each variable's update;
+  * else the optimizer's native kernel where it applies (float32, dense, CPU,
+    outside XLA, built and loaded, not off by ``LARGEBATCH_NATIVE_KERNELS=0``);
+  * else its XLA launches.
+
+  Args:
+    optimizer: the Keras optimizer.
+    variables: the variables of the update.
+    grads: their gradients as the step will take them (None: not updated).
+    larc: the ``Larc`` stage, or None.
+    larc_rate_is_optimizers: whether LARC's learning rate is the one the
+      optimizer's update uses (when it is not, LARC and the step stay apart).
+    sets_rate: the step gives the optimizer the update's learning rate first
+      (``Step``).
+
+  Returns:
+    A list of 
+  """
+  present = [i for i, g in enumerate(grads) if g is not None]
+  grads = [grads[i] for i in present]
+  fused_variables = [variables[i] for i in present]
+  if not present or not hasattr(optimizer, 'xla_update'):
+    return ([larc] if larc is not None else []) + [
+        KerasStep(optimizer, variables, sets_rate)]
+  if larc is not None and larc_rate_is_optimizers and hasattr(optimizer, 'native_larc_update') \
+      and optimizer.momentum > 0 and keras_adds_nothing(optimizer, fused_variables):
+    kernels = native.library_for(fused_variables, [], grads)
+    if kernels is not None:
+      return [_chosen(FusedLarcStep(optimizer, larc, kernels, sets_rate))]
+  step = _step(optimizer, variables, fused_variables, grads, sets_rate)
+  return ([larc] if larc is not None else []) + [_chosen(step)]
+
+
+def _step(optimizer, variables, fused_variables, grads, sets_rate):
+  """The optimizer's step alone, in the form the rules of ``step_stages`` give."""
+  if getattr(optimizer, 'SPARSE_AS_DENSE', False):
+    # The fused forms are given a sparse gradient densified (apply_fused);
+    # its values stand in for it here, where only types and dtypes are checked.
+    grads = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+  if not (optimizer.fused and fusable(grads) and keras_adds_nothing(optimizer, fused_variables)):
+    return KerasStep(optimizer, variables, sets_rate)
+  if hasattr(optimizer, 'native_update'):
+    kernels = native.library_for(fused_variables, optimizer.native_slots(fused_variables), grads)
+    if kernels is not None:
+      return FusedStep(optimizer, variables, NATIVE, kernels, sets_rate)
+  return FusedStep(optimizer, variables, XLA, sets_rate=sets_rate)
+
+
+def keras_adds_nothing(optimizer, variables):
+  """Whether Keras' ``apply`` would do nothing but ``update_step`` and count the iteration.
+
+  A decay the optimizer folds into its update (``FOLDS_WEIGHT_DECAY``) is no
+  step of Keras'.
+  """
+  decoupled_decay = optimizer.weight_decay and not getattr(optimizer, 'FOLDS_WEIGHT_DECAY', False)
+  return not (optimizer.clipnorm is not None or optimizer.clipvalue is not None
+              or optimizer.global_clipnorm is not None or decoupled_decay
+              or optimizer.use_ema or optimizer.gradient_accumulation_steps
+              or optimizer.loss_scale_factor is not None
+              or any(getattr(v, 'overwrite_with_gradient', False) for v in variables))
+
+
+def _chosen(step):
+  """Logs the first time an optimizer class takes a form (INFO, ``optimizers`` logger)."""
+  key = (type(step.optimizer).__name__, step.describe())
+  if key not in _logged:
+    _logged.add(key)
+    native_used = isinstance(step, FusedLarcStep) or getattr(step, 'form', None) == NATIVE
+    reason = f' ({native.error()})' if not native_used and native.error() else ''
+    _LOG.info('%s: step %s%s', key[0], key[1], reason)
+  return step
+
+
+def fusable(grads):
+  """Whether the fused path applies: every gradient dense and no tf.distribute strategy.
+
+  Under a ``tf.distribute`` strategy Keras routes each variable's update
+  through the strategy, which the per-variable path keeps doing.
+  """
+  if tf.distribute.has_strategy():
+    return False
+  return all(not isinstance(g, tf.IndexedSlices) for g in grads)
+
+
 class Chain:
   """The stages of one update in order, run once per update: ``chain(grads, update)``.
 
   The stages before the optimizer's step are given when the chain is made.
   The step's own (LARC, when asked for, and the step, in the forms
-  ``backend.step_stages`` chooses) are made by ``build_step(grads)`` the
+  ``step_stages`` chooses) are made by ``build_step(grads)`` the
   first time an update reaches them, when the gradients they take are known
   (their dtypes, which are sparse, which are None), and are kept: every
   later update runs the same stages.

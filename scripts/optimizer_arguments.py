@@ -1,4 +1,4 @@
-"""Writes optimizers/optimizer_arguments.py: each registered optimizer's keyword arguments, read from its class.
+"""Writes optimizers/optimizer_arguments.json: each registered optimizer's keyword arguments, read from its class.
 
   .venv/bin/python scripts/optimizer_arguments.py           # rewrite the file
   .venv/bin/python scripts/optimizer_arguments.py --check   # exit 1 when it is stale
@@ -14,57 +14,38 @@ upgrade or a changed signature shows as a stale file, not as a wrong list.
 
 import argparse
 import importlib.metadata
+import json
 import os
 import sys
-import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from core import files  # noqa: E402  pylint: disable=wrong-import-position
 from core.registry import load_attribute  # noqa: E402  pylint: disable=wrong-import-position
 
-PATH = os.path.join('optimizers', 'optimizer_arguments.py')
+PATH = os.path.join('optimizers', 'optimizer_arguments.json')
 COMMAND = '.venv/bin/python scripts/optimizer_arguments.py'
 
-HEADER = '''"""Each registered optimizer's keyword arguments, as its class declares them (a generated file).
-
-Written by scripts/optimizer_arguments.py from the classes under Keras
-{version}; do not edit. optimizers/registry.py declares them to the config
-layer, which checks ``optimizer_params`` before TensorFlow is loaded.
-"""
-
-KERAS_VERSION = {version!r}
-
-# optimizer: (class name, keyword arguments in signature order, required ones)
-ARGUMENTS = {{
-'''
+ABOUT = ("Each registered optimizer's keyword arguments, as its class declares them: written by "
+         'scripts/optimizer_arguments.py from the classes under the Keras version below; do not '
+         'edit. optimizers/registry.py declares them to the config layer, which checks '
+         'optimizer_params before TensorFlow is loaded.')
 
 
 def render():
   """The file's text, from the classes the registry names (imports Keras and TensorFlow)."""
   from framework.config.argument_checks import _keyword_arguments  # pylint: disable=import-outside-toplevel
   from optimizers import registry  # pylint: disable=import-outside-toplevel
-  lines = [HEADER.format(version=importlib.metadata.version('keras'))]
+  arguments = {}
   for name, target in registry.OPTIMIZER_TARGETS:
     cls = load_attribute(target)
     names, required, accepts_any = _keyword_arguments(cls)
     if accepts_any:
       raise ValueError(f'{target}: takes any keyword; its arguments cannot be declared')
-    lines.append(f'    {name!r}: ({cls.__name__!r},\n'
-                 f'{_wrapped(names)},\n'
-                 f'{_wrapped(required)}),\n')
-  lines.append('}\n')
-  return ''.join(lines)
-
-
-def _wrapped(names):
-  """A tuple of names as Python source, in lines of at most 100 characters."""
-  if not names:
-    return '        ()'
-  body = textwrap.fill(', '.join(repr(n) for n in names) + ',', width=100,
-                       initial_indent='        (', subsequent_indent='         ',
-                       break_long_words=False, break_on_hyphens=False)
-  return body + ')'
+    arguments[name] = {'class': cls.__name__, 'names': list(names), 'required': list(required)}
+  data = {'about': ABOUT, 'keras_version': importlib.metadata.version('keras'),
+          'arguments': arguments}
+  return json.dumps(data, indent=1) + '\n'
 
 
 def main(argv=None):
@@ -74,8 +55,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   path = os.path.join(ROOT, PATH)
   text = render()
-  with open(path, encoding='utf-8') as f:
-    current = f.read()
+  current = None
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      current = f.read()
   if current == text:
     print(f'{PATH} is up to date')
     return 0

@@ -15,10 +15,16 @@ not count and do not break a stay. Usage::
   python scripts/trace_update.py            # prints the files and the counts
   python scripts/trace_update.py --check    # exits 1 when over the limits
 
+It also measures how deep the package's modules import one another
+(``import_depth``): the modules on the longest chain of module-level imports
+among the files of ``optimizers/`` (the package's ``__init__``, which every
+import of a submodule runs first, is not a link of the chain).
+
 tests/optimizers/test_update_chain.py runs ``measure`` and holds the limits.
 """
 
 import argparse
+import ast
 import os
 import sys
 
@@ -30,6 +36,8 @@ if ROOT not in sys.path:
 # had a seam of its own, and 7 with 16 while the step's form was chosen at every update).
 MAX_FILES = 5
 MAX_HOPS = 8
+# The modules on the longest chain of imports inside optimizers/ (it was 9).
+MAX_IMPORT_DEPTH = 5
 # Only the package's own code is followed: tests and scripts are the caller.
 PACKAGES = ('optimizers', 'core')
 
@@ -108,6 +116,43 @@ def measure():
   return files, hops
 
 
+def _module_imports(path, modules):
+  """The modules of ``modules`` that the file at ``path`` imports at its top level."""
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  found = set()
+  for node in tree.body:
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names if alias.name in modules)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      named = {f'{node.module}.{alias.name}' for alias in node.names} & set(modules)
+      found.update(named or ({node.module} & set(modules)))
+  return found
+
+
+def import_depth(package='optimizers'):
+  """(modules on the longest chain of imports inside ``package``, that chain)."""
+  modules = {}
+  for folder, _, names in os.walk(os.path.join(ROOT, package)):
+    for name in names:
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+        modules[module.removesuffix('.__init__')] = path
+  imports = {m: _module_imports(p, modules) - {m, package} for m, p in modules.items()}
+  chains = {}
+
+  def longest(module):
+    if module not in chains:
+      chains[module] = [module]  # a cycle ends the chain
+      below = [longest(m) for m in sorted(imports[module])]
+      chains[module] = [module] + max(below, key=len, default=[])
+    return chains[module]
+
+  chain = max((longest(m) for m in sorted(modules)), key=len)
+  return len(chain), chain
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--check', action='store_true', help='exit 1 when over the limits')
@@ -117,7 +162,11 @@ def main(argv=None):
     print(name)
   print(f'{len(files)} project files, {len(hops)} hops between files '
         f'(limits {MAX_FILES} and {MAX_HOPS})')
-  if args.check and (len(files) > MAX_FILES or len(hops) > MAX_HOPS):
+  depth, chain = import_depth()
+  print(f'import depth inside optimizers/: {depth} modules (limit {MAX_IMPORT_DEPTH}): '
+        + ' -> '.join(chain))
+  if args.check and (len(files) > MAX_FILES or len(hops) > MAX_HOPS
+                     or depth > MAX_IMPORT_DEPTH):
     return 1
   return 0
 

@@ -36,7 +36,7 @@ import tensorflow as tf
 from optimizers import stages
 from optimizers.pipeline import scaled_gradients
 from optimizers import backend
-from optimizers.automatic_loss_scaler import gradient_stats
+from optimizers.stages import gradient_stats
 from optimizers.automatic_loss_scaler import make_loss_scaler
 
 

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from optimizers import validation
 from optimizers.automatic_loss_scaler import (AutomaticLossScaler, BackoffScaler, DynamicLossScaler,
-                                              LogMaxScaler, StaticLossScaler, gradient_stats,
-                                              make_loss_scaler)
+                                              LogMaxScaler, StaticLossScaler, make_loss_scaler)
+from optimizers.stages import gradient_stats
 
 ALLOWED = "allowed: a positive number, 'Backoff', 'LogMax', 'dynamic'"
 

@@ -80,7 +80,7 @@ def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monke
   trust ratio still move them). The fused paths take it densified instead of
   falling back to the per-variable reference path.
   """
-  from optimizers import backend, native  # pylint: disable=import-outside-toplevel
+  from optimizers import native, stages  # pylint: disable=import-outside-toplevel
   w0 = np.array([[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], np.float32)
   dense_w0 = np.array([0.3, -0.7], np.float32)
   values = [np.array([[0.1, -0.2], [0.3, 0.1], [-0.05, 0.2]], np.float32) * (k + 1)
@@ -107,7 +107,7 @@ def test_sparse_gradient_is_read_as_the_dense_one_it_sums_to_on_every_path(monke
       return [tf.IndexedSlices(tf.constant(values[k]), tf.constant(indices), tf.constant([3, 2])),
               tf.constant(dense_grads[k])]
 
-    assert [s.describe() for s in backend.step_stages(opt, [table, kernel], grads(0))] == [form]
+    assert [s.describe() for s in stages.step_stages(opt, [table, kernel], grads(0))] == [form]
     step = tf.function(lambda k: opt.apply(grads(k), [table, kernel]))
     for k in range(3):
       step(k)

@@ -53,7 +53,7 @@ def larc_factors(path, grads, variables, lr, params):
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
     larc = stages.Larc(params, variables)
-    chosen = backend.step_stages(optimizer, variables, tensors, larc)
+    chosen = stages.step_stages(optimizer, variables, tensors, larc)
     assert [type(s) for s in chosen] == [stages.FusedLarcStep], native.error()
     factors = pipeline_lib.larc_and_apply(optimizer, tensors, variables, lr, params)
   else:

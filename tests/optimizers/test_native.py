@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from optimizers import backend
 from optimizers import native
 from optimizers import stages
 from optimizers import validation
@@ -108,10 +107,10 @@ def test_momentum_with_larc_dispatches_to_one_kernel():
 
 
 def forms(optimizer, grads, variables, larc_params=None):
-  """The stages ``backend.step_stages`` chooses, as the chain's description names them."""
+  """The stages ``stages.step_stages`` chooses, as the chain's description names them."""
   larc = (stages.Larc(validation.check_larc_params(larc_params), variables)
           if larc_params is not None else None)
-  return [s.describe() for s in backend.step_stages(optimizer, variables, grads, larc)]
+  return [s.describe() for s in stages.step_stages(optimizer, variables, grads, larc)]
 
 
 def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
@@ -371,7 +370,7 @@ def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
 
 
 def test_the_step_form_is_chosen_in_one_place_and_logged_once(monkeypatch, caplog):
-  monkeypatch.setattr(backend, '_logged', set())
+  monkeypatch.setattr(stages, '_logged', set())
   variables, grads = variables_and_grads()
   optimizer = LARSOptimizer(0.1, fused=False)
   optimizer.build(variables)
@@ -398,13 +397,13 @@ def test_the_step_form_is_chosen_in_one_place_and_logged_once(monkeypatch, caplo
 def test_a_step_is_chosen_once_and_its_stages_take_no_other_form(monkeypatch, make, larc,
                                                                   expected):
   asked = []
-  choose = backend.step_stages
+  choose = stages.step_stages
 
   def counted(*args, **kwargs):
     asked.append([s.describe() for s in choose(*args, **kwargs)])
     return choose(*args, **kwargs)
 
-  monkeypatch.setattr(backend, 'step_stages', counted)
+  monkeypatch.setattr(stages, 'step_stages', counted)
   variables, grads = variables_and_grads()
   optimizer = make()
   optimizer.build(variables)

@@ -19,6 +19,15 @@ def test_one_traced_step_enters_few_files_with_few_hops():
   assert len(hops) <= trace_update.MAX_HOPS, hops
 
 
+def test_the_package_imports_itself_no_deeper_than_its_limit():
+  depth, chain = trace_update.import_depth()
+  assert depth <= trace_update.MAX_IMPORT_DEPTH, chain
+  # The measure follows real imports: OpenSeq2Seq's path imports optimize_loss from the
+  # compatibility room, which builds the pipeline, which checks its settings.
+  assert chain[:3] == ['optimizers.optimizers', 'optimizers.compat.openseq2seq',
+                       'optimizers.pipeline'] and depth >= 4
+
+
 def test_no_class_of_the_package_has_more_than_two_project_bases():
   import optimizers  # pylint: disable=import-outside-toplevel
   for name in ('LARSOptimizer', 'LAMB', 'MomentumOptimizer'):
@@ -31,15 +40,15 @@ def test_the_chain_is_built_once_and_every_update_runs_the_stages_it_chose(monke
   import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-  from optimizers import backend  # pylint: disable=import-outside-toplevel
+  from optimizers import stages  # pylint: disable=import-outside-toplevel
   from optimizers import native  # pylint: disable=import-outside-toplevel
   from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
   from optimizers.pipeline import UpdateSettings  # pylint: disable=import-outside-toplevel
 
   assert native.load() is not None, native.error()
   asked = []
-  choose = backend.step_stages
-  monkeypatch.setattr(backend, 'step_stages', lambda *a, **k: asked.append(1) or choose(*a, **k))
+  choose = stages.step_stages
+  monkeypatch.setattr(stages, 'step_stages', lambda *a, **k: asked.append(1) or choose(*a, **k))
   kernel = tf.Variable(np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(4, 3), name='kernel')
   bias = tf.Variable(np.zeros(3, np.float32), name='bias')
   x = tf.constant(np.linspace(-2.0, 2.0, 20, dtype=np.float32).reshape(5, 4))
