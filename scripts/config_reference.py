@@ -135,7 +135,7 @@ def optimizer_section(registries):
   lines = ['## `optimizer_params`', '',
            f'The keyword arguments of the optimizer `optimizer` names, but `{LEARNING_RATE}`, '
            'which comes from the lr policy (`lr_policy_params.learning_rate`). Each registration '
-           'declares the names (read from the classes into `optimizers/optimizer_arguments.py` by '
+           'declares the names (read from the classes into `optimizers/optimizer_arguments.json` by '
            '`scripts/optimizer_arguments.py`); the defaults are those '
            "of the class's signature. Every optimizer but AGN also takes the Keras base "
            'arguments listed last; a row under an optimizer shows where it sets its own default.',
