@@ -222,6 +222,9 @@ def _main(args, argv):
   if args.print_config:
     for note in notes:
       print(note, file=sys.stderr)
+    if configs['train'] is not None:
+      from framework.run import update_chain  # pylint: disable=import-outside-toplevel
+      print(f'update chain: {update_chain.planned_chain(configs["train"])}', file=sys.stderr)
     print(config_file.to_yaml(launch_lib.main_config(configs)), end='')
     return 0
   from framework.config import openseq2seq  # pylint: disable=import-outside-toplevel

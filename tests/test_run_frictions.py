@@ -95,7 +95,9 @@ def test_run_py_goes_on_without_tcmalloc_where_it_cannot_restart(tmp_path):
   assert result.stderr == (
       f'note: not restarted under tcmalloc (Permission denied: {python}); going on with the '
       'system allocator, slower at large batches (LARGEBATCH_ALLOCATOR=system skips the '
-      'restart)\n')
+      'restart)\nupdate chain: allreduce (with two or more workers) → finite check → noise_scale '
+      '(with two or more small batches per update) → lars; each form is chosen when the first '
+      'step builds it\n')
   assert 'optimizer: LARS' in result.stdout
 
 

@@ -83,11 +83,17 @@ SHORTENED = ('note: lr_policy_params.warmup_epochs: the warm-up (234 steps) is l
              '(lr_policy_params.warmup_steps: 30)')
 
 
+# What --print_config says of the main job's update before anything is built.
+CHAIN = ('update chain: allreduce (with two or more workers) → finite check → noise_scale (with '
+         'two or more small batches per update) → lars; each form is chosen when the first '
+         'step builds it')
+
+
 def test_a_smoke_run_is_one_override(capsys):
   # The config trains 8 epochs of 234 steps after a warm-up of one epoch.
   status, out, err = main(capsys, '--config', LARS_CONFIG, '--print_config',
                           '--set', 'max_steps=30')
-  assert status == 0 and err.splitlines() == [SHORTENED], err
+  assert status == 0 and err.splitlines() == [SHORTENED, CHAIN], err
   printed = yaml.safe_load(out)
   assert (printed['max_steps'], printed['num_epochs']) == (30, None)
   assert printed['lr_policy_params'] == {'power': 2.0, 'decay_fraction': 1.0, 'min_lr': 0.0,
@@ -96,7 +102,8 @@ def test_a_smoke_run_is_one_override(capsys):
   status, out, err = main(capsys, '--config', LARS_CONFIG, '--print_config',
                           '--set', 'train_params.num_epochs=2')
   printed = yaml.safe_load(out)
-  assert (status, err, printed['num_epochs'], printed['max_steps']) == (0, '', 2.0, None)
+  assert (status, err, printed['num_epochs'], printed['max_steps']) == (0, CHAIN + '\n', 2.0,
+                                                                         None)
   assert printed['lr_policy_params']['warmup_epochs'] == 1
 
 
