@@ -7,8 +7,10 @@
 - ``schema``: the generic top-level keys (a task's own keys are its task's);
 - ``validation``: a config checked and filled in (``load_configs``,
   ``validate``), the jit check, the learning-rate scaling;
-- ``weight_decay``, ``config_names``, ``argument_checks``, ``schedule``:
-  the one source of weight decay, what a config's names stand for, the
-  arguments against what takes them, the run's length and durations in steps;
+- ``config_names``: every name of a config resolved once, before the
+  checks that read what the names declare;
+- ``weight_decay``, ``argument_checks``, ``schedule``: the one source of
+  weight decay, the arguments against what takes them, the run's length and
+  durations in steps;
 - ``check_configs``: a sweep's check of its points, in one process.
 """

@@ -1,16 +1,78 @@
-"""What a config's names stand for: the object a key names and the facts it declares.
+"""What a config's names stand for: the step of a config's loading that resolves its names.
 
-A config names its model, data layer, optimizer and lr policy by a registered
-name or an import path (``"package.module:name"``). These helpers answer from a
-lazy entry's registration without importing it where they can (:func:`declared`),
-and import the object only when asked for it (:func:`lookup`). ``registries``
-maps each key to its :class:`core.registry.Registry`.
+A config names its model, data layer, optimizer, lr policy and batch policy
+by a registered name or an import path (``"package.module:name"``).
+:func:`resolve_names` looks every one of them up once, after the top-level
+keys are checked and before the rest of the validation, and returns plain
+dicts: for each name, whether its registry holds it (the one-line refusal to
+raise where the validation checks that name, so that a config's first mistake
+is still the one reported) and the facts it declares (``PARAMS``,
+``TRAIN_EXAMPLES``, ``WRAPS_OPTIMIZER``, ``ARGUMENTS``, the weight decay it
+keeps). The validation reads those dicts and never calls back into the
+registries, and the registries never call the validation: a config goes from
+its file to its names to its checks in one direction.
+
+A lazy entry answers from its registration without being imported where it
+can (:func:`declared`); the object itself is imported only when asked for
+(:func:`lookup`, by the checks that need TensorFlow). ``registries`` maps
+each key to its :class:`core.registry.Registry`.
 """
 
 import sys
 
+from core import batch_policy
 from core.params import ConfigError
 from core.registry import is_import_path
+
+# The facts each name of a config is asked for, before anything is imported.
+OPTIMIZER_FACTS = ('WRAPS_OPTIMIZER', 'ARGUMENTS', 'OWN_WEIGHT_DECAY', 'OWN_DECAY_ARGUMENTS')
+NAME_FACTS = {'model': ('PARAMS',), 'data_layer': ('PARAMS', 'TRAIN_EXAMPLES'),
+              'optimizer': OPTIMIZER_FACTS, 'lr_policy': ('ARGUMENTS',), 'batch_policy': ()}
+
+
+def resolve_names(config, registries):
+  """Every name of ``config`` looked up once: ``{key: resolved}``, plain dicts.
+
+  Each ``resolved`` holds ``value`` (what the config gives), ``error`` (the
+  exception its name check raises, or None) and, for a name that resolves,
+  each fact of ``NAME_FACTS`` it declares (None where it declares none). Two
+  keys more: ``agn_optimizer``, the optimizer AGN's ``agn_params`` names
+  (None unless the optimizer wraps one and ``agn_params.optimizer`` is a
+  name), and ``optimizer_entry``, the one of the two that takes
+  ``optimizer_params`` (None where that is not known yet: the wrapper's
+  ``agn_params`` are refused by the validation first).
+
+  A name's check is made here, but its refusal is raised by the validation
+  where it checks the name, so the order of a config's mistakes is kept; an
+  import path is imported here (TensorFlow first), as its check imports it.
+
+  Args:
+    config: a config whose top-level keys are checked (``schema.check_keys``).
+    registries: ``{'model': Registry, ...}``; ``batch_policy`` defaults to
+      ``core.batch_policy.BATCH_POLICIES``.
+  """
+  registries = dict(registries)
+  registries.setdefault('batch_policy', batch_policy.BATCH_POLICIES)
+  names = {key: _resolved(config, key, registries, facts) for key, facts in NAME_FACTS.items()}
+  names['agn_optimizer'] = names['optimizer_entry'] = None
+  if not names['optimizer']['error'] and names['optimizer']['WRAPS_OPTIMIZER']:
+    agn = config['agn_params']
+    if isinstance(agn, dict) and isinstance(agn.get('optimizer'), str):
+      names['agn_optimizer'] = names['optimizer_entry'] = _resolved(
+          {'optimizer': agn['optimizer']}, 'optimizer', registries, OPTIMIZER_FACTS)
+  elif not names['optimizer']['error']:
+    names['optimizer_entry'] = names['optimizer']
+  return names
+
+
+def _resolved(config, key, registries, facts):
+  """``config[key]`` resolved: its value, its name check's error (or None) and its facts."""
+  try:
+    check_name(config, key, registries)
+  except (ConfigError, ValueError) as error:
+    return {'value': config[key], 'error': error}
+  return {'value': config[key], 'error': None,
+          **{fact: declared(config, key, registries, fact) for fact in facts}}
 
 
 def optimizer_entry(config, registries):

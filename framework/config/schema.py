@@ -2,8 +2,8 @@
 
 ``SCHEMA`` declares every generic top-level key; a task declares its own
 keys (``framework.tasks``: the image classifier's ``label_smoothing`` and
-``precise_bn``), and :func:`top_level_keys` is both (``framework.config.validation.validate``
-checks a config against it). The settings another package owns are declared there
+``precise_bn``), and :func:`top_level_keys` is both (:func:`check_keys`, the first
+check of ``framework.config.validation.validate``, holds a config to it). The settings another package owns are declared there
 and only referenced here: the multi-worker engine's in
 ``framework.engines.schema``, LARC, the allreduce compression, the loss-scaling
 algorithms and the summary names in ``optimizers.validation``, the dtype names in
@@ -11,6 +11,7 @@ algorithms and the summary names in ``optimizers.validation``, the dtype names i
 ``data.schemas``. Nothing here imports TensorFlow.
 """
 
+import copy
 import inspect
 import math
 import sys
@@ -23,6 +24,7 @@ from core.params import Param
 from core.params import REQUIRED
 from core.params import non_negative
 from core.params import positive
+from core.params import reject_unknown_keys
 from framework.engines.schema import DISTRIBUTION_CHOICES
 from framework.engines.schema import DISTRIBUTION_SCHEMA
 from framework.tasks import task_keys
@@ -204,6 +206,45 @@ SCHEMA = {
 }
 
 
+# The tasks' keys, read from their registrations once: they are declared when the
+# tasks are registered, at import, and never change after.
+_TASK_KEYS = []
+
+
 def top_level_keys():
   """Every key a config may hold at its top level: ``SCHEMA``'s and every task's own."""
-  return {**SCHEMA, **task_keys()}
+  if not _TASK_KEYS:
+    _TASK_KEYS.append(task_keys())
+  return {**SCHEMA, **_TASK_KEYS[0]}
+
+
+def check_keys(config):
+  """The config checked against :func:`top_level_keys`: a new dict with every key, defaults filled in.
+
+  Each key's value is checked by its ``Param`` (the checks of this module and
+  of the owners it names are given to them), so this is the one place a
+  config's top-level keys are read; ``num_epochs`` and ``max_steps`` are
+  given exactly one.
+
+  Raises:
+    ConfigError: naming the key of the first mistake.
+  """
+  if not isinstance(config, dict):
+    raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
+  config = copy.deepcopy(config)
+  schema = top_level_keys()
+  reject_unknown_keys(config, schema, '')
+  result = {}
+  for key, spec in schema.items():
+    if key in config:
+      value = config[key]
+    elif spec.required:
+      raise ConfigError(f'{key}: required key is missing ({spec.doc})')
+    else:
+      value = copy.deepcopy(spec.default)
+    result[key] = spec.validate(value, key)
+  given = [key for key in ('num_epochs', 'max_steps') if result[key] is not None]
+  if len(given) != 1:
+    raise ConfigError(f'num_epochs, max_steps: give exactly one of them, got '
+                      f'{"both" if given else "neither"}')
+  return result

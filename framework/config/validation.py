@@ -27,13 +27,19 @@ checked too, in steps, as the trainer checks it: an epoch holds a full batch
 and the warm-up ends within the run (``framework.config.schedule``), so
 ``--print_config`` and a sweep's check of its points refuse what a run would
 refuse. The run's one source of weight decay is chosen in
-``framework.config.weight_decay``; what a config's names stand for is read
-through ``framework.config.config_names``. Every mistake raises
+``framework.config.weight_decay``.
+
+The load goes one way: the file is read (``config_file``), the mode's view
+resolved (``config_resolve``), the top-level keys checked
+(``schema.check_keys``), every name the config gives resolved once
+(``config_names.resolve_names``: whether its registry holds it and the facts
+it declares), and only then are the rest checked, from those resolved names;
+the checks call helpers that call nothing back (``scripts/trace_config.py``
+measures it). Every mistake raises
 :class:`ConfigError` with a one-line message that starts with the key path, and
 no function modifies the dict it is given.
 """
 
-import copy
 import inspect
 import math
 import os
@@ -44,13 +50,13 @@ from core.params import Param
 from core.params import REQUIRED
 from core.params import check_params
 from core.params import positive
-from core.params import reject_unknown_keys
 from framework import tasks
 from framework.config import argument_checks
 from framework.config import config_names
 from framework.config import extension_points
 from framework.config import openseq2seq
 from framework.config import schedule
+from framework.config import schema
 from framework.config import weight_decay
 from framework.config.config_file import IMPORT_PATHS_KEY
 from framework.config.config_file import absolute_import_paths
@@ -59,7 +65,6 @@ from framework.config.config_resolve import durations_given
 from framework.config.config_resolve import resolve_modes
 from framework.config.schema import EPOCH_KEYS
 from framework.config.schema import FRACTION_KEYS
-from framework.config.schema import top_level_keys
 from optimizers import validation
 
 SUMMARY_NAMES = validation.SUMMARY_NAMES
@@ -152,29 +157,32 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     ConfigError: naming the key path of the first mistake.
   """
   config, loss_params = openseq2seq.read_keys(config, notes)
-  result = _one_compression(config, _check_schema(config))
+  result = _one_compression(config, schema.check_keys(config))
+  # Every name looked up once; from here on the checks read what the names declare.
+  names = config_names.resolve_names(result, registries)
   given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
-    config_names.check_name(result, kind, registries)
-    _check_declared_params(result, kind, config_names.declared(result, kind, registries, 'PARAMS'))
-  task = tasks.task_of(result, registries)
-  tasks.check_task_keys(result, task)
+    _raise_name_error(names[kind])
+    _check_declared_params(result, kind, names[kind]['PARAMS'])
+  task = _task(result, registries)
   extension_points.check_shapes(result, registries, task)
   result = openseq2seq.apply_loss_params(result, loss_params, task, config)
-  _check_optimizer(result, registries)
-  result = weight_decay.one_weight_decay(result, given_model_params, registries)
-  _check_lr_policy(result, registries)
-  _check_batch_policy(result, registries)
-  _check_declared_arguments(result, registries)
+  _check_optimizer(result, names)
+  entry = names['optimizer_entry']
+  result = weight_decay.one_weight_decay(result, given_model_params, entry)
+  _check_lr_policy(result, names)
+  _check_batch_policy(result, names)
+  _check_declared_arguments(result, names)
   _check_batches(result, mode)
   if result['regularizer'] is not None and result['regularizer_params'] is None:
     raise ConfigError(f'regularizer_params: required when regularizer is {result["regularizer"]!r} '
                       f'(give regularizer_params.scale)')
-  weight_decay.no_regularizer_beside_decay(result, registries)
+  weight_decay.no_regularizer_beside_decay(result, entry)
   argument_checks.check_loss_scaling(result['loss_scaling'], result['loss_scaling_params'])
   if mode == 'train':
     check_jit_compile(result)
-  per_epoch = _declared_steps_per_epoch(result, registries) if mode == 'train' else None
+  per_epoch = (_steps_per_epoch(result, names['data_layer']['TRAIN_EXAMPLES'])
+               if mode == 'train' else None)
   if per_epoch is not None:
     # decay_steps is filled in by the run, which counts the epochs of its workers.
     result, note = schedule.fit_warmup(result, per_epoch, run_length_given, default_decay=False)
@@ -227,6 +235,19 @@ def check_jit_compile(config, num_workers=1):
                       'and loss_scale (written by the trainer), or set jit_compile: false')
 
 
+def _raise_name_error(resolved):
+  """Raises the refusal of a name ``config_names.resolve_names`` found its registry does not hold."""
+  if resolved['error'] is not None:
+    raise resolved['error']
+
+
+def _task(result, registries):
+  """The config's task (what its model and data layer declare), with no other task's keys set."""
+  task = tasks.task_of(result, registries)
+  tasks.check_task_keys(result, task)
+  return task
+
+
 def _declared_steps_per_epoch(result, registries):
   """Updates per epoch of one worker, where the data layer declares its training split's size.
 
@@ -238,6 +259,11 @@ def _declared_steps_per_epoch(result, registries):
     ConfigError: when an epoch holds no full batch.
   """
   count = config_names.declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
+  return _steps_per_epoch(result, count)
+
+
+def _steps_per_epoch(result, count):
+  """Updates per epoch of one worker, given the data layer's ``TRAIN_EXAMPLES`` fact (or None)."""
   examples = count(result['data_layer_params']) if count is not None else None
   if examples is None:
     return None
@@ -250,38 +276,14 @@ def _check_declared_params(result, kind, schema):
     result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
 
 
-def _check_schema(config):
-  """The config checked against ``SCHEMA`` and the tasks' keys, a new dict with defaults filled in."""
-  if not isinstance(config, dict):
-    raise ConfigError(f'config: expected a mapping, got {type(config).__name__}')
-  config = copy.deepcopy(config)
-  schema = top_level_keys()
-  reject_unknown_keys(config, schema, '')
-  result = {}
-  for key, spec in schema.items():
-    if key in config:
-      value = config[key]
-    elif spec.required:
-      raise ConfigError(f'{key}: required key is missing ({spec.doc})')
-    else:
-      value = copy.deepcopy(spec.default)
-    result[key] = spec.validate(value, key)
-  given = [key for key in ('num_epochs', 'max_steps') if result[key] is not None]
-  if len(given) != 1:
-    raise ConfigError(f'num_epochs, max_steps: give exactly one of them, got '
-                      f'{"both" if given else "neither"}')
-  return result
-
-
-def _check_optimizer(result, registries):
+def _check_optimizer(result, names):
   """The optimizer's name, and AGN's ``agn_params`` when the optimizer wraps another one."""
-  config_names.check_name(result, 'optimizer', registries)
-  if config_names.declared(result, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+  _raise_name_error(names['optimizer'])
+  if names['optimizer']['WRAPS_OPTIMIZER']:
     # A wrapper (AGN) takes optimizer_params for the optimizer it wraps.
     result['agn_params'] = check_params(result['agn_params'], validation.AGN_SCHEMA, 'agn_params')
-    inner = {'optimizer': result['agn_params']['optimizer']}
-    config_names.check_name(inner, 'optimizer', registries)
-    if config_names.declared(inner, 'optimizer', registries, 'WRAPS_OPTIMIZER'):
+    _raise_name_error(names['agn_optimizer'])
+    if names['agn_optimizer']['WRAPS_OPTIMIZER']:
       raise ConfigError('agn_params.optimizer: must be a plain optimizer, not another wrapper')
   elif result['agn_params'] is not None:
     raise ConfigError('agn_params: only used with optimizer: AGN')
@@ -289,9 +291,9 @@ def _check_optimizer(result, registries):
                                   _OPTIMIZER_SUPPLIED)
 
 
-def _check_lr_policy(result, registries):
+def _check_lr_policy(result, names):
   """The lr policy's name, its base learning rate and the durations in epochs or fractions."""
-  config_names.check_name(result, 'lr_policy', registries)
+  _raise_name_error(names['lr_policy'])
   lr_params = result['lr_policy_params']
   if result['lr_scaling'] is not None:
     if 'learning_rate' in lr_params:
@@ -315,15 +317,14 @@ def _check_lr_policy(result, registries):
   argument_checks.reject_supplied(lr_params, 'lr_policy_params', _LR_POLICY_SUPPLIED)
 
 
-def _check_batch_policy(result, registries):
+def _check_batch_policy(result, names):
   """The batch policy's name and its parameters, as far as they are known before the workers are.
 
   A growing batch needs the noise scale it grows by, and an optimizer that
   averages the gradients every update (AGN averages the workers' weights on a
   period of its own updates, which a batch that grows would stretch).
   """
-  registry = registries.get('batch_policy', batch_policy.BATCH_POLICIES)
-  config_names.check_name(result, 'batch_policy', {'batch_policy': registry})
+  _raise_name_error(names['batch_policy'])
   name, params = result['batch_policy'], result['batch_policy_params']
   if batch_policy.is_fixed(result):
     batch_policy.check(name, params)
@@ -443,7 +444,7 @@ def _check_with_owners(config, registries, per_epoch=None):
     schedule.learning_rate_fn(config, per_epoch)
 
 
-def _check_declared_arguments(result, registries):
+def _check_declared_arguments(result, names):
   """The names of ``optimizer_params`` and ``lr_policy_params``, where the registries declare them.
 
   Needs no TensorFlow: the ``ARGUMENTS`` of a registration. An entry without
@@ -452,12 +453,11 @@ def _check_declared_arguments(result, registries):
   Raises:
     ConfigError: for an unknown or missing argument, as the signature check says it.
   """
-  entry = config_names.optimizer_entry(result, registries)
-  declared = config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS')
+  declared = names['optimizer_entry']['ARGUMENTS']
   if declared is not None:
     argument_checks.check_arguments(result['optimizer_params'], declared, 'optimizer_params',
                                     _OPTIMIZER_SUPPLIED)
-  declared = config_names.declared(result, 'lr_policy', registries, 'ARGUMENTS')
+  declared = names['lr_policy']['ARGUMENTS']
   if declared is not None:
     argument_checks.check_arguments(_lr_arguments(result), declared, 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)

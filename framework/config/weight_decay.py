@@ -4,15 +4,15 @@ Two sources would stack: ``model_params.weight_decay`` (L2 on the kernels, in
 the loss), ``regularizer: l2`` and the decay of an optimizer that has one (LARS,
 LAMB, AdamW, Muon: ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``).
 framework.config.validation.validate applies :func:`one_weight_decay` and
-:func:`no_regularizer_beside_decay` to every config.
+:func:`no_regularizer_beside_decay` to every config, giving them what the
+optimizer declares as ``framework.config.config_names.resolve_names`` read it:
+they look nothing up.
 """
 
 from core.params import ConfigError
-from framework.config.config_names import declared
-from framework.config.config_names import optimizer_entry
 
 
-def one_weight_decay(result, given_model_params, registries):
+def one_weight_decay(result, given_model_params, entry):
   """The run's one source of weight decay: the model's L2 loss or the optimizer's own decay.
 
   ``model_params.weight_decay`` (L2 on the kernels, in the loss; 1e-4 unless
@@ -28,6 +28,14 @@ def one_weight_decay(result, given_model_params, registries):
   (``OWN_DECAY_ARGUMENTS``: Muon's ``adam_weight_decay`` as well) has them
   all turned off, or refused, together.
 
+  Args:
+    result: the config being validated.
+    given_model_params: its ``model_params`` as given, before the model's
+      declared defaults filled them in.
+    entry: the optimizer that takes ``optimizer_params`` (AGN's inner one),
+      resolved (``config_names.resolve_names``): its ``value`` and the facts
+      ``OWN_WEIGHT_DECAY`` and ``OWN_DECAY_ARGUMENTS``.
+
   Returns:
     ``result``, or a new dict with the source not taken at 0.
 
@@ -42,10 +50,9 @@ def one_weight_decay(result, given_model_params, registries):
       and 'weight_decay' not in (given_model_params or {})):
     # The regularizer is the run's L2 loss; the model's default L2 would be a second one.
     result = dict(result, model_params=dict(model_params, weight_decay=0.0))
-  entry = optimizer_entry(result, registries)
-  own = declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
+  own = entry['OWN_WEIGHT_DECAY']
   # Muon holds its own decay in two arguments (its AdamW fallback's is adam_weight_decay).
-  names = declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
+  names = entry['OWN_DECAY_ARGUMENTS'] or ('weight_decay',)
   given = {name: result['optimizer_params'].get(name) for name in names}
   optimizer_given = given['weight_decay']
   for name, value in given.items():
@@ -65,7 +72,7 @@ def one_weight_decay(result, given_model_params, registries):
   return result
 
 
-def no_regularizer_beside_decay(result, registries):
+def no_regularizer_beside_decay(result, entry):
   """Refuses ``regularizer: l2`` beside an optimizer's own weight decay, as two sources of decay.
 
   The optimizer's decay is what it trains with after :func:`one_weight_decay`:
@@ -74,16 +81,18 @@ def no_regularizer_beside_decay(result, registries):
   optimizer's, the regularizer is always given, so neither is turned off
   silently: the config says which one to keep.
 
+  ``entry`` is the optimizer that takes ``optimizer_params``, resolved, as
+  :func:`one_weight_decay` takes it.
+
   Raises:
     ConfigError: naming the regularizer and the optimizer's decay, when both are other than 0.
   """
   scale = (result['regularizer_params'] or {}).get('scale')
   if result['regularizer'] is None or not scale:
     return
-  entry = optimizer_entry(result, registries)
-  own = declared(entry, 'optimizer', registries, 'OWN_WEIGHT_DECAY')
-  names = declared(entry, 'optimizer', registries, 'OWN_DECAY_ARGUMENTS') or ('weight_decay',)
-  optimizer = entry['optimizer']
+  own = entry['OWN_WEIGHT_DECAY']
+  names = entry['OWN_DECAY_ARGUMENTS'] or ('weight_decay',)
+  optimizer = entry['value']
   optimizer = optimizer if isinstance(optimizer, str) else getattr(optimizer, '__name__',
                                                                     'the optimizer')
   values = {name: result['optimizer_params'].get(name) for name in names}
