@@ -3,43 +3,50 @@
 ``DATA_LAYERS[name](params, mode, num_workers, worker_index)`` builds one; see
 :class:`data.base.DataLayer` for what it provides.
 
-``import data`` loads no TensorFlow: ``DATA_LAYERS`` names each layer class,
-its ``PARAMS`` (declared in ``data.schemas``) and its ``TASK`` (the workload
-family its batches are for, ``framework.tasks``), and imports the class on its
-first lookup. Optional facts: ``TRAIN_EXAMPLES`` (``params -> size of the
-training split or None``, told without TensorFlow: ``data.split_sizes``) and ``EVAL_SPLITS``
-(``params -> (eval_split, final_eval_split)`` with the layer's defaults
-resolved, read by ``Task.final_eval_config``).
+``import data`` loads no TensorFlow: ``DATA_LAYERS`` names each layer class
+and imports it on its first lookup, and registers with it the facts the
+config layer needs before that, read from the layer's facts module beside it
+(``data/imagenet.py`` has ``data/imagenet_facts.py``), which the class reads
+too: its ``PARAMS`` and its ``TASK`` (the workload family its batches are
+for, ``framework.tasks``); where the module has them, ``TRAIN_EXAMPLES``
+(its ``train_examples``: ``params -> size of the training split or None``,
+told without TensorFlow or reading the data) and ``EVAL_SPLITS`` (its
+``eval_splits``: ``params -> (eval_split, final_eval_split)`` with the
+layer's defaults resolved, read by ``Task.final_eval_config``). A user's own
+layer, named by import path, declares its ``PARAMS`` and ``TASK`` as
+attributes of its class (docs/your_data.md).
 """
 
 from core.registry import Registry
-from data import schemas
-from data import split_sizes
+from data import cifar10_facts
+from data import cmudict_facts
+from data import fashion_mnist_facts
+from data import image_folder_facts
+from data import imagenet_facts
+from data import synthetic_facts
+from data import text_pairs_facts
+from data import tfds_facts
+from data import tfrecord_facts
 
 DATA_LAYERS = Registry('data layer')
-_IMAGES, _SEQUENCES = 'image_classification', 'sequence_to_sequence'
-DATA_LAYERS.register_lazy('cifar10', 'data.cifar10:Cifar10DataLayer', PARAMS=schemas.CIFAR10_PARAMS,
-                          TASK=_IMAGES, TRAIN_EXAMPLES=split_sizes.cifar10_train_examples)
-DATA_LAYERS.register_lazy('cmudict', 'data.cmudict:CmudictDataLayer', PARAMS=schemas.CMUDICT_PARAMS,
-                          TASK=_SEQUENCES)
-DATA_LAYERS.register_lazy('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer',
-                          PARAMS=schemas.FASHION_MNIST_PARAMS, TASK=_IMAGES,
-                          TRAIN_EXAMPLES=split_sizes.fashion_mnist_train_examples)
-DATA_LAYERS.register_lazy('image_folder', 'data.image_folder:ImageFolderDataLayer',
-                          PARAMS=schemas.IMAGE_FOLDER_PARAMS, TASK=_IMAGES,
-                          TRAIN_EXAMPLES=split_sizes.image_folder_train_examples,
-                          EVAL_SPLITS=schemas.image_folder_eval_splits)
-DATA_LAYERS.register_lazy('imagenet', 'data.imagenet:ImageNetDataLayer',
-                          PARAMS=schemas.IMAGENET_PARAMS, TASK=_IMAGES,
-                          TRAIN_EXAMPLES=split_sizes.imagenet_train_examples)
-DATA_LAYERS.register_lazy('text_pairs', 'data.text_pairs:TextPairsDataLayer',
-                          PARAMS=schemas.TEXT_PAIRS_PARAMS, TASK=_SEQUENCES,
-                          EVAL_SPLITS=schemas.text_pairs_eval_splits)
-DATA_LAYERS.register_lazy('tfds', 'data.tfds:TfdsDataLayer', PARAMS=schemas.TFDS_PARAMS,
-                          TASK=_IMAGES, TRAIN_EXAMPLES=split_sizes.tfds_train_examples)
-DATA_LAYERS.register_lazy('tfrecord', 'data.tfrecord:TFRecordDataLayer',
-                          PARAMS=schemas.TFRECORD_PARAMS, TASK=_IMAGES,
-                          TRAIN_EXAMPLES=split_sizes.tfrecord_train_examples)
-DATA_LAYERS.register_lazy('synthetic', 'data.synthetic:SyntheticDataLayer',
-                          PARAMS=schemas.SYNTHETIC_PARAMS, TASK=_IMAGES,
-                          TRAIN_EXAMPLES=split_sizes.synthetic_train_examples)
+
+
+def _register(name, target, facts):
+  """Registers the class at ``target`` under ``name`` with the facts its facts module declares."""
+  declared = {'PARAMS': facts.PARAMS, 'TASK': facts.TASK}
+  if hasattr(facts, 'train_examples'):
+    declared['TRAIN_EXAMPLES'] = facts.train_examples
+  if hasattr(facts, 'eval_splits'):
+    declared['EVAL_SPLITS'] = facts.eval_splits
+  DATA_LAYERS.register_lazy(name, target, **declared)
+
+
+_register('cifar10', 'data.cifar10:Cifar10DataLayer', cifar10_facts)
+_register('cmudict', 'data.cmudict:CmudictDataLayer', cmudict_facts)
+_register('fashion_mnist', 'data.fashion_mnist:FashionMnistDataLayer', fashion_mnist_facts)
+_register('image_folder', 'data.image_folder:ImageFolderDataLayer', image_folder_facts)
+_register('imagenet', 'data.imagenet:ImageNetDataLayer', imagenet_facts)
+_register('text_pairs', 'data.text_pairs:TextPairsDataLayer', text_pairs_facts)
+_register('tfds', 'data.tfds:TfdsDataLayer', tfds_facts)
+_register('tfrecord', 'data.tfrecord:TFRecordDataLayer', tfrecord_facts)
+_register('synthetic', 'data.synthetic:SyntheticDataLayer', synthetic_facts)

@@ -10,14 +10,13 @@ References:
 
 import numpy as np
 
-from data import schemas
-from data import split_sizes
+from data import cifar10_facts
 from data.base import DataError, InMemoryDataLayer
 
-FILES = split_sizes.CIFAR10_FILES
+FILES = cifar10_facts.FILES
 HEIGHT = WIDTH = 32
 CHANNELS = 3
-RECORD_BYTES = split_sizes.CIFAR10_RECORD_BYTES
+RECORD_BYTES = cifar10_facts.RECORD_BYTES
 NUM_CLASSES = 10
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship',
                'truck')
@@ -62,7 +61,7 @@ class Cifar10DataLayer(InMemoryDataLayer):
   probability 1/2, as in He et al. 2016.
   """
 
-  PARAMS = schemas.CIFAR10_PARAMS
+  PARAMS = cifar10_facts.PARAMS
   # Per-channel mean and standard deviation of the training pixels, in [0, 1] units.
   MEAN = (0.4914, 0.4822, 0.4465)
   STD = (0.2470, 0.2435, 0.2616)

@@ -51,7 +51,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from data import schemas
+from data import cmudict_facts
 from data.base import DataError, cached_load, text_lines
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
@@ -208,7 +208,7 @@ class CmudictDataLayer(SequenceDataLayer):
       empty split.
   """
 
-  PARAMS = schemas.CMUDICT_PARAMS
+  PARAMS = cmudict_facts.PARAMS
   METRIC_NAMES = ('wer', 'per')
   SERVING_NAMES = ('words', 'pronunciations')
 

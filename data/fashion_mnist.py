@@ -12,13 +12,12 @@ import zlib
 
 import numpy as np
 
-from data import schemas
-from data import split_sizes
+from data import fashion_mnist_facts
 from data.base import DataError, InMemoryDataLayer
 
 INSTALL_HINT = ("install Debian's package dataset-fashion-mnist "
                 '(apt-get install dataset-fashion-mnist) or set data_layer_params.data_dir')
-FILES = split_sizes.FASHION_MNIST_FILES
+FILES = fashion_mnist_facts.FILES
 NUM_CLASSES = 10
 CLASS_NAMES = ('T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker',
                'Bag', 'Ankle boot')
@@ -122,7 +121,7 @@ class FashionMnistDataLayer(InMemoryDataLayer):
   probability 1/2 and translated by up to 2 pixels (zero padding).
   """
 
-  PARAMS = schemas.FASHION_MNIST_PARAMS
+  PARAMS = fashion_mnist_facts.PARAMS
   # Mean and standard deviation of the 47M training pixels, in [0, 1] units.
   MEAN = (0.2860,)
   STD = (0.3530,)

@@ -3,7 +3,7 @@
 The ``image_folder`` data layer reads a tree ``root/<class>/<files>``; this
 module lists it, holds out its validation files and reads image sizes from
 file headers, in plain Python, so that the config layer can count the
-training split (``data.split_sizes.image_folder_train_examples``) before
+training split (``data.image_folder_facts.train_examples``) before
 TensorFlow is loaded, and the layer and the count always agree.
 
 Listing rules: the classes are the non-hidden folders directly under the

@@ -14,7 +14,7 @@ and worker) and ``'eval'`` (every file of ``eval_dir``, whose class folders
 are those of ``train_dir`` or some of them, labelled by name). Eval mode reads ``eval_split``; with both a
 validation split and ``eval_dir``, training picks its best checkpoint on
 ``'validation'`` and evaluates it on ``'eval'`` at the end
-(``data.schemas.image_folder_eval_splits``).
+(``data.image_folder_facts.eval_splits``).
 """
 
 import json
@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import image_files, images, schemas, train_set
+from data import image_files, image_folder_facts, images, train_set
 from data.base import (AUGMENT_KEY, SHUFFLE_KEY, DataError, DataLayer, check_batch_size,
                        check_start_batch, data_error_in, epoch_key, fail_unless,
                        holds_checkpoints, pad_crop_flip, sub_key, write_json_atomically)
@@ -71,13 +71,13 @@ class ImageFolderDataLayer(DataLayer):
     statistics: ``(mean, std)`` per channel in [0, 1] units, once known.
   """
 
-  PARAMS = schemas.IMAGE_FOLDER_PARAMS
+  PARAMS = image_folder_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
     p = self.params
     train_dir = p['train_dir']
-    eval_split, _ = schemas.image_folder_eval_splits(p)
+    eval_split, _ = image_folder_facts.eval_splits(p)
     self.split = 'train' if mode == 'train' else eval_split
     try:
       skipped = []

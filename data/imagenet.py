@@ -17,7 +17,7 @@ References:
 
 import logging
 
-from data import images, schemas, split_sizes
+from data import images, imagenet_facts, tfrecord_facts
 # Importable from here too: the crop and the TFRecord framing and shuffle this layer reads with.
 from data.encoded_images import window_shuffle  # pylint: disable=unused-import
 from data.images import train_crop_window  # pylint: disable=unused-import
@@ -25,14 +25,6 @@ from data.tfrecord import (TFRecordDataLayer, count_records, crc32c,  # pylint: 
                            masked_crc32c, verified_record_counts)
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PATTERN = {'train': 'train-*', 'eval': 'validation-*'}
-DEFAULT_NUM_EXAMPLES = split_sizes.IMAGENET_NUM_EXAMPLES
-# Per-channel statistics of the ImageNet training pixels, in [0, 1] units.
-MEAN = schemas.IMAGENET_MEAN
-STD = schemas.IMAGENET_STD
-# Eval resizes the shorter side to image_size / 0.875 (256 for 224) before the centre crop.
-CENTER_CROP_FRACTION = 0.875
 
 
 class ImageNetDataLayer(TFRecordDataLayer):
@@ -71,22 +63,25 @@ class ImageNetDataLayer(TFRecordDataLayer):
   record.
   """
 
-  PARAMS = schemas.IMAGENET_PARAMS
+  PARAMS = imagenet_facts.PARAMS
   kind = 'imagenet'
 
   def _resolve(self):
     params = self.params
     pattern = params['file_pattern']
+    # The preset's files, crops (eval resizes the shorter side to image_size / 0.875, 256 for
+    # 224, before the centre crop) and statistics.
+    preset = tfrecord_facts.PRESETS['imagenet']
     return {
-        **schemas.TFRECORD_PRESETS['imagenet'],
+        **preset,
         'data_dir': params['data_dir'],
-        'train_files': pattern or DEFAULT_PATTERN['train'],
-        'eval_files': pattern or DEFAULT_PATTERN['eval'],
+        'train_files': pattern or preset['train_files'],
+        'eval_files': pattern or preset['eval_files'],
         'split': 'train' if self.mode == 'train' else 'validation',
         'image_size': images.image_size_pair(params['image_size']),
         'channels': 3,
         'num_classes': params['num_classes'],
-        'num_examples': params['num_examples'] or DEFAULT_NUM_EXAMPLES[self.mode],
+        'num_examples': params['num_examples'] or imagenet_facts.NUM_EXAMPLES[self.mode],
         'label_offset': params['label_offset'],
         'label_name': 'image/class/label',
         'label_hint': 'check data_layer_params.label_offset and num_classes',

@@ -23,10 +23,10 @@ import numpy as np
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import schemas
+from data import shared_params
 
 # What a train image goes through; see :func:`train_image`.
-AUGMENTS = schemas.AUGMENTS
+AUGMENTS = shared_params.AUGMENTS
 # Random-resized-crop ranges (Szegedy et al. 2015): fraction of the image area
 # and width/height ratio of the crop.
 AREA_RANGE = (0.08, 1.0)

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from data import schemas
+from data import synthetic_facts
 from data.base import DataLayer, check_batch_size, check_start_batch, epoch_key, sub_key
 
 
@@ -15,7 +15,7 @@ class SyntheticDataLayer(DataLayer):
   otherwise irrelevant since all train batches are equal.
   """
 
-  PARAMS = schemas.SYNTHETIC_PARAMS
+  PARAMS = synthetic_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)

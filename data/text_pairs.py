@@ -25,7 +25,7 @@ Splits: ``'train'`` (``train_file``), ``'eval'`` (``eval_file``) and
 ``'test'`` (``test_file``). Eval mode reads ``eval_split`` (default
 ``'eval'``); a run with a test file picks its best checkpoint on the eval
 split and evaluates it on ``'test'`` at the end
-(``data.schemas.text_pairs_eval_splits``).
+(``data.text_pairs_facts.eval_splits``).
 
 Several lines with the same source are several references of it, in file
 order (a pair repeated is kept once): train mode yields one example per
@@ -62,7 +62,7 @@ import os
 import sys
 
 from core.params import ConfigError
-from data import schemas, train_set
+from data import text_pairs_facts, train_set
 from data.base import DataError, holds_checkpoints, write_json_atomically
 from data.seq2seq import SequenceDataLayer
 from data.sequences import Vocabulary
@@ -103,7 +103,7 @@ class TextPairsDataLayer(SequenceDataLayer):
     DataError: a missing or malformed file (file and line).
   """
 
-  PARAMS = schemas.TEXT_PAIRS_PARAMS
+  PARAMS = text_pairs_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
     super().__init__(params, mode, num_workers, worker_index)
@@ -138,7 +138,7 @@ class TextPairsDataLayer(SequenceDataLayer):
         self.source_vocabulary, self.target_vocabulary = self._vocabularies(pairs)
         self._pending = mode == 'eval'
     else:
-      eval_split, final_split = schemas.text_pairs_eval_splits(p)
+      eval_split, final_split = text_pairs_facts.eval_splits(p)
       for key, split in (('eval_split', eval_split), ('final_eval_split', final_split)):
         if split == 'test' and not p['test_file']:
           raise ConfigError(f"data_layer_params.{key}: 'test' needs a test_file")
@@ -166,11 +166,11 @@ class TextPairsDataLayer(SequenceDataLayer):
     Raises:
       ConfigError: one line naming the key and what to give instead.
     """
-    p, schema = self.params, schemas.TEXT_PAIRS_PARAMS
+    p, schema = self.params, text_pairs_facts.PARAMS
     given = [key for key in schema if p[key] != schema[key].default]
     if self.parallel:
       for key in given:
-        if key in schemas.TEXT_PAIRS_TSV_KEYS:
+        if key in text_pairs_facts.TSV_KEYS:
           raise ConfigError(f'data_layer_params.{key}: not read with source_file (parallel files, '
                             "whose views name each mode's own source_file and target_file, as "
                             "OpenSeq2Seq's train_params and eval_params do); give one format")
@@ -184,7 +184,7 @@ class TextPairsDataLayer(SequenceDataLayer):
                           'file (or give neither: the vocabularies of the training pairs)')
     else:
       for key in given:
-        if key in schemas.TEXT_PAIRS_PARALLEL_KEYS:
+        if key in text_pairs_facts.PARALLEL_KEYS:
           raise ConfigError(f'data_layer_params.{key}: read only with source_file (parallel '
                             'files); train_file holds source and target on each line')
       for key in ('train_file', 'eval_file'):

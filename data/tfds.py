@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from core import signals
 from core.params import ConfigError
-from data import images, schemas, train_set
+from data import images, tfds_facts, train_set
 from data.base import DataError
 from data.encoded_images import EncodedImageLayer
 from data.record_framing import first_unreadable_record
@@ -152,7 +152,7 @@ class TfdsDataLayer(EncodedImageLayer):
   and kept in the run directory (:meth:`EncodedImageLayer.statistics`).
   """
 
-  PARAMS = schemas.TFDS_PARAMS
+  PARAMS = tfds_facts.PARAMS
   kind = 'tfds'
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):

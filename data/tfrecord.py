@@ -4,7 +4,7 @@ Each record holds an encoded image (JPEG, PNG, BMP or GIF, told apart by
 content) under ``image_key`` and an int64 label under ``label_key``. A
 ``preset`` names a bundle of defaults for a known layout (``imagenet``: the
 ILSVRC-2012 shards, ``tfds``: the records TensorFlow Datasets writes); keys
-given explicitly override it (``data.schemas.TFRECORD_PRESETS``).
+given explicitly override it (``data.tfrecord_facts.PRESETS``).
 
 A TFRecord record is framed as ``uint64 length, uint32 masked_crc32c(length),
 bytes data[length], uint32 masked_crc32c(data)``, all little-endian.
@@ -24,7 +24,7 @@ import os
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import images, schemas, split_sizes, train_set
+from data import images, tfrecord_facts, train_set
 from data.base import SHUFFLE_KEY, DataError, epoch_key, sub_key, write_json_atomically
 from data.encoded_images import EncodedImageLayer
 # The framing of the files, by the names the imagenet layer and the tests import from here.
@@ -70,23 +70,22 @@ def verified_record_counts(paths, compression=''):
 
 
 def _read_counts(cache_path):
+  """The entries of a count cache file, local or remote; {} when it is missing or unreadable."""
   if '://' not in cache_path:
-    return split_sizes.read_record_counts(cache_path)
+    return tfrecord_facts.read_record_counts(cache_path)
   try:
     with tf.io.gfile.GFile(cache_path) as f:
       content = json.loads(f.read())
   except (tf.errors.OpError, ValueError):
     return {}
-  files = content.get('files') if isinstance(content, dict) else None
-  return files if content.get('format') == split_sizes.RECORD_COUNTS_FORMAT and isinstance(files, dict) \
-      else {}
+  return tfrecord_facts.record_counts_in(content)
 
 
 def _merge_counts(cache_path, entries):
   """Adds ``entries`` (``key -> {'size', 'mtime_ns', 'records'}``) to a count cache file."""
   files = dict(_read_counts(cache_path))
   files.update(entries)
-  write_json_atomically(cache_path, {'format': split_sizes.RECORD_COUNTS_FORMAT, 'files': files})
+  write_json_atomically(cache_path, {'format': tfrecord_facts.RECORD_COUNTS_FORMAT, 'files': files})
 
 
 def read_records(files, compression=''):
@@ -139,7 +138,7 @@ class TFRecordDataLayer(EncodedImageLayer):
   a resume on other training files is refused (``data.train_set``).
   """
 
-  PARAMS = schemas.TFRECORD_PARAMS
+  PARAMS = tfrecord_facts.PARAMS
   kind = 'tfrecord'
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):
@@ -149,7 +148,7 @@ class TFRecordDataLayer(EncodedImageLayer):
     data_dir = settings['data_dir']
     if data_dir and not tf.io.gfile.isdir(data_dir):
       raise DataError(f'{self.kind}: data directory {data_dir} does not exist')
-    pattern = schemas.tfrecord_file_pattern(settings, mode)
+    pattern = tfrecord_facts.file_pattern(settings, mode)
     if pattern is None:
       key = 'train_files' if mode == 'train' else 'eval_files'
       raise ConfigError(f'data_layer_params.{key}: required to read the {mode} split (a glob of '
@@ -178,7 +177,7 @@ class TFRecordDataLayer(EncodedImageLayer):
 
   def _resolve(self):
     """The settings of the layer from its params (presets and derived defaults applied)."""
-    resolved = schemas.resolve_tfrecord_params(self.params)
+    resolved = tfrecord_facts.resolve_params(self.params)
     if resolved['num_classes'] is None:
       raise ConfigError('data_layer_params.num_classes: required (the labels are in [0, '
                         'num_classes) after label_offset), unless the preset gives it',
@@ -254,16 +253,16 @@ class TFRecordDataLayer(EncodedImageLayer):
       return self.record_counts
     counts, missing = {}, []
     beside = {}
-    kept = (_read_counts(os.path.join(self.run_dir, split_sizes.RECORD_COUNTS_FILE))
+    kept = (_read_counts(os.path.join(self.run_dir, tfrecord_facts.RECORD_COUNTS_FILE))
             if self.run_dir else {})
     for path in self.files:
       size, mtime = file_signature(path)
       directory = os.path.dirname(path)
       if directory not in beside:
-        beside[directory] = _read_counts(os.path.join(directory, split_sizes.RECORD_COUNTS_FILE))
-      count = split_sizes.cached_count(beside[directory], os.path.basename(path), size, mtime)
+        beside[directory] = _read_counts(os.path.join(directory, tfrecord_facts.RECORD_COUNTS_FILE))
+      count = tfrecord_facts.cached_count(beside[directory], os.path.basename(path), size, mtime)
       if count is None:
-        count = split_sizes.cached_count(kept, path, size, mtime)
+        count = tfrecord_facts.cached_count(kept, path, size, mtime)
       if count is None:
         count = _RECORD_COUNTS.get((path, size, mtime))
       if count is None:
@@ -296,7 +295,7 @@ class TFRecordDataLayer(EncodedImageLayer):
           'size': size, 'mtime_ns': mtime, 'records': count}
     for directory, entries in by_directory.items():
       try:
-        _merge_counts(os.path.join(directory, split_sizes.RECORD_COUNTS_FILE), entries)
+        _merge_counts(os.path.join(directory, tfrecord_facts.RECORD_COUNTS_FILE), entries)
       except (OSError, tf.errors.OpError):
         for name, entry in entries.items():
           self._unsaved_counts[os.path.join(directory, name)] = entry
@@ -305,7 +304,7 @@ class TFRecordDataLayer(EncodedImageLayer):
   def _save_counts_in_run_dir(self):
     if self._unsaved_counts and self.run_dir and self.worker_index == 0:
       tf.io.gfile.makedirs(self.run_dir)
-      _merge_counts(os.path.join(self.run_dir, split_sizes.RECORD_COUNTS_FILE), self._unsaved_counts)
+      _merge_counts(os.path.join(self.run_dir, tfrecord_facts.RECORD_COUNTS_FILE), self._unsaved_counts)
       self._unsaved_counts = {}
 
   def use_run_dir(self, run_dir):
@@ -403,7 +402,7 @@ class TFRecordDataLayer(EncodedImageLayer):
     return self._parse(records)
 
   def _statistics_pattern(self):
-    pattern = schemas.tfrecord_file_pattern(self.settings, 'train')
+    pattern = tfrecord_facts.file_pattern(self.settings, 'train')
     if pattern is None:
       raise ConfigError('data_layer_params.mean: give mean and std, or train_files to compute '
                         'them from', 'data_layer_params.mean', 'missing')

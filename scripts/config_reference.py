@@ -246,7 +246,8 @@ def reference():
            *named_params_section('model_params', registries['model'],
                                  'What each model declares (`PARAMS`, `models/schemas.py`).'),
            *named_params_section('data_layer_params', registries['data_layer'],
-                                 'What each data layer declares (`PARAMS`, `data/schemas.py`).'),
+                                 'What each data layer declares (`PARAMS`, in '
+                                 '`data/<layer>_facts.py`).'),
            *optimizer_section(registries),
            *lr_policy_section(registries),
            *loss_scaling_section(),

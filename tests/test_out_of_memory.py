@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from data import schemas as data_schemas
+from data import text_pairs_facts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +46,7 @@ def test_a_step_that_cannot_fit_is_refused_before_it_runs(tmp_path, run_main):
   (tmp_path / 'pairs.yaml').write_text(PAIRS.replace('TRAIN', str(tmp_path / 'train.tsv')))
   # No length limit, whatever the default: the pair is trained on.
   unlimited = (['--set', 'data_layer_params.max_length=null']
-               if 'max_length' in data_schemas.TEXT_PAIRS_PARAMS else [])
+               if 'max_length' in text_pairs_facts.PARAMS else [])
   logdir = tmp_path / 'run'
   result = run_main('--config', tmp_path / 'pairs.yaml', '--mode', 'train', '--logdir', logdir,
                     *unlimited)

@@ -1,5 +1,7 @@
 """Tests of the data-layer registry, the base class checks and the batched augmentation."""
 
+import importlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,6 +25,18 @@ def test_registry_holds_the_layers():
                                  'synthetic', 'text_pairs', 'tfds', 'tfrecord']
   with pytest.raises(UnknownNameError, match=r"'fashion_mnst'.*did you mean 'fashion_mnist'"):
     DATA_LAYERS['fashion_mnst']
+
+
+@pytest.mark.parametrize('name', sorted(DATA_LAYERS))
+def test_each_layer_reads_its_facts_from_the_module_beside_it(name):
+  # data/<layer>.py and data/<layer>_facts.py: the registration and the class share one PARAMS.
+  cls = DATA_LAYERS[name]
+  facts = importlib.import_module(cls.__module__ + '_facts')
+  registered = DATA_LAYERS.facts(name)
+  assert cls.PARAMS is facts.PARAMS is registered['PARAMS']
+  assert registered['TASK'] == facts.TASK == getattr(cls, 'TASK', 'image_classification')
+  assert registered.get('TRAIN_EXAMPLES') is getattr(facts, 'train_examples', None)
+  assert registered.get('EVAL_SPLITS') is getattr(facts, 'eval_splits', None)
 
 
 @pytest.mark.parametrize('kwargs, message', [

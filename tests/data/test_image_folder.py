@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import DATA_LAYERS, image_files, images, schemas, split_sizes
+from data import DATA_LAYERS, image_files, image_folder_facts, images
 from data.base import AUGMENT_KEY, DataError, data_error_in, epoch_key, sub_key
 from framework.tasks.image_classification import ImageClassificationTask
 
@@ -94,7 +94,7 @@ def read(data, batch_size, count=None, **kwargs):
 
 
 def full_defaults(params):
-  return {**{k: spec.default for k, spec in schemas.IMAGE_FOLDER_PARAMS.items()}, **params}
+  return {**{k: spec.default for k, spec in image_folder_facts.PARAMS.items()}, **params}
 
 
 def test_classes_counts_and_shape(tree):
@@ -106,9 +106,9 @@ def test_classes_counts_and_shape(tree):
   assert sorted(os.path.relpath(p, os.path.join(root, 'train')) for p, _ in data.files) == sorted(
       rel for rel, _ in values.values())
   assert {label for _, label in data.files} == {0, 1, 2}
-  assert split_sizes.image_folder_train_examples(full_defaults({'train_dir': root + '/train'})) == 26
-  assert split_sizes.image_folder_train_examples(full_defaults({'train_dir': root + '/none'})) is None
-  assert DATA_LAYERS.facts('image_folder')['TRAIN_EXAMPLES'] is split_sizes.image_folder_train_examples
+  assert image_folder_facts.train_examples(full_defaults({'train_dir': root + '/train'})) == 26
+  assert image_folder_facts.train_examples(full_defaults({'train_dir': root + '/none'})) is None
+  assert DATA_LAYERS.facts('image_folder')['TRAIN_EXAMPLES'] is image_folder_facts.train_examples
 
 
 def test_eval_reads_eval_dir_in_order_and_labels_by_folder(tree):
@@ -144,7 +144,7 @@ def test_validation_split_is_disjoint_sized_and_independent_of_listing(tree, tmp
   other_seed = layer(root, 'eval', validation_fraction=0.25, split_seed=4)
   assert {p for p, _ in other_seed.files} != held
   # The declared size agrees with the layer.
-  assert split_sizes.image_folder_train_examples(
+  assert image_folder_facts.train_examples(
       full_defaults({'train_dir': root + '/train', **params})) == 20
 
 
@@ -521,7 +521,7 @@ def test_serving_takes_encoded_files_and_preprocesses_them_as_eval(tree):
 
 def test_eval_splits_resolve_and_drive_the_final_evaluation(tree):
   root, _ = tree
-  resolve = schemas.image_folder_eval_splits
+  resolve = image_folder_facts.eval_splits
   assert resolve({'validation_fraction': 0.0}) == ('eval', 'eval')
   assert resolve({'validation_fraction': 0.2}) == ('validation', 'validation')
   assert resolve({'validation_fraction': 0.2, 'eval_dir': 'x'}) == ('validation', 'eval')

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from core.params import ConfigError
 from data import DATA_LAYERS
-from data import schemas
+from data import text_pairs_facts
 from data.base import DataError
 from data.text_pairs import VOCABULARY_FILE, TextPairsDataLayer, read_pairs
 
@@ -45,7 +45,7 @@ def test_registered_for_the_sequence_task_with_its_splits():
   assert resolve({}) == ('eval', 'eval')
   assert resolve({'test_file': 'x'}) == ('eval', 'test')
   assert resolve({'test_file': 'x', 'final_eval_split': 'eval'}) == ('eval', 'eval')
-  assert schemas.text_pairs_eval_splits({'eval_split': 'train'}) == ('train', 'train')
+  assert text_pairs_facts.eval_splits({'eval_split': 'train'}) == ('train', 'train')
 
 
 # --- parsing ------------------------------------------------------------------------------

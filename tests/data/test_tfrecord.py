@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from core.params import ConfigError
-from data import DATA_LAYERS, encoded_images, schemas, split_sizes, tfrecord
+from data import DATA_LAYERS, encoded_images, shared_params, tfrecord, tfrecord_facts
 from data.base import DataError, data_error_in
 
 SIZE = 8
@@ -69,18 +69,18 @@ def forget_counts(monkeypatch):
 
 
 def test_presets_are_defaults_that_explicit_keys_override():
-  resolved = schemas.resolve_tfrecord_params(
+  resolved = tfrecord_facts.resolve_params(
       {'preset': 'imagenet', 'label_offset': 0, 'augment': None, 'crop_fraction': None})
   assert (resolved['label_offset'], resolved['num_classes'], resolved['image_key']) == (
       0, 1000, 'image/encoded')
   assert resolved['crop_fraction'] == 0.875 and resolved['mean'] == [0.485, 0.456, 0.406]
-  general = schemas.resolve_tfrecord_params({'augment': 'crop_flip', 'crop_fraction': None})
+  general = tfrecord_facts.resolve_params({'augment': 'crop_flip', 'crop_fraction': None})
   assert (general['label_offset'], general['label_key'], general['crop_fraction']) == (
       0, 'image/class/label', None)
-  tfds = schemas.resolve_tfrecord_params({'preset': 'tfds', 'augment': None, 'crop_fraction': None})
+  tfds = tfrecord_facts.resolve_params({'preset': 'tfds', 'augment': None, 'crop_fraction': None})
   assert (tfds['image_key'], tfds['label_key'], tfds['crop_fraction']) == ('image', 'label', 0.875)
   from data import images  # pylint: disable=import-outside-toplevel
-  assert schemas.AUGMENTS == images.AUGMENTS
+  assert shared_params.AUGMENTS == images.AUGMENTS
 
 
 def test_counts_are_cached_beside_the_files_and_reused(tfds_keys, monkeypatch):
@@ -95,7 +95,7 @@ def test_counts_are_cached_beside_the_files_and_reused(tfds_keys, monkeypatch):
   assert data.num_examples == 6 and data.split == 'train' and data.class_names is None
   assert data.record_counts == {str(tfds_keys / 'data-train-0'): 6}
   assert layer(tfds_keys, 'eval').num_examples == 5
-  cache = json.loads((tfds_keys / split_sizes.RECORD_COUNTS_FILE).read_text())
+  cache = json.loads((tfds_keys / tfrecord_facts.RECORD_COUNTS_FILE).read_text())
   assert cache['files']['data-train-0'] == {
       'records': 6, 'size': os.path.getsize(tfds_keys / 'data-train-0'),
       'mtime_ns': os.stat(tfds_keys / 'data-train-0').st_mtime_ns}
@@ -124,8 +124,8 @@ def test_counts_go_to_the_run_directory_when_the_files_directory_is_read_only(
   run_dir = tmp_path_factory.mktemp('run')
   data = layer(tfds_keys)
   data.use_run_dir(str(run_dir))
-  assert data.num_examples == 6 and not (tfds_keys / split_sizes.RECORD_COUNTS_FILE).exists()
-  kept = json.loads((run_dir / split_sizes.RECORD_COUNTS_FILE).read_text())
+  assert data.num_examples == 6 and not (tfds_keys / tfrecord_facts.RECORD_COUNTS_FILE).exists()
+  kept = json.loads((run_dir / tfrecord_facts.RECORD_COUNTS_FILE).read_text())
   assert kept['files'][str(tfds_keys / 'data-train-0')]['records'] == 6
   forget_counts(monkeypatch)
   again = layer(tfds_keys)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from data import DATA_LAYERS
-from data import split_sizes
+from data import imagenet_facts
 
 REAL_FASHION_MNIST = '/usr/share/datasets/fashion-mnist'
 
@@ -72,4 +72,4 @@ def test_synthetic_and_imagenet_take_num_examples():
                                                                 {'num_examples': 1000}) == 1000
   assert declared('imagenet', {'data_dir': '/x'}) == 1281167
   assert declared('imagenet', {'data_dir': '/x', 'num_examples': 5000}) == 5000
-  assert split_sizes.IMAGENET_NUM_EXAMPLES['train'] == 1281167
+  assert imagenet_facts.NUM_EXAMPLES['train'] == 1281167
