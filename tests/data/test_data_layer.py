@@ -1,6 +1,7 @@
 """Tests of the data-layer registry, the base class checks and the batched augmentation."""
 
 import importlib
+import sys
 
 import numpy as np
 import pytest
@@ -37,6 +38,30 @@ def test_each_layer_reads_its_facts_from_the_module_beside_it(name):
   assert registered['TASK'] == facts.TASK == getattr(cls, 'TASK', 'image_classification')
   assert registered.get('TRAIN_EXAMPLES') is getattr(facts, 'train_examples', None)
   assert registered.get('EVAL_SPLITS') is getattr(facts, 'eval_splits', None)
+
+
+def test_a_users_layer_declares_its_size_as_its_built_in_layers_do(tmp_path, monkeypatch):
+  # docs/your_data.md: an import path's facts are its class's attributes, TRAIN_EXAMPLES too.
+  from framework.config import validation  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'sized_layers.py').write_text(
+      'from data.synthetic import SyntheticDataLayer\n'
+      'class Sized(SyntheticDataLayer):\n'
+      '  TRAIN_EXAMPLES = staticmethod(lambda params: 100)\n')
+  (tmp_path / 'c.yaml').write_text(
+      'base_params:\n'
+      '  model: resnet_cifar\n'
+      '  data_layer: sized_layers:Sized\n'
+      '  data_layer_params: {image_shape: [8, 8, 3], num_classes: 3}\n'
+      '  batch_size_per_gpu: 64\n'
+      '  num_epochs: 1\n'
+      '  optimizer: Momentum\n'
+      '  lr_policy: poly_decay\n'
+      '  lr_policy_params: {learning_rate: 0.1, power: 2.0, warmup_epochs: 3}\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, 'sized_layers', raising=False)
+  with pytest.raises(ConfigError, match=r'^lr_policy_params.warmup_epochs: the warm-up \(3 steps\) '
+                     r'is longer than training \(1 steps\)'):
+    validation.load_configs(str(tmp_path / 'c.yaml'), 'train', construct=False)
 
 
 @pytest.mark.parametrize('kwargs, message', [
