@@ -61,6 +61,7 @@ class Cifar10DataLayer(InMemoryDataLayer):
   probability 1/2, as in He et al. 2016.
   """
 
+  # What it accepts and how big its training split is: data/cifar10_facts.py (no TensorFlow).
   PARAMS = cifar10_facts.PARAMS
   # Per-channel mean and standard deviation of the training pixels, in [0, 1] units.
   MEAN = (0.4914, 0.4822, 0.4465)

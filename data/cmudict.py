@@ -208,6 +208,7 @@ class CmudictDataLayer(SequenceDataLayer):
       empty split.
   """
 
+  # What it accepts: data/cmudict_facts.py (no TensorFlow).
   PARAMS = cmudict_facts.PARAMS
   METRIC_NAMES = ('wer', 'per')
   SERVING_NAMES = ('words', 'pronunciations')

@@ -121,6 +121,7 @@ class FashionMnistDataLayer(InMemoryDataLayer):
   probability 1/2 and translated by up to 2 pixels (zero padding).
   """
 
+  # What it accepts and how big its training split is: data/fashion_mnist_facts.py (no TensorFlow).
   PARAMS = fashion_mnist_facts.PARAMS
   # Mean and standard deviation of the 47M training pixels, in [0, 1] units.
   MEAN = (0.2860,)

@@ -71,6 +71,7 @@ class ImageFolderDataLayer(DataLayer):
     statistics: ``(mean, std)`` per channel in [0, 1] units, once known.
   """
 
+  # What it accepts and how big its training split is: data/image_folder_facts.py (no TensorFlow).
   PARAMS = image_folder_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):

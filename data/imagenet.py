@@ -63,6 +63,7 @@ class ImageNetDataLayer(TFRecordDataLayer):
   record.
   """
 
+  # What it accepts and how big its splits are: data/imagenet_facts.py (no TensorFlow).
   PARAMS = imagenet_facts.PARAMS
   kind = 'imagenet'
 

@@ -15,6 +15,7 @@ class SyntheticDataLayer(DataLayer):
   otherwise irrelevant since all train batches are equal.
   """
 
+  # What it accepts and how long its epoch is: data/synthetic_facts.py (no TensorFlow).
   PARAMS = synthetic_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):

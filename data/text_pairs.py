@@ -103,6 +103,7 @@ class TextPairsDataLayer(SequenceDataLayer):
     DataError: a missing or malformed file (file and line).
   """
 
+  # What it accepts and which splits it evaluates on: data/text_pairs_facts.py (no TensorFlow).
   PARAMS = text_pairs_facts.PARAMS
 
   def __init__(self, params, mode, num_workers=1, worker_index=0):

@@ -152,6 +152,7 @@ class TfdsDataLayer(EncodedImageLayer):
   and kept in the run directory (:meth:`EncodedImageLayer.statistics`).
   """
 
+  # What it accepts and how big its training split is: data/tfds_facts.py (no TensorFlow).
   PARAMS = tfds_facts.PARAMS
   kind = 'tfds'
 

@@ -138,6 +138,7 @@ class TFRecordDataLayer(EncodedImageLayer):
   a resume on other training files is refused (``data.train_set``).
   """
 
+  # What it accepts and how big its training split is: data/tfrecord_facts.py (no TensorFlow).
   PARAMS = tfrecord_facts.PARAMS
   kind = 'tfrecord'
 
