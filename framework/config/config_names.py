@@ -75,6 +75,38 @@ def _resolved(config, key, registries, facts):
           **{fact: declared(config, key, registries, fact) for fact in facts}}
 
 
+def resolve_owners(config, registries):
+  """The owners of a validated config's names, imported, for the checks only they can make.
+
+  Imports TensorFlow first (its start-up banner held back), then each owner
+  that the checks need, in their order: the model and the data layer where
+  their registration declares no ``PARAMS`` (their ``PARAMS`` are then the
+  object's), the optimizer that takes ``optimizer_params`` (AGN's inner one),
+  and the lr policy where its registration declares no ``ARGUMENTS``.
+
+  Returns:
+    A plain dict: ``model_PARAMS`` and ``data_layer_PARAMS`` (a schema, None
+    where the registration declared it or the object declares none, or the
+    key absent where it was declared), ``optimizer`` (the object),
+    ``optimizer_name`` (as the config gives it), ``optimizer_ARGUMENTS``
+    (what it declares, read once it is imported) and ``lr_policy`` (the
+    object; the key absent where its registration declares its arguments).
+  """
+  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
+  tf_import.import_tensorflow()
+  owners = {}
+  for kind in ('model', 'data_layer'):
+    if declared(config, kind, registries, 'PARAMS') is None:
+      owners[f'{kind}_PARAMS'] = getattr(lookup(config, kind, registries), 'PARAMS', None)
+  entry = optimizer_entry(config, registries)
+  owners['optimizer'] = lookup(entry, 'optimizer', registries)
+  owners['optimizer_name'] = entry['optimizer']
+  owners['optimizer_ARGUMENTS'] = declared(entry, 'optimizer', registries, 'ARGUMENTS')
+  if declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
+    owners['lr_policy'] = lookup(config, 'lr_policy', registries)
+  return owners
+
+
 def optimizer_entry(config, registries):
   """``{'optimizer': ...}`` naming the optimizer that takes ``optimizer_params`` (AGN's inner one)."""
   if declared(config, 'optimizer', registries, 'WRAPS_OPTIMIZER'):

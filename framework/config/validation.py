@@ -413,32 +413,28 @@ def _check_with_owners(config, registries, per_epoch=None):
   against the lr policy's arguments, likewise, and, given the run's updates
   per epoch (``per_epoch``), the policy tried with its durations in steps;
   and the params of a model or data layer registered lazily without a
-  ``PARAMS`` fact. Imports those owners, and with them TensorFlow (its
-  start-up banner held back).
+  ``PARAMS`` fact. Imports those owners, and with them TensorFlow, in one
+  step (``config_names.resolve_owners``), and then reads what it found.
 
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
-  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
-  tf_import.import_tensorflow()
+  owners = config_names.resolve_owners(config, registries)
   for kind in ('model', 'data_layer'):
-    if config_names.declared(config, kind, registries, 'PARAMS') is None:
-      owner = config_names.lookup(config, kind, registries)
-      _check_declared_params(config, kind, getattr(owner, 'PARAMS', None))
-  entry = config_names.optimizer_entry(config, registries)
-  optimizer = config_names.lookup(entry, 'optimizer', registries)
+    if f'{kind}_PARAMS' in owners:
+      _check_declared_params(config, kind, owners[f'{kind}_PARAMS'])
+  optimizer = owners['optimizer']
   # Where the registration declares the arguments, they were checked already.
-  if config_names.declared(entry, 'optimizer', registries, 'ARGUMENTS') is None:
+  if owners['optimizer_ARGUMENTS'] is None:
     argument_checks.check_arguments(config['optimizer_params'], optimizer, 'optimizer_params',
                                     _OPTIMIZER_SUPPLIED)
   if inspect.isclass(optimizer):
     argument_checks.check_by_constructing(optimizer, config['optimizer_params'], 'optimizer_params',
                                           learning_rate=_TRIAL_LEARNING_RATE)
-  extension_points.check_optimizer_result(optimizer, entry['optimizer'],
+  extension_points.check_optimizer_result(optimizer, owners['optimizer_name'],
                                           config['optimizer_params'], _TRIAL_LEARNING_RATE)
-  if config_names.declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
-    policy = config_names.lookup(config, 'lr_policy', registries)
-    argument_checks.check_arguments(_lr_arguments(config), policy, 'lr_policy_params',
+  if 'lr_policy' in owners:
+    argument_checks.check_arguments(_lr_arguments(config), owners['lr_policy'], 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
   if per_epoch is not None:
     schedule.learning_rate_fn(config, per_epoch)
