@@ -26,6 +26,7 @@ _EXPORTS = {
     'MixedPrecisionOptimizerWrapper':
         'optimizers.compat.loss_scale_optimizer:MixedPrecisionOptimizerWrapper',
     'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
+    'UpdateSettings': 'optimizers.settings:UpdateSettings',
     'MomentumOptimizer': 'optimizers.lars:MomentumOptimizer',
     'clear_pipelines': 'optimizers.compat.openseq2seq:clear_pipelines',
     'find_pipeline': 'optimizers.compat.openseq2seq:find_pipeline',

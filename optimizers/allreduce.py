@@ -29,20 +29,6 @@ NONE = 'none'
 HOROVOD = 'horovod'
 MULTI_WORKER_MIRRORED = 'multi_worker_mirrored'
 
-CYCLE_TIME_VARIABLE = 'HOROVOD_CYCLE_TIME'
-# Horovod's background thread runs a negotiation round, a collective between
-# all workers, every HOROVOD_CYCLE_TIME ms (default 1), even when there is
-# nothing to reduce; on busy CPU cores those rounds cost training time. The
-# Horovod that scripts/build_horovod.sh builds also wakes the thread when a
-# tensor is enqueued, so there the cycle only paces idle rounds and a long one
-# costs no latency (docs/performance.md has the measurements).
-IDLE_CYCLE_TIME_MS = 50
-
-# How long a collective of the multi_worker_mirrored engine may wait for its
-# peers before it fails (and the run with it) instead of hanging on a dead one.
-# Generous: a peer may be saving a checkpoint or tracing the step meanwhile.
-DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 600
-
 _ENGINE = None
 
 
@@ -219,63 +205,34 @@ def _local_rank(resolver):
   return sum(1 for w in workers[:int(resolver.task_id)] if w.rsplit(':', 1)[0] == host)
 
 
-# --- starting an engine ---------------------------------------------------------------------
+# --- the engine of this process ------------------------------------------------------------
+# framework/engines/distributed.py starts an engine for a run and hands it here; a
+# script of the user's own that started Horovod itself (hvd.init()) is joined by
+# join_started_horovod, as OpenSeq2Seq's on_horovod did.
 
-def import_horovod():
-  """Imports horovod.tensorflow, with a one-line error naming the fix when it is missing."""
-  try:
-    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
-  except ImportError as exc:
-    raise RuntimeError('Horovod is not installed in this environment: run `bash scripts/setup.sh` '
-                       '(or scripts/build_horovod.sh), which builds horovod==0.28.1 with gloo '
-                       f'({exc}); or use distribution: multi_worker_mirrored, which needs no '
-                       'build') from None
-  return hvd
-
-
-def wakes_on_enqueue():
-  """Whether this Horovod build wakes its background thread on enqueue (build_horovod.sh)."""
-  from horovod.tensorflow.mpi_ops import _basics  # pylint: disable=import-outside-toplevel
-  return hasattr(_basics.MPI_LIB_CTYPES, 'horovod_wakes_on_enqueue')
-
-
-def init():
-  """Starts Horovod once and returns the module (the ``horovod`` engine).
-
-  With a Horovod that wakes on enqueue and no HOROVOD_CYCLE_TIME in the
-  environment, the cycle is set to IDLE_CYCLE_TIME_MS first.
+def use_horovod(hvd):
+  """Makes a started Horovod (the initialised ``horovod.tensorflow``) this process's engine.
 
   Raises:
-    RuntimeError: Horovod is missing, or another engine is running.
+    RuntimeError: another engine is running.
   """
   global _ENGINE
   if _ENGINE is None:
-    hvd = import_horovod()
-    if CYCLE_TIME_VARIABLE not in os.environ and wakes_on_enqueue():
-      os.environ[CYCLE_TIME_VARIABLE] = str(IDLE_CYCLE_TIME_MS)
-    hvd.init()
     _ENGINE = _Horovod(hvd)
   elif _ENGINE.name != HOROVOD:
     raise RuntimeError(f'the {_ENGINE.name} engine is running; Horovod cannot start beside it')
   return _ENGINE.hvd
 
 
-def init_collective(cluster_resolver=None, timeout_seconds=DEFAULT_COLLECTIVE_TIMEOUT_SECONDS,
-                    implementation='auto'):
-  """Starts the ``multi_worker_mirrored`` engine once; returns its strategy.
-
-  It must run before any other TensorFlow op of the process (TensorFlow
-  configures its collectives at start-up).
+def use_collective(strategy, implementation):
+  """Makes the collectives a ``MultiWorkerMirroredStrategy`` configured this process's engine.
 
   Args:
-    cluster_resolver: a ``tf.distribute.cluster_resolver.ClusterResolver``;
-      None reads ``TF_CONFIG``.
-    timeout_seconds: how long one collective waits for its peers before it
-      fails; None waits for ever.
-    implementation: 'auto' (NCCL on GPUs, RING otherwise), 'ring' or 'nccl'.
+    strategy: the strategy, made before any other TensorFlow op of the process.
+    implementation: 'RING' or 'NCCL', the collectives' kind, for the log.
 
   Raises:
-    RuntimeError: Horovod is running already.
+    RuntimeError: Horovod is running.
   """
   global _ENGINE
   if _ENGINE is not None:
@@ -283,16 +240,25 @@ def init_collective(cluster_resolver=None, timeout_seconds=DEFAULT_COLLECTIVE_TI
       raise RuntimeError(f'the {_ENGINE.name} engine is running; multi_worker_mirrored cannot '
                          'start beside it')
     return _ENGINE.strategy
-  kinds = tf.distribute.experimental.CommunicationImplementation
-  chosen = {'auto': kinds.AUTO, 'ring': kinds.RING, 'nccl': kinds.NCCL}[implementation]
-  if chosen == kinds.AUTO and not tf.config.list_physical_devices('GPU'):
-    chosen = kinds.RING
-  options = tf.distribute.experimental.CommunicationOptions(
-      implementation=chosen, timeout_seconds=timeout_seconds)
-  strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
-                                                       communication_options=options)
-  _ENGINE = _Collective(strategy, 'NCCL' if chosen == kinds.NCCL else 'RING')
+  _ENGINE = _Collective(strategy, implementation)
   return strategy
+
+
+def join_started_horovod():
+  """Joins the Horovod the user's own script started (``hvd.init()``); returns the module.
+
+  Raises:
+    RuntimeError: Horovod is not installed or was not started, in one line naming the fix.
+  """
+  try:
+    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    hvd = None
+  if hvd is None or not hvd.is_initialized():
+    raise RuntimeError('multi_worker: no multi-worker engine runs in this process; start '
+                       'Horovod first (hvd.init()), or train with run.py, which starts the '
+                       'engine its launcher asks for')
+  return use_horovod(hvd)
 
 
 def engine_name():

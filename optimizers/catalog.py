@@ -7,17 +7,8 @@ config's ``agn_params``.
 """
 
 import keras
-import tensorflow as tf
 
-from core import precision
 from optimizers.registry import OPTIMIZER_CLS_NAMES
-
-
-def normalize_dtype(dtype):
-  """The Keras policy name of ``dtype``: a tf.DType or a name of ``precision.DTYPE_NAMES``."""
-  if isinstance(dtype, tf.DType):
-    dtype = dtype.name
-  return precision.policy_name(dtype)
 
 
 def make_optimizer(optimizer, optimizer_params, learning_rate, agn_params=None):

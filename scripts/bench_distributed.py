@@ -66,16 +66,17 @@ def worker(args):
   """One worker of a two-worker job: the rounds of timed phases; rank 0 writes the results."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   engine = distributed.start()
   import numpy as np  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   from framework.run import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
-  if distributed.size() != 2:
-    raise SystemExit(f'bench_distributed.py --worker: expected 2 workers, got {distributed.size()}')
-  rank = distributed.rank()
+  if allreduce.size() != 2:
+    raise SystemExit(f'bench_distributed.py --worker: expected 2 workers, got {allreduce.size()}')
+  rank = allreduce.rank()
   configs = config_lib.load_configs(args.config, 'benchmark')
-  configs, _ = config_lib.scale_learning_rates(configs, distributed.size())
+  configs, _ = config_lib.scale_learning_rates(configs, allreduce.size())
   cfg = configs['train']
 
   class Timed:
@@ -97,13 +98,13 @@ def worker(args):
       return time.perf_counter() - start
 
   with tempfile.TemporaryDirectory() as logdir:
-    with distributed.single_process():
+    with allreduce.single_process():
       solo = Timed(logdir)
     joint = Timed(logdir)
     # The all-reduce alone, before the rounds: one update's gradients (zeros of the
     # model's shapes), 50 times.
     grads = [tf.zeros_like(v) for v in joint.trainer.model.trainable_variables]
-    reduce = tf.function(lambda: distributed.allreduce_average(grads))
+    reduce = tf.function(lambda: allreduce.average(grads))
     reduce()[0].numpy()
     distributed.sum_array(np.zeros(1))
     start = time.perf_counter()
@@ -119,7 +120,7 @@ def worker(args):
         if name == 'two':
           mine[rank] = joint.run(args.steps)
         elif name == 'independent' or rank == 0:
-          with distributed.single_process():
+          with allreduce.single_process():
             mine[rank] = solo.run(args.steps)
         seconds[name] = distributed.sum_array(mine)  # also the barrier between phases
       images = cfg['batch_size_per_gpu'] * args.steps

@@ -65,7 +65,7 @@ from models import MODELS  # noqa: E402
 from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
 from optimizers.pipeline import GradientPipeline  # noqa: E402
-from optimizers.pipeline import UpdateSettings  # noqa: E402
+from optimizers.settings import UpdateSettings  # noqa: E402
 
 CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
 MAX_STEP_RATIO = 1.05

@@ -23,6 +23,8 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from framework.engines import distributed  # noqa: E402
+
+from optimizers import allreduce  # noqa: E402
 from optimizers.agn import AGNOptimizer  # noqa: E402
 from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
 from optimizers.lars import MomentumOptimizer  # noqa: E402
@@ -72,7 +74,7 @@ def model():
 
 def my_rows(x):
   """This worker's rows of a batch: all of them in a single process."""
-  return x[distributed.rank()::distributed.size()]
+  return x[allreduce.rank()::allreduce.size()]
 
 
 def train_case(name):
@@ -84,7 +86,7 @@ def train_case(name):
   opt_lib.clear_pipelines()
   net = model()
   kwargs = dict(case, optimizer_params=dict(case['optimizer_params'], learning_rate=lr),
-                model=net, on_horovod=distributed.size() > 1)
+                model=net, on_horovod=allreduce.size() > 1)
   kwargs.pop('optimizer')
   pipeline = opt_lib.get_pipeline(case['optimizer'], learning_rate_decay_fn=None, **kwargs)
 
@@ -101,7 +103,7 @@ def train_case(name):
   result['global_step'] = pipeline.global_step.numpy()
   result['allreduce_count'] = pipeline.allreduce_count.numpy()
   result['loss_scale'] = pipeline.loss_scale.numpy()
-  result['engine'] = np.array(distributed.engine_name())
+  result['engine'] = np.array(allreduce.engine_name())
   return result
 
 
@@ -125,11 +127,11 @@ def agn_case(period, steps=7, lr=0.1, momentum=0.5):
 
 
 def single_process_case(name):
-  """Trains case ``name`` inside ``distributed.single_process()`` (as benchmarks time one worker)."""
-  with distributed.single_process():
+  """Trains case ``name`` inside ``allreduce.single_process()`` (as benchmarks time one worker)."""
+  with allreduce.single_process():
     result = train_case(name)
-    result['size_inside'] = np.array(distributed.size())
-  result['size_after'] = np.array(distributed.size())
+    result['size_inside'] = np.array(allreduce.size())
+  result['size_after'] = np.array(allreduce.size())
   return result
 
 
@@ -141,13 +143,13 @@ def late_rank_case(rounds=10, late_seconds=0.05):
   enqueue finishes each soon after the late rank arrives.
   """
   import time  # pylint: disable=import-outside-toplevel
-  reduce = tf.function(lambda x: distributed.allreduce_average([x])[0])
-  value = tf.constant([float(distributed.rank() + 1), 10.0])
+  reduce = tf.function(lambda x: allreduce.average([x])[0])
+  value = tf.constant([float(allreduce.rank() + 1), 10.0])
   reduce(value)  # trace, and let both workers meet once
   start = time.perf_counter()
   results = []
   for _ in range(rounds):
-    if distributed.rank() == 1:
+    if allreduce.rank() == 1:
       time.sleep(late_seconds)
     results.append(reduce(value).numpy())
   return {'seconds': np.array(time.perf_counter() - start), 'results': np.array(results),
@@ -164,8 +166,8 @@ def noise_scale_case(workers=None):
   pair of small-batch gradients.
   """
   from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
-  from optimizers.pipeline import UpdateSettings  # pylint: disable=import-outside-toplevel
-  size = workers or distributed.size()
+  from optimizers.settings import UpdateSettings  # pylint: disable=import-outside-toplevel
+  size = workers or allreduce.size()
   net = model()
   pipeline = GradientPipeline(
       net.trainable_variables, UpdateSettings(
@@ -190,7 +192,7 @@ def noise_scale_case(workers=None):
                                                   'noise_trace', 'noise_updates')])
   result = {f'w{i}': v.numpy() for i, v in enumerate(net.trainable_variables)}
   result['estimates'] = np.array(estimates)
-  result['engine'] = np.array(distributed.engine_name())
+  result['engine'] = np.array(allreduce.engine_name())
   return result
 
 
@@ -217,8 +219,8 @@ def main(out_dir, names):
   distributed.start()
   for name in names:
     result = run(name)
-    np.savez(os.path.join(out_dir, f'{name}.rank{distributed.rank()}.npz'), **result)
-  print(f'rank {distributed.rank()} of {distributed.size()}: done {", ".join(names)}', flush=True)
+    np.savez(os.path.join(out_dir, f'{name}.rank{allreduce.rank()}.npz'), **result)
+  print(f'rank {allreduce.rank()} of {allreduce.size()}: done {", ".join(names)}', flush=True)
 
 
 if __name__ == '__main__':

@@ -38,20 +38,17 @@ from framework.engines import start_watch
 from framework.engines.local_cluster import slurm_tasks
 from framework.engines.schema import DISTRIBUTION_SCHEMA
 from optimizers import allreduce
-# Start-up and the job's shape, as the optimizers see them.
-from optimizers.allreduce import CYCLE_TIME_VARIABLE  # noqa: F401  (re-exported)
-from optimizers.allreduce import IDLE_CYCLE_TIME_MS  # noqa: F401
-from optimizers.allreduce import rank
-from optimizers.allreduce import single_process  # noqa: F401
-from optimizers.allreduce import size  # noqa: F401
-from optimizers.allreduce import wakes_on_enqueue  # noqa: F401
-
-# The names the trainer and scripts call them by.
-allreduce_average = allreduce.average
-broadcast_variables = allreduce.broadcast
-engine_name = allreduce.engine_name
 
 AUTO = 'auto'
+
+CYCLE_TIME_VARIABLE = 'HOROVOD_CYCLE_TIME'
+# Horovod's background thread runs a negotiation round, a collective between
+# all workers, every HOROVOD_CYCLE_TIME ms (default 1), even when there is
+# nothing to reduce; on busy CPU cores those rounds cost training time. The
+# Horovod that scripts/build_horovod.sh builds also wakes the thread when a
+# tensor is enqueued, so there the cycle only paces idle rounds and a long one
+# costs no latency (docs/performance.md has the measurements).
+IDLE_CYCLE_TIME_MS = 50
 
 _LAUNCHER_VARIABLES = ('HOROVOD_RANK', 'HOROVOD_SIZE', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK')
 _CLUSTER_JOBS = ('chief', 'worker')
@@ -328,7 +325,7 @@ def start(choice=AUTO, params=None, environ=None):
     params = check_params({}, DISTRIBUTION_SCHEMA, 'distribution_params')
   engine, where = choose_engine(choice, environ)
   if engine == allreduce.HOROVOD:
-    allreduce.init()
+    start_horovod()
   elif engine == allreduce.MULTI_WORKER_MIRRORED:
     resolver = None
     if where == 'TF_CONFIG':
@@ -342,8 +339,8 @@ def start(choice=AUTO, params=None, environ=None):
     timeout = params['timeout_seconds']
     try:
       with start_watch.StartWatchdog(timeout, _start_overdue_line(where, timeout)):
-        allreduce.init_collective(resolver, timeout_seconds=timeout,
-                                  implementation=params['implementation'])
+        start_collective(resolver, timeout_seconds=timeout,
+                         implementation=params['implementation'])
     except Exception as exc:  # TensorFlow's errors from the cluster start-up
       raise RuntimeError(f'{where}: the multi-worker cluster could not start '
                          f'({" ".join(str(exc).split())[:300]})') from None
@@ -356,6 +353,80 @@ def start(choice=AUTO, params=None, environ=None):
       from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
       start_watch.forward_taken_sigterm(context.context().get_config_key_value)
   return engine
+
+
+def import_horovod():
+  """Imports horovod.tensorflow, with a one-line error naming the fix when it is missing."""
+  try:
+    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+  except ImportError as exc:
+    raise RuntimeError('Horovod is not installed in this environment: run `bash scripts/setup.sh` '
+                       '(or scripts/build_horovod.sh), which builds horovod==0.28.1 with gloo '
+                       f'({exc}); or use distribution: multi_worker_mirrored, which needs no '
+                       'build') from None
+  return hvd
+
+
+def wakes_on_enqueue():
+  """Whether this Horovod build wakes its background thread on enqueue (build_horovod.sh)."""
+  from horovod.tensorflow.mpi_ops import _basics  # pylint: disable=import-outside-toplevel
+  return hasattr(_basics.MPI_LIB_CTYPES, 'horovod_wakes_on_enqueue')
+
+
+def start_horovod():
+  """Starts Horovod once, as the process's engine (``allreduce.use_horovod``); returns the module.
+
+  With a Horovod that wakes on enqueue and no HOROVOD_CYCLE_TIME in the
+  environment, the cycle is set to IDLE_CYCLE_TIME_MS first.
+
+  Raises:
+    RuntimeError: Horovod is missing, or another engine is running.
+  """
+  if allreduce.engine_name() == allreduce.HOROVOD:
+    return allreduce.horovod()
+  if allreduce.engine_name() != allreduce.NONE:
+    raise RuntimeError(f'the {allreduce.engine_name()} engine is running; Horovod cannot start '
+                       'beside it')
+  hvd = import_horovod()
+  if CYCLE_TIME_VARIABLE not in os.environ and wakes_on_enqueue():
+    os.environ[CYCLE_TIME_VARIABLE] = str(IDLE_CYCLE_TIME_MS)
+  hvd.init()
+  return allreduce.use_horovod(hvd)
+
+
+def start_collective(cluster_resolver=None, timeout_seconds=600, implementation='auto'):
+  """Starts the ``multi_worker_mirrored`` engine once; returns its strategy.
+
+  It must run before any other TensorFlow op of the process (TensorFlow
+  configures its collectives at start-up).
+
+  Args:
+    cluster_resolver: a ``tf.distribute.cluster_resolver.ClusterResolver``;
+      None reads ``TF_CONFIG``.
+    timeout_seconds: how long one collective waits for its peers before it
+      fails (and the run with it) instead of hanging on a dead one; None waits
+      for ever (``distribution_params.timeout_seconds``, 600 s by default:
+      a peer may be saving a checkpoint or tracing the step meanwhile).
+    implementation: 'auto' (NCCL on GPUs, RING otherwise), 'ring' or 'nccl'.
+
+  Raises:
+    RuntimeError: Horovod is running already.
+  """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  if allreduce.engine_name() == allreduce.MULTI_WORKER_MIRRORED:
+    return allreduce.use_collective(None, None)
+  if allreduce.engine_name() != allreduce.NONE:
+    raise RuntimeError(f'the {allreduce.engine_name()} engine is running; '
+                       'multi_worker_mirrored cannot start beside it')
+  kinds = tf.distribute.experimental.CommunicationImplementation
+  chosen = {'auto': kinds.AUTO, 'ring': kinds.RING, 'nccl': kinds.NCCL}[implementation]
+  if chosen == kinds.AUTO and not tf.config.list_physical_devices('GPU'):
+    chosen = kinds.RING
+  options = tf.distribute.experimental.CommunicationOptions(
+      implementation=chosen, timeout_seconds=timeout_seconds)
+  strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver,
+                                                       communication_options=options)
+  return allreduce.use_collective(strategy, 'NCCL' if chosen == kinds.NCCL else 'RING')
 
 
 def _start_overdue_line(where, timeout):
@@ -373,7 +444,7 @@ def _python_handlers():
 
 
 def is_chief():
-  return rank() == 0
+  return allreduce.rank() == 0
 
 
 def log(message):

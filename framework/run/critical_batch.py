@@ -69,6 +69,7 @@ def launch(options, configs, logdir, resume, dtype_line=None):
   from core.params import ConfigError
   from data.base import DataError
   from framework.engines import distributed
+  from optimizers import allreduce
   from framework.engines import start_watch
   from framework.run import checkpoints
   from framework.run import stopping
@@ -80,7 +81,7 @@ def launch(options, configs, logdir, resume, dtype_line=None):
     raise LaunchError('batch_policy: --mode=critical_batch measures fixed batches against each '
                       f'other, and this config grows its batch ({cfg["batch_policy"]!r}); run '
                       'it with --set batch_policy=fixed')
-  base_batch = cfg['batch_size_per_gpu'] * distributed.size() * cfg['iter_size']
+  base_batch = cfg['batch_size_per_gpu'] * allreduce.size() * cfg['iter_size']
   max_batch = options.max_batch or branch_lib.DEFAULT_MAX_BATCH_FACTOR * base_batch
   try:
     batches = results.branch_batches(base_batch, max_batch)
@@ -135,6 +136,7 @@ class Measurement:
 
   def __init__(self, options, configs, logdir, resume, dtype_line, stop, batches, max_batch):
     from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+    from optimizers import allreduce  # pylint: disable=import-outside-toplevel
     self.options = options
     self.configs = configs
     self.cfg = configs['train']
@@ -144,7 +146,7 @@ class Measurement:
     self.stop = stop
     self.batches = batches
     self.max_batch = max_batch
-    self.workers = distributed.size()
+    self.workers = allreduce.size()
     self.chief = distributed.is_chief()
     self.log = distributed.log
     self.tolerance = (options.tolerance if options.tolerance is not None
@@ -398,6 +400,7 @@ class Measurement:
     """Trains and evaluates one branch; the chief writes its record."""
     # pylint: disable=import-outside-toplevel
     from framework.engines import distributed
+    from optimizers import allreduce  # pylint: disable=import-outside-toplevel
     from framework.run import evaluation
     from framework.run import summaries
     from framework.run.trainer import Trainer, TrainingError
@@ -438,7 +441,7 @@ class Measurement:
     record = {'batch': batch, 'iter_size': cfg['iter_size'], 'updates': updates,
               'examples': self.examples, 'unit': self.unit, 'learning_rate': rate,
               'cooldown_fraction': self.cooldown, 'heldout_loss': loss, 'metrics': metrics,
-              'diverged': diverged, 'noise_scale': noise or None, 'workers': distributed.size(),
+              'diverged': diverged, 'noise_scale': noise or None, 'workers': allreduce.size(),
               'wall_s': round(time.monotonic() - started, 1), 'settings': settings}
     if self.chief:
       results.write_json(results.branch_path(self.directory, batch), record)

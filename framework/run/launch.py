@@ -86,9 +86,6 @@ def launch(options, configs, resume, notes=(), output=None):
     options = copy.copy(options)
     options.continue_learning = auto[0]
   distributed = start_engine(cfg)
-  if distributed.size() > 1:
-    from core import signals  # pylint: disable=import-outside-toplevel
-    signals.defer_stops()  # the workers stop together from here (run() takes it)
   for note in notes:
     distributed.log(note)
   if auto is not None and distributed.is_chief():
@@ -132,8 +129,9 @@ def check_export_dir(export_dir):
 
 def scale_learning_rates(configs, distributed):
   """The configs with their lr_scaling rules resolved for the workers of this run, logged."""
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
-  configs, how = config_lib.scale_learning_rates(configs, distributed.size())
+  configs, how = config_lib.scale_learning_rates(configs, allreduce.size())
   if how is not None:
     distributed.log(f'learning rate (lr_scaling): {how}')
   return configs
@@ -176,6 +174,9 @@ def check_with_owners(configs):
 def start_engine(cfg):
   """Starts the run's multi-worker engine (before any other TensorFlow op); returns the module.
 
+  With two or more workers, a stop signal is deferred from here on: the
+  workers stop together (the train loop's ``StopRequest`` takes it).
+
   Raises:
     LaunchError: a choice the environment cannot honour, or a cluster that cannot start.
   """
@@ -183,6 +184,7 @@ def start_engine(cfg):
   from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()  # without its start-up banner, before the engine imports it
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   choice = cfg['distribution']
   if cfg['use_horovod'] and choice == distributed.AUTO:
     choice = 'horovod'
@@ -193,8 +195,11 @@ def start_engine(cfg):
   except (ConfigError, RuntimeError) as exc:
     raise LaunchError(str(exc)) from None
   if engine != 'none':
-    distributed.log(f'engine: {distributed.engine_name()}, {distributed.size()} workers; '
-                    f'{distributed.allreduce.describe()}')
+    distributed.log(f'engine: {allreduce.engine_name()}, {allreduce.size()} workers; '
+                    f'{allreduce.describe()}')
+  if allreduce.size() > 1:
+    from core import signals  # pylint: disable=import-outside-toplevel
+    signals.defer_stops()  # the workers stop together from here (run() takes it)
   return distributed
 
 
@@ -207,6 +212,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
   from core.params import ConfigError  # pylint: disable=import-outside-toplevel
   from data.base import DataError, named_data_loss  # pylint: disable=import-outside-toplevel
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   from framework.engines import start_watch  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
   from framework.run import stopping  # pylint: disable=import-outside-toplevel
@@ -235,7 +241,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
     if distributed.is_chief():
       print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
             f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
-            + (_same_launch(distributed.engine_name()) if trainer.num_workers > 1 else ''),
+            + (_same_launch(allreduce.engine_name()) if trainer.num_workers > 1 else ''),
             flush=True)
     return stopping.exit_status(exc.signum)
   except ConfigError as exc:
@@ -275,18 +281,19 @@ def _same_launch(engine):
 
 def peer_failure(exc, distributed, logdir):
   """One line for a collective that failed because another worker died or hung; else None."""
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
   kinds = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
            tf.errors.CancelledError, tf.errors.UnknownError, tf.errors.InternalError)
-  if distributed.size() < 2 or not isinstance(exc, kinds):
+  if allreduce.size() < 2 or not isinstance(exc, kinds):
     return None
   cause = ' '.join(str(exc.message if hasattr(exc, 'message') else exc).split())
   if not any(word in cause for word in ('ollective', 'heartbeat', 'Socket closed', 'peer',
                                         'unhealthy', 'Deadline', 'task')):
     return None
-  return (f'a worker of this {distributed.engine_name()} job failed or stopped answering, so '
-          f'worker {distributed.rank()} stops too ({cause[:200]}); kept: '
+  return (f'a worker of this {allreduce.engine_name()} job failed or stopped answering, so '
+          f'worker {allreduce.rank()} stops too ({cause[:200]}); kept: '
           f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
 
 

@@ -228,6 +228,7 @@ def take_lock(logdir, lock):
 def check_resume_config(logdir, cfg):
   """Compares the config with the one the logdir was trained with; one line either way."""
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   from framework.run import rundir  # pylint: disable=import-outside-toplevel
   import yaml  # pylint: disable=import-outside-toplevel
   saved, path, problems = rundir.newest_saved_config(logdir)
@@ -279,8 +280,9 @@ def check_data_layout(logdir, saved, cfg):
     cfg: this run's config.
   """
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
-  workers, batch = distributed.size(), cfg['batch_size_per_gpu']
+  workers, batch = allreduce.size(), cfg['batch_size_per_gpu']
   prefix, layout = checkpoints.newest_data_layout(logdir)
   if prefix is None:
     return  # no readable checkpoint: the restore says what there is

@@ -43,6 +43,7 @@ from framework import tasks
 from framework.config import schedule
 from framework.config import validation as config_lib
 from framework.engines import distributed
+from optimizers import allreduce
 from framework.engines import hardware
 from framework.run import batch_policy
 from framework.run import checkpoints
@@ -59,7 +60,7 @@ from framework.tasks import image_precise_bn
 from optimizers import exclusions
 from optimizers.catalog import make_optimizer
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 
 # The trainer's interface; the last three are defined beside it and re-exported.
 __all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
@@ -84,8 +85,8 @@ class Trainer:
     self._restored = None
     # What depends on the kind of data and model: loss, metrics, evaluation, export.
     self.task = tasks.make_task(self.config, eval_config)
-    self.num_workers = distributed.size()
-    self.rank = distributed.rank()
+    self.num_workers = allreduce.size()
+    self.rank = allreduce.rank()
 
     keras.utils.set_random_seed(self.config['random_seed'])
     if self.config['deterministic']:
@@ -283,7 +284,7 @@ class Trainer:
     state = (list(self.model.variables) + list(self.pipeline.state_variables())
              + [self.data_position]
              + (list(self.batch_control.variables) if self.batch_control is not None else []))
-    distributed.broadcast_variables(state, root_rank=0)
+    allreduce.broadcast(state, root_rank=0)
 
   def begin(self):
     """Run once before training, after restore: broadcast, then the pipeline's start (AGN's center)."""

@@ -24,9 +24,9 @@ import types
 import tensorflow as tf
 
 from optimizers import stages
-from optimizers.catalog import normalize_dtype
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
+from optimizers.settings import normalize_dtype
 
 
 def _clip_by_global_norm(t_list, clip_norm, use_norm, name=None):

@@ -17,7 +17,7 @@ from models.keras_application import application
 from models.keras_application import application_names
 from optimizers import exclusions
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 
 MOBILENET = {'name': 'MobileNetV2', 'extra_kwargs': {'alpha': 0.35}}
 

@@ -12,7 +12,7 @@ from optimizers import validation
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 from tests.optimizers.test_lamb import numpy_lamb
 from tests.optimizers.test_lars import numpy_lars
 

@@ -22,6 +22,7 @@ from optimizers.lars import LARSOptimizer
 from optimizers.lars import MomentumOptimizer
 from optimizers import pipeline as pipeline_lib
 from optimizers.pipeline import larc_and_apply
+from optimizers.settings import UpdateSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -340,7 +341,7 @@ def test_optimize_loss_takes_its_gradient_statistics_from_the_kernel():
   variables, _ = variables_and_grads()
   x = tf.constant(np.random.default_rng(3).normal(size=(5, 4)).astype(np.float32))
   pipeline = pipeline_lib.GradientPipeline(
-      variables, pipeline_lib.UpdateSettings('SGD', {'learning_rate': 0.1}, clip_gradients=1.0))
+      variables, UpdateSettings('SGD', {'learning_rate': 0.1}, clip_gradients=1.0))
   types = op_types(lambda: pipeline(
       lambda: tf.reduce_sum(tf.tanh(tf.matmul(x, variables[0]) + variables[1])))['loss'])
   assert 'LargebatchGradientStats' in types and 'IsFinite' not in types and 'L2Loss' not in types

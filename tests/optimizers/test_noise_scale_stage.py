@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from core.noise_scale import NoiseScaleTracker
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 
 D = 100
 SIGMA = 0.5

@@ -19,7 +19,7 @@ from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lars import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -221,7 +221,7 @@ def test_allreduce_runs_once_per_update_after_accumulation_and_before_finite_che
     return [g * 2.0 if g is not None else None for g in grads]
 
   monkeypatch.setattr(allreduce, 'average', fake_allreduce)
-  monkeypatch.setattr(allreduce, 'init', lambda: None)
+  monkeypatch.setattr(allreduce, 'join_started_horovod', lambda: None)
   var = keras.Variable(np.array([0.0], np.float32), name='w')
   for g in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
     optimize_loss(lambda g=g: -g * tf.reduce_sum(var), 'SGD', {'learning_rate': 1.0}, None,

@@ -14,7 +14,7 @@ from optimizers import validation
 from optimizers.agn import AGNOptimizer
 from optimizers.automatic_loss_scaler import make_loss_scaler
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 from optimizers.pipeline import Update
 
 

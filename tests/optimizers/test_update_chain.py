@@ -43,7 +43,7 @@ def test_the_chain_is_built_once_and_every_update_runs_the_stages_it_chose(monke
   from optimizers import stages  # pylint: disable=import-outside-toplevel
   from optimizers import native  # pylint: disable=import-outside-toplevel
   from optimizers.pipeline import GradientPipeline  # pylint: disable=import-outside-toplevel
-  from optimizers.pipeline import UpdateSettings  # pylint: disable=import-outside-toplevel
+  from optimizers.settings import UpdateSettings  # pylint: disable=import-outside-toplevel
 
   assert native.load() is not None, native.error()
   asked = []

@@ -16,7 +16,7 @@ from framework.run import launch
 from framework.run import resume
 from framework.run import rundir
 from optimizers.pipeline import GradientPipeline
-from optimizers.pipeline import UpdateSettings
+from optimizers.settings import UpdateSettings
 from tests.framework.config.test_config import base_config
 from tests.framework.config.test_config import check
 
