@@ -301,7 +301,9 @@ class FusedUpdate(TF1OptimizerMixin):
       if key not in steps:
         steps[key] = stages.step_stages(self, variables, grads)[0]
       if not isinstance(steps[key], stages.KerasStep):
-        steps[key](grads, None)
+        # The gradients as given: they come from the caller's graph, with no
+        # branch of a chain between them and the update.
+        stages.apply_fused(self, steps[key].update, grads, variables)
         return None
     return super().apply(grads, trainable_variables)
 
