@@ -45,6 +45,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
+from scripts.trace_update import project_file  # noqa: E402  pylint: disable=wrong-import-position
 
 # The configs traced: the main job's first (the one the limits hold), then the
 # ResNet-50 config as a Python file and as YAML.
@@ -56,15 +57,6 @@ MAX_FILES = 17
 MAX_RETURNS = 10
 # Only the project's own code is followed: tests and scripts are the caller.
 PACKAGES = ('framework', 'core', 'data', 'models', 'optimizers')
-
-
-def _project_file(filename):
-  """The repository-relative path of a file of PACKAGES, or None."""
-  path = os.path.abspath(filename)
-  if not path.startswith(ROOT + os.sep):
-    return None
-  relative = os.path.relpath(path, ROOT)
-  return relative if relative.split(os.sep)[0] in PACKAGES else None
 
 
 def measure(path=MAIN_CONFIG):
@@ -93,7 +85,7 @@ def measure(path=MAIN_CONFIG):
         return
       before, caller = current()
       if event == 'call':
-        callee = _project_file(frame.f_code.co_filename)
+        callee = project_file(frame.f_code.co_filename, PACKAGES)
         if before is not None and callee is not None and callee != before:
           running = {name for name, _ in stack}
           if callee not in running:

@@ -42,13 +42,13 @@ MAX_IMPORT_DEPTH = 5
 PACKAGES = ('optimizers', 'core')
 
 
-def _project_file(filename):
-  """The repository-relative path of a file of PACKAGES, or None."""
+def project_file(filename, packages=PACKAGES):
+  """The repository-relative path of a file of ``packages``, or None (scripts/trace_config.py too)."""
   path = os.path.abspath(filename)
   if not path.startswith(ROOT + os.sep):
     return None
   relative = os.path.relpath(path, ROOT)
-  return relative if relative.split(os.sep)[0] in PACKAGES else None
+  return relative if relative.split(os.sep)[0] in packages else None
 
 
 def _step_fn():
@@ -99,7 +99,7 @@ def measure():
       return
     before = current()
     if event == 'call':
-      stack.append(_project_file(frame.f_code.co_filename))
+      stack.append(project_file(frame.f_code.co_filename))
     elif stack:
       stack.pop()
     after = current()
