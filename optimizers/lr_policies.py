@@ -7,10 +7,15 @@ configs port unchanged. ``global_step`` may be a Python int or an integer
 tensor or variable, so a policy can be called eagerly or inside a
 ``tf.function`` that is traced once for every step.
 
-Linear warm-up is one helper, :func:`_warmup_then_decay`, composed with each
-decay: for s < W the rate is lr·s/W, then lr until the decay starts at
-max(W, begin_decay_at), then the decay itself as a function of the steps since
-that start.
+Linear warm-up is one helper, :func:`_warmed_up` (lr·min(1, s/W)), composed
+with each decay. ``poly_decay`` and ``cosine_decay`` are OpenSeq2Seq's: their
+decay counts from ``begin_decay_at`` and multiplies the warmed-up rate, so a
+warm-up longer than ``begin_decay_at`` overlaps the decay
+(:func:`_warmup_times_decay`). ``inv_poly_decay`` warms up, holds lr, and
+decays from max(W, begin_decay_at) (:func:`_warmup_then_decay`). A config's
+warm-up given in epochs or as a fraction of the run means "warm up, then
+decay": the config layer gives those policies begin_decay_at = max(b, W)
+(``framework.config.schedule``).
 
 Values are computed in float64 and cast at the end: integer steps and
 boundaries compare exactly, and the result is the correctly rounded float32 of
@@ -57,6 +62,33 @@ def _step(global_step):
   if step.shape.rank not in (None, 0):
     raise ValueError(f'global_step: expected a scalar, got shape {step.shape}')
   return tf.cast(step, _COMPUTE_DTYPE)
+
+
+def _warmed_up(step, learning_rate, warmup_steps):
+  """lr·s/W for s < W, then lr (lr alone when W = 0): a float64 scalar tensor."""
+  lr = tf.constant(learning_rate, _COMPUTE_DTYPE)
+  if warmup_steps > 0:
+    return tf.where(step < warmup_steps, lr * step / warmup_steps, lr)
+  return lr
+
+
+def _warmup_times_decay(step, learning_rate, warmup_steps, begin_decay_at, decay):
+  """OpenSeq2Seq's composition: the warmed-up rate r, decayed from ``begin_decay_at`` on.
+
+  Args:
+    step: float64 scalar tensor, the global step s.
+    learning_rate: the base rate lr (a Python float).
+    warmup_steps: W; r = lr·min(1, s/W) (r = lr when W = 0).
+    begin_decay_at: b; r itself for s < b.
+    decay: ``f(rate, t) -> float64 tensor``, the rate t >= 0 steps after b
+      for the (warmed-up) rate ``rate``; only evaluated on t >= 0.
+
+  Returns:
+    A float64 scalar tensor.
+  """
+  rate = _warmed_up(step, learning_rate, warmup_steps)
+  since_start = tf.maximum(step - begin_decay_at, 0.0)
+  return tf.where(step < begin_decay_at, rate, decay(rate, since_start))
 
 
 def _warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay):
@@ -190,17 +222,20 @@ def exp_decay(global_step, learning_rate, decay_steps, decay_rate, use_staircase
 
 def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_at=0, min_lr=0.0,
                warmup_steps=0):
-  """Polynomial decay from ``lr`` to ``min_lr`` over ``decay_steps``, with warm-up.
+  """Polynomial decay from ``lr`` to ``min_lr`` over ``decay_steps``, with warm-up, as OpenSeq2Seq's.
 
-  After the start the rate is (lr − min_lr)·(1 − min(t, D)/D)^power + min_lr,
-  t = steps since the start; power 2 is the schedule of the LARS paper.
+  With r = lr·min(1, s/W) (r = lr when W = 0), the rate is r before
+  ``begin_decay_at`` b and (r − min_lr)·(1 − min(s − b, D)/D)^power + min_lr
+  from b on: the warm-up multiplies the decay, which counts from b whatever W
+  is (a warm-up longer than b overlaps it). Power 2 is the schedule of the
+  LARS paper.
 
   Args:
     global_step: the step s.
     learning_rate: the peak rate, >= 0.
     decay_steps: D > 0, the length of the decay; the rate stays at min_lr after.
     power: the exponent, > 0.
-    begin_decay_at: b >= 0; the decay starts at max(warmup_steps, b).
+    begin_decay_at: b >= 0, the step the decay counts from.
     min_lr: the final rate, >= 0.
     warmup_steps: W >= 0 steps of linear warm-up from 0.
 
@@ -221,27 +256,30 @@ def poly_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_a
   min_lr = validation.number('min_lr', min_lr, minimum=0.0)
   warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
 
-  def decay(since_start):
+  def decay(rate, since_start):
     remaining = 1.0 - tf.minimum(since_start, decay_steps) / decay_steps
-    return (learning_rate - min_lr) * tf.pow(remaining, power) + min_lr
+    return (rate - min_lr) * tf.pow(remaining, power) + min_lr
 
-  return _output(_warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
+  return _output(_warmup_times_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
 
 
-def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_lr=0.0,
+def cosine_decay(global_step, learning_rate, decay_steps, power=1.0, begin_decay_at=0, min_lr=0.0,
                  warmup_steps=0):
-  """Half-cosine decay from ``lr`` to ``min_lr`` over ``decay_steps``, with warm-up.
+  """Half-cosine decay over ``decay_steps`` to the fraction ``min_lr`` of the rate, as OpenSeq2Seq's.
 
-  After the start the rate is (lr − min_lr)·½(1 + cos(π·min(t, D)/D)) + min_lr,
-  t = steps since the start; ``min_lr`` is an absolute floor, not a fraction
-  of ``lr``.
+  With r = lr·min(1, s/W) (r = lr when W = 0), the rate is r before
+  ``begin_decay_at`` b and r·((1 − min_lr)·½(1 + cos(π·min(s − b, D)/D)) +
+  min_lr) from b on: ``tf.train.cosine_decay`` with ``alpha=min_lr``, so
+  ``min_lr`` is a fraction of the rate, not a rate. As in
+  :func:`poly_decay`, the decay counts from b and the warm-up multiplies it.
 
   Args:
     global_step: the step s.
     learning_rate: the peak rate, >= 0.
     decay_steps: D > 0, the length of the decay.
-    begin_decay_at: b >= 0; the decay starts at max(warmup_steps, b).
-    min_lr: the final rate, >= 0.
+    power: accepted and unused, as in OpenSeq2Seq's signature.
+    begin_decay_at: b >= 0, the step the decay counts from.
+    min_lr: the final rate as a fraction of the rate (TF's ``alpha``), >= 0.
     warmup_steps: W >= 0 steps of linear warm-up from 0.
 
   Returns:
@@ -253,6 +291,7 @@ def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_
   References:
     Loshchilov, Hutter. SGDR: Stochastic Gradient Descent with Warm Restarts. 2017.
   """
+  del power  # OpenSeq2Seq's signature has it; its cosine decay does not read it
   step = _step(global_step)
   learning_rate = validation.number('learning_rate', learning_rate, minimum=0.0)
   decay_steps = validation.number('decay_steps', decay_steps, positive=True)
@@ -260,11 +299,11 @@ def cosine_decay(global_step, learning_rate, decay_steps, begin_decay_at=0, min_
   min_lr = validation.number('min_lr', min_lr, minimum=0.0)
   warmup_steps = validation.number('warmup_steps', warmup_steps, minimum=0.0)
 
-  def decay(since_start):
+  def decay(rate, since_start):
     fraction = tf.minimum(since_start, decay_steps) / decay_steps
-    return (learning_rate - min_lr) * 0.5 * (1.0 + tf.cos(math.pi * fraction)) + min_lr
+    return rate * ((1.0 - min_lr) * 0.5 * (1.0 + tf.cos(math.pi * fraction)) + min_lr)
 
-  return _output(_warmup_then_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
+  return _output(_warmup_times_decay(step, learning_rate, warmup_steps, begin_decay_at, decay))
 
 
 def inv_poly_decay(global_step, learning_rate, decay_steps, min_lr, power=1.0, begin_decay_at=0,

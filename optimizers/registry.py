@@ -94,7 +94,7 @@ _LR_POLICIES = (
     ('piecewise_constant', ('boundaries', 'decay_rates'), ('steps_per_epoch',)),
     ('exp_decay', ('decay_steps', 'decay_rate', 'use_staircase_decay'), _DECAY),
     ('poly_decay', ('decay_steps',), ('power',) + _DECAY + ('warmup_steps',)),
-    ('cosine_decay', ('decay_steps',), _DECAY + ('warmup_steps',)),
+    ('cosine_decay', ('decay_steps',), ('power',) + _DECAY + ('warmup_steps',)),
     ('inv_poly_decay', ('decay_steps', 'min_lr'), ('power', 'begin_decay_at', 'warmup_steps',
                                                    'name')),
     ('transformer_policy', ('d_model', 'warmup_steps'), ('max_lr', 'coefficient', 'dtype')),

@@ -80,7 +80,7 @@ def test_config_mistakes_exit_2_with_one_line(capsys, args, message):
 
 SHORTENED = ('note: lr_policy_params.warmup_epochs: the warm-up (234 steps) is longer than this '
              'run (30 steps, max_steps from the command line); it is shortened to the whole run '
-             '(lr_policy_params.warmup_steps: 30)')
+             '(lr_policy_params.warmup_steps: 30, begin_decay_at: 30)')
 
 
 # What --print_config says of the main job's update before anything is built.
@@ -96,8 +96,10 @@ def test_a_smoke_run_is_one_override(capsys):
   assert status == 0 and err.splitlines() == [SHORTENED, CHAIN], err
   printed = yaml.safe_load(out)
   assert (printed['max_steps'], printed['num_epochs']) == (30, None)
+  # The warm-up of one epoch, shortened to raw steps, still ends before the decay begins.
   assert printed['lr_policy_params'] == {'power': 2.0, 'decay_fraction': 1.0, 'min_lr': 0.0,
-                                         'learning_rate': 2.0, 'warmup_steps': 30}
+                                         'learning_rate': 2.0, 'warmup_steps': 30,
+                                         'begin_decay_at': 30}
   # A length in epochs replaces max_steps the same way; a warm-up the run holds stays.
   status, out, err = main(capsys, '--config', LARS_CONFIG, '--print_config',
                           '--set', 'train_params.num_epochs=2')

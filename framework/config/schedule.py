@@ -119,10 +119,19 @@ def _fit_warmup(config, per_epoch, run_length_given):
                         f'training ({total} steps); shorten it or train longer')
     fitted = {k: v for k, v in lr_params.items() if k != given}
     fitted[key] = total
+    begins = ''
+    policy = config['lr_policy']
+    if given != key and key == 'warmup_steps' and takes_argument(policy, 'begin_decay_at'):
+      # Given in epochs or as a fraction, the warm-up ends before the decay begins
+      # (warmup_then_decay); given in raw steps now, the config says so itself.
+      begin = epochs_to_steps(lr_params, per_epoch, total).get('begin_decay_at', 0)
+      fitted = {k: v for k, v in fitted.items() if DURATION_KEYS.get(k, k) != 'begin_decay_at'}
+      fitted['begin_decay_at'] = max(begin, total)
+      begins = f', begin_decay_at: {fitted["begin_decay_at"]}'
     length = 'max_steps' if config['max_steps'] is not None else 'num_epochs'
     note = (f'note: lr_policy_params.{given}: the warm-up ({value} steps) is longer than this run '
             f'({total} steps, {length} from the command line); it is shortened to the whole run '
-            f'(lr_policy_params.{key}: {total})')
+            f'(lr_policy_params.{key}: {total}{begins})')
     return dict(config, lr_policy_params=fitted), note
   return config, None
 
@@ -132,8 +141,8 @@ DECAY_KEYS = tuple(key for key, step in DURATION_KEYS.items() if step == 'decay_
     'decay_steps',)
 
 
-def takes_decay_steps(policy):
-  """Whether the lr policy (a registered name, an import path, or the function) takes ``decay_steps``.
+def takes_argument(policy, argument):
+  """Whether the lr policy (a registered name, an import path, or the function) takes ``argument``.
 
   A registered policy answers from its declared arguments, without being
   imported; an import path is imported (the config layer did so already).
@@ -143,12 +152,47 @@ def takes_decay_steps(policy):
       return False  # the name's own check says what it is
     arguments = LR_POLICIES.facts(policy).get('ARGUMENTS')
     if arguments is not None:
-      return 'decay_steps' in arguments.names
+      return argument in arguments.names
     policy = LR_POLICIES[policy]
   try:
-    return 'decay_steps' in inspect.signature(policy).parameters
+    return argument in inspect.signature(policy).parameters
   except (TypeError, ValueError):
     return False
+
+
+def takes_decay_steps(policy):
+  """Whether the lr policy takes ``decay_steps`` (:func:`takes_argument`)."""
+  return takes_argument(policy, 'decay_steps')
+
+
+# The keys that give the warm-up in the project's own units (epochs, a fraction of the run).
+WARMUP_DURATION_KEYS = tuple(key for key, step in DURATION_KEYS.items() if step == 'warmup_steps')
+
+
+def warmup_then_decay(policy, lr_policy_params, params):
+  """``params`` (in steps) with ``begin_decay_at`` raised to the warm-up's end, where the config means that.
+
+  The lr policies' own ``warmup_steps`` and ``begin_decay_at`` are
+  OpenSeq2Seq's: the decay counts from ``begin_decay_at`` and the warm-up
+  multiplies it, overlapping when it is the longer (docs/math.md). A warm-up
+  given in the project's own units (``warmup_epochs``, ``warmup_fraction``)
+  means "warm up, then decay": for a policy that takes both arguments,
+  ``begin_decay_at`` becomes max(begin_decay_at, warmup_steps).
+
+  Args:
+    policy: the config's ``lr_policy``.
+    lr_policy_params: the params as the config gives them.
+    params: the same in steps (:func:`epochs_to_steps`), not modified.
+
+  Returns:
+    ``params``, or a new dict with ``begin_decay_at`` set.
+  """
+  if not any(key in (lr_policy_params or {}) for key in WARMUP_DURATION_KEYS):
+    return params
+  if not (takes_argument(policy, 'begin_decay_at') and takes_argument(policy, 'warmup_steps')):
+    return params
+  begin = max(params.get('begin_decay_at', 0), params['warmup_steps'])
+  return dict(params, begin_decay_at=begin)
 
 
 def decay_defaulted(config):
@@ -198,8 +242,9 @@ def default_decay_steps(config, per_epoch):
 
 def learning_rate_fn(cfg, per_epoch):
   """``f(global_step) -> lr`` for the config's policy, durations in epochs or fractions of the
-  run converted to steps, ``decay_steps`` filled in where the config gives none
-  (:func:`default_decay_steps`); the policy is tried once at step 0 (and
+  run converted to steps (a warm-up so given ends before the decay begins,
+  :func:`warmup_then_decay`), ``decay_steps`` filled in where the config gives
+  none (:func:`default_decay_steps`); the policy is tried once at step 0 (and
   imported, with TensorFlow).
 
   Raises:
@@ -208,6 +253,7 @@ def learning_rate_fn(cfg, per_epoch):
   cfg, _ = default_decay_steps(cfg, per_epoch)
   policy = LR_POLICIES.resolve(cfg['lr_policy'])
   params = epochs_to_steps(cfg['lr_policy_params'], per_epoch, total_steps(cfg, per_epoch))
+  params = warmup_then_decay(cfg['lr_policy'], cfg['lr_policy_params'], params)
   try:
     policy(0, **params)
   except (TypeError, ValueError) as exc:

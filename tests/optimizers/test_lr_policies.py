@@ -43,20 +43,26 @@ def ref_start(s, lr, W, b):
   return None
 
 
+def ref_warmed(s, lr, W):
+  """OpenSeq2Seq's warm-up: the rate the decay starts from, lr·min(1, s/W)."""
+  return lr * s / W if W > 0 and s < W else lr
+
+
 def ref_poly(s, lr, D, power=1.0, b=0, min_lr=0.0, W=0):
-  early = ref_start(s, lr, W, b)
-  if early is not None:
-    return early
-  t = s - max(W, b)
-  return (lr - min_lr) * (1 - min(t, D) / D) ** power + min_lr
+  # OpenSeq2Seq's poly_decay: tf.train.polynomial_decay of the warmed-up rate at s − b.
+  r = ref_warmed(s, lr, W)
+  if s < b:
+    return r
+  return (r - min_lr) * (1 - min(s - b, D) / D) ** power + min_lr
 
 
 def ref_cosine(s, lr, D, b=0, min_lr=0.0, W=0):
-  early = ref_start(s, lr, W, b)
-  if early is not None:
-    return early
-  t = s - max(W, b)
-  return (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * min(t, D) / D)) + min_lr
+  # OpenSeq2Seq's cosine_decay: tf.train.cosine_decay(alpha=min_lr) of the warmed-up rate at s − b.
+  r = ref_warmed(s, lr, W)
+  if s < b:
+    return r
+  cosine = 0.5 * (1 + math.cos(math.pi * min(s - b, D) / D))
+  return r * ((1 - min_lr) * cosine + min_lr)
 
 
 def ref_inv_poly(s, lr, D, min_lr, power=1.0, b=0, W=0):
@@ -146,7 +152,7 @@ def test_exp_decay_hand_checked():
     {'learning_rate': 2.0, 'decay_steps': 100, 'power': 2.0, 'warmup_steps': 10},
     # W < b: warm-up, then constant lr until b.
     {'learning_rate': 2.0, 'decay_steps': 80, 'power': 0.5, 'warmup_steps': 10, 'begin_decay_at': 20},
-    # W > b: the decay starts at W.
+    # W > b: the decay counts from b while the warm-up still multiplies it.
     {'learning_rate': 2.0, 'decay_steps': 80, 'power': 1.5, 'warmup_steps': 20, 'begin_decay_at': 5,
      'min_lr': 0.01},
 ])
@@ -163,9 +169,14 @@ def test_poly_decay_hand_checked():
   assert_table(poly_decay, kwargs,
                [(0, 0.0), (5, 0.5), (10, 1.0), (19, 1.0), (20, 1.0), (30, 0.9 * 0.81 + 0.1),
                 (70, 0.9 * 0.25 + 0.1), (120, 0.1), (500, 0.1)])
-  # W > b: warm-up ends at 20 and the decay starts there, not at 5.
+  # W > b (OpenSeq2Seq's rule): the decay counts from 5 and multiplies the warm-up.
+  # At 10: r = 0.5, (0.5 - 0.1)·(1 - 5/100)^2 + 0.1; at 20: r = 1, 0.9·0.85^2 + 0.1.
   assert_table(poly_decay, dict(kwargs, warmup_steps=20, begin_decay_at=5),
-               [(10, 0.5), (19, 0.95), (20, 1.0), (70, 0.9 * 0.25 + 0.1)])
+               [(0, 0.0), (4, 0.2), (5, 0.25), (10, 0.4 * 0.9025 + 0.1), (20, 0.9 * 0.7225 + 0.1),
+                (105, 0.1), (106, 0.1)])
+  # No begin_decay_at: the decay runs from step 0, so the rate ends at min_lr at step D.
+  assert_table(poly_decay, {'learning_rate': 1.0, 'decay_steps': 10, 'warmup_steps': 4},
+               [(0, 0.0), (2, 0.5 * 0.8), (4, 0.6), (5, 0.5), (10, 0.0), (11, 0.0)])
 
 
 @pytest.mark.parametrize('kwargs', [
@@ -182,9 +193,21 @@ def test_cosine_decay_matches_reference(kwargs):
 
 
 def test_cosine_decay_hand_checked():
-  kwargs = {'learning_rate': 1.0, 'decay_steps': 100, 'warmup_steps': 10, 'min_lr': 0.2}
-  # Halfway through the decay the rate is the midpoint of lr and the absolute floor min_lr.
-  assert_table(cosine_decay, kwargs, [(4, 0.4), (10, 1.0), (60, 0.6), (110, 0.2), (10 ** 5, 0.2)])
+  kwargs = {'learning_rate': 2.0, 'decay_steps': 100, 'warmup_steps': 10, 'begin_decay_at': 10,
+            'min_lr': 0.2}
+  # min_lr is a fraction of the rate (tf.train.cosine_decay's alpha): halfway through the
+  # decay the rate is 2·(0.8·0.5 + 0.2) = 1.2, and it ends at 2·0.2 = 0.4, not at 0.2.
+  assert_table(cosine_decay, kwargs, [(4, 0.8), (10, 2.0), (60, 1.2), (110, 0.4), (10 ** 5, 0.4)])
+  # The warm-up multiplies a decay that counts from step 0: at 5, 1.0·(0.8·½(1 + cos(π/20)) + 0.2).
+  assert_table(cosine_decay, dict(kwargs, begin_decay_at=0),
+               [(0, 0.0), (5, 1.0 * (0.8 * 0.5 * (1 + math.cos(math.pi / 20)) + 0.2)), (100, 0.4)])
+
+
+def test_cosine_decay_takes_openseq2seqs_power_and_ignores_it():
+  for power in (1.0, 2.0, 0.5):
+    assert float(cosine_decay(30, 1.0, 100, power)) == float(cosine_decay(30, 1.0, 100))
+  assert float(cosine_decay(30, 1.0, 100, power=3.0, begin_decay_at=10)) == float(
+      cosine_decay(30, 1.0, 100, begin_decay_at=10))
 
 
 @pytest.mark.parametrize('kwargs', [
@@ -284,9 +307,9 @@ def test_piecewise_boundaries_compare_exactly_on_large_steps():
 
 
 def test_warmup_is_one_shared_helper():
-  # The same warm-up through poly, cosine and inv_poly: lr·s/W before W.
-  for policy in (lambda s: poly_decay(s, 0.8, 10, warmup_steps=8),
-                 lambda s: cosine_decay(s, 0.8, 10, warmup_steps=8),
+  # The same warm-up through poly, cosine and inv_poly: lr·s/W before W (the decay begins at W).
+  for policy in (lambda s: poly_decay(s, 0.8, 10, warmup_steps=8, begin_decay_at=8),
+                 lambda s: cosine_decay(s, 0.8, 10, warmup_steps=8, begin_decay_at=8),
                  lambda s: inv_poly_decay(s, 0.8, 10, 0.1, warmup_steps=8)):
     np.testing.assert_allclose([float(policy(s)) for s in range(9)], [0.1 * s for s in range(9)], rtol=1e-6)
 
