@@ -5,7 +5,8 @@ batch B as S(B) = S_min·(1 + B_crit/B), and the examples it reads as E(B) =
 S(B)·B = E_min·(1 + B/B_crit), with B_crit = E_min/S_min: below B_crit a
 larger batch saves updates almost one for one, above it the updates level off
 at S_min and a larger batch only reads more examples. S is linear in 1/B, so
-the fit (:func:`critical_fit`) is least squares of S on 1/B.
+the fit (``core.critical_batch.critical_fit``, unweighted here) is least
+squares of S on 1/B.
 
 Both large-batch studies use it (docs/large_batch.md and
 docs/large_batch_seq2seq.md; studies/large_batch/critical_table.py writes their
@@ -24,6 +25,8 @@ import collections
 import json
 import os
 
+# The fit itself is the framework's own (--mode=critical_batch fits its branches with it).
+from core.critical_batch import critical_fit  # noqa: F401  pylint: disable=unused-import
 from framework.sweep import results as sweep_results
 from studies.large_batch import study
 
@@ -48,29 +51,6 @@ class Fit(collections.namedtuple('Fit', ['s_min', 'b_crit', 'steps', 'missed', '
   def fitted(self):
     """Whether the fit gave a positive S_min and B_crit."""
     return self.b_crit is not None
-
-
-def critical_fit(steps):
-  """``(S_min, B_crit)`` of S(B) = S_min·(1 + B_crit / B) fitted to ``{batch: S(B)}``, or None.
-
-  McCandlish et al. 2018: the updates to a result fall from S_min·B_crit/B
-  (small batches, the examples fixed) to S_min (large ones, the updates
-  fixed); at B = B_crit a run needs twice the fewest updates and twice the
-  fewest examples. S is linear in 1/B, so the fit is least squares of S on 1/B (exact
-  through two batches). None for fewer than two batches, or a fit whose
-  S_min or B_crit is not positive (the updates do not level off as the model
-  says).
-  """
-  if len(steps) < 2:
-    return None
-  xs = [1.0 / batch for batch in steps]
-  ys = list(steps.values())
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  slope_ = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-  s_min = my - slope_ * mx
-  if s_min <= 0 or slope_ <= 0:
-    return None
-  return s_min, slope_ / s_min
 
 
 def crossing(curve, target, metric=study.ACCURACY, interpolate=True):

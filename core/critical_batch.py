@@ -1,0 +1,349 @@
+"""The critical batch from branches: updates to a target, the fit S(B), its interval, along the run.
+
+McCandlish et al. (2018) model the updates S and the examples E a run needs to
+reach a result at batch B as S(B) = S_min·(1 + B_crit/B) and E(B) = S(B)·B =
+E_min·(1 + B/B_crit). ``run.py --mode=critical_batch`` measures it as the
+studies do, but from checkpoints of one run: at each point of the run, a
+branch at 1x, 2x, 4x, … the config's batch goes on from the point's
+checkpoint, its held-out loss evaluated every few examples, until it reaches
+the loss the 1x branch has after its window, or a cap. This module holds the
+arithmetic, none of it TensorFlow's (docs/math.md, "The critical batch from
+branches", states the same):
+
+- :func:`monotone_fit`: a branch's held-out losses made non-increasing by
+  least squares (pool-adjacent-violators), which the crossing is read from,
+  so that an evaluation's noise does not decide it;
+- :func:`crossing`: the examples at which a curve first reaches the target,
+  interpolated between its evaluations;
+- :func:`critical_fit`: least squares of S on 1/B, ``(S_min, B_crit)``;
+- :func:`measure_point`: a point's target, each branch's examples and updates
+  to it, the fit, and the fit's interval by a bootstrap of the evaluations'
+  residuals about their monotone fits;
+- :func:`whole_run`: the one fixed batch for the whole run, from the points'
+  fits (E_min over S_min summed over the run's parts);
+- :func:`growing_schedule`: a ``batch_policy: steps`` schedule from the points.
+"""
+
+import math
+import random
+
+# The bootstrap's draws, and the share of them outside the interval on each side.
+BOOTSTRAP_DRAWS = 400
+INTERVAL_TAIL = 0.05
+# A point is measured only when the 1x branch's held-out loss fell over its window by at
+# least this many times the evaluations' noise (the residuals' standard deviation).
+MIN_PROGRESS_IN_NOISE = 3.0
+# ... and by at least this share of the loss at the point (a curve that is all but flat).
+MIN_PROGRESS_SHARE = 0.002
+
+
+def critical_fit(steps, relative=False):
+  """``(S_min, B_crit)`` of S(B) = S_min·(1 + B_crit / B) fitted to ``{batch: S(B)}``, or None.
+
+  S is linear in 1/B with intercept S_min and slope S_min·B_crit, so the fit
+  is least squares of S on 1/B (exact through two batches). With
+  ``relative``, each point's residual counts relative to its S (weights
+  1/S²): the updates of every branch are read with about the same relative
+  error, and unweighted the smallest batch's many updates would decide the
+  line. None for fewer than two batches, or when the intercept or the slope
+  is not positive: the updates do not level off (``S_min`` <= 0: every
+  doubling still halved them) or do not fall (slope <= 0).
+  """
+  if len(steps) < 2:
+    return None
+  line = _weighted_line([1.0 / batch for batch in steps], list(steps.values()), relative)
+  if line is None:
+    return None
+  s_min, slope = line
+  if s_min <= 0 or slope <= 0:
+    return None
+  return s_min, slope / s_min
+
+
+def _weighted_line(xs, ys, relative):
+  """``(intercept, slope)`` of least squares of ys on xs, weights 1/y² when ``relative``."""
+  ws = [1.0 / (y * y) if relative and y else 1.0 for y in ys]
+  total = sum(ws)
+  mx = sum(w * x for w, x in zip(ws, xs)) / total
+  my = sum(w * y for w, y in zip(ws, ys)) / total
+  spread = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+  if spread <= 0:
+    return None
+  slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / spread
+  return my - slope * mx, slope
+
+
+def fit_shape(steps, relative=False):
+  """Why :func:`critical_fit` gives no fit: ``'few'``, ``'no_level'``, ``'no_gain'``, or None."""
+  if len(steps) < 2:
+    return 'few'
+  if critical_fit(steps, relative) is not None:
+    return None
+  line = _weighted_line([1.0 / batch for batch in steps], list(steps.values()), relative)
+  return 'no_gain' if line is None or line[1] <= 0 else 'no_level'
+
+
+def monotone_fit(values):
+  """The non-increasing sequence nearest ``values`` in least squares (pool adjacent violators)."""
+  blocks = []  # [sum, count]
+  for value in values:
+    blocks.append([float(value), 1])
+    while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
+      total, count = blocks.pop()
+      blocks[-1][0] += total
+      blocks[-1][1] += count
+  fitted = []
+  for total, count in blocks:
+    fitted.extend([total / count] * count)
+  return fitted
+
+
+def crossing(examples, values, target):
+  """The examples at which the curve ``values`` (at ``examples``) first falls to ``target``, or None.
+
+  Linear between the last evaluation above the target and the first at or
+  below it; the curve's first point is the branch's start (examples 0).
+  """
+  previous = None
+  for x, y in zip(examples, values):
+    if y <= target:
+      if previous is None or previous[1] == y:
+        return float(x)
+      x0, y0 = previous
+      return x0 + (x - x0) * (y0 - target) / (y0 - y)
+    previous = (x, y)
+  return None
+
+
+def _quantile(sorted_values, q):
+  """The ``q`` quantile of sorted values, linear between order statistics."""
+  if not sorted_values:
+    return None
+  position = q * (len(sorted_values) - 1)
+  low = int(math.floor(position))
+  high = min(low + 1, len(sorted_values) - 1)
+  a, b = sorted_values[low], sorted_values[high]
+  if a == b or position == low:
+    return a
+  if math.isinf(b):
+    return b
+  return a + (b - a) * (position - low)
+
+
+def _curve(branch, start):
+  """``(examples, losses)`` of a branch's evaluations, its start (the point's loss) first."""
+  xs = [0.0] + [float(e) for e, _ in branch['curve']]
+  ys = [float(start)] + [float(v) for _, v in branch['curve']]
+  return xs, ys
+
+
+def _crossings(curves, base, window):
+  """The target and ``{batch: examples to it}``, from curves already smoothed."""
+  xs, ys = curves[base]
+  # The target: the 1x branch's smoothed loss at the end of its window.
+  inside = [y for x, y in zip(xs, ys) if x <= window + 1e-9]
+  target = inside[-1]
+  examples = {}
+  for batch, (bx, by) in curves.items():
+    reached_at = crossing(bx, by, target)
+    if reached_at is not None and reached_at > 0:
+      examples[batch] = reached_at
+  return target, examples
+
+
+def _draw_value(steps):
+  """A bootstrap draw's B_crit: its fit's, inf past the ladder, 0 below it, None for too few."""
+  fitted = critical_fit(steps, relative=True)
+  if fitted is not None:
+    return fitted[1]
+  shape = fit_shape(steps, relative=True)
+  return {'no_level': math.inf, 'no_gain': 0.0}.get(shape)
+
+
+def window_target(curve, start, window):
+  """``(target, noise)`` of a 1x branch: its smoothed loss after ``window`` examples, its residuals.
+
+  Args:
+    curve: ``[[examples, held-out loss], ...]`` of the 1x branch.
+    start: the held-out loss at the point.
+    window: the examples whose end sets the target.
+
+  Returns:
+    The target every branch is run to, and the standard deviation of the
+    evaluations about their monotone fit (0.0 with fewer than two).
+  """
+  xs, ys = _curve({'curve': curve}, start)
+  fitted = [ys[0]] + monotone_fit(ys[1:])
+  fitted = [min(f, fitted[0]) for f in fitted]
+  inside = [f for x, f in zip(xs, fitted) if x <= window + 1e-9]
+  residuals = [y - f for y, f in zip(ys[1:], fitted[1:])]
+  noise = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if len(residuals) > 1 else 0.0
+  return inside[-1], noise
+
+
+def reached(curve, start, target, margin):
+  """Whether a branch's curve so far, smoothed, is at or below ``target - margin``.
+
+  A branch runs on a little past the target (by the 1x branch's noise), so
+  that the bootstrap's redrawn curves, which scatter by that much, still reach it.
+  """
+  if not curve:
+    return False
+  smoothed = monotone_fit([start] + [v for _, v in curve])
+  return smoothed[-1] <= target - margin
+
+
+def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
+  """The critical batch at one point of the run, from its branches' curves.
+
+  Args:
+    branches: ``{batch: {'curve': [[examples, held-out loss], ...]}}``, each
+      curve in order of examples read since the point; the 1x branch
+      (``base``) among them, evaluated to at least ``window`` examples.
+    start: the held-out loss at the point (every branch's start).
+    base: the config's global batch (the 1x branch).
+    window: the 1x branch's examples whose end defines the target.
+    draws: the bootstrap's resamples.
+    seed: the bootstrap's seed (the answer is the same for the same records).
+
+  Returns:
+    A dict: ``target``, ``progress`` (start − target), ``noise`` (the
+    residuals' standard deviation), ``measured`` (False with ``why`` when the
+    1x branch did not learn enough to measure anything), per batch
+    ``examples`` and ``updates`` to the target (None: not reached), ``s_min``,
+    ``e_min``, ``b_crit`` (None without a fit, ``shape`` saying why), and
+    ``interval`` ``[low, high]`` of B_crit over the bootstrap (None when
+    fewer than half of its draws fit), with ``fitted_draws``.
+  """
+  raw = {batch: _curve(branch, start) for batch, branch in branches.items()}
+  smooth, residuals = {}, {}
+  for batch, (xs, ys) in raw.items():
+    # The start is a measured point too, shared by every branch: it is kept as measured.
+    fitted = [ys[0]] + monotone_fit(ys[1:])
+    fitted = [min(f, fitted[0]) for f in fitted]
+    smooth[batch] = (xs, fitted)
+    residuals[batch] = [y - f for y, f in zip(ys[1:], fitted[1:])]
+  pooled = [r for rs in residuals.values() for r in rs]
+  noise = (math.sqrt(sum(r * r for r in pooled) / len(pooled)) if pooled else 0.0)
+  target, examples = _crossings(smooth, base, window)
+  result = {'target': target, 'start': start, 'progress': start - target, 'noise': noise,
+            'window': window, 'measured': True, 'why': None,
+            'examples': {b: examples.get(b) for b in sorted(branches)},
+            'updates': {b: (examples[b] / b if b in examples else None) for b in sorted(branches)},
+            's_min': None, 'e_min': None, 'b_crit': None, 'shape': None, 'interval': None,
+            'fit_scatter': None, 'fitted_draws': 0, 'draws': draws}
+  needed = max(MIN_PROGRESS_IN_NOISE * noise, MIN_PROGRESS_SHARE * abs(start))
+  if not start - target > needed:
+    result.update(measured=False, why=(
+        f'the 1x branch\'s held-out loss went from {start:.4g} to {target:.4g} over its '
+        f'window, less than the {needed:.2g} its evaluations\' noise (±{noise:.2g}) allows '
+        'to measure'))
+    return result
+  steps = {b: e / b for b, e in examples.items()}
+  fitted = critical_fit(steps, relative=True)
+  scatter = []
+  if fitted is None:
+    result['shape'] = fit_shape(steps, relative=True)
+  else:
+    s_min, b_crit = fitted
+    result.update(s_min=s_min, e_min=s_min * b_crit, b_crit=b_crit)
+    # The fit's relative residuals hold every source of scatter in S(B) (the data order,
+    # the trajectory, the evaluations), widened for the two parameters fitted.
+    if len(steps) > 2:
+      widen = math.sqrt(len(steps) / (len(steps) - 2))
+      scatter = [widen * (s / (s_min * (1 + b_crit / b)) - 1) for b, s in steps.items()]
+      result['fit_scatter'] = math.sqrt(sum(r * r for r in scatter) / len(scatter))
+  rng = random.Random(seed)
+  values = []
+  for _ in range(draws):
+    curves = {}
+    for batch, (xs, _) in raw.items():
+      fy = smooth[batch][1]
+      ys = [f + rng.choice(pooled) for f in fy[1:]] if pooled else list(fy[1:])
+      curves[batch] = (xs, [fy[0]] + monotone_fit(ys))
+    _, drawn = _crossings(curves, base, window)
+    drawn_steps = {b: e / b * (1 + (rng.choice(scatter) if scatter else 0.0))
+                   for b, e in drawn.items()}
+    value = _draw_value({b: s for b, s in drawn_steps.items() if s > 0})
+    if value is not None:
+      values.append(value)
+  result['fitted_draws'] = len(values)
+  if values and len(values) >= draws / 2:
+    values.sort()
+    result['interval'] = [_quantile(values, INTERVAL_TAIL), _quantile(values, 1 - INTERVAL_TAIL)]
+  return result
+
+
+def whole_run(points, base):
+  """The critical batch of the whole run, and its interval, from the points' fits.
+
+  Each point stands for a part of the run (from halfway to the point before
+  it to halfway to the next, the first from the start, the last to the end;
+  ``points``' ``share``). Over a part the 1x run makes ``n`` updates; the
+  point's fit says they cost S_min = n / (1 + B_crit/B0) updates at the
+  largest batches and E_min = n·B0 / (1 + B0/B_crit) examples at the
+  smallest. The run's S_min and E_min are their sums, and its critical batch
+  E_min / S_min: the examples of the whole run at a fixed batch B are then
+  E_min·(1 + B / B_crit), McCandlish's model again.
+
+  Args:
+    points: dicts with ``share`` (of the run's updates) and ``b_crit`` (None:
+      not measured), and ``interval``.
+    base: the 1x batch.
+
+  Returns:
+    ``(B_crit, [low, high] or None)``, or ``(None, None)`` when a point has no fit.
+  """
+  def combine(values):
+    s_min = sum(p['share'] / (1.0 + b / base) for p, b in zip(points, values))
+    e_min = sum(p['share'] * base / (1.0 + base / b) for p, b in zip(points, values) if b > 0)
+    return e_min / s_min if s_min > 0 else math.inf
+
+  if not points or any(p.get('b_crit') is None for p in points):
+    return None, None
+  value = combine([p['b_crit'] for p in points])
+  if any(p.get('interval') is None for p in points):
+    return value, None
+  # B_crit of the run grows with each point's: its ends come from the points' ends.
+  low = combine([p['interval'][0] for p in points])
+  high = combine([p['interval'][1] for p in points])
+  return value, [low, high]
+
+
+def point_shares(fractions):
+  """The share of the run each point stands for: from midway to its neighbours, the ends included."""
+  cuts = [0.0] + [(a + b) / 2.0 for a, b in zip(fractions, fractions[1:])] + [1.0]
+  return [cuts[i + 1] - cuts[i] for i in range(len(fractions))]
+
+
+def growing_schedule(points, base, max_batch):
+  """A ``batch_policy: steps`` schedule from the points: ``(batches, boundaries)`` or None.
+
+  From each point's step on, the batch is the largest power-of-two multiple
+  of ``base`` not above the lower end of that point's interval (its estimate
+  without one) nor ``max_batch``, and never smaller than the batch before
+  it; a point without a measurement keeps the batch before it. Points that
+  keep the batch add no boundary.
+
+  Args:
+    points: dicts with ``step``, ``b_crit``, ``interval``, in step order.
+    base: the run's starting global batch.
+    max_batch: the largest batch the schedule may name.
+  """
+  batches, boundaries = [base], []
+  for point in points:
+    if point.get('b_crit') is None:
+      continue
+    bound = point['interval'][0] if point.get('interval') else point['b_crit']
+    batch = base
+    while batch * 2 <= min(bound, max_batch):
+      batch *= 2
+    if batch > batches[-1]:
+      if point['step'] <= 0:
+        batches[-1] = batch
+        continue
+      batches.append(batch)
+      boundaries.append(int(point['step']))
+  if len(batches) == 1:
+    return None
+  return batches, boundaries

@@ -1,0 +1,161 @@
+"""Tests of core/critical_batch.py: the branches' crossings, the fit, its interval, the whole run.
+
+The last test is a known answer: SGD on a quadratic whose per-example
+gradient noise is set so that McCandlish et al.'s B_noise = tr(HΣ)/(GᵀHG) is
+the same number at every step, each update at the step size their model
+takes as best; the branches' fit must find B_noise.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from core import critical_batch as cb
+
+
+def test_monotone_fit_pools_adjacent_violators():
+  # Known answers of pool-adjacent-violators for a non-increasing fit.
+  assert cb.monotone_fit([3.0, 2.0, 1.0]) == [3.0, 2.0, 1.0]
+  assert cb.monotone_fit([1.0, 2.0]) == [1.5, 1.5]
+  assert cb.monotone_fit([4.0, 1.0, 3.0, 0.0]) == [4.0, 2.0, 2.0, 0.0]
+  assert cb.monotone_fit([1.0, 2.0, 3.0]) == [2.0, 2.0, 2.0]
+  noisy = [5.0, 4.2, 4.4, 3.1, 3.3, 3.2, 2.0]
+  fitted = cb.monotone_fit(noisy)
+  assert all(a >= b for a, b in zip(fitted, fitted[1:]))
+  assert sum(fitted) == pytest.approx(sum(noisy))  # the pooled means keep the sum
+
+
+def test_crossing_interpolates_between_the_evaluations_around_the_target():
+  xs, ys = [0, 100, 200, 300], [1.0, 0.8, 0.6, 0.5]
+  assert cb.crossing(xs, ys, 0.7) == pytest.approx(150.0)
+  assert cb.crossing(xs, ys, 0.6) == pytest.approx(200.0)
+  assert cb.crossing(xs, ys, 0.55) == pytest.approx(250.0)
+  assert cb.crossing(xs, ys, 0.4) is None
+  assert cb.crossing(xs, ys, 1.2) == 0.0
+
+
+def test_the_fit_gives_back_exact_points_plain_and_relative():
+  steps = {b: 100.0 * (1 + 1000.0 / b) for b in (256, 512, 1024, 2048, 4096)}
+  for relative in (False, True):
+    s_min, b_crit = cb.critical_fit(steps, relative=relative)
+    assert s_min == pytest.approx(100.0, rel=1e-12)
+    assert b_crit == pytest.approx(1000.0, rel=1e-12)
+  assert cb.critical_fit({256: 500.0}) is None
+  # Updates that halve at every doubling never level off; updates that do not fall gain nothing.
+  faster = {b: 1e6 / b - 1 for b in (256, 512, 1024)}  # better than halving: S_min < 0
+  assert cb.critical_fit(faster, relative=True) is None
+  assert cb.fit_shape(faster, relative=True) == 'no_level'
+  assert cb.fit_shape({256: 100.0, 512: 110.0}) == 'no_gain'
+  assert cb.fit_shape({256: 100.0}) == 'few'
+
+
+def test_relative_weights_are_least_squares_of_the_relative_residuals():
+  steps = {256: 2000.0, 512: 1100.0, 1024: 520.0, 2048: 330.0, 4096: 200.0}
+  xs = np.array([1.0 / b for b in steps])
+  ys = np.array(list(steps.values()))
+  # numpy's weighted polyfit minimises sum((w·(y - fit))²): w = 1/y is the relative residual.
+  slope, intercept = np.polyfit(xs, ys, 1, w=1.0 / ys)
+  s_min, b_crit = cb.critical_fit(steps, relative=True)
+  assert s_min == pytest.approx(intercept, rel=1e-10)
+  assert b_crit == pytest.approx(slope / intercept, rel=1e-10)
+
+
+def test_whole_run_sums_s_min_and_e_min_over_the_parts():
+  base = 256
+  points = [{'share': 0.5, 'b_crit': 1000.0, 'interval': [500.0, 2000.0]},
+            {'share': 0.5, 'b_crit': 4000.0, 'interval': [3000.0, 8000.0]}]
+  # By hand: S_min = Σ share/(1 + Bc/B0), E_min = Σ share·B0/(1 + B0/Bc), B_crit = E_min/S_min.
+  s_min = 0.5 / (1 + 1000 / 256) + 0.5 / (1 + 4000 / 256)
+  e_min = 0.5 * 256 / (1 + 256 / 1000) + 0.5 * 256 / (1 + 256 / 4000)
+  value, interval = cb.whole_run(points, base)
+  assert value == pytest.approx(e_min / s_min)
+  assert 1000 < value < 4000  # between the parts', nearer the smaller (it takes more updates)
+  assert interval[0] < value < interval[1]
+  # One point alone gives its own B_crit back.
+  assert cb.whole_run(points[:1], base)[0] == pytest.approx(1000.0)
+  assert cb.whole_run([{'share': 1.0, 'b_crit': None}], base) == (None, None)
+
+
+def test_point_shares_cut_the_run_halfway_between_points():
+  assert cb.point_shares([0.25, 0.5, 0.75]) == pytest.approx([0.375, 0.25, 0.375])
+  assert cb.point_shares([0.5]) == [1.0]
+
+
+def test_growing_schedule_takes_the_lower_end_of_each_interval():
+  points = [{'step': 468, 'b_crit': 900.0, 'interval': [600.0, 1300.0]},
+            {'step': 936, 'b_crit': 3000.0, 'interval': [2100.0, 5000.0]},
+            {'step': 1404, 'b_crit': 2500.0, 'interval': [1900.0, 4000.0]}]
+  # 600 -> 512; 2100 -> 2048; 1900 -> 1024, below the batch before it: kept at 2048.
+  assert cb.growing_schedule(points, 256, 4096) == ([256, 512, 2048], [468, 936])
+  assert cb.growing_schedule(points, 256, 1024) == ([256, 512, 1024], [468, 936])
+  assert cb.growing_schedule([{'step': 10, 'b_crit': 300.0, 'interval': [100.0, 400.0]}],
+                             256, 4096) is None
+
+
+def test_a_flat_one_x_branch_measures_nothing_and_says_why():
+  flat = {'curve': [[100 * k, 1.0 + 0.01 * (-1) ** k] for k in range(1, 9)]}
+  result = cb.measure_point({64: flat, 128: flat}, 1.0, 64, 800)
+  assert result['measured'] is False
+  assert 'did not' not in result['why'] and 'noise' in result['why']
+  assert result['b_crit'] is None
+
+
+def quadratic_branches(b_noise, base, factors, window_steps, seed):
+  """Branches of SGD on ½·wᵀHw from one point, at McCandlish's best step for each batch.
+
+  Each example's gradient is G + ξ with Cov(ξ) = s·I and s = b_noise·GᵀHG / tr(H), so
+  B_noise = tr(HΣ)/(GᵀHG) = b_noise at every step; the update with a batch of B takes
+  the step ε = |G|²/(GᵀHG·(1 + B_noise/B)), which their model says is best. The
+  held-out loss is the loss itself (no evaluation noise), evaluated every eighth of
+  the 1x branch's window.
+  """
+  dim = 40
+  curvature = np.logspace(0, -1, dim)
+  start_w = np.random.default_rng(seed).normal(size=dim) * 3.0
+  window = window_steps * base
+
+  def loss(w):
+    return 0.5 * float(np.sum(curvature * w * w))
+
+  def branch(batch, cap, target=None):
+    w, rng, curve = start_w.copy(), np.random.default_rng(1000 * seed + batch), []
+    every = max(1, window // 8 // batch)
+    for update in range(1, cap // batch + 1):
+      g = curvature * w
+      ghg = float(np.sum(curvature * g * g))
+      noise = b_noise * ghg / float(np.sum(curvature))
+      step = float(np.dot(g, g)) / (ghg * (1 + b_noise / batch))
+      w = w - step * (g + math.sqrt(noise / batch) * rng.normal(size=dim))
+      if update % every == 0:
+        curve.append([update * batch, loss(w)])
+        if target is not None and curve[-1][1] <= 0.98 * target:
+          break
+    return {'curve': curve}
+
+  start = loss(start_w)
+  branches = {base: branch(base, window)}
+  target, _ = cb.window_target(branches[base]['curve'], start, window)
+  for factor in factors[1:]:
+    branches[base * factor] = branch(base * factor, 4 * window, target)
+  return branches, start, window
+
+
+@pytest.mark.parametrize('b_noise', [512, 4096])
+def test_the_branch_fit_recovers_a_known_critical_batch(b_noise):
+  answers, covered = [], 0
+  seeds = range(8)
+  for seed in seeds:
+    base = b_noise // 16
+    branches, start, window = quadratic_branches(b_noise, base, (1, 2, 4, 8, 16, 32), 400, seed)
+    result = cb.measure_point(branches, start, base, window)
+    assert result['measured'] and result['b_crit'] is not None
+    answers.append(result['b_crit'] / b_noise)
+    low, high = result['interval']
+    covered += low <= b_noise <= high
+    assert 0.5 < result['b_crit'] / b_noise < 2.0, (seed, result['b_crit'])
+  # The median of eight independent measurements within 25 % of the known answer.
+  assert abs(float(np.median(answers)) - 1) < 0.25, answers
+  # The 90 % interval holds the scatter of the measurement, not the model's own error
+  # (McCandlish's S(B) is approximate here: the fits read about 15 % high on average).
+  assert covered >= 4
