@@ -23,7 +23,11 @@ base_params = {
     'data_layer_params': {'augment': False},
     'batch_size_per_gpu': batch_size,
     'num_epochs': num_epochs,
-    'optimizer': 'Momentum',
+    # Keras' momentum SGD (v <- 0.9 v - lr g; w <- w + v), the update this
+    # baseline and the large-batch study's SGD arm were measured with. The name
+    # Momentum is TF 1's MomentumOptimizer, as in OpenSeq2Seq (a <- 0.9 a + g;
+    # w <- w - lr a), which under this changing rate trains differently.
+    'optimizer': 'KerasMomentum',
     'optimizer_params': {'momentum': 0.9},
     'lr_policy': 'poly_decay',
     # Goyal et al.'s linear scaling rule, 0.1 x B/256 of the global batch B

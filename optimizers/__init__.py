@@ -27,7 +27,14 @@ _EXPORTS = {
         'optimizers.compat.loss_scale_optimizer:MixedPrecisionOptimizerWrapper',
     'GradientPipeline': 'optimizers.pipeline:GradientPipeline',
     'UpdateSettings': 'optimizers.settings:UpdateSettings',
-    'MomentumOptimizer': 'optimizers.lars:MomentumOptimizer',
+    'MomentumOptimizer': 'optimizers.compat.tf1:MomentumOptimizer',
+    'KerasMomentum': 'optimizers.lars:KerasMomentum',
+    'GradientDescentOptimizer': 'optimizers.compat.tf1:GradientDescentOptimizer',
+    'AdamOptimizer': 'optimizers.compat.tf1:AdamOptimizer',
+    'LazyAdamOptimizer': 'optimizers.compat.tf1:LazyAdamOptimizer',
+    'AdamWOptimizer': 'optimizers.compat.tf1:AdamWOptimizer',
+    'RMSPropOptimizer': 'optimizers.compat.tf1:RMSPropOptimizer',
+    'AdagradOptimizer': 'optimizers.compat.tf1:AdagradOptimizer',
     'clear_pipelines': 'optimizers.compat.openseq2seq:clear_pipelines',
     'find_pipeline': 'optimizers.compat.openseq2seq:find_pipeline',
     'get_pipeline': 'optimizers.compat.openseq2seq:get_pipeline',
@@ -35,7 +42,9 @@ _EXPORTS = {
     'optimize_loss': 'optimizers.compat.openseq2seq:optimize_loss',
 }
 # The classes Keras saves by registered name ('largebatch>LARSOptimizer').
-_KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'LossScaleOptimizer')
+_KERAS_SAVEABLE = ('LARSOptimizer', 'LAMB', 'MomentumOptimizer', 'KerasMomentum',
+                   'GradientDescentOptimizer', 'AdamOptimizer', 'LazyAdamOptimizer',
+                   'AdamWOptimizer', 'RMSPropOptimizer', 'AdagradOptimizer', 'LossScaleOptimizer')
 
 __all__ = ['OPTIMIZER_CLS_NAMES', 'OPTIMIZER_SUMMARIES'] + sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

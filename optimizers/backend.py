@@ -111,6 +111,37 @@ def jit_for(owner, fn, name=None):
   return functions[key]
 
 
+# --- TF 1's sparse momentum, the fallback of LARS and TF 1's Momentum --------------------
+
+def deduplicate(grad):
+  """Sums the rows of an IndexedSlices gradient that share an index.
+
+  Returns:
+    (values, unique_indices).
+  """
+  unique, positions = tf.unique(grad.indices)
+  values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+  return values, unique
+
+
+def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, use_nesterov):
+  """Plain momentum on the rows of an IndexedSlices gradient (the TF 1 sparse fallback).
+
+  As ``tf.compat.v1.train.MomentumOptimizer`` does for sparse gradients: only
+  the rows named by the indices change, with accum ← m·accum + g and
+  var ← var − lr·accum (Nesterov: var ← var − lr·(g + m·accum)). Duplicate
+  indices are summed first.
+  """
+  values, indices = deduplicate(grad)
+  values = tf.cast(values, var.dtype)
+  lr = tf.cast(learning_rate, var.dtype)
+  momentum = tf.cast(momentum, var.dtype)
+  accum = momentum * tf.gather(momentum_slot, indices) + values
+  momentum_slot.scatter_update(tf.IndexedSlices(accum, indices))
+  step = lr * (values + momentum * accum) if use_nesterov else lr * accum
+  var.scatter_sub(tf.IndexedSlices(step, indices))
+
+
 # --- TF 1's optimizer methods on Keras 3 optimizers ---------------------------------------
 
 class CallableList(list):

@@ -15,9 +15,11 @@ norms with ``tf.nn.l2_loss`` kernels and the element-wise updates as XLA
 launches over groups of variables (``lars_update_all``, ``backend.pipelined``);
 ``stages.step_stages`` chooses, once (docs/performance.md).
 
-``MomentumOptimizer`` is Keras' momentum SGD under its TF 1 name, with the
-same fused paths; after LARC, where the native kernel applies, LARC and its
-update run as one kernel (``native_larc_update``).
+``KerasMomentum`` is Keras' momentum SGD (the rate inside the velocity) with
+the same fused paths; after LARC, where the native kernel applies, LARC and
+its update run as one kernel (``native_larc_update``). TF 1's
+``MomentumOptimizer`` (the rate outside the accumulator), the name
+``Momentum`` of a config, is in ``compat/tf1.py``.
 
 References:
   You, Gitman, Ginsburg. Large Batch Training of Convolutional Networks.
@@ -30,6 +32,7 @@ import tensorflow as tf
 from optimizers import backend
 from optimizers import exclusions
 from optimizers.backend import FusedUpdate
+from optimizers.backend import sparse_momentum_update
 from optimizers.backend import unwrap
 
 
@@ -150,35 +153,6 @@ def trust_momentum(kernels, variables, slots, grads, learning_rate, adapt, mode,
       decay=[bool(d) for d in (adapt if decay is None else decay)], mode=mode,
       momentum=float(momentum), weight_decay=float(weight_decay), eeta=float(eeta),
       epsilon=float(epsilon), min_update=float(min_update), use_nesterov=bool(use_nesterov))
-
-
-def deduplicate(grad):
-  """Sums the rows of an IndexedSlices gradient that share an index.
-
-  Returns:
-    (values, unique_indices).
-  """
-  unique, positions = tf.unique(grad.indices)
-  values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
-  return values, unique
-
-
-def sparse_momentum_update(var, momentum_slot, grad, learning_rate, momentum, use_nesterov):
-  """Plain momentum on the rows of an IndexedSlices gradient (the TF 1 sparse fallback).
-
-  As ``tf.compat.v1.train.MomentumOptimizer`` does for sparse gradients: only
-  the rows named by the indices change, with accum ← m·accum + g and
-  var ← var − lr·accum (Nesterov: var ← var − lr·(g + m·accum)). Duplicate
-  indices are summed first.
-  """
-  values, indices = deduplicate(grad)
-  values = tf.cast(values, var.dtype)
-  lr = tf.cast(learning_rate, var.dtype)
-  momentum = tf.cast(momentum, var.dtype)
-  accum = momentum * tf.gather(momentum_slot, indices) + values
-  momentum_slot.scatter_update(tf.IndexedSlices(accum, indices))
-  step = lr * (values + momentum * accum) if use_nesterov else lr * accum
-  var.scatter_sub(tf.IndexedSlices(step, indices))
 
 
 def _check_non_negative(**values):
@@ -351,13 +325,17 @@ class LARSOptimizer(FusedUpdate, exclusions.LayerwiseExclusions, keras.optimizer
 
 
 @keras.saving.register_keras_serializable(package='largebatch')
-class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
-  """Momentum SGD under its TF 1 name and arguments (``use_nesterov``).
+class KerasMomentum(FusedUpdate, keras.optimizers.SGD):
+  """Keras' momentum SGD, fused: v ← m·v − lr·g; w ← w + v (the optimizer name ``KerasMomentum``).
 
-  Keras' update v ← m·v − lr·g; w ← w + v equals TF 1's accumulator form for a
-  constant learning rate. The updates of all variables run as one XLA launch
-  (``xla_update``); after LARC, where the native kernel applies, LARC and the
-  update run as that one kernel (``native_larc_update``).
+  The same numbers as ``keras.optimizers.SGD(momentum=...)``: the rate is
+  inside the velocity, so a step keeps the rates of the steps before it. It
+  equals TF 1's ``MomentumOptimizer`` (``compat/tf1.py``, the name ``Momentum``) for
+  a constant learning rate only. This was the name ``Momentum`` before that
+  name took TF 1's formula; the configs that relied on it name this class.
+  The updates of all variables run as one XLA launch (``xla_update``); after
+  LARC, where the native kernel applies, LARC and the update run as that one
+  kernel (``native_larc_update``).
 
   Args:
     learning_rate: the learning rate.
@@ -372,7 +350,7 @@ class MomentumOptimizer(FusedUpdate, keras.optimizers.SGD):
       ``nesterov`` given with different values.
   """
 
-  def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='Momentum',
+  def __init__(self, learning_rate=0.01, momentum=0.9, use_nesterov=False, name='KerasMomentum',
                nesterov=None, **kwargs):
     if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
       raise ValueError(f'Momentum: momentum must be in [0, 1], got {momentum!r}')

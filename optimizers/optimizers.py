@@ -4,7 +4,7 @@ OpenSeq2Seq users import ``optimize_loss`` and its helpers from
 ``open_seq2seq.optimizers.optimizers``; here the same line reads
 ``from optimizers.optimizers import optimize_loss``. The names below live in
 ``compat/openseq2seq.py`` (``optimize_loss``, its pipelines and helpers),
-``catalog.py`` (the optimizers by name, ``make_optimizer``), ``lars.py``
+``catalog.py`` (the optimizers by name, ``make_optimizer``), ``compat/tf1.py``
 and ``pipeline.py``; new code imports them from the package
 (``from optimizers import optimize_loss``).
 
@@ -22,6 +22,6 @@ from optimizers.compat.openseq2seq import find_pipeline  # noqa: F401
 from optimizers.compat.openseq2seq import get_pipeline  # noqa: F401
 from optimizers.compat.openseq2seq import get_regularization_loss  # noqa: F401
 from optimizers.compat.openseq2seq import optimize_loss  # noqa: F401
-from optimizers.lars import MomentumOptimizer  # noqa: F401
 from optimizers.pipeline import GradientPipeline  # noqa: F401
+from optimizers.compat.tf1 import MomentumOptimizer  # noqa: F401
 from optimizers.validation import SUMMARY_NAMES as OPTIMIZER_SUMMARIES  # noqa: F401

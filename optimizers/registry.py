@@ -38,7 +38,8 @@ KERAS_VERSION = _DECLARED['keras_version']
 # The weight decay an optimizer applies by its own algorithm, with its default: a
 # run takes one source of weight decay, this one unless the config gives the
 # model's (model_params.weight_decay), framework/config/validation.py.
-_OWN_WEIGHT_DECAY = {'AdamW': 0.004, 'LARS': 1e-4, 'LAMB': 0.0, 'Muon': 0.004}
+# AdamW's (TF 1's) weight_decay is required: a config always gives it.
+_OWN_WEIGHT_DECAY = {'AdamW': 0.0, 'LARS': 1e-4, 'LAMB': 0.0, 'Muon': 0.004}
 # The arguments that hold an optimizer's own decay, where there are more than
 # Keras' weight_decay: Muon decays its orthogonalized matrices by weight_decay
 # and the variables of its AdamW fallback by adam_weight_decay (both 0.004).
@@ -46,13 +47,21 @@ _OWN_DECAY_ARGUMENTS = {'Muon': ('weight_decay', 'adam_weight_decay')}
 
 # optimizer: where its class lives (imported on the first lookup of its name).
 OPTIMIZER_TARGETS = (
-    ('Adagrad', 'keras.optimizers:Adagrad'),
-    ('Adam', 'keras.optimizers:Adam'),
+    # OpenSeq2Seq's OPTIMIZER_CLS_NAMES: each name is the TensorFlow 1 class it
+    # named there, with that class's formula, arguments and defaults (compat/tf1.py).
+    ('Adagrad', 'optimizers.compat.tf1:AdagradOptimizer'),
+    ('Adam', 'optimizers.compat.tf1:AdamOptimizer'),
+    # Keras' Ftrl is TF 1's formula with TF 1's argument names and defaults.
     ('Ftrl', 'keras.optimizers:Ftrl'),
-    ('Momentum', 'optimizers.lars:MomentumOptimizer'),
-    ('RMSProp', 'keras.optimizers:RMSprop'),
-    ('SGD', 'keras.optimizers:SGD'),
-    ('AdamW', 'keras.optimizers:AdamW'),
+    ('Momentum', 'optimizers.compat.tf1:MomentumOptimizer'),
+    ('RMSProp', 'optimizers.compat.tf1:RMSPropOptimizer'),
+    ('SGD', 'optimizers.compat.tf1:GradientDescentOptimizer'),
+    # OpenSeq2Seq's optimize_loss multiplies this name's weight_decay by the rate.
+    ('AdamW', 'optimizers.compat.tf1:AdamW'),
+    # The project's own names.
+    # Keras' momentum SGD (the rate inside the velocity), fused: what Momentum
+    # was before it took TF 1's formula.
+    ('KerasMomentum', 'optimizers.lars:KerasMomentum'),
     ('LARS', 'optimizers.lars:LARSOptimizer'),
     ('LAMB', 'optimizers.lamb:LAMB'),
     # Keras 3's sign-of-momentum update (Chen et al. 2023); its decay is Keras'

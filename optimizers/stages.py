@@ -488,12 +488,12 @@ class FusedStep(Step):
 class FusedLarcStep(Step):
   """Stages 6 and 7 as one native kernel: LARC, then momentum SGD.
 
-  ``MomentumOptimizer.native_larc_update`` reads each variable once for its
+  ``KerasMomentum.native_larc_update`` reads each variable once for its
   LARC factor and its update; the factors go to ``update.larc_factors`` as
   the LARC stage's would.
 
   Args:
-    optimizer: a ``MomentumOptimizer`` with momentum > 0.
+    optimizer: a ``KerasMomentum`` with momentum > 0.
     larc_stage: the ``Larc`` stage it replaces (its params and mask).
     kernels: the loaded native op library.
     sets_rate: as ``Step``.
@@ -540,7 +540,7 @@ def step_stages(optimizer, variables, grads, larc=None, larc_rate_is_optimizers=
 
   * with ``larc``: one native kernel for LARC and the step
     (``FusedLarcStep``) when the optimizer has it
-    (``MomentumOptimizer``), momentum > 0, LARC works at the optimizer's own
+    (``KerasMomentum``), momentum > 0, LARC works at the optimizer's own
     rate, Keras' ``apply`` would add nothing (``keras_adds_nothing``) and the
     kernel applies (``native.library_for``); else ``larc`` as a stage of its
     own, then the step:

@@ -46,7 +46,7 @@ from optimizers import native  # noqa: E402
 from optimizers import validation  # noqa: E402
 from optimizers.lamb import LAMB  # noqa: E402
 from optimizers.lars import LARSOptimizer  # noqa: E402
-from optimizers.lars import MomentumOptimizer  # noqa: E402
+from optimizers.lars import KerasMomentum  # noqa: E402
 from optimizers.pipeline import larc_and_apply  # noqa: E402
 
 MAX_RATIO = 1.25
@@ -121,13 +121,13 @@ def candidates_for(grads, variables, reference):
       BASELINE: update_fn(keras.optimizers.SGD(0.1, momentum=0.9), grads, variables,
                           jit_compile=True),
       'LARS (native kernel)': update_fn(LARSOptimizer(0.1, skip_list=SKIP), grads, variables),
-      'Momentum + LARC (native kernel)': update_fn(MomentumOptimizer(0.1, momentum=0.9), grads, variables,
+      'Momentum + LARC (native kernel)': update_fn(KerasMomentum(0.1, momentum=0.9), grads, variables,
                                            larc=larc),
       'LAMB (native kernel)': update_fn(LAMB(1e-3, weight_decay=1e-4, exclude_from_weight_decay=SKIP),
                                 grads, variables),
       'LARS (XLA path)': update_fn(LARSOptimizer(0.1, skip_list=SKIP), grads, variables,
                                    use_native=False),
-      'Momentum + LARC (XLA path)': update_fn(MomentumOptimizer(0.1, momentum=0.9), grads,
+      'Momentum + LARC (XLA path)': update_fn(KerasMomentum(0.1, momentum=0.9), grads,
                                               variables, larc=larc, use_native=False),
       'LAMB (XLA path)': update_fn(LAMB(1e-3, weight_decay=1e-4, exclude_from_weight_decay=SKIP),
                                    grads, variables, use_native=False),

@@ -86,7 +86,7 @@ def test_incompatible_resumes_are_refused_before_anything_is_written(trained, tm
   # Refused before anything is built: run.py's main() answers in this process.
   for change, message in (
       (['--set', 'model_params.depth=14'], 'model_params.depth: 8 -> 14'),
-      (['--set', 'optimizer=LARS'], "optimizer: 'Momentum' -> 'LARS'"),
+      (['--set', 'optimizer=LARS'], "optimizer: 'KerasMomentum' -> 'LARS'"),
       # float32 -> mixed_bfloat16 keeps the variables float32 and is taken; float16 is not.
       (['--set', 'dtype=float16'], "dtype: 'float32' -> 'float16'"),
       (['--set', 'iter_size=2'], 'iter_size: 1 -> 2')):
@@ -718,7 +718,7 @@ def test_an_unreadable_config_yaml_is_replaced_by_the_newest_start_config(traine
           f'{logdir}/config-0.yaml, the newest readable config of the run') in result.stdout
   assert last_line(result) == (
       f"error: --continue_learning: the checkpoints in {logdir} cannot take these changes: "
-      f"optimizer: 'Momentum' -> 'LARS' (saved in {logdir}/config-0.yaml); resume with the saved "
+      f"optimizer: 'KerasMomentum' -> 'LARS' (saved in {logdir}/config-0.yaml); resume with the saved "
       'values, or start a new run in another --logdir')
   assert contents(logdir) == before
   # No config readable at all: refused, nothing changed.

@@ -109,8 +109,8 @@ def test_the_packages_name_their_entries_without_tensorflow():
       ['keras_application', 'resnet50', 'resnet_cifar', 'transformer'],
       ['cifar10', 'cmudict', 'fashion_mnist', 'image_folder', 'imagenet', 'synthetic',
        'text_pairs', 'tfds', 'tfrecord'],
-      ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'LAMB', 'LARS', 'Lion', 'Momentum', 'Muon',
-       'RMSProp', 'SGD'],
+      ['AGN', 'Adagrad', 'Adam', 'AdamW', 'Ftrl', 'KerasMomentum', 'LAMB', 'LARS', 'Lion',
+       'Momentum', 'Muon', 'RMSProp', 'SGD'],
       ['cosine_decay', 'exp_decay', 'fixed_lr', 'inv_poly_decay', 'piecewise_constant',
        'poly_decay', 'transformer_policy']]
   assert answer['facts'][0] == ['bn_epsilon', 'bn_momentum', 'ghost_batch_size', 'weight_decay',

@@ -70,4 +70,9 @@ def test_own_weight_decay_is_the_signature_default():
     assert 'weight_decay' in arguments
     parameters = inspect.signature(registry.OPTIMIZER_CLS_NAMES[name]).parameters
     for argument in arguments:
-      assert (parameters[argument].default or 0.0) == value, (name, argument)
+      default = parameters[argument].default
+      if default is inspect.Parameter.empty:
+        # Required (TF 1's AdamWOptimizer): the config gives it, and the fact says 0.
+        assert value == 0.0, (name, argument)
+        continue
+      assert (default or 0.0) == value, (name, argument)

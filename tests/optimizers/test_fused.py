@@ -30,7 +30,7 @@ from optimizers.compat import openseq2seq as opt_lib
 from optimizers.compat.openseq2seq import optimize_loss
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.lars import MomentumOptimizer
+from optimizers.lars import KerasMomentum
 from tests.optimizers import references
 
 RTOL = 1e-6
@@ -213,7 +213,7 @@ def test_lamb_fused_matches_reference(exclusions):
 
 @pytest.mark.parametrize('nesterov', [False, True])
 def test_momentum_xla_update_matches_keras_sgd(nesterov):
-  fused_vars = run(MomentumOptimizer(0.1, momentum=0.9, use_nesterov=nesterov))
+  fused_vars = run(KerasMomentum(0.1, momentum=0.9, use_nesterov=nesterov))
   weights = reference(('sgd', nesterov), lambda: [
       v.numpy() for v in run(keras.optimizers.SGD(0.1, momentum=0.9, nesterov=nesterov))])
   assert_same([v.numpy() for v in fused_vars], weights)
@@ -234,10 +234,10 @@ def test_larc_fused_matches_reference(mode, skip_list):
 
 
 def larc_step(optimizer, larc, variables, params):
-  """A step applying LARC then the optimizer (``larc_and_apply`` for a MomentumOptimizer)."""
+  """A step applying LARC then the optimizer (``larc_and_apply`` for a KerasMomentum)."""
 
   def step(grads):
-    if isinstance(optimizer, MomentumOptimizer):
+    if isinstance(optimizer, KerasMomentum):
       return pipeline_lib.larc_and_apply(optimizer, grads, variables, 0.5, params)
     grads, factors = larc(grads, variables, 0.5, params)
     optimizer.apply(grads, variables)
@@ -262,7 +262,7 @@ def test_larc_and_momentum_match_larc_then_keras_sgd(mode, nesterov):
     return ([v.numpy() for v in variables], momentum_values(optimizer, variables),
             {i: f.numpy() for i, f in factors.items()})
 
-  got_w, got_m, got_f = steps(MomentumOptimizer(0.5, momentum=0.9, use_nesterov=nesterov),
+  got_w, got_m, got_f = steps(KerasMomentum(0.5, momentum=0.9, use_nesterov=nesterov),
                               stages.larc)
   want_w, want_m, want_f = reference(
       ('larc then sgd', mode, nesterov),
@@ -302,7 +302,7 @@ def pipeline_run(monkeypatch, fused_paths, optimizer_name='LARS'):
     optimizer = LARSOptimizer(0.5, momentum=0.9, weight_decay=1e-3, eeta=0.01, epsilon=1e-6,
                               skip_list=['batch_normalization', 'bias'], fused=fused_paths)
   elif fused_paths:
-    optimizer = MomentumOptimizer(0.5, momentum=0.9)
+    optimizer = KerasMomentum(0.5, momentum=0.9)
   else:
     optimizer = keras.optimizers.SGD(0.5, momentum=0.9)
 

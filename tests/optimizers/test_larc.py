@@ -18,7 +18,7 @@ from optimizers import stages
 from optimizers import validation
 from optimizers.compat import openseq2seq as opt_lib
 from optimizers.compat.openseq2seq import optimize_loss
-from optimizers.lars import MomentumOptimizer
+from optimizers.lars import KerasMomentum
 from optimizers.lr_policies import poly_decay
 from tests.optimizers import references
 
@@ -48,7 +48,7 @@ def case():
 
 def larc_factors(path, grads, variables, lr, params):
   """The factors and the variables after one momentum step (m = 0.9, from zero slots)."""
-  optimizer = MomentumOptimizer(lr, momentum=0.9)
+  optimizer = KerasMomentum(lr, momentum=0.9)
   optimizer.build(variables)
   tensors = [tf.constant(g) for g in grads]
   if path == 'native':
@@ -82,21 +82,31 @@ def test_factor_is_one_for_zero_norms_and_zero_lr(path, mode, lr, monkeypatch):
     np.testing.assert_allclose(var.numpy(), w - lr * c * g, rtol=1e-6, atol=1e-7)
 
 
-def numpy_warmup_run(w0, b0, target_w, target_b, lrs, mode, momentum):
-  """optimize_loss with LARC and Keras momentum (v ← m·v − lr·c·g; w ← w + v) in numpy."""
+def numpy_warmup_run(w0, b0, target_w, target_b, lrs, mode, momentum, optimizer='KerasMomentum'):
+  """optimize_loss with LARC and momentum in numpy.
+
+  ``KerasMomentum``: v ← m·v − lr·c·g; w ← w + v. ``Momentum`` (TF 1's):
+  a ← m·a + c·g; w ← w − lr·a.
+  """
   ws, vs = [w0.astype(np.float64), b0.astype(np.float64)], [np.zeros_like(w0), np.zeros_like(b0)]
   targets = [target_w, target_b]
   for lr in lrs:
     grads = [w - t for w, t in zip(ws, targets)]
     factors = [numpy_factor(g, w, lr, mode) for g, w in zip(grads, ws)]
-    vs = [momentum * v - lr * c * g for v, c, g in zip(vs, factors, grads)]
-    ws = [w + v for w, v in zip(ws, vs)]
+    if optimizer == 'Momentum':
+      vs = [momentum * v + c * g for v, c, g in zip(vs, factors, grads)]
+      ws = [w - lr * v for w, v in zip(ws, vs)]
+    else:
+      vs = [momentum * v - lr * c * g for v, c, g in zip(vs, factors, grads)]
+      ws = [w + v for w, v in zip(ws, vs)]
   return ws
 
 
+@pytest.mark.parametrize('optimizer', ['Momentum', 'KerasMomentum'])
 @pytest.mark.parametrize('native_kernels', ['1', '0'])
 @pytest.mark.parametrize('mode', ['clip', 'scale'])
-def test_warmup_from_zero_trains_zero_initialised_bias(native_kernels, mode, monkeypatch):
+def test_warmup_from_zero_trains_zero_initialised_bias(native_kernels, mode, optimizer,
+                                                       monkeypatch):
   """A warm-up that starts at lr 0, as the shipped schedules do: every step lands, no NaN.
 
   Backoff loss scaling would skip a step with a non-finite gradient and halve
@@ -117,17 +127,17 @@ def test_warmup_from_zero_trains_zero_initialised_bias(native_kernels, mode, mon
   schedule = lambda step: poly_decay(step, 0.5, decay_steps=20, warmup_steps=3)  # noqa: E731
   kwargs = dict(var_list=[w, b], loss_scaling='Backoff',
                 larc_params={'larc_eta': ETA, 'larc_mode': mode})
-  step = tf.function(lambda: optimize_loss(loss, 'Momentum', {'momentum': 0.9}, schedule,
+  step = tf.function(lambda: optimize_loss(loss, optimizer, {'momentum': 0.9}, schedule,
                                            **kwargs))
   steps = 6
   for _ in range(steps):
     step()
-  pipeline = opt_lib.get_pipeline('Momentum', {'momentum': 0.9}, schedule, **kwargs)
+  pipeline = opt_lib.get_pipeline(optimizer, {'momentum': 0.9}, schedule, **kwargs)
   assert int(pipeline.global_step.numpy()) == steps
   assert float(pipeline.loss_scale.numpy()) == 2.0 ** 14
   lrs = [float(poly_decay(s, 0.5, decay_steps=20, warmup_steps=3)) for s in range(steps)]
   assert lrs[0] == 0.0
-  want_w, want_b = numpy_warmup_run(w0, b0, target_w, target_b, lrs, mode, 0.9)
+  want_w, want_b = numpy_warmup_run(w0, b0, target_w, target_b, lrs, mode, 0.9, optimizer)
   np.testing.assert_allclose(w.numpy(), want_w, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(b.numpy(), want_b, rtol=1e-5, atol=1e-7)
   # The bias moved at the base rate: its first non-zero step had c = 1.

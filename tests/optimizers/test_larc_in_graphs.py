@@ -17,7 +17,7 @@ from optimizers.registry import OPTIMIZER_CLS_NAMES
 NAMES = sorted(n for n in OPTIMIZER_CLS_NAMES if n.lower() != 'agn')
 # default: the native kernel where one applies; xla: with the native kernels
 # turned off; reference: Keras' per-variable update (fused=False).
-NATIVE = {'lars', 'lamb', 'momentum'}
+NATIVE = {'lars', 'lamb', 'momentum', 'kerasmomentum'}
 FUSED_ARGUMENT = {'lars', 'lamb'}
 CASES = ([(n, 'default') for n in NAMES] + [(n, 'xla') for n in NAMES if n.lower() in NATIVE]
          + [(n, 'reference') for n in NAMES if n.lower() in FUSED_ARGUMENT])
@@ -27,8 +27,10 @@ LARC = {'larc_eta': 1e-3, 'larc_mode': 'clip', 'skip_list': ['bias']}
 
 def _params(name, path):
   params = {'learning_rate': 0.05}
-  if name.lower() in ('momentum', 'lars'):
+  if name.lower() in ('momentum', 'kerasmomentum', 'lars'):
     params['momentum'] = 0.9
+  if name.lower() == 'adamw':
+    params['weight_decay'] = 0.004  # TF 1's AdamWOptimizer has no default
   if path == 'reference':
     params['fused'] = False
   return params

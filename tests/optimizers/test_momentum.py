@@ -1,11 +1,11 @@
-"""MomentumOptimizer: TF 1's name and arguments on Keras' momentum SGD."""
+"""KerasMomentum: Keras' momentum SGD, fused, with TF 1's ``use_nesterov`` beside Keras' ``nesterov``."""
 
 import keras
 import numpy as np
 import pytest
 
 from optimizers import OPTIMIZER_CLS_NAMES
-from optimizers.lars import MomentumOptimizer
+from optimizers.lars import KerasMomentum
 
 
 def one_step(optimizer):
@@ -20,7 +20,7 @@ def one_step(optimizer):
 @pytest.mark.parametrize('kwargs', [{'use_nesterov': True}, {'nesterov': True},
                                     {'use_nesterov': True, 'nesterov': True}])
 def test_nesterov_under_either_name(kwargs):
-  optimizer = OPTIMIZER_CLS_NAMES['Momentum'](learning_rate=0.1, momentum=0.9, **kwargs)
+  optimizer = OPTIMIZER_CLS_NAMES['KerasMomentum'](learning_rate=0.1, momentum=0.9, **kwargs)
   assert optimizer.nesterov and optimizer.get_config()['use_nesterov']
   # Nesterov by hand: v ← m·v − lr·g; w ← w + m·v − lr·g.
   w, v, g = np.array([1.0, -2.0]), np.zeros(2), np.array([0.5, 0.25])
@@ -28,9 +28,9 @@ def test_nesterov_under_either_name(kwargs):
     v = 0.9 * v - 0.1 * g
     w = w + 0.9 * v - 0.1 * g
   np.testing.assert_allclose(one_step(optimizer), w, rtol=1e-6)
-  assert not np.allclose(one_step(MomentumOptimizer(0.1, momentum=0.9)), w)
+  assert not np.allclose(one_step(KerasMomentum(0.1, momentum=0.9)), w)
 
 
 def test_the_two_names_cannot_disagree():
   with pytest.raises(ValueError, match='use_nesterov=True and nesterov=False are the same setting'):
-    MomentumOptimizer(0.1, use_nesterov=True, nesterov=False)
+    KerasMomentum(0.1, use_nesterov=True, nesterov=False)

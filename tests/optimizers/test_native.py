@@ -19,7 +19,7 @@ from optimizers import validation
 from optimizers import lars as lars_lib
 from optimizers.lamb import LAMB
 from optimizers.lars import LARSOptimizer
-from optimizers.lars import MomentumOptimizer
+from optimizers.lars import KerasMomentum
 from optimizers import pipeline as pipeline_lib
 from optimizers.pipeline import larc_and_apply
 from optimizers.settings import UpdateSettings
@@ -100,7 +100,7 @@ def test_optimizers_dispatch_to_the_kernels(make, op):
 
 def test_momentum_with_larc_dispatches_to_one_kernel():
   variables, grads = variables_and_grads()
-  optimizer = MomentumOptimizer(0.1, momentum=0.9)
+  optimizer = KerasMomentum(0.1, momentum=0.9)
   optimizer.build(variables)
   params = validation.check_larc_params({'larc_eta': 0.002})
   assert 'LargebatchTrustMomentum' in op_types(
@@ -117,17 +117,17 @@ def forms(optimizer, grads, variables, larc_params=None):
 def test_keras_clipping_on_the_optimizer_keeps_larc_separate():
   """Keras' clipnorm runs between LARC and the update, so the two must not be fused."""
   variables, grads = variables_and_grads()
-  optimizer = MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0)
+  optimizer = KerasMomentum(0.1, momentum=0.9, clipnorm=1.0)
   params = {'larc_eta': 0.002}
   # LARC runs first on its own; the update is Keras' own apply, which clips
   # before update_step.
-  assert forms(optimizer, grads, variables, params) == ['larc(clip)', 'momentum(keras)']
+  assert forms(optimizer, grads, variables, params) == ['larc(clip)', 'kerasmomentum(keras)']
   # Without clipnorm, but with momentum 0 (the kernel's LARC needs momentum), the
   # update takes Momentum's own fused form (XLA: it has no native kernel of its own).
-  assert forms(MomentumOptimizer(0.1, momentum=0.0), grads, variables, params) == [
-      'larc(clip)', 'momentum(xla)']
-  assert forms(MomentumOptimizer(0.1, momentum=0.9), grads, variables, params) == [
-      'larc(clip)+momentum(native)']
+  assert forms(KerasMomentum(0.1, momentum=0.0), grads, variables, params) == [
+      'larc(clip)', 'kerasmomentum(xla)']
+  assert forms(KerasMomentum(0.1, momentum=0.9), grads, variables, params) == [
+      'larc(clip)+kerasmomentum(native)']
 
 
 def test_kernels_are_not_used_inside_xla_and_results_agree():
@@ -345,7 +345,7 @@ def test_optimize_loss_takes_its_gradient_statistics_from_the_kernel():
   types = op_types(lambda: pipeline(
       lambda: tf.reduce_sum(tf.tanh(tf.matmul(x, variables[0]) + variables[1])))['loss'])
   assert 'LargebatchGradientStats' in types and 'IsFinite' not in types and 'L2Loss' not in types
-  assert pipeline.describe_chain() == 'finite check → clip(1) → sgd(keras)'
+  assert pipeline.describe_chain() == 'finite check → clip(1) → gradientdescent(keras)'
 
 
 def test_a_unit_loss_scale_adds_no_multiplies_and_changes_no_bit():
@@ -388,12 +388,12 @@ def test_the_step_form_is_chosen_in_one_place_and_logged_once(monkeypatch, caplo
 
 @pytest.mark.parametrize('make, larc, expected', [
     (lambda: LARSOptimizer(0.1), None, ['lars(native)']),
-    (lambda: MomentumOptimizer(0.1, momentum=0.9), {'larc_eta': 0.002},
-     ['larc(clip)+momentum(native)']),
+    (lambda: KerasMomentum(0.1, momentum=0.9), {'larc_eta': 0.002},
+     ['larc(clip)+kerasmomentum(native)']),
     # Keras' clipnorm runs between LARC and the update: LARC on its own, then
     # Keras' own apply, its clipping and update_step variable by variable.
-    (lambda: MomentumOptimizer(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
-     ['larc(clip)', 'momentum(keras)']),
+    (lambda: KerasMomentum(0.1, momentum=0.9, clipnorm=1.0), {'larc_eta': 0.002},
+     ['larc(clip)', 'kerasmomentum(keras)']),
 ])
 def test_a_step_is_chosen_once_and_its_stages_take_no_other_form(monkeypatch, make, larc,
                                                                   expected):

@@ -16,7 +16,7 @@ from optimizers import stages
 from optimizers.catalog import make_optimizer
 from optimizers.compat import openseq2seq as opt_lib
 from optimizers.compat.openseq2seq import optimize_loss
-from optimizers.lars import MomentumOptimizer
+from optimizers.compat.tf1 import MomentumOptimizer
 from optimizers.lr_policies import poly_decay
 from optimizers.pipeline import GradientPipeline
 from optimizers.settings import UpdateSettings
@@ -315,7 +315,7 @@ def test_mixed_bfloat16_model_trains_with_float32_variables():
   loss = lambda: tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y))
   first = float(loss())
   for _ in range(20):
-    optimize_loss(loss, 'Momentum', {'learning_rate': 0.05}, None, model=model,
+    optimize_loss(loss, 'Momentum', {'learning_rate': 0.05, 'momentum': 0.9}, None, model=model,
                   dtype='mixed_bfloat16')
   pipeline = opt_lib.find_pipeline(model=model)
   assert not pipeline.masters.has_half  # Keras' policy already keeps float32 masters
@@ -334,12 +334,13 @@ def test_float16_dtype_updates_float16_variables_directly():
 def test_a_second_call_with_other_arguments_names_what_changed():
   var = keras.Variable(np.array([1.0, 2.0], np.float32), name='w')
   loss = quadratic(var, tf.zeros(2))
-  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1}, None, var_list=[var])
+  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1, 'momentum': 0.9}, None, var_list=[var])
   # The same arguments made anew (a new dict, a new list) are the same arguments.
-  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1}, None, var_list=[var])
+  optimize_loss(loss, 'Momentum', {'learning_rate': 0.1, 'momentum': 0.9}, None, var_list=[var])
   with pytest.raises(ValueError, match=r"different arguments: optimizer_params \(created with "
-                                       r"\{'learning_rate': 0.1\}, now \{'learning_rate': 0.2\}\)"):
-    optimize_loss(loss, 'Momentum', {'learning_rate': 0.2}, None, var_list=[var])
+                                       r"\{'learning_rate': 0.1, 'momentum': 0.9\}, now "
+                                       r"\{'learning_rate': 0.2, 'momentum': 0.9\}\)"):
+    optimize_loss(loss, 'Momentum', {'learning_rate': 0.2, 'momentum': 0.9}, None, var_list=[var])
   with pytest.raises(ValueError, match=r"optimizer \(created with 'Momentum', now 'SGD'\), "
                                        r"optimizer_params .*iter_size \(created with 1, now 2\)"):
     optimize_loss(loss, 'SGD', {'learning_rate': 0.2}, None, var_list=[var], iter_size=2)

@@ -428,7 +428,8 @@ def test_every_point_is_checked_before_any_runs(tmp_path):
       "error: point optimizer=Momentum__batch_size_per_gpu=-4: batch_size_per_gpu: must be > 0, "
       "got -4",
       "error: point optimizer=Nope__batch_size_per_gpu=32: optimizer: unknown optimizer 'Nope'; "
-      "known: AGN, Adagrad, Adam, AdamW, Ftrl, LAMB, LARS, Lion, Momentum, Muon, RMSProp, SGD",
+      "known: AGN, Adagrad, Adam, AdamW, Ftrl, KerasMomentum, LAMB, LARS, Lion, Momentum, Muon, "
+      "RMSProp, SGD",
       # The first mistake in the config's key order, as run.py reports it.
       "error: point optimizer=Nope__batch_size_per_gpu=-4: batch_size_per_gpu: must be > 0, "
       "got -4"], errors

@@ -10,7 +10,7 @@ from framework.config import validation as config_lib
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')
 SGD_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_sgd.py')
-OWN_DEFAULT = {'LARS': 1e-4, 'LAMB': 0.0, 'AdamW': 0.004}
+OWN_DEFAULT = {'LARS': 1e-4, 'LAMB': 0.0}
 
 
 def train_view(path, *overrides):
@@ -94,14 +94,14 @@ TWO_SOURCES = ("; a run takes one source of weight decay (the L2 loss of the reg
 
 
 @pytest.mark.parametrize('overrides, decay, names', [
-    # The optimizer's own default (LARS 1e-4, AdamW 0.004) counts as much as a given one.
+    # The optimizer's own default (LARS 1e-4) counts as much as a given one.
     (('optimizer_params={momentum: 0.9}',),
      "LARS's own weight decay (optimizer_params.weight_decay, 0.0001 by default)",
      'optimizer_params.weight_decay'),
     ((), 'optimizer_params.weight_decay: 0.0005', 'optimizer_params.weight_decay'),
-    (('optimizer=AdamW', 'optimizer_params={}'),
-     "AdamW's own weight decay (optimizer_params.weight_decay, 0.004 by default)",
-     'optimizer_params.weight_decay'),
+    # AdamW (TF 1's AdamWOptimizer) has no default: its decay is always given.
+    (('optimizer=AdamW', 'optimizer_params={weight_decay: 0.004}'),
+     'optimizer_params.weight_decay: 0.004', 'optimizer_params.weight_decay'),
     (('optimizer=LAMB', 'optimizer_params={weight_decay: 0.01}'),
      'optimizer_params.weight_decay: 0.01', 'optimizer_params.weight_decay'),
     # Keras' weight_decay given to an optimizer without its own decay.
@@ -152,3 +152,10 @@ def test_no_shipped_config_gives_two_sources():
   assert len(names) >= 14
   for name in names:
     assert check_configs.check(os.path.join(ROOT, name), 'train_eval', [[]]) == [None], name
+
+
+def test_adamw_without_its_weight_decay_is_one_line():
+  # TF 1's AdamWOptimizer, the name AdamW, takes weight_decay as a required argument.
+  with pytest.raises(ConfigError) as info:
+    train_view(LARS_CONFIG, 'optimizer=AdamW', 'optimizer_params={}')
+  assert str(info.value) == 'optimizer_params.weight_decay: required argument of AdamW is missing'

@@ -20,17 +20,17 @@ def chain_line(run_main, *sets):
 
 @pytest.mark.parametrize('sets, stages', [
     ((), 'allreduce (with two or more workers) → finite check → noise_scale (with two or more '
-         'small batches per update) → momentum'),
+         'small batches per update) → kerasmomentum'),
     (('iter_size=2', 'loss_scaling=Backoff', 'max_grad_norm=1', 'noise_scale=false',
       'larc_params={larc_eta: 0.002, larc_mode: scale}'),
      'accumulate(2) → allreduce (with two or more workers) → backoff → clip(1) → larc(scale) '
-     '→ momentum'),
+     '→ kerasmomentum'),
     (('loss_scaling=128', 'noise_scale=true', 'iter_size=2', 'optimizer=LARS',
       'optimizer_params={momentum: 0.9}'),
      'accumulate(2) → allreduce (with two or more workers) → static(128) → noise_scale → lars'),
     (('batch_policy=noise_scale', 'noise_scale=auto'),
      'accumulate(iter_size, grows) → allreduce (with two or more workers) → finite check → '
-     'noise_scale (with two or more small batches per update) → momentum'),
+     'noise_scale (with two or more small batches per update) → kerasmomentum'),
 ])
 def test_print_config_says_the_stages_of_the_update(run_main, sets, stages):
   assert chain_line(run_main, *sets) == stages + FORMS
