@@ -27,7 +27,7 @@ from framework.engines import distributed  # noqa: E402
 from optimizers import allreduce  # noqa: E402
 from optimizers.agn import AGNOptimizer  # noqa: E402
 from optimizers.compat import openseq2seq as opt_lib  # noqa: E402
-from optimizers.lars import MomentumOptimizer  # noqa: E402
+from optimizers.lars import KerasMomentum  # noqa: E402
 
 BATCH = 16
 STEPS = 6
@@ -108,13 +108,13 @@ def train_case(name):
 
 
 def agn_case(period, steps=7, lr=0.1, momentum=0.5):
-  """AGN around Momentum on a quadratic; per rank, rows rank::size of a fixed data set."""
+  """AGN around KerasMomentum on a quadratic; per rank, rows rank::size of a fixed data set."""
   keras.utils.set_random_seed(3)
   w = keras.Variable(np.array([1.0, -1.0, 0.5], np.float32), name='w')
   rng = np.random.default_rng(5)
   a = rng.normal(size=(steps, 4, 3)).astype(np.float32)
   b = rng.normal(size=(steps, 4)).astype(np.float32)
-  inner = MomentumOptimizer(lr, momentum=momentum)
+  inner = KerasMomentum(lr, momentum=momentum)
   agn = AGNOptimizer(inner, communication_period=period)
   agn.build([w])
   agn.get_init_op()

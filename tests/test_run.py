@@ -81,7 +81,7 @@ def test_short_run_learns_and_writes_checkpoints_and_events(tmp_path):
   saved = yaml.safe_load((logdir / 'config.yaml').read_text())
   # In the layout --config reads: what the train and eval views share is in base_params.
   assert saved['base_params']['max_steps'] == 100
-  assert saved['base_params']['optimizer'] == 'Momentum'
+  assert saved['base_params']['optimizer'] == 'KerasMomentum'
 
   # TensorBoard's own reader sees the train and eval scalars.
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel

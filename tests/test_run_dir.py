@@ -245,14 +245,14 @@ def test_tensorboard_gets_the_last_step_no_duplicates_eval_mode_and_the_config(t
   accumulator.Reload()
   [text] = accumulator.Tensors('config')
   config = tf.make_ndarray(text.tensor_proto).item().decode()
-  assert '    optimizer: Momentum' in config.splitlines() and '    iter_size: 2' in config
+  assert '    optimizer: KerasMomentum' in config.splitlines() and '    iter_size: 2' in config
   content = accumulator.PluginTagToContent(hparams_metadata.PLUGIN_NAME)
   start = hparams_metadata.parse_session_start_info_plugin_data(
       content[hparams_metadata.SESSION_START_INFO_TAG])
   values = {name: value.WhichOneof('kind') and getattr(value, value.WhichOneof('kind'))
             for name, value in start.hparams.items()}
   assert values['optimizer_params.momentum'] == pytest.approx(0.8)
-  assert values['optimizer'] == 'Momentum' and values['iter_size'] == 2
+  assert values['optimizer'] == 'KerasMomentum' and values['iter_size'] == 2
   assert values['batch_size_per_gpu'] == 16 and values['global_batch'] == 32
   assert values['max_steps'] == 8  # the resumed run's, not its first start's 6
   experiment = hparams_metadata.parse_experiment_plugin_data(

@@ -55,6 +55,7 @@ def test_a_users_layer_declares_its_size_as_its_built_in_layers_do(tmp_path, mon
       '  batch_size_per_gpu: 64\n'
       '  num_epochs: 1\n'
       '  optimizer: Momentum\n'
+      '  optimizer_params: {momentum: 0.9}\n'
       '  lr_policy: poly_decay\n'
       '  lr_policy_params: {learning_rate: 0.1, power: 2.0, warmup_epochs: 3}\n')
   monkeypatch.syspath_prepend(str(tmp_path))
