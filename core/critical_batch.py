@@ -30,9 +30,11 @@ import random
 # The bootstrap's draws, and the share of them outside the interval on each side.
 BOOTSTRAP_DRAWS = 400
 INTERVAL_TAIL = 0.05
-# A point is measured only when the 1x branch's held-out loss fell over its window by at
-# least this many times the evaluations' noise (the residuals' standard deviation).
-MIN_PROGRESS_IN_NOISE = 3.0
+# A point is measured only when the 1x branch's loss fell over its window by at least this
+# many times the evaluations' noise; its window ends where it first has (window_end).
+MIN_PROGRESS_IN_NOISE = 4.0
+# ... and with at least this many evaluations in the window.
+MIN_LOOKS = 8
 # ... and by at least this share of the loss at the point (a curve that is all but flat).
 MIN_PROGRESS_SHARE = 0.002
 
@@ -131,10 +133,20 @@ def _quantile(sorted_values, q):
 
 
 def _curve(branch, start):
-  """``(examples, losses)`` of a branch's evaluations, its start (the point's loss) first."""
-  xs = [0.0] + [float(e) for e, _ in branch['curve']]
-  ys = [float(start)] + [float(v) for _, v in branch['curve']]
-  return xs, ys
+  """``(examples, losses)`` of a branch's evaluations, its start (the point's loss) first if given."""
+  xs = [float(e) for e, _ in branch['curve']]
+  ys = [float(v) for _, v in branch['curve']]
+  if start is None:
+    return xs, ys
+  return [0.0] + xs, [float(start)] + ys
+
+
+def _smooth(ys, anchored):
+  """The monotone fit of a curve; an ``anchored`` one keeps its first value (the shared start)."""
+  if not anchored:
+    return monotone_fit(ys)
+  fitted = [ys[0]] + monotone_fit(ys[1:])
+  return [min(f, fitted[0]) for f in fitted]
 
 
 def _crossings(curves, base, window):
@@ -169,16 +181,60 @@ def window_target(curve, start, window):
     window: the examples whose end sets the target.
 
   Returns:
-    The target every branch is run to, and the standard deviation of the
-    evaluations about their monotone fit (0.0 with fewer than two).
+    The target every branch is run to, and the noise of the window's
+    evaluations (:func:`curve_noise`).
   """
   xs, ys = _curve({'curve': curve}, start)
-  fitted = [ys[0]] + monotone_fit(ys[1:])
-  fitted = [min(f, fitted[0]) for f in fitted]
+  anchored = start is not None
+  fitted = _smooth(ys, anchored)
   inside = [f for x, f in zip(xs, fitted) if x <= window + 1e-9]
-  residuals = [y - f for y, f in zip(ys[1:], fitted[1:])]
-  noise = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if len(residuals) > 1 else 0.0
-  return inside[-1], noise
+  return inside[-1], curve_noise([y for x, y in zip(xs, ys) if x <= window + 1e-9][anchored:])
+
+
+def curve_noise(values):
+  """The noise of a curve's values about its trend: the first differences' RMS over √2.
+
+  Two neighbouring evaluations differ by the trend's small step and two
+  independent noises, so the differences measure the noise without a model of
+  the trend (a fit would absorb part of it). 0.0 for fewer than three values.
+  """
+  if len(values) < 3:
+    return 0.0
+  steps = [b - a for a, b in zip(values, values[1:])]
+  return math.sqrt(sum(d * d for d in steps) / (2.0 * len(steps)))
+
+
+def window_end(curve, fewest, most, progress=MIN_PROGRESS_IN_NOISE, looks=MIN_LOOKS):
+  """The 1x branch's window: the first look from ``fewest`` examples on where it has made progress.
+
+  Progress is the fall of the curve's monotone fit from its first value, at
+  least ``progress`` times the curve's noise (:func:`curve_noise`) and with
+  at least ``looks`` evaluations: the target is then a loss the branches can
+  tell from noise.
+
+  Args:
+    curve: ``[[examples since the point, loss], ...]``, in order.
+    fewest: the shortest window.
+    most: the longest window.
+
+  Returns:
+    The window in examples; None while it is not decided (the curve is
+    shorter than ``most``); 0 when the curve reached ``most`` without the
+    progress (nothing to measure at this point).
+  """
+  for index in range(max(looks, 1) - 1, len(curve)):
+    examples = curve[index][0]
+    if examples > most + 1e-9:
+      break
+    if examples + 1e-9 < fewest:
+      continue
+    values = [v for _, v in curve[:index + 1]]
+    fitted = monotone_fit(values)
+    if fitted[0] - fitted[-1] >= progress * curve_noise(values) and fitted[0] > fitted[-1]:
+      return examples
+  if curve and curve[-1][0] + 1e-9 >= most:
+    return 0
+  return None
 
 
 def reached(curve, start, target, margin):
@@ -189,7 +245,7 @@ def reached(curve, start, target, margin):
   """
   if not curve:
     return False
-  smoothed = monotone_fit([start] + [v for _, v in curve])
+  smoothed = monotone_fit(([] if start is None else [start]) + [v for _, v in curve])
   return smoothed[-1] <= target - margin
 
 
@@ -200,7 +256,9 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
     branches: ``{batch: {'curve': [[examples, held-out loss], ...]}}``, each
       curve in order of examples read since the point; the 1x branch
       (``base``) among them, evaluated to at least ``window`` examples.
-    start: the held-out loss at the point (every branch's start).
+    start: the held-out loss at the point (every branch's start), or None
+      when the curves have no point at 0 examples (the online loss, whose
+      first value is already the mean of its first interval).
     base: the config's global batch (the 1x branch).
     window: the 1x branch's examples whose end defines the target.
     draws: the bootstrap's resamples.
@@ -216,26 +274,30 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
     fewer than half of its draws fit), with ``fitted_draws``.
   """
   raw = {batch: _curve(branch, start) for batch, branch in branches.items()}
+  anchored = start is not None
   smooth, residuals = {}, {}
   for batch, (xs, ys) in raw.items():
     # The start is a measured point too, shared by every branch: it is kept as measured.
-    fitted = [ys[0]] + monotone_fit(ys[1:])
-    fitted = [min(f, fitted[0]) for f in fitted]
+    fitted = _smooth(ys, anchored)
     smooth[batch] = (xs, fitted)
-    residuals[batch] = [y - f for y, f in zip(ys[1:], fitted[1:])]
+    residuals[batch] = [y - f for y, f in zip(ys[anchored:], fitted[anchored:])]
   pooled = [r for rs in residuals.values() for r in rs]
   noise = (math.sqrt(sum(r * r for r in pooled) / len(pooled)) if pooled else 0.0)
   target, examples = _crossings(smooth, base, window)
+  if start is None:
+    start = smooth[base][1][0]  # the 1x branch's first interval, smoothed
   result = {'target': target, 'start': start, 'progress': start - target, 'noise': noise,
             'window': window, 'measured': True, 'why': None,
             'examples': {b: examples.get(b) for b in sorted(branches)},
             'updates': {b: (examples[b] / b if b in examples else None) for b in sorted(branches)},
             's_min': None, 'e_min': None, 'b_crit': None, 'shape': None, 'interval': None,
             'fit_scatter': None, 'fitted_draws': 0, 'draws': draws}
-  needed = max(MIN_PROGRESS_IN_NOISE * noise, MIN_PROGRESS_SHARE * abs(start))
+  base_noise = curve_noise(raw[base][1][anchored:])
+  result['noise'] = base_noise
+  needed = max(MIN_PROGRESS_IN_NOISE * base_noise, MIN_PROGRESS_SHARE * abs(start))
   if not start - target > needed:
     result.update(measured=False, why=(
-        f'the 1x branch\'s held-out loss went from {start:.4g} to {target:.4g} over its '
+        f'the 1x branch\'s loss went from {start:.4g} to {target:.4g} over its '
         f'window, less than the {needed:.2g} its evaluations\' noise (±{noise:.2g}) allows '
         'to measure'))
     return result
@@ -259,8 +321,8 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
     curves = {}
     for batch, (xs, _) in raw.items():
       fy = smooth[batch][1]
-      ys = [f + rng.choice(pooled) for f in fy[1:]] if pooled else list(fy[1:])
-      curves[batch] = (xs, [fy[0]] + monotone_fit(ys))
+      ys = [f + rng.choice(pooled) if pooled else f for f in fy[anchored:]]
+      curves[batch] = (xs, _smooth(fy[:anchored] + ys, anchored))
     _, drawn = _crossings(curves, base, window)
     drawn_steps = {b: e / b * (1 + (rng.choice(scatter) if scatter else 0.0))
                    for b, e in drawn.items()}

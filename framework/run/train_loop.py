@@ -148,13 +148,31 @@ def _due(step, last, every):
   return bool(every) and step // every > last // every
 
 
-def train(parts, evaluate_every=None, stop=None):
+@dataclasses.dataclass(frozen=True)
+class Probe:
+  """A look at the run every ``every`` steps and at its last one, which may end training early.
+
+  Attributes:
+    every: the steps between two looks (counted from step 0, as the cadences are).
+    look: ``f(step) -> bool``, called on every worker after the micro-step
+      that reached the step; True ends training at that step (the end of
+      training, its checkpoint, then follows as at ``max_steps``).
+    each: ``f(values)``, called after every micro-step with its metrics (numpy
+      values: the micro-batch's ``loss`` among them), or None.
+  """
+  every: int
+  look: Callable[[int], bool]
+  each: Optional[Callable[[dict], None]] = None
+
+
+def train(parts, evaluate_every=None, stop=None, probe=None):
   """Trains the run of ``parts`` until its ``max_steps``; ``Trainer.train`` documents the contract.
 
   Args:
     parts: the run's :class:`LoopParts`.
     evaluate_every: evaluate every this many steps and at the end, or None.
     stop: a ``stopping.StopRequest``, or None.
+    probe: a :class:`Probe`, or None.
 
   Returns:
     The final eval metrics when evaluating, else None.
@@ -165,7 +183,7 @@ def train(parts, evaluate_every=None, stop=None):
     with outputs.writer.as_default():
       if outputs.writes:  # at every start: a resumed run's values replace the first ones
         run_outputs.write_run_config(parts)
-      eval_metrics = TrainLoop(parts, outputs, evaluate_every, stop).run()
+      eval_metrics = TrainLoop(parts, outputs, evaluate_every, stop, probe).run()
     outputs.close()
   except tf.errors.OpError as exc:
     error = _user_error(exc, parts.logdir)
@@ -229,9 +247,10 @@ class TrainLoop:
     outputs: its open :class:`RunOutputs`.
     evaluate_every: evaluate every this many steps and at the end, or None.
     stop: a ``stopping.StopRequest``, or None.
+    probe: a :class:`Probe`, or None.
   """
 
-  def __init__(self, parts, outputs, evaluate_every, stop):
+  def __init__(self, parts, outputs, evaluate_every, stop, probe=None):
     self.parts = parts
     self.config = parts.config
     self.task = parts.task
@@ -239,8 +258,11 @@ class TrainLoop:
     self.outputs = outputs
     self.evaluate_every = evaluate_every
     self.stop = stop
+    self.probe = probe
     # The global step, as the last micro-step returned it.
     self.step = parts.start_step
+    self.last_probe = self.step
+    self.probe_done = False  # the probe asked to end training
     # The steps of the last checkpoint, train summary, evaluation and printed samples.
     self.last_saved = self.last_summary = self.last_eval = self.last_samples = self.step
     self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
@@ -263,7 +285,7 @@ class TrainLoop:
     iterator = self.parts.open_batches()
     self._open_progress()
     chain_said = self.parts.describe_chain is None
-    while self.step < self.sizes.max_steps:
+    while self.step < self.sizes.max_steps and not self.probe_done:
       signum = self.stop.agreed() if self.stop is not None else 0
       if signum:
         self._stop(signum)
@@ -273,6 +295,9 @@ class TrainLoop:
         distributed.log(f'update chain: {self.parts.describe_chain()}')
         chain_said = True
       self._after_step({k: v.numpy() for k, v in metrics.items()})
+    if self.probe is not None and not self.probe_done and self.step > self.last_probe:
+      self.last_probe = self.step
+      self.probe.look(self.step)  # the last step is always looked at
     self.progress.close()
     try:
       self._end()
@@ -321,6 +346,8 @@ class TrainLoop:
     cfg = self.config
     self.values = values
     step = self.step = int(values['global_step'])
+    if self.probe is not None and self.probe.each is not None:
+      self.probe.each(values)
     if self.control is not None and values['applied']:
       self._batch_policy(step, values)
     self.divergence.check(step, values['loss'], self.outputs.latest)
@@ -346,6 +373,9 @@ class TrainLoop:
       except StopRequested as exc:
         self._stop(exc.signum)
       self.last_eval = step
+    if self.probe is not None and _due(step, self.last_probe, self.probe.every):
+      self.last_probe = step
+      self.probe_done = bool(self.probe.look(step))
 
   def _batch_policy(self, step, values):
     """Asks the batch policy after an applied update; a change is one line and two scalars."""
@@ -365,7 +395,8 @@ class TrainLoop:
     The estimate is trusted once its moving average spans its window (about
     1/(1 - decay) updates) or a quarter of the run, whichever comes first.
     """
-    if self.advised or 'noise_scale' not in values or (
+    # A run looked at by a probe is --mode=critical_batch's own, where the advice points.
+    if self.advised or self.probe is not None or 'noise_scale' not in values or (
         self.control is not None and self.control.policy_name == 'noise_scale'):
       return
     window = 1.0 / (1.0 - self.config['noise_scale_params']['decay'])

@@ -374,7 +374,7 @@ class Trainer:
 
   # --- training ----------------------------------------------------------------------------
 
-  def train(self, evaluate_every=None, stop=None):
+  def train(self, evaluate_every=None, stop=None, probe=None):
     """Trains until max_steps, checkpointing and (optionally) evaluating on the way.
 
     Args:
@@ -382,6 +382,8 @@ class Trainer:
       stop: a ``framework.run.stopping.StopRequest``; when any worker received a
         signal, every worker stops after the same micro-step, the chief saves
         a checkpoint and writes its summaries, and ``RunStopped`` is raised.
+      probe: a ``train_loop.Probe``: a look every few steps that may end training
+        early (``--mode=critical_batch``'s branches evaluate their held-out loss so).
 
     Returns:
       The final eval metrics when evaluating, else None; with ``step`` and
@@ -395,7 +397,7 @@ class Trainer:
       DataError: a record could not be read, naming its file.
     """
     self.keep_for_rotation()
-    return train_loop.train(self.loop_parts(), evaluate_every, stop)
+    return train_loop.train(self.loop_parts(), evaluate_every, stop, probe)
 
   def loop_parts(self):
     """What the train loop calls of this run (``train_loop.LoopParts``), and no trainer."""

@@ -110,6 +110,10 @@ class Task:
   def evaluate(self, model, data_layer, batch_size):
     raise NotImplementedError
 
+  def heldout_loss(self, model, data_layer, batch_size, batches):
+    """``(the task's loss, examples)`` over the eval split's first ``batches`` batches, all workers."""
+    raise NotImplementedError
+
   def describe_eval(self, metrics):
     """The evaluation's line after ``eval at step N: ``."""
     raise NotImplementedError

@@ -109,6 +109,13 @@ class ImageClassificationTask(base.Task):
       self._eval_step = image_evaluation.make_eval_step(model)
     return image_evaluation.evaluate(self._eval_step, data_layer.dataset(batch_size))
 
+  def heldout_loss(self, model, data_layer, batch_size, batches):
+    """``(mean loss, examples)`` over the split's first ``batches`` batches on every worker."""
+    if self._eval_step is None:
+      self._eval_step = image_evaluation.make_eval_step(model)
+    metrics = image_evaluation.evaluate(self._eval_step, data_layer.dataset(batch_size).take(batches))
+    return metrics['loss'], metrics['examples']
+
   def describe_eval(self, metrics):
     return (f'loss {metrics["loss"]:.4f}, top-1 {metrics["accuracy"]:.4f}, top-5 '
             f'{metrics["top5_accuracy"]:.4f} ({metrics["examples"]} examples)')

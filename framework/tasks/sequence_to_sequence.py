@@ -92,6 +92,7 @@ class SequenceToSequenceTask(base.Task):
     self.beam_size = int(decoding.get('beam_size', 1))
     self.length_penalty = float(decoding.get('length_penalty', 0.0))
     self._eval_step = None  # compiled by the first evaluate()
+    self._loss_step = None  # compiled by the first heldout_loss()
     self._decode = None  # compiled by the first decode
 
   def final_eval_config(self, eval_config):
@@ -202,6 +203,25 @@ class SequenceToSequenceTask(base.Task):
     return {self.sequence_errors: counts.wer, self.token_errors: counts.per,
             'loss': loss_sum / tokens, 'token_accuracy': correct / tokens,
             'examples': counts.words}
+
+  def heldout_loss(self, model, data_layer, batch_size, batches):
+    """``(teacher-forced loss per target token, sources)`` over the split's first ``batches`` batches.
+
+    No decoding: the loss alone, summed over every worker's batches.
+    """
+    if self._loss_step is None:
+
+      def loss_step(source, target):
+        logits = model((source, target[:, :-1]), training=False)
+        return tf.stack(sequence_cross_entropy(target[:, 1:], logits, 0.0))
+
+      self._loss_step = tf.function(loss_step, reduce_retracing=True)
+    sums = np.zeros(3, np.float64)
+    for batch in data_layer.dataset(batch_size).take(batches):
+      sums[:2] += self._loss_step(batch['source'], batch['target']).numpy()
+      sums[2] += int(batch['source'].shape[0])
+    loss_sum, tokens, sources = distributed.sum_array(sums)
+    return loss_sum / max(tokens, 1.0), int(sources)
 
   def describe_eval(self, metrics):
     beam = f', beam {self.beam_size}' if self.beam_size > 1 else ''
