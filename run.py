@@ -88,21 +88,22 @@ def parse_args(argv):
   parser.add_argument('--num_workers', type=int, default=1, metavar='N',
                       help='start N workers of this run on this machine (the '
                            'multi_worker_mirrored engine, under TF_CONFIG); see docs/distributed.md')
-  parser.add_argument('--warmup_fraction', type=float, default=None, metavar='F',
-                      help="critical_batch: with no checkpoint in logdir, train this share of the "
-                           "config's run first (default 0.25)")
+  parser.add_argument('--points', default=None, metavar='F,F,...',
+                      help="critical_batch: the shares of the config's run the branches start "
+                           'from (default 0.25,0.5,0.75)')
   parser.add_argument('--max_batch', type=int, default=None, metavar='N',
                       help="critical_batch: the largest branch's global batch (default 16x the "
                            "config's)")
   parser.add_argument('--branch_examples', type=int, default=None, metavar='N',
-                      help='critical_batch: examples (words, tokens) each branch reads (default: '
-                           'one epoch in whole updates of the largest branch)')
-  parser.add_argument('--tolerance', type=float, default=None, metavar='T',
-                      help="critical_batch: the relative held-out loss a branch may lose to the "
-                           '1x branch, in (0, 1) (default 0.05)')
-  parser.add_argument('--cooldown_fraction', type=float, default=None, metavar='F',
-                      help="critical_batch: the share of a branch's updates at its end over which "
-                           'its rate falls to 0, in [0, 1) (default 0.25)')
+                      help="critical_batch: the 1x branch's window, whose held-out loss is the "
+                           "target (examples, words or tokens; default a 16th of the run)")
+  parser.add_argument('--branch_loss', default=None, choices=('online', 'heldout'),
+                      help="critical_batch: the loss a branch's curve is read from: each training "
+                           "micro-batch's before its update (online, the default) or the eval "
+                           "split's first --heldout_examples (heldout)")
+  parser.add_argument('--heldout_examples', type=int, default=None, metavar='N',
+                      help="critical_batch: the eval split's first examples each evaluation of "
+                           'a branch reads (default 2048, in whole eval batches)')
   return parser.parse_args(argv)
 
 

@@ -1,14 +1,17 @@
 """run.py --mode=critical_batch end to end, on a tiny classifier of synthetic images.
 
-One measurement from scratch (a warm-up, then branches at 1x, 2x, 4x) is
-shared by the tests that read it: its numbers against hand-computed ones, the
-same command again (every branch kept, unchanged), and the bad inputs, each
-one line with exit status 2 and the run directory as it was. A stop in the
-warm-up and in a branch, and two workers under both engines, run their own.
+One measurement from scratch (the run trained to its three points and their
+windows, then branches at 2x and 4x from each) is shared by the tests that
+read it: its numbers against ones recomputed here (the fit of each point by
+numpy, the whole run by its formula), the same command again (every branch
+kept), and the bad inputs, each one line with exit status 2 and the run
+directory as it was. A stop in a branch, a rate at which nothing learns, and
+two workers under both engines run their own.
 """
 
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tests.processes import Child
@@ -42,15 +46,16 @@ MODEL = textwrap.dedent('''\
     linear.TASK = TASK
     ''')
 
-# 256 training examples in micro-batches of 8: the default ladder is 8, 16, 32 (the
-# largest still gets 8 updates of one epoch), each branch reads 256 examples.
+# A run of 128 steps of 8 images: points at steps 32, 64 and 96, windows of 8 to 32
+# steps, looks every step (128 / 256, at least 1), and --max_batch 32: branches at 8
+# (the run itself), 16 and 32.
 CONFIG = textwrap.dedent('''\
     base_params:
       model: tiny_linear:linear
       data_layer: synthetic
       data_layer_params: {image_shape: [4, 4, 1], num_classes: 3, num_examples: %(examples)d}
       batch_size_per_gpu: 8
-      max_steps: 16
+      max_steps: 128
       optimizer: Momentum
       optimizer_params: {momentum: 0.9}
       lr_policy: poly_decay
@@ -66,7 +71,7 @@ CONFIG = textwrap.dedent('''\
 UNIT = 'images'
 
 
-def write_config(directory, examples=256, print_every=100):
+def write_config(directory, examples=1024, print_every=100):
   directory.mkdir(parents=True, exist_ok=True)
   (directory / 'tiny_linear.py').write_text(MODEL)
   path = directory / 'tiny.yaml'
@@ -90,7 +95,8 @@ def run(*args, check=True, timeout=600):
 
 
 def command(config, logdir, *extra):
-  return ['--config', config, '--mode', 'critical_batch', '--logdir', logdir, *extra]
+  return ['--config', config, '--mode', 'critical_batch', '--logdir', logdir, '--max_batch', '32',
+          *extra]
 
 
 def files_of(directory):
@@ -119,100 +125,6 @@ def measured(tmp_path_factory):
   return config, logdir, result.stdout
 
 
-def test_from_scratch_it_trains_a_quarter_of_the_run_then_branches_and_picks_by_the_rule(
-    measured):
-  _, logdir, out = measured
-  lines = out.strip().splitlines()
-  summary = read_json(os.path.join(logdir, 'critical_batch.json'))
-  # The warm-up: a quarter of the config's 16 steps, saved as a train run saves, config.yaml
-  # beside it so that the directory re-runs itself.
-  assert 'training the config first for 4 of its 16 steps (--warmup_fraction 0.25)' in out
-  assert summary['checkpoint'] == os.path.join(logdir, 'ckpt-4')
-  assert summary['checkpoint_step'] == 4 and summary['warmup']['steps'] == 4
-  assert os.path.exists(os.path.join(logdir, 'config.yaml'))
-
-  # The ladder and its sizes, by hand: one epoch of 256 images per branch.
-  assert summary['unit'] == UNIT and summary['base_batch'] == 8 and summary['workers'] == 1
-  assert summary['branch_examples'] == 256 and summary['max_batch'] == 32
-  branches = summary['branches']
-  assert [b['batch'] for b in branches] == [8, 16, 32]
-  assert [b['iter_size'] for b in branches] == [1, 2, 4]
-  assert [b['updates'] for b in branches] == [256 // 8, 256 // 16, 256 // 32] == [32, 16, 8]
-  assert all(b['examples'] == 256 and b['wall_s'] > 0 for b in branches)
-  # The rate: the schedule's at step 4 of 16 (linear decay from 0.2, no warm-up), 0.15,
-  # times sqrt of the batch ratio (lr_scaling: sqrt).
-  assert summary['learning_rate_at_checkpoint'] == pytest.approx(0.15, rel=1e-6)
-  assert [b['learning_rate'] for b in branches] == pytest.approx(
-      [0.15, 0.15 * 2 ** 0.5, 0.15 * 2], rel=1e-6)
-
-  # The rule, from the recorded losses: the largest batch within 5 % of the 1x branch's.
-  losses = [b['heldout_loss'] for b in branches]
-  assert summary['tolerance'] == 0.05
-  assert [b['gap'] for b in branches] == pytest.approx([l / losses[0] - 1 for l in losses])
-  expected = max(b['batch'] for b, l in zip(branches, losses) if l <= losses[0] * 1.05)
-  assert summary['critical_batch'] == expected
-
-  # Each branch's record, the source of the summary.
-  directory = os.path.join(logdir, 'critical_batch', 'ckpt-4')
-  for branch in branches:
-    record = read_json(os.path.join(directory, f'branch_{branch["batch"]}.json'))
-    assert record['heldout_loss'] == branch['heldout_loss'] == record['metrics']['loss']
-    assert record['settings']['checkpoint'] == summary['checkpoint']
-    # The rate is held, then falls over the last quarter of the branch's updates.
-    assert record['cooldown_fraction'] == 0.25
-    # The branch's weights are not kept, its events are.
-    kept = os.listdir(os.path.join(directory, f'branch_{branch["batch"]}'))
-    assert not [n for n in kept if n.startswith('ckpt-') or n == 'checkpoint'], kept
-  # B_simple: the 2x branch's estimate (iter_size 2 measures it, noise_scale: auto); the 1x
-  # branch, one worker at iter_size 1, measures none.
-  two = read_json(os.path.join(directory, 'branch_16.json'))
-  assert two['noise_scale']['updates'] == 16
-  assert summary['noise_scale'] == two['noise_scale']['b_simple']
-  assert read_json(os.path.join(directory, 'branch_8.json'))['noise_scale'] is None
-
-  with open(os.path.join(logdir, 'critical_batch.png'), 'rb') as f:
-    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
-  # The table, then the last two lines.
-  table = lines.index(next(l for l in lines if l.startswith('critical batch from ')))
-  assert lines[table + 1].split()[:3] == ['batch', 'iter_size', 'updates']
-  assert [l.split()[0] for l in lines[table + 2:table + 5]] == ['8', '16', '32']
-  assert lines[-2].startswith(f'critical batch: {expected} {UNIT}')
-  assert lines[-1].startswith('noise scale (B_simple): ')
-  if summary['noise_scale'] is not None:
-    assert summary['noise_scale_branch'] == 16
-    assert '(measured in the branch at batch 16' in lines[-1]
-
-
-def test_the_same_command_again_keeps_every_branch_and_another_tolerance_reads_them_again(
-    measured, tmp_path):
-  config, original, _ = measured
-  logdir = str(tmp_path / 'run')
-  shutil.copytree(original, logdir)
-  # The copy names its own checkpoint: the records are moved with it.
-  directory = os.path.join(logdir, 'critical_batch', 'ckpt-4')
-  for name in os.listdir(directory):
-    if name.endswith('.json'):
-      path = os.path.join(directory, name)
-      text = open(path, encoding='utf-8').read().replace(original, logdir)
-      with open(path, 'w', encoding='utf-8') as f:
-        f.write(text)
-  before = {n: v for n, v in files_of(directory).items() if n.endswith('.json')}
-  first = read_json(os.path.join(original, 'critical_batch.json'))
-
-  again = run(*command(config, logdir, '--tolerance', '0.5'))
-  assert '3 of 3 branches measured before, kept: 8, 16, 32' in again.stdout
-  assert not [l for l in again.stdout.splitlines() if l.startswith(('branch 1 of', 'training '))]
-  assert {n: v for n, v in files_of(directory).items() if n.endswith('.json')} == before
-  summary = read_json(os.path.join(logdir, 'critical_batch.json'))
-  assert [b['wall_s'] for b in summary['branches']] == [b['wall_s'] for b in first['branches']]
-  assert [b['heldout_loss'] for b in summary['branches']] == [
-      b['heldout_loss'] for b in first['branches']]
-  losses = [b['heldout_loss'] for b in summary['branches']]
-  assert summary['tolerance'] == 0.5
-  assert summary['critical_batch'] == max(b['batch'] for b, l in zip(summary['branches'], losses)
-                                          if l <= losses[0] * 1.5)
-
-
 def refused(result):
   """The one error line of a refusal with exit status 2."""
   errors = [l for l in result.stderr.splitlines() if l.startswith('error: ')]
@@ -222,25 +134,82 @@ def refused(result):
   return errors[0]
 
 
+def relative_fit(updates):
+  """``(S_min, B_crit)`` by numpy: least squares of S on 1/B, each residual relative to its S."""
+  batches = sorted(int(b) for b, s in updates.items() if s is not None)
+  ys = np.array([updates[str(b)] for b in batches])
+  slope, intercept = np.polyfit([1.0 / b for b in batches], ys, 1, w=1.0 / ys)
+  return intercept, slope / intercept
+
+
+def test_from_scratch_it_trains_the_run_to_three_points_and_fits_each(measured):
+  _, logdir, out = measured
+  summary = read_json(os.path.join(logdir, 'critical_batch.json'))
+  assert [p['step'] for p in summary['points']] == [32, 64, 96]
+  assert summary['batches'] == [8, 16, 32] and summary['base_batch'] == 8
+  assert summary['branch_loss'] == 'online'
+  # The run's own curve is every point's 1x branch; the others trained from the point.
+  curve = read_json(os.path.join(logdir, 'critical_batch', 'run_curve.json'))['curve']
+  assert [row[2] for row in curve[:4]] == [1, 2, 3, 4]  # a look every step
+  for point in summary['points']:
+    assert [(b['batch'], b['from_run']) for b in point['branches']] == [
+        (8, True), (16, False), (32, False)]
+    assert 8 * 8 <= point['window'] <= 32 * 8  # a 16th to a quarter of the run's 1024 images
+    for branch in point['branches'][1:]:
+      assert branch['examples'] == branch['updates'] * branch['batch']
+    if point['b_crit'] is not None:
+      s_min, b_crit = relative_fit(point['updates'])
+      assert point['s_min'] == pytest.approx(s_min, rel=1e-9)
+      assert point['b_crit'] == pytest.approx(b_crit, rel=1e-9)
+      low, high = point['interval']
+      assert low <= high
+  # The whole run: E_min over S_min, summed over the parts the points stand for.
+  parts = [p for p in summary['points'] if p['measured']]
+  s_min = sum(p['share'] / (1 + p['b_crit'] / 8) for p in parts)
+  e_min = sum(p['share'] * 8 / (1 + 8 / p['b_crit']) for p in parts)
+  assert summary['critical_batch'] == pytest.approx(e_min / s_min, rel=1e-9)
+  assert sum(p['share'] for p in parts) == pytest.approx(1.0)
+  lines = out.strip().splitlines()
+  first, second, third = lines[-3:]
+  from framework.run import critical_batch_results as results  # pylint: disable=import-outside-toplevel
+  assert first == (f'critical batch: {results.describe_batch(summary["critical_batch"])} images '
+                   f'({results.describe_interval(summary["interval"], 32)}) for a fixed batch '
+                   'over the whole run, from 3 points'), first
+  assert second.startswith('growing batch: ')
+  assert third.startswith('noise scale (B_simple): ')
+  cost = [l for l in lines if l.startswith('cost: ')]
+  assert len(cost) == 1 and f'{summary["compute"]["runs"]:.2f} runs of the config' in cost[0]
+  # The compute: the run to its last window and the branches, against one run of the config.
+  trained = read_json(os.path.join(logdir, 'critical_batch', 'warmup.json'))['examples'] + sum(
+      p['examples_read'] for p in summary['points'])
+  assert summary['compute']['trained_examples'] == trained
+  assert summary['compute']['runs'] == pytest.approx(trained / (128 * 8), abs=1e-3)
+  assert os.path.getsize(os.path.join(logdir, 'critical_batch.png')) > 1000
+
+
+def test_the_same_command_again_keeps_every_branch(measured):
+  config, logdir, _ = measured
+  before = read_json(os.path.join(logdir, 'critical_batch.json'))
+  again = run(*command(config, logdir)).stdout
+  assert 'training tiny_linear' not in again
+  assert again.count('2 of 3 measured before, kept') == 3, again
+  after = read_json(os.path.join(logdir, 'critical_batch.json'))
+  assert after['critical_batch'] == before['critical_batch']
+  assert [p['updates'] for p in after['points']] == [p['updates'] for p in before['points']]
+
+
 @pytest.mark.parametrize('extra, expected', [
-    (['--max_batch', '4'], "error: --max_batch: 4 is below the config's global batch 8; allowed: "
-                           '8 or more'),
-    (['--branch_examples', '512'], 'error: --branch_examples: 512 images per branch is more '
-                                   'than the training split holds (256 images); allowed: 256'),
-    (['--max_batch', '64'], 'error: --max_batch: the largest branch (64 images) needs at least '
-                            '8 updates, 512 images, but the training split holds 256 images'),
-    (['--tolerance', '1.5'], 'error: --tolerance: 1.5 is outside (0, 1)'),
-    (['--tolerance', '0'], 'error: --tolerance: 0 is outside (0, 1)'),
-    (['--warmup_fraction', '1'], 'error: --warmup_fraction: 1 is outside (0, 1)'),
-    (['--cooldown_fraction', '1'], 'error: --cooldown_fraction: 1 is outside [0, 1)'),
-    # Another config: a layer of another shape than the checkpoint's.
-    (['--set', 'data_layer_params.num_classes=5'], 'error: {logdir}/ckpt-4: does not fit the '
-                                                   'model and optimizer of this config (other '
-                                                   'shape: model/'),
-    # Other branch settings against the finished branches: another rate.
-    (['--set', 'lr_scaling.base_learning_rate=0.4'], 'error: {logdir}/critical_batch/ckpt-4/'
-                                                     'branch_8.json: measured with other settings '
-                                                     '(learning_rate 0.15'),
+    (['--points', '0.5,0.2'], 'error: --points: 0.5,0.2 must be increasing shares of the run'),
+    (['--points', 'half'], "error: --points: 'half' is not a comma-separated list of numbers"),
+    (['--max_batch', '8'], 'error: --max_batch: 8 leaves only the config\'s global batch 8'),
+    (['--branch_examples', '12'], 'error: --branch_examples: 12 images is no whole number of '
+                                  'updates of the config\'s batch (8 images)'),
+    (['--heldout_examples', '64'], 'error: --heldout_examples: only used with '
+                                   '--branch_loss=heldout'),
+    # Another config than the one the branches were measured with.
+    (['--set', 'optimizer_params.momentum=0.0'],
+     'error: {logdir}/critical_batch/step_32: its branches were measured with another config '
+     '(optimizer_params.momentum: 0.9 -> 0.0)'),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(measured, run_main, extra, expected):
   config, logdir, _ = measured
@@ -250,10 +219,9 @@ def test_bad_input_is_one_line_and_changes_nothing(measured, run_main, extra, ex
   assert files_of(logdir) == before
 
 
-@pytest.mark.parametrize('mode, flag', [('train', '--max_batch=64'), ('eval', '--tolerance=0.1'),
-                                        ('train_eval', '--warmup_fraction=0.5'),
+@pytest.mark.parametrize('mode, flag', [('train', '--max_batch=64'), ('eval', '--points=0.5'),
                                         ('benchmark', '--branch_examples=256'),
-                                        ('infer', '--cooldown_fraction=0.5')])
+                                        ('infer', '--branch_loss=heldout')])
 def test_the_modes_flags_with_another_mode_are_one_line(measured, run_main, mode, flag):
   config, logdir, _ = measured
   before = files_of(logdir)
@@ -272,6 +240,30 @@ def test_a_logdir_of_other_files_is_refused_before_anything_is_trained(measured,
   assert sorted(os.listdir(tmp_path)) == ['notes.txt']
 
 
+def test_a_checkpoint_of_another_config_is_refused(measured, run_main, tmp_path):
+  config, logdir, _ = measured
+  other = tmp_path / 'other.yaml'
+  other.write_text(open(config, encoding='utf-8').read().replace('momentum: 0.9',
+                                                                 'momentum: 0.5'))
+  (tmp_path / 'tiny_linear.py').write_text(MODEL)
+  checkpoint = os.path.join(logdir, 'ckpt-96')
+  line = refused(run_main(*command(str(other), tmp_path / 'new', '--checkpoint', checkpoint)))
+  assert line.startswith(f'error: --checkpoint={checkpoint}: written by a run of another config '
+                         '(optimizer_params.momentum: 0.9 -> 0.5'), line
+
+
+def test_at_a_rate_where_nothing_learns_it_says_so(tmp_path):
+  config = write_config(tmp_path)
+  out = run(*command(config, tmp_path / 'run', '--set',
+                     'lr_scaling.base_learning_rate=1e-9')).stdout
+  last = out.strip().splitlines()[-3]
+  assert last.startswith('critical batch: none measured (at no point did the 1x branch learn '
+                         'enough to measure anything'), last
+  summary = read_json(tmp_path / 'run' / 'critical_batch.json')
+  assert summary['critical_batch'] is None
+  assert all(not p['measured'] for p in summary['points'])
+
+
 def start(*args):
   return Child([sys.executable, '-u', RUN, *map(str, args)], cwd=ROOT, env=env())
 
@@ -284,47 +276,32 @@ def stop_after(child, predicate, timeout=300):
   return child.returncode, text + rest
 
 
-def test_a_stop_in_the_warm_up_or_in_a_branch_goes_on_with_the_same_command(tmp_path):
-  # Long enough for a signal to land inside: a warm-up of 300 steps, branches of 4096 images.
-  config = write_config(tmp_path, examples=4096, print_every=4)
+def test_a_stop_in_a_branch_goes_on_with_the_same_command_to_the_same_answer(measured, tmp_path):
+  config, straight, _ = measured
   logdir = str(tmp_path / 'run')
-  args = command(config, logdir, '--set', 'max_steps=400', '--max_batch', '16',
-                 '--warmup_fraction', '0.75')
+  args = command(config, logdir)
+  seen = {'branch': False}
 
-  with start(*args) as child:
-    status, out = stop_after(child, lambda l: l.startswith('step '))
+  def in_a_branch(line):
+    seen['branch'] = seen['branch'] or line.startswith('branch at batch 32 (iter_size 4) from '
+                                                       'step 64')
+    return seen['branch'] and line.startswith('training ')
+
+  with start(*args, '--set', 'print_loss_steps=1') as child:
+    status, out = stop_after(child, in_a_branch)
   assert status == 143, out
   stopped = out.strip().splitlines()[-1]
-  assert stopped.startswith('stopped by SIGTERM at step '), out
-  assert ' of the warm-up before branching: saved ' in stopped, stopped
-  assert stopped.endswith('--max_batch 16 --warmup_fraction 0.75'), stopped
-  assert os.path.exists(os.path.join(logdir, 'critical_batch', 'warmup.json'))
-
-  # The same command finishes the warm-up, then a stop in the 2x branch drops that branch only.
-  seen = {'second': False}
-
-  def in_second_branch(line):
-    seen['second'] = seen['second'] or line.startswith('branch 2 of 2')
-    return seen['second'] and line.startswith('step ')
-
-  with start(*args) as child:
-    status, out = stop_after(child, in_second_branch)
-  assert status == 143, out
-  assert 'continuing the warm-up before branching: ' in out and 'to step 300' in out
-  assert out.strip().splitlines()[-1].startswith(
-      'stopped by SIGTERM in the branch at batch 16 (update '), out
-  directory = os.path.join(logdir, 'critical_batch', 'ckpt-300')
-  assert sorted(n for n in os.listdir(directory) if n.endswith('.json')) == [
-      'branch_8.json', 'start.json']
-  first = files_of(directory)['branch_8.json']
-
-  finished = run(*args)
-  assert '1 of 2 branches measured before, kept: 8' in finished.stdout
-  assert 'branch 2 of 2: batch 16' in finished.stdout
-  assert files_of(directory)['branch_8.json'] == first
-  summary = read_json(os.path.join(logdir, 'critical_batch.json'))
-  assert [b['updates'] for b in summary['branches']] == [4096 // 8, 4096 // 16]
-  assert summary['checkpoint_step'] == 300 and summary['warmup']['wall_s'] > 0
+  assert stopped.startswith('stopped by SIGTERM in a branch from step 64 at step '), stopped
+  directory = os.path.join(logdir, 'critical_batch', 'step_64')
+  assert not os.path.exists(os.path.join(directory, 'branch_32.json'))
+  kept = files_of(directory)['branch_16.json']
+  finished = run(*args, '--set', 'print_loss_steps=1').stdout
+  assert 'point at step 64 of 128 (ckpt-64); branches 8, 16, 32 images; 1 of 3 measured' in finished
+  assert files_of(directory)['branch_16.json'] == kept
+  one = read_json(os.path.join(straight, 'critical_batch.json'))
+  other = read_json(os.path.join(logdir, 'critical_batch.json'))
+  for a, b in zip(one['points'], other['points']):
+    assert {k: v for k, v in a['updates'].items()} == pytest.approx(b['updates'], rel=1e-6)
 
 
 @functools.lru_cache(maxsize=None)
@@ -346,21 +323,20 @@ def test_two_workers_measure_the_same_branches_under_both_engines(tmp_path):
                          '--gloo', '-H', 'localhost:2', sys.executable, RUN]}
   for name, launcher in engines.items():
     logdir = tmp_path / name
-    with Child([*launcher, *command(config, logdir)], cwd=ROOT, env=env(),
-               stderr=subprocess.STDOUT, start_new_session=True) as child:
+    with Child([*launcher, *command(config, logdir, '--max_batch', '64', '--points', '0.5')],
+               cwd=ROOT, env=env(), stderr=subprocess.STDOUT, start_new_session=True) as child:
       out, _ = child.communicate(timeout=700)
     assert child.returncode == 0, out[-4000:]
     summary = read_json(logdir / 'critical_batch.json')
     # The global batch spans the workers: 8 per worker x 2, and the ladder doubles that.
-    assert summary['workers'] == 2 and summary['base_batch'] == 16
-    assert [(b['batch'], b['iter_size'], b['updates']) for b in summary['branches']] == [
-        (16, 1, 256 // 16), (32, 2, 256 // 32)]
+    assert summary['workers'] == 2 and summary['batches'] == [16, 32, 64]
+    point, = summary['points']
+    assert [(b['batch'], b['iter_size']) for b in point['branches']] == [(16, 1), (32, 2), (64, 4)]
     # The chief alone prints the summary and writes the records.
-    assert out.count('critical batch from ckpt-') == 1, out[-4000:]
-    assert sorted(os.listdir(logdir / 'critical_batch' / 'ckpt-4')) == [
-        'branch_16', 'branch_16.json', 'branch_32', 'branch_32.json', 'start.json']
+    assert out.count('critical batch along the run of ') == 1, out[-4000:]
+    assert sorted(n for n in os.listdir(logdir / 'critical_batch' / f'step_{point["step"]}')
+                  if n.endswith('.json')) == [
+        'branch_16.json', 'branch_32.json', 'branch_64.json', 'start.json']
     summaries[name] = summary
-  if len(summaries) == 2:
-    one, other = summaries.values()
-    assert [b['heldout_loss'] for b in one['branches']] == pytest.approx(
-        [b['heldout_loss'] for b in other['branches']], rel=1e-5)
+  one, other = summaries.values()
+  assert one['points'][0]['updates'] == pytest.approx(other['points'][0]['updates'], rel=1e-4)

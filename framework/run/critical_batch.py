@@ -1,50 +1,122 @@
-"""``run.py --mode=critical_batch``: a workload's critical batch, measured from a checkpoint.
+"""``run.py --mode=critical_batch``: the critical batch of a config's run, along the run, with an interval.
 
-McCandlish et al. (2018) call critical the batch up to which a larger batch
-costs (almost) no more examples to reach the same loss; Merrill et al. (2025)
-measure it directly: from one checkpoint, short branches at growing batches
-each read the same examples, and the critical batch is the largest whose loss
-stays within a tolerance of the small batch's. This mode does that:
+McCandlish et al. (2018) model the updates S a run needs to reach a result
+at batch B as S(B) = S_min·(1 + B_crit/B); the studies of this project count
+the updates each batch needs to reach one target and fit that model. This
+mode does the same from points of one run of the config, as Merrill et al.
+(2025) branch from checkpoints of one run:
 
-1. The checkpoint: ``--checkpoint`` of the run directory (``latest``,
-   ``best`` or a path, as eval and export read it). When the logdir holds no
-   checkpoint, the config's own run is trained first to ``--warmup_fraction``
-   of its updates (the noise scale, and with it the critical batch, grows
-   during training: the early transient says little about the rest), saved in
-   the run directory as a train run saves it, and continued by the same
-   command after a stop.
-2. The branches: 1x, 2x, 4x, ... the config's global batch up to
-   ``--max_batch``, the batch grown by ``iter_size`` (the micro-batch stays
-   the config's, and so does the memory). Each restores the checkpoint's
-   model and optimizer state and reads the same ``--branch_examples`` (the
-   same micro-batches, from the checkpoint's data position) at the
-   schedule's rate at the checkpoint, scaled for the branch's batch by the
-   config's ``lr_scaling`` rule (linearly without one), held, then cooled
-   linearly to 0 over the last ``--cooldown_fraction`` of its updates.
-3. Each branch's held-out loss (the task's ``loss`` over the eval split) is
-   compared with the 1x branch's (:mod:`framework.run.critical_batch_results`),
-   and the gradient noise scale B_simple, which the branches at 2x and above
-   measure for free (``noise_scale: auto``), is reported beside it.
+1. **The points.** The config's run is trained in the run directory to
+   ``--points`` of its steps (a quarter, half and three quarters by
+   default), its checkpoint at each kept in ``critical_batch/step_<N>/``; a
+   logdir that holds a run of the config lends its own checkpoints instead,
+   and ``--checkpoint`` names one point.
+2. **The branches.** From each point, a branch at 1x, 2x, 4x, ... the
+   config's global batch (up to ``--max_batch``, 16x by default) goes on with
+   the run: the 1x branch is the run itself, a larger one the run with a
+   ``batch_policy: steps`` switch to its batch at the point (by ``iter_size``,
+   its rate the schedule's at the examples read times the ``lr_scaling``
+   rule's factor). The held-out loss is evaluated on the eval split's first
+   ``--heldout_examples`` every eighth of a window. The 1x branch reads one
+   window (``--branch_examples``, a 16th of the run by default); its smoothed
+   loss at the end is the target, and every larger branch runs until it is
+   past it, or for four windows, or to the run's end.
+3. **The fit.** Each branch's examples to the target come from its
+   smoothed curve (``core.critical_batch``), S(B) = examples / B, and
+   ``(S_min, B_crit)`` is the least-squares fit over the branches that
+   reached it; a bootstrap of the evaluations' residuals gives the 90 %
+   interval. The points together give the one fixed batch for the whole run
+   and a growing ``batch_policy: steps`` schedule, written to
+   ``critical_batch_schedule.yaml`` and printed as ``--set`` arguments.
 
-Each finished branch keeps its result
-(``critical_batch/<checkpoint>/branch_<batch>.json``); the same command again
-skips them, and a branch a signal stopped starts again from the checkpoint.
-Only the chief writes files. docs/running.md says why each default is what it is.
+Each finished branch keeps its record (``critical_batch/step_<N>/branch_<batch>.json``);
+the same command again skips them, and a branch a signal stopped starts
+again from its point. Only the chief writes files. docs/running.md says why
+each default is what it is; docs/math.md states the method.
 """
 
 import gc
 import glob
-import json
+import math
 import os
 import shutil
 import time
 
+import numpy as np
+
+from core import critical_batch as fit_lib
 from framework.config import config_file
 from framework.run import critical_branches as branch_lib
 from framework.run import critical_batch_results as results
 from framework.run.resume import LaunchError
 from framework.run.resume import enter_logdir
 
+# Keys of a config that change no number a branch measures: a finished branch stands
+# whatever they are.
+COSMETIC_KEYS = ('print_loss_steps', 'save_summaries_steps', 'save_checkpoint_steps',
+                 'num_checkpoints', 'summaries', 'print_samples_steps', 'import_paths',
+                 'auto_resume', 'keep_checkpoint_every_n_hours')
+
+
+def branch_trainer_class():
+  """``BranchTrainer``: a ``Trainer`` whose update's rate is given (``branch_rate_fn``)."""
+  from framework.run.trainer import Trainer  # pylint: disable=import-outside-toplevel
+
+  class BranchTrainer(Trainer):
+    """The trainer of one branch: the config's, at the rate its point of the run gives."""
+
+    def __init__(self, config, eval_config, logdir, overrides, rate):
+      self.branch_rate = rate
+      super().__init__(config, eval_config, logdir, overrides=overrides)
+
+    def _optimize_loss_arguments(self, cfg):
+      arguments = super()._optimize_loss_arguments(cfg)
+      return dict(arguments, learning_rate_decay_fn=self.branch_rate)
+
+  return BranchTrainer
+
+
+class Looks:
+  """The loss curve of a run or a branch as it trains: one value per look of a ``train_loop.Probe``.
+
+  Online (``--branch_loss=online``): the mean loss of the micro-batches
+  since the last look, over every worker, at the update halfway through
+  them; held-out: the held-out loss at the look.
+
+  Args:
+    measurement: the :class:`Measurement` (its ``branch_loss`` and held-out loss).
+    trainer: the trainer whose model is looked at.
+    record: ``f(step or update at the value, value, step of the look)``.
+    since: the step training starts from.
+  """
+
+  def __init__(self, measurement, trainer, record, since=0):
+    self.measurement = measurement
+    self.trainer = trainer
+    self.record = record
+    self.since = since
+    self.sum = 0.0
+    self.count = 0
+
+  def each(self, values):
+    self.sum += float(values['loss'])
+    self.count += 1
+
+  def look(self, step):
+    from framework.engines import distributed  # pylint: disable=import-outside-toplevel
+    if step <= self.since:
+      return
+    if self.measurement.branch_loss == 'heldout':
+      at, value = step, self.measurement.heldout_loss(self.trainer)
+    else:
+      total, count = distributed.sum_array(np.array([self.sum, self.count], np.float64))
+      if not count:
+        return
+      # Each micro-batch's loss is that of the model after the updates before it: the mean
+      # over the interval is the model's halfway through it.
+      at, value = 0.5 * (self.since + step - 1), total / count
+    self.sum, self.count, self.since = 0.0, 0, step
+    self.record(at, value, step)
 
 
 class QuietRefusal(Exception):
@@ -120,8 +192,22 @@ def launch(options, configs, logdir, resume, dtype_line=None):
         remove_if_empty(logdir)
 
 
+def recorded_config(cfg):
+  """The train view as config.yaml records it, as plain data (what a record is compared by)."""
+  import yaml  # pylint: disable=import-outside-toplevel
+  from framework.run.resume import as_recorded  # pylint: disable=import-outside-toplevel
+  return yaml.safe_load(config_file.to_yaml(as_recorded(cfg)[0]))
+
+
+def config_change(saved, new):
+  """The changes between two recorded configs that change what a branch measures, or []."""
+  from framework.run import rundir  # pylint: disable=import-outside-toplevel
+  fixed, free = rundir.config_changes(saved, new)
+  return [c for c in fixed + free if c[0].split('.', 1)[0] not in COSMETIC_KEYS]
+
+
 class Measurement:
-  """One ``--mode=critical_batch`` command: the checkpoint, the branches and the summary.
+  """One ``--mode=critical_batch`` command: the points, their branches, the summary.
 
   Args:
     options: run.py's parsed flags.
@@ -149,14 +235,14 @@ class Measurement:
     self.workers = allreduce.size()
     self.chief = distributed.is_chief()
     self.log = distributed.log
-    self.tolerance = (options.tolerance if options.tolerance is not None
-                      else branch_lib.DEFAULT_TOLERANCE)
-    self.fraction = (options.warmup_fraction if options.warmup_fraction is not None
-                     else branch_lib.DEFAULT_WARMUP_FRACTION)
-    self.cooldown = (options.cooldown_fraction if options.cooldown_fraction is not None
-                     else branch_lib.DEFAULT_COOLDOWN_FRACTION)
+    self.fractions = (branch_lib.parse_points(options.points)[0] if options.points
+                      else branch_lib.DEFAULT_POINTS)
+    self.branch_loss = options.branch_loss or branch_lib.DEFAULT_BRANCH_LOSS
+    self.heldout_examples = 0
     self.started = time.monotonic()
-    self.results_root = os.path.join(logdir, results.RESULTS_DIR)
+    self.root = os.path.join(logdir, results.RESULTS_DIR)
+    self.config = recorded_config(self.cfg)
+    self.run_curve = None  # the run's own loss curve, when this mode trained the run
 
   def say(self, line):
     """A line of the chief's, printed now (the table's lines keep their columns)."""
@@ -166,104 +252,246 @@ class Measurement:
   # --- the command -------------------------------------------------------------------------
 
   def run(self):
-    """Measures the branches not measured yet and writes the summary; returns the exit status."""
-    # pylint: disable=import-outside-toplevel
-    from framework.run.trainer import RunStopped, Trainer
-    base = Trainer(self.cfg, self.configs['eval'], self.logdir, overrides=self.options.set)
-    self.unit = base.task.example_unit
-    epoch = (base.train_data.train_batches_per_epoch(base.batch_size) * base.batch_size
-             * self.workers)
-    if self.options.max_batch is None:
-      self.fit_default_ladder(epoch)
-    self.examples = results.choose_examples(self.options.branch_examples, epoch,
-                                            self.batches[-1], self.unit)
-    if self.batches[-1] != self.max_batch:
-      self.log(f'note: --max_batch {self.max_batch} is no power-of-two multiple of the config\'s '
-               f'batch {self.batches[0]}; the largest branch is {self.batches[-1]}')
-    try:
-      path, self.warmup = self.starting_checkpoint(base)
-    except RunStopped as exc:
-      return self.stopped_in_warmup(exc)
-    self.checkpoint = os.path.abspath(path)
-    self.step = branch_lib.checkpoint_step(path)
-    self.directory = os.path.join(self.results_root, os.path.basename(path))
-    self.rate = float(self.schedule_rate(base))
-    self.start = self.start_metrics(base, path)
-    del base
-    gc.collect()
-    plan = self.plan()
-    for index, (batch, record) in enumerate(plan):
-      if record is not None:
-        continue
-      try:
-        self.measure_branch(batch, index)
-      except RunStopped as exc:
-        return self.stopped_in_branch(exc, batch, plan)
-      signum = self.stop.agreed()
-      if signum and any(r is None for _, r in plan[index + 1:]):
-        self.say(f'stopped by {self.stop.name or "a signal to another worker"} after the '
-                 f'branch at batch {batch}: its result is kept in {self.directory}; the same '
-                 f'command measures the rest: {self.resume}')
-        self.stop.saved = results.branch_path(self.directory, batch)
-        from framework.run import stopping  # pylint: disable=import-outside-toplevel
-        return stopping.exit_status(signum)
-    if self.chief:
-      self.summarize()
-    return 0
-
-  def fit_default_ladder(self, epoch):
-    """Ends the default ladder where an epoch still gives the largest branch its fewest updates."""
-    fitting = [b for b in self.batches if results.MIN_UPDATES * b <= epoch] or self.batches[:1]
-    if len(fitting) < len(self.batches):
-      self.log(f'note: one epoch of the training split ({epoch} {self.unit}) gives a branch '
-               f'of {self.batches[-1]} {self.unit} fewer than {results.MIN_UPDATES} updates: the '
-               f'largest branch is {fitting[-1]} (--max_batch sets it)')
-      self.batches, self.max_batch = fitting, fitting[-1]
-
-  def schedule_rate(self, base):
-    """The learning rate the config's schedule gives at the checkpoint's step."""
-    from framework.config import schedule  # pylint: disable=import-outside-toplevel
-    return schedule.learning_rate_fn(base.config, base.steps_per_epoch)(self.step)
-
-  # --- the checkpoint ----------------------------------------------------------------------
-
-  def starting_checkpoint(self, base):
-    """The checkpoint the branches start from, trained first when the logdir holds none.
-
-    Returns:
-      ``(path, the warm-up's record or None)``.
-    """
+    """Measures what is not measured yet and writes the summary; returns the exit status."""
     # pylint: disable=import-outside-toplevel
     from framework.run import checkpoints
+    from framework.run.trainer import RunStopped, Trainer
+    own, _ = checkpoints.newest_intact(self.logdir)
+    marker = results.read_json(os.path.join(self.root, results.WARMUP_NAME))
+    if self.options.checkpoint == 'latest' and own is None and marker is None:
+      # Before anything is built: a data layer may write its statistics into the logdir.
+      self.check_new_logdir()
+    base = Trainer(self.cfg, self.configs['eval'], self.logdir, overrides=self.options.set)
+    self.unit = base.task.example_unit
+    self.base_batch = self.batches[0]
+    self.run_steps = base.max_steps
+    # The run's schedule at the config's batch, which every branch follows by its examples.
+    self.schedule_fn = base.pipeline.learning_rate_decay_fn
+    self.sizes(base)
+    try:
+      points = self.choose_points(base, own, marker)
+    except RunStopped as exc:
+      return self.stopped(exc, 'in the training to the points')
+    measured = []
+    for step, path in points:
+      try:
+        measured.append(self.measure_point(base, step, path))
+      except RunStopped as exc:
+        return self.stopped(exc, f'in a branch from step {step}')
+      signum = self.stop.agreed()
+      if signum and len(measured) < len(points):
+        from framework.run import stopping  # pylint: disable=import-outside-toplevel
+        self.say(f'stopped by {self.stop.name or "a signal to another worker"} after the '
+                 f'branches from step {step}: their results are kept in {self.root}; the same '
+                 f'command measures the rest: {self.resume}')
+        return stopping.exit_status(signum)
+    if self.chief:
+      self.summarize(measured)
+    return 0
+
+  def sizes(self, base):
+    """The windows, the looks' cadence and the ladder, from the run's length."""
+    b0 = self.base_batch
+    given = self.options.branch_examples
+    if given is not None:
+      if given % b0:
+        raise results.ResultsError(
+            f'--branch_examples: {given} {self.unit} is no whole number of updates of the '
+            f'config\'s batch ({b0} {self.unit}); allowed: a multiple of {b0}')
+      if given >= self.run_steps * b0:
+        raise results.ResultsError(
+            f'--branch_examples: {given} {self.unit} is the whole run of the config '
+            f'({self.run_steps * b0} {self.unit}) or more; allowed: less')
+      self.fewest = self.most = given
+    else:
+      self.fewest = max(1, int(round(self.run_steps * branch_lib.WINDOW_FEWEST_SHARE))) * b0
+      self.most = max(1, int(round(self.run_steps * branch_lib.WINDOW_MOST_SHARE))) * b0
+    # The looks: every 256th of the run (an online look costs nothing but a sum).
+    self.eval_every = max(1, int(round(self.run_steps / branch_lib.LOOKS_PER_RUN)))
+    eval_batch = self.configs['eval']['batch_size_per_gpu'] * self.workers
+    heldout = self.options.heldout_examples or branch_lib.DEFAULT_HELDOUT_EXAMPLES
+    self.heldout_batches = max(1, math.ceil(heldout / eval_batch))
+    fitting = [b for b in self.batches
+               if branch_lib.MIN_UPDATES * b <= branch_lib.CAP_WINDOWS * self.fewest]
+    fitting = fitting if len(fitting) >= 2 else self.batches[:2]
+    if len(fitting) < len(self.batches):
+      self.log(f'note: a branch of {self.batches[-1]} {self.unit} would make fewer than '
+               f'{branch_lib.MIN_UPDATES} updates in {branch_lib.CAP_WINDOWS} of the shortest '
+               f'window ({self.fewest} {self.unit}); the largest branch is {fitting[-1]}')
+      self.batches = fitting
+
+  # --- the points --------------------------------------------------------------------------
+
+  def choose_points(self, base, own, marker):
+    """``[(run step, checkpoint path)]`` of the points, training the run to them where needed."""
+    # pylint: disable=import-outside-toplevel
     from framework.run import warm_start
     if self.options.checkpoint != 'latest':
-      return warm_start.choose(self.logdir, self.options.checkpoint, base.task.BEST_METRIC), None
-    path, damaged = checkpoints.newest_intact(self.logdir)
-    if damaged:
-      self.log(checkpoints.describe_fallback(path, damaged, using='branching from'))
-    marker = self.read_warmup()
-    target = max(1, int(round(self.fraction * base.max_steps)))
-    if path is not None and (marker is None or branch_lib.checkpoint_step(path) >= target):
-      if self.options.warmup_fraction is not None and marker is None:
-        self.log(f'--warmup_fraction not used: {self.logdir} holds {os.path.basename(path)}, '
-                 'which the branches start from')
-      ours = marker is not None and branch_lib.checkpoint_step(path) == marker.get('steps')
-      return path, (marker if ours else None)
-    if path is None and marker is None:
-      self.check_new_logdir()
-    marker = {'steps': target, 'fraction': self.fraction, 'run_steps': base.max_steps,
-              'wall_s': (marker or {}).get('wall_s', 0.0) if path is not None else 0.0}
-    self.warm_up(base, marker, resuming=path is not None)
-    path, _ = checkpoints.newest_intact(self.logdir)
-    return path, marker
+      path = warm_start.choose(self.logdir, self.options.checkpoint, base.task.BEST_METRIC)
+      self.check_checkpoint_config(path)
+      return [(branch_lib.checkpoint_step(path), path)]
+    if own is not None and marker is None:
+      return self.points_of_run(base)
+    targets = [max(1, int(round(f * self.run_steps))) for f in self.fractions]
+    targets = sorted(set(targets))
+    for step in targets:
+      if (self.run_steps - step) * self.base_batch < self.fewest:
+        raise results.ResultsError(
+            f'--points: the point at step {step} leaves {self.run_steps - step} steps of the run '
+            f'after it, fewer than the 1x branch\'s shortest window of '
+            f'{self.fewest // self.base_batch}; allowed: points at most '
+            f'{1 - self.fewest / self.base_batch / self.run_steps:.3f} of the run')
+    self.train_to(base, targets, own, marker)
+    return [(step, self.point_checkpoint(step)) for step in targets]
 
-  def read_warmup(self):
-    try:
-      with open(os.path.join(self.results_root, results.WARMUP_NAME), encoding='utf-8') as f:
-        marker = json.load(f)
-    except (OSError, ValueError):
-      return None
-    return marker if isinstance(marker, dict) else None
+  def most_window(self, step):
+    """The longest window of the point at ``step``: ``self.most``, or what is left of the run."""
+    return min(self.most, (self.run_steps - step) * self.base_batch)
+
+  def run_window(self, step):
+    """The point's 1x curve and window from the run's own curve (None, None: not recorded)."""
+    if self.run_curve is None:
+      return None, None
+    curve = [[(mid - step) * self.base_batch, value] for mid, value, look in self.run_curve
+             if look > step]
+    return curve, fit_lib.window_end(curve, self.fewest, self.most_window(step))
+
+  def point_checkpoint(self, step):
+    return os.path.join(results.point_dir(self.root, step), f'ckpt-{step}')
+
+  def train_to(self, base, targets, own, marker):
+    """Trains the config's run to each point, keeping its checkpoint there, and on to their windows.
+
+    The run's online loss is recorded as it trains (``critical_batch/run_curve.json``):
+    it is the 1x branch of every point. Training goes on past the last point until
+    every point's window is decided (or the run ends).
+    """
+    # pylint: disable=import-outside-toplevel
+    from framework.engines import distributed
+    from framework.run import checkpoints
+    from framework.run import train_loop
+    from framework.run.resume import check_resume_config
+    from framework.run.resume import record_configs
+    curve_path = os.path.join(self.root, results.RUN_CURVE_NAME)
+    self.run_curve = (results.read_json(curve_path) or {}).get('curve', [])
+    if marker is not None and marker.get('done'):
+      return
+    marker = dict(marker or {}, points=targets, run_steps=self.run_steps, done=False)
+    marker.setdefault('wall_s', 0.0)
+    marker.setdefault('examples', 0)
+    if own is not None:
+      check_resume_config(self.logdir, self.cfg)
+      base.restore()
+      self.log(f'continuing the config\'s run from step {base.global_step} to its points '
+               f'{", ".join(map(str, targets))} and their windows')
+    else:
+      self.log(f'no checkpoint in {self.logdir} to branch from: training the config\'s run to '
+               f'its points, steps {", ".join(map(str, targets))} of {self.run_steps} '
+               f'(--points {",".join(f"{f:g}" for f in self.fractions)}), and on until each '
+               'point\'s window is decided')
+    # The looks after the checkpoint trained from are to be made again.
+    self.run_curve = [row for row in self.run_curve if row[2] <= base.global_step]
+    if self.chief:
+      os.makedirs(self.root, exist_ok=True)
+      results.write_json(os.path.join(self.root, results.WARMUP_NAME), marker)
+      record_configs(self.options, dict(self.configs, train=base.config), self.logdir,
+                     base.global_step, self.dtype_line)
+    base.begin()
+    looks = Looks(self, base, lambda mid, value, step: self.run_curve.append([mid, value, step]),
+                  since=base.global_step)
+
+    def windows_decided(step):
+      return step >= targets[-1] and all(self.run_window(t)[1] is not None for t in targets)
+
+    def decided(step):
+      looks.look(step)
+      if self.chief:
+        results.write_json(curve_path, {'every': self.eval_every, 'curve': self.run_curve})
+      return windows_decided(step)
+
+    probe = train_loop.Probe(self.eval_every, decided, looks.each)
+    ends = [t for t in targets if base.global_step < t] + [self.run_steps]
+    for end in ends:
+      started, first = time.monotonic(), base.global_step
+      # The schedule stays the whole run's (its warm-up and decay); the run stops at the point.
+      base.max_steps = end
+      try:
+        base.train(stop=self.stop, probe=probe)
+      finally:
+        marker['wall_s'] = round(marker['wall_s'] + time.monotonic() - started, 1)
+        marker['examples'] += (base.global_step - first) * self.base_batch
+        if self.chief:
+          results.write_json(os.path.join(self.root, results.WARMUP_NAME), marker)
+      if end in targets and not os.path.exists(self.point_checkpoint(end) + '.index'):
+        self.keep_point(checkpoints.newest_intact(self.logdir)[0], end)
+        distributed.max_over_workers(0)  # every worker reads the copy after the chief made it
+      if windows_decided(base.global_step):
+        break
+    marker['done'] = True
+    if self.chief:
+      results.write_json(os.path.join(self.root, results.WARMUP_NAME), marker)
+
+  def keep_point(self, path, step):
+    """Copies the run's checkpoint at a point into the point's directory (chief), safe from rotation."""
+    if not self.chief:
+      return
+    os.makedirs(results.point_dir(self.root, step), exist_ok=True)
+    for name in glob.glob(glob.escape(path) + '.*'):
+      suffix = os.path.basename(name)[len(os.path.basename(path)):]
+      shutil.copyfile(name, self.point_checkpoint(step) + suffix + '.tmp')
+      os.replace(self.point_checkpoint(step) + suffix + '.tmp', self.point_checkpoint(step) + suffix)
+
+  def points_of_run(self, base):
+    """The logdir's own checkpoints nearest the points (within an eighth of the run)."""
+    # pylint: disable=import-outside-toplevel
+    from framework.run.resume import check_resume_config
+    check_resume_config(self.logdir, self.cfg)
+    steps = {}
+    for index in glob.glob(os.path.join(glob.escape(self.logdir), 'ckpt-*.index')):
+      path = index[:-len('.index')]
+      try:
+        steps[branch_lib.checkpoint_step(path)] = path
+      except Exception:  # pylint: disable=broad-except
+        continue  # a damaged one: the others stand
+    chosen = []
+    for fraction in self.fractions:
+      goal = fraction * self.run_steps
+      near = [s for s in steps if abs(s - goal) <= self.run_steps / 8
+              and (self.run_steps - s) * self.base_batch >= self.fewest]
+      if near:
+        step = min(near, key=lambda s: abs(s - goal))
+        if step not in [c[0] for c in chosen]:
+          chosen.append((step, steps[step]))
+          continue
+      self.log(f'note: no checkpoint of {self.logdir} near step {goal:.0f} ({fraction:g} of the '
+               'run) with a window after it: that point is left out (a new --logdir trains the '
+               'run to every point)')
+    if not chosen:
+      raise results.ResultsError(
+          f'{self.logdir}: none of its checkpoints (steps {", ".join(map(str, sorted(steps)))}) '
+          f'is near a point of the run with a window of {self.fewest} {self.unit} after it; '
+          'measure in a new --logdir, which trains the run to its points')
+    return sorted(chosen)
+
+  def check_checkpoint_config(self, path):
+    """Refuses a checkpoint written by a run of another config (its run directory's config.yaml)."""
+    # pylint: disable=import-outside-toplevel
+    from framework.run import rundir
+    directory = os.path.dirname(os.path.abspath(path))
+    for candidate in (directory, os.path.dirname(directory)):
+      if os.path.isfile(os.path.join(candidate, rundir.CONFIG_NAME)):
+        saved, _, _ = rundir.newest_saved_config(candidate)
+        if saved is None:
+          return
+        changes = config_change(saved, self.config)
+        if changes:
+          raise results.ResultsError(
+              f'--checkpoint={self.options.checkpoint}: written by a run of another config '
+              f'({rundir.describe_changes(changes[:3])}{" and more" if len(changes) > 3 else ""};'
+              f' {os.path.join(candidate, rundir.CONFIG_NAME)}); branch it under the config it '
+              'was written with')
+        return
+    self.log(f'note: no config.yaml beside {path} to compare this config with')
 
   def check_new_logdir(self):
     """Refuses to train a run into a logdir that holds other files and no checkpoint.
@@ -286,219 +514,303 @@ class Measurement:
     if distributed.max_over_workers(int(problem is not None)):
       raise LaunchError(problem, status=2) if problem else QuietRefusal()
 
-  def warm_up(self, base, marker, resuming):
-    """Trains the config's own run to ``marker['steps']``, saved in the logdir as a train run."""
-    # pylint: disable=import-outside-toplevel
-    from framework.run.resume import check_resume_config
-    from framework.run.resume import record_configs
-    if resuming:
-      check_resume_config(self.logdir, self.cfg)
-      restored = base.restore()
-      self.log(f'continuing the warm-up before branching: {restored} (step {base.global_step}) '
-               f'to step {marker["steps"]}')
-    else:
-      self.log(f'no checkpoint in {self.logdir} to branch from: training the config first for '
-               f'{marker["steps"]} of its {marker["run_steps"]} steps (--warmup_fraction '
-               f'{self.fraction:g}), its schedule that of the whole run')
-    if self.chief:
-      os.makedirs(self.results_root, exist_ok=True)
-      results.write_json(os.path.join(self.results_root, results.WARMUP_NAME), marker)
-      record_configs(self.options, dict(self.configs, train=base.config), self.logdir,
-                     base.global_step, self.dtype_line)
-    # The schedule stays the whole run's (its warm-up and decay); the run stops early.
-    base.max_steps = marker['steps']
-    base.begin()
-    started = time.monotonic()
-    try:
-      base.train(evaluate_every=None, stop=self.stop)
-    finally:
-      # The warm-up's cost, over every command that trained part of it.
-      marker['wall_s'] = round(marker.get('wall_s', 0.0) + time.monotonic() - started, 1)
-      if self.chief:
-        results.write_json(os.path.join(self.results_root, results.WARMUP_NAME), marker)
-
-  def stopped_in_warmup(self, exc):
+  def stopped(self, exc, where):
     from framework.run import stopping  # pylint: disable=import-outside-toplevel
     self.stop.saved = exc.checkpoint
-    self.say(f'stopped by {self.stop.name or "a signal to another worker"} at step {exc.step} of '
-             f'the warm-up before branching: saved {exc.checkpoint}; the same command goes on: '
+    self.say(f'stopped by {self.stop.name or "a signal to another worker"} {where} at step '
+             f'{exc.step}: the finished parts are kept in {self.root}; the same command goes on: '
              f'{self.resume}')
     return stopping.exit_status(exc.signum)
 
-  def start_metrics(self, base, path):
-    """The held-out metrics at the checkpoint (the fit of the checkpoint checked on the way).
+  # --- one point ---------------------------------------------------------------------------
 
-    Evaluated once per checkpoint and kept beside its branches.
+  def heldout_loss(self, trainer):
+    """The held-out loss of the trainer's model now (the evaluated examples are counted)."""
+    loss, examples = trainer.task.heldout_loss(trainer.model, trainer.eval_data,
+                                               self.configs['eval']['batch_size_per_gpu'],
+                                               self.heldout_batches)
+    self.heldout_examples = int(examples)
+    return float(loss)
+
+  def settings(self, path, step, window):
+    """What a branch's result depends on besides its batch and the config (``results.SETTINGS``)."""
+    return {'checkpoint': os.path.abspath(path), 'checkpoint_step': step, 'window': window,
+            'fewest': self.fewest, 'most': self.most, 'eval_every': self.eval_every,
+            'heldout_batches': self.heldout_batches, 'branch_loss': self.branch_loss,
+            'batch_size_per_gpu': self.cfg['batch_size_per_gpu']}
+
+  def measure_point(self, base, step, path):
+    """The branches from one point not measured yet, then the point's fit."""
+    directory = results.point_dir(self.root, step)
+    start = self.start_record(base, step, path, directory)
+    records = {}
+    for batch in self.batches:
+      record = results.read_branch(directory, batch)
+      if record is not None:
+        records[batch] = record
+    one = records.get(self.base_batch)
+    if one is None:
+      curve, window = self.run_window(step)
+      if window is not None:
+        # The run itself is the 1x branch: its online curve after the point.
+        one = {'batch': self.base_batch, 'iter_size': self.cfg['iter_size'], 'window': window,
+               'curve': [row for row in curve if row[0] <= self.most_window(step) + 1e-9],
+               'examples': window, 'updates': window // self.base_batch, 'unit': self.unit,
+               'reached': True, 'target': None, 'diverged': None, 'noise_scale': None,
+               'workers': self.workers, 'wall_s': 0.0, 'from_run': True,
+               'settings': self.settings(path, step, window)}
+        if self.chief:
+          results.write_json(results.branch_path(directory, self.base_batch), one)
+        records[self.base_batch] = one
+    window = one['window'] if one is not None else None
+    kept = [b for b in self.batches if b in records and not records[b].get('from_run')]
+    for batch, record in records.items():
+      change = results.settings_change(record, self.settings(path, step, record['window']))
+      if change is not None:
+        raise results.ResultsError(
+            f'{results.branch_path(directory, batch)}: measured with other settings ({change}); '
+            f'give the flags it was measured with, or move {self.root} away to measure anew')
+    at = ('' if start['loss'] is None else f': held-out loss {start["loss"]:.4f}')
+    self.log(f'point at step {step} of {self.run_steps} ({os.path.basename(path)}){at}; branches '
+             f'{", ".join(map(str, self.batches))} {self.unit}'
+             + (f'; {len(kept)} of {len(self.batches)} measured before, kept' if kept else ''))
+    if one is None:
+      records[self.base_batch] = one = self.measure_branch(step, path, self.base_batch, directory,
+                                                           start, None)
+      window = one['window']
+    if window:
+      target, margin = fit_lib.window_target(one['curve'], start['loss'], window)
+      for batch in self.batches[1:]:
+        if batch not in records:
+          records[batch] = self.measure_branch(step, path, batch, directory, start, window,
+                                               target, margin)
+    else:
+      self.log(f'point at step {step}: the 1x branch made no progress its noise allows to measure '
+               f'in {self.most_window(step)} {self.unit}; no branch is run from it')
+    return self.point_result(step, path, start, records, window)
+
+  def start_record(self, base, step, path, directory):
+    """The held-out loss at the point, evaluated once and kept with the config it was measured by.
+
+    Raises:
+      ResultsError: the point's branches were measured under another config.
     """
-    branch_lib.restore_for_branch(base, path)
-    record_path = os.path.join(self.directory, results.START_NAME)
-    try:
-      with open(record_path, encoding='utf-8') as f:
-        record = json.load(f)
-      if record.get('checkpoint') == self.checkpoint:
-        return record
-    except (OSError, ValueError, AttributeError):
-      pass
+    from framework.run import rundir  # pylint: disable=import-outside-toplevel
+    record_path = os.path.join(directory, results.START_NAME)
+    record = results.read_json(record_path)
+    if (record is not None and record.get('checkpoint') == os.path.abspath(path)
+        and record.get('branch_loss') == self.branch_loss):
+      changes = config_change(record.get('config') or {}, self.config)
+      if changes:
+        raise results.ResultsError(
+            f'{directory}: its branches were measured with another config '
+            f'({rundir.describe_changes(changes[:3])}{" and more" if len(changes) > 3 else ""}); '
+            f'give that config, or move {self.root} away to measure anew')
+      return record
     started = time.monotonic()
-    metrics = branch_lib.plain_numbers(base.evaluate())
-    record = {'checkpoint': self.checkpoint, 'step': self.step, 'metrics': metrics,
+    loss = None
+    if self.branch_loss == 'heldout':
+      branch_lib.restore_for_branch(base, path)
+      loss = self.heldout_loss(base)
+    record = {'checkpoint': os.path.abspath(path), 'step': step, 'loss': loss,
+              'branch_loss': self.branch_loss,
+              'heldout_batches': self.heldout_batches, 'heldout_examples': self.heldout_examples,
+              'config': self.config,
               'wall_s': round(time.monotonic() - started, 1)}
-    self.log(f'{os.path.basename(path)} (step {self.step}): held-out '
-             f'{base.task.describe_eval(metrics)}')
     if self.chief:
-      os.makedirs(self.directory, exist_ok=True)
+      os.makedirs(directory, exist_ok=True)
+      for name in glob.glob(os.path.join(glob.escape(directory), 'branch_*.json')):
+        os.remove(name)  # of another checkpoint at this step: not this point's
       results.write_json(record_path, record)
     return record
 
-  # --- the branches ------------------------------------------------------------------------
+  def measure_branch(self, step, path, batch, directory, start, window, target=None,
+                     margin=0.0):
+    """Trains one branch from the point, its loss looked at as it goes; the chief writes its record.
 
-  def settings(self, batch):
-    """What a branch's result depends on besides its batch (``results.SETTINGS``)."""
-    factor = batch // self.batches[0]
-    return {'checkpoint': self.checkpoint, 'checkpoint_step': self.step,
-            'examples': self.examples, 'batch_size_per_gpu': self.cfg['batch_size_per_gpu'],
-            'learning_rate': branch_lib.branch_learning_rate(self.cfg, self.rate, factor,
-                                                             self.workers),
-            'cooldown_fraction': self.cooldown}
-
-  def plan(self):
-    """``[(batch, finished record or None)]``; says which are kept and how the rate is chosen.
-
-    Raises:
-      ResultsError: a finished branch was measured with other settings.
+    The 1x branch (``window`` None) runs until its window is decided
+    (``fit_lib.window_end``); a larger one until its loss is past ``target``,
+    or for ``CAP_WINDOWS`` windows, or to the run's end.
     """
-    plan = []
-    for batch in self.batches:
-      record = results.read_branch(self.directory, batch)
-      if record is not None:
-        change = results.settings_change(record, self.settings(batch))
-        if change is not None:
-          raise results.ResultsError(
-              f'{results.branch_path(self.directory, batch)}: measured with other settings '
-              f'({change}); give the flags it was measured with, or move {self.directory} '
-              'away to measure anew')
-      plan.append((batch, record))
-    kept = [batch for batch, record in plan if record is not None]
-    rule = self.cfg['lr_scaling']
-    if rule is not None:
-      how = f'times the lr_scaling {rule["rule"]} rule\'s ratio for its batch'
-    else:
-      how = 'times its batch over the config\'s (no lr_scaling in the config: linear scaling)'
-    self.log(f'branches from {os.path.basename(self.checkpoint)} (step {self.step}): '
-             f'{", ".join(map(str, self.batches))} {self.unit}, each on {self.examples} '
-             f'{self.unit}; learning rate held at {self.rate:.6g}, the schedule\'s at the '
-             f'checkpoint, {how}, '
-             + (f'cooled to 0 over the last {100 * self.cooldown:g}% of each branch'
-                if self.cooldown else 'to the end of each branch')
-             + f'; tolerance {self.tolerance:g}')
-    if kept:
-      self.log(f'{len(kept)} of {len(plan)} branches measured before, kept: '
-               f'{", ".join(map(str, kept))} (in {self.directory})')
-    return plan
-
-  def measure_branch(self, batch, index):
-    """Trains and evaluates one branch; the chief writes its record."""
     # pylint: disable=import-outside-toplevel
-    from framework.engines import distributed
-    from optimizers import allreduce  # pylint: disable=import-outside-toplevel
-    from framework.run import evaluation
-    from framework.run import summaries
-    from framework.run.trainer import Trainer, TrainingError
+    from framework.run import train_loop
+    from framework.run.trainer import TrainingError
+    BranchTrainer = branch_trainer_class()  # pylint: disable=invalid-name
     started = time.monotonic()
-    factor = batch // self.batches[0]
-    updates = self.examples // batch
-    settings = self.settings(batch)
-    rate = settings['learning_rate']
-    branch_dir = os.path.join(self.directory, f'branch_{batch}')
+    factor = batch // self.base_batch
+    is_base = window is None
+    left = (self.run_steps - step) * self.base_batch
+    cap = int(self.most_window(step) if is_base else min(branch_lib.CAP_WINDOWS * window, left))
+    branch_dir = os.path.join(directory, f'branch_{batch}')
     if self.chief:
       shutil.rmtree(branch_dir, ignore_errors=True)  # what a stopped attempt left
-    self.log(f'branch {index + 1} of {len(self.batches)}: batch {batch} (iter_size '
-             f'{self.cfg["iter_size"] * factor}), {updates} updates at learning rate {rate:.6g}')
-    cfg = branch_lib.branch_config(self.cfg, factor, updates, rate, self.cooldown)
-    trainer = Trainer(cfg, self.configs['eval'], self.logdir, overrides=self.options.set)
+    self.log(f'branch at batch {batch} (iter_size {self.cfg["iter_size"] * factor}) from step '
+             f'{step}: ' + (f'until its {self.branch_loss} loss has fallen enough, {self.fewest} '
+                            f'to {cap} {self.unit}' if is_base
+                            else f'to {self.branch_loss} loss {target:.4f} or {cap} {self.unit}'))
+    cfg = branch_lib.branch_config(self.cfg, factor)
+    rate = branch_lib.branch_rate_fn(self.schedule_fn, step, factor,
+                                     branch_lib.rate_ratio(self.cfg, factor, self.workers))
+    trainer = BranchTrainer(cfg, self.configs['eval'], self.logdir, self.options.set, rate)
     # Built with the run directory, the data layers read what the run derived from its data
     # (statistics, vocabularies); the branch writes its checkpoints and events in its own.
     trainer.logdir = branch_dir
-    branch_lib.restore_for_branch(trainer, self.checkpoint)
+    branch_lib.restore_for_branch(trainer, path)
+    # Its updates, counted from 0; its looks every eval_every steps of the run's examples.
+    trainer.max_steps = max(1, cap // batch)
     trainer.begin()
-    diverged = metrics = None
+    curve = []
+    decided = {'window': None}
+
+    def record(mid, value, _):
+      curve.append([mid * batch, value])
+
+    looks = Looks(self, trainer, record)
+
+    def look(updates):
+      looks.look(updates)
+      if is_base:
+        decided['window'] = fit_lib.window_end(curve, self.fewest, cap)
+        return decided['window'] is not None
+      return fit_lib.reached(curve, start['loss'], target, margin)
+
+    diverged = None
     try:
-      trainer.train(evaluate_every=None, stop=self.stop)
+      trainer.train(stop=self.stop,
+                    probe=train_loop.Probe(max(1, self.eval_every // factor), look,
+                                           looks.each if self.branch_loss == 'online' else None))
     except TrainingError as exc:
       diverged = str(exc)
       self.log(f'branch at batch {batch} diverged: {diverged}')
-    if diverged is None:
-      metrics = branch_lib.plain_numbers(trainer.evaluate())
-      writer = summaries.LazyWriter(os.path.join(branch_dir, summaries.EVAL_DIR), self.chief)
-      evaluation.report(trainer.global_step, metrics, writer, trainer.task,
-                        split=evaluation.split_of(trainer.eval_data))
-      writer.close()
     noise = getattr(trainer, 'noise_scale', None)
     noise = branch_lib.plain_numbers(noise()) if callable(noise) else None
+    updates = int(trainer.pipeline.global_step.numpy())
     del trainer
     gc.collect()
-    loss = None if metrics is None else results.finite_or_none(metrics['loss'])
-    record = {'batch': batch, 'iter_size': cfg['iter_size'], 'updates': updates,
-              'examples': self.examples, 'unit': self.unit, 'learning_rate': rate,
-              'cooldown_fraction': self.cooldown, 'heldout_loss': loss, 'metrics': metrics,
-              'diverged': diverged, 'noise_scale': noise or None, 'workers': allreduce.size(),
-              'wall_s': round(time.monotonic() - started, 1), 'settings': settings}
+    if is_base:
+      window = decided['window'] if decided['window'] is not None else (
+          fit_lib.window_end(curve, self.fewest, cap) or 0)
+    record = {'batch': batch, 'iter_size': self.cfg['iter_size'] * factor, 'curve': curve,
+              'window': window, 'examples': updates * batch, 'updates': updates,
+              'unit': self.unit,
+              'reached': bool(is_base or (curve and fit_lib.reached(curve, start['loss'], target,
+                                                                    0.0))),
+              'target': target, 'diverged': diverged, 'noise_scale': noise or None,
+              'workers': self.workers, 'wall_s': round(time.monotonic() - started, 1),
+              'settings': self.settings(path, step, window)}
     if self.chief:
-      results.write_json(results.branch_path(self.directory, batch), record)
-      for path in glob.glob(os.path.join(glob.escape(branch_dir), 'ckpt-*')) + [
-          os.path.join(branch_dir, 'checkpoint')]:
-        try:
-          os.remove(path)  # the result is kept; the branch's weights are not needed
-        except OSError:
-          pass
+      results.write_json(results.branch_path(directory, batch), record)
+      shutil.rmtree(branch_dir, ignore_errors=True)  # the result is kept; the weights are not needed
+    return record
 
-  def stopped_in_branch(self, exc, batch, plan):
-    from framework.run import stopping  # pylint: disable=import-outside-toplevel
-    self.stop.saved = exc.checkpoint
-    kept = sum(1 for b, r in plan if r is not None or b < batch)
-    self.say(f'stopped by {self.stop.name or "a signal to another worker"} in the branch at '
-             f'batch {batch} (update {exc.step} of {self.examples // batch}): the same command '
-             f'measures it again from {os.path.basename(self.checkpoint)}, keeping the {kept} '
-             f'finished branch(es): {self.resume}')
-    return stopping.exit_status(exc.signum)
+  def point_result(self, step, path, start, records, window):
+    """The fit at one point (``fit_lib.measure_point``), with the noise scale and the costs."""
+    curves = {b: {'curve': r['curve']} for b, r in records.items()
+              if r['curve'] and not r['diverged']}
+    if self.base_batch not in curves:
+      point = {'measured': False, 'why': 'the 1x branch diverged', 'updates': {},
+               'examples': {}, 'b_crit': None, 'interval': None}
+    elif not window:
+      point = {'measured': False, 'updates': {}, 'examples': {}, 'b_crit': None,
+               'interval': None, 'why': (
+                   f'the 1x branch\'s {self.branch_loss} loss did not fall by '
+                   f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise within '
+                   f'{self.most_window(step)} {self.unit}')}
+    else:
+      curves = {b: c for b, c in curves.items() if b == self.base_batch or records[b]['target']
+                is not None}
+      point = fit_lib.measure_point(curves, start['loss'], self.base_batch, window)
+    noise = self.noise_scale(records)
+    point.update(step=step, checkpoint=os.path.abspath(path), share_of_run=step / self.run_steps,
+                 heldout_examples=start.get('heldout_examples', 0),
+                 b_simple=noise[0], b_simple_branch=noise[1],
+                 updates={str(b): (point['updates'].get(b)) for b in self.batches},
+                 examples={str(b): (point['examples'].get(b)) for b in self.batches},
+                 window=window,
+                 branches=[dict({k: r.get(k) for k in ('batch', 'iter_size', 'examples',
+                                                       'updates', 'reached', 'diverged',
+                                                       'wall_s')}, from_run=bool(r.get('from_run')))
+                           for r in (records[b] for b in self.batches if b in records)],
+                 # What the branches trained (the run's own 1x curve counts with the run).
+                 examples_read=sum(r['examples'] for r in records.values()
+                                   if not r.get('from_run')),
+                 evaluations=(sum(len(r['curve']) for r in records.values())
+                              + (start['loss'] is not None)),
+                 wall_s=round(sum(r['wall_s'] for r in records.values()) + start['wall_s'], 1))
+    return point
+
+  def noise_scale(self, records):
+    """B_simple at a point: the 2x branch's estimate, else the smallest branch's that measured."""
+    measured = sorted((b for b, r in records.items() if r.get('noise_scale')),
+                      key=lambda b: (b != 2 * self.base_batch, b))
+    for batch in measured:
+      value = records[batch]['noise_scale'].get('b_simple')
+      if value is not None and math.isfinite(value) and value > 0:
+        return value, batch
+    return None, None
 
   # --- the summary -------------------------------------------------------------------------
 
-  def summarize(self):
-    """The table, ``critical_batch.json``, ``critical_batch.png`` and the two last lines."""
-    records = [results.read_branch(self.directory, batch) for batch in self.batches]
-    critical, gaps = results.critical_batch(records, self.tolerance)
-    b_simple, noise_batch = results.noise_scale(records, self.batches[0])
-    branches = [{'batch': r['batch'], 'iter_size': r['iter_size'], 'updates': r['updates'],
-                 'examples': r['examples'], 'heldout_loss': r['heldout_loss'], 'gap': g,
-                 'wall_s': r['wall_s'], 'learning_rate': r['learning_rate'],
-                 'noise_scale': (r['noise_scale'] or {}).get('b_simple'),
-                 'diverged': r['diverged']} for r, g in zip(records, gaps)]
+  def summarize(self, points):
+    """The table, ``critical_batch.json``, ``critical_batch.png``, the schedule and the last lines."""
+    shares = fit_lib.point_shares([p['share_of_run'] for p in points])
+    for point, share in zip(points, shares):
+      point['share'] = share
+    usable = [p for p in points if p.get('measured', True)]
+    answer, interval = (fit_lib.whole_run(usable, self.base_batch) if usable else (None, None))
+    if usable and len(usable) < len(points):
+      # The run's parts are those of the points that measured something.
+      shares = fit_lib.point_shares([p['share_of_run'] for p in usable])
+      for point, share in zip(usable, shares):
+        point['share'] = share
+      answer, interval = fit_lib.whole_run(usable, self.base_batch)
+    proposed = fit_lib.growing_schedule(usable, self.base_batch, self.batches[-1])
+    warmup = results.read_json(os.path.join(self.root, results.WARMUP_NAME)) or {}
+    run_examples = self.run_steps * self.base_batch
+    trained = warmup.get('examples', 0) + sum(p['examples_read'] for p in points)
+    heldout = points[0]['heldout_examples'] if points else 0  # 0 for the online loss
+    evaluated = sum(p['evaluations'] for p in points) * heldout
     summary = {
-        'critical_batch': critical, 'unit': self.unit, 'tolerance': self.tolerance,
-        'noise_scale': b_simple, 'noise_scale_branch': noise_batch, 'branches': branches,
-        'checkpoint': self.checkpoint, 'checkpoint_step': self.step,
-        'checkpoint_heldout_loss': results.finite_or_none(self.start['metrics'].get('loss')),
-        'warmup': self.warmup, 'learning_rate_at_checkpoint': self.rate,
+        'critical_batch': answer, 'interval': interval, 'unit': self.unit,
+        'base_batch': self.base_batch, 'batches': self.batches, 'max_batch': self.max_batch,
+        'points': points, 'run_steps': self.run_steps, 'branch_loss': self.branch_loss,
+        'window_fewest': self.fewest, 'window_most': self.most,
+        'cap_windows': branch_lib.CAP_WINDOWS, 'eval_every_steps': self.eval_every,
+        'heldout_examples': heldout,
+        'schedule': (None if proposed is None
+                     else {'batches': proposed[0], 'boundaries': proposed[1]}),
+        'noise_scale_setting': self.cfg['noise_scale'],
         'lr_scaling': (self.cfg['lr_scaling'] or {}).get('rule', 'linear (no lr_scaling)'),
-        'base_batch': self.batches[0], 'max_batch': self.max_batch,
-        'branch_examples': self.examples, 'workers': self.workers,
-        # The measurement's cost, whichever commands did its parts: the warm-up (when the
-        # branches start from it), the checkpoint's evaluation and the branches.
-        'wall_s': round(sum(r['wall_s'] for r in records) + self.start.get('wall_s', 0.0)
-                        + (self.warmup or {}).get('wall_s', 0.0), 1),
+        # The measurement's cost in runs of the config: the examples it trained on (the run
+        # to its points and the branches), and its forward passes over held-out examples
+        # (about a third of a training example's compute each).
+        'compute': {'trained_examples': trained, 'heldout_examples_evaluated': evaluated,
+                    'run_examples': run_examples,
+                    'runs': round((trained + evaluated / 3.0) / run_examples, 3)},
+        'wall_s': round(warmup.get('wall_s', 0.0) + sum(p['wall_s'] for p in points), 1),
         'command_wall_s': round(time.monotonic() - self.started, 1),
-        'config': os.path.abspath(self.options.config)}
+        'workers': self.workers, 'config': os.path.abspath(self.options.config)}
     summary_path = os.path.join(self.logdir, results.SUMMARY_NAME)
     plot_path = os.path.join(self.logdir, results.PLOT_NAME)
     results.write_json(summary_path, summary)
-    results.plot(plot_path, records, self.tolerance, critical, b_simple, self.unit,
-                 f'{os.path.basename(self.options.config)} from step {self.step}: '
-                 f'{self.examples} {self.unit} per branch, tolerance {self.tolerance:g}')
-    self.say(f'critical batch from {os.path.basename(self.checkpoint)} (step {self.step}), '
-             f'held-out loss after {self.examples} {self.unit} per branch:')
-    for line in results.table_lines(records, gaps, critical, self.unit):
+    results.plot(plot_path, points, answer, self.unit,
+                 f'{os.path.basename(self.options.config)}: branches from '
+                 f'{len(points)} points, target: the 1x branch\'s {self.branch_loss} loss at the '
+                 'end of its window')
+    wrote = [summary_path, plot_path]
+    if proposed is not None:
+      schedule_path = os.path.join(self.logdir, results.SCHEDULE_NAME)
+      from core.files import write_text_atomically  # pylint: disable=import-outside-toplevel
+      write_text_atomically(schedule_path, results.schedule_text(
+          *proposed, os.path.basename(self.options.config)))
+      wrote.append(schedule_path)
+    self.say(f'critical batch along the run of {os.path.basename(self.options.config)} (target '
+             f'at each point: the 1x branch\'s {self.branch_loss} loss at the end of its window):')
+    for line in results.table_lines(points, self.batches, self.unit):
       self.say('  ' + line)
-    self.say(f'wrote {os.path.abspath(summary_path)} and {os.path.abspath(plot_path)}')
-    for line in results.last_lines(critical, self.batches, b_simple, noise_batch, self.unit):
+    self.say(f'cost: {summary["compute"]["runs"]:.2f} runs of the config in compute '
+             f'({trained} {self.unit} trained, {evaluated} evaluated), '
+             f'{summary["wall_s"] / 60:.1f} min')
+    self.say('wrote ' + ', '.join(os.path.abspath(p) for p in wrote))
+    for line in results.last_lines(summary):
       self.say(line)

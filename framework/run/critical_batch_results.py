@@ -1,20 +1,14 @@
-"""The numbers of ``--mode=critical_batch``: its branches, its rule, what it writes; no TensorFlow.
+"""The records and the summary of ``--mode=critical_batch``; no TensorFlow.
 
-The mode (``framework.run.critical_batch``) trains short branches from one
-checkpoint at 1x, 2x, 4x, ... the config's global batch, each on the same
-number of examples, and compares their held-out losses. This module holds
-what needs no model:
+The mode (``framework.run.critical_batch``) branches from points of the
+config's run at 1x, 2x, 4x, ... its global batch and fits S(B) at each
+(``core.critical_batch``). This module holds what needs no model:
 
-- the ladder of batches and the examples each branch reads
-  (:func:`branch_batches`, :func:`choose_examples`);
-- the rule: the critical batch is the largest batch whose held-out loss is
-  within ``tolerance`` (relative) of the 1x branch's (:func:`critical_batch`),
-  McCandlish et al.'s (2018) critical batch measured as Merrill et al. (2025)
-  do, by branching;
-- each branch's record (``branch_<batch>.json``, written whole, so a branch
-  is finished or absent) and the settings a re-run must share with it
-  (:func:`settings_change`);
-- the summary: the table, ``critical_batch.json`` and ``critical_batch.png``.
+- the ladder of batches (:func:`branch_batches`);
+- the records, each written whole (a branch is finished or absent), and the
+  settings a re-run must share with a finished branch (:func:`settings_change`);
+- the summary: the table, ``critical_batch.json``, ``critical_batch.png``,
+  the schedule snippet and the last lines.
 """
 
 import json
@@ -28,19 +22,19 @@ from core.files import write_text_atomically
 RESULTS_DIR = 'critical_batch'
 SUMMARY_NAME = 'critical_batch.json'
 PLOT_NAME = 'critical_batch.png'
-# Written before a warm-up this mode trains from scratch: the run's checkpoints
-# below its step are that warm-up, to finish before branching.
+# The growing batch the measurement proposes, as a config snippet.
+SCHEDULE_NAME = 'critical_batch_schedule.yaml'
+# Written before the mode trains the config's run to its points: the run's
+# checkpoints are then this mode's, to go on with after a stop.
 WARMUP_NAME = 'warmup.json'
-# The held-out metrics of the checkpoint the branches start from.
+# The loss curve of the run this mode trained, looked at as it trained: the 1x branch.
+RUN_CURVE_NAME = 'run_curve.json'
+# Per point: the held-out loss at its checkpoint and the config it was measured with.
 START_NAME = 'start.json'
 
-# The fewest updates the largest branch may take: with fewer, a branch measures
-# how far a handful of steps go rather than how well the batch uses its examples.
-MIN_UPDATES = 8
-
 # What a re-run must share with a finished branch for its result to stand.
-SETTINGS = ('checkpoint', 'checkpoint_step', 'examples', 'batch_size_per_gpu', 'learning_rate',
-            'cooldown_fraction')
+SETTINGS = ('checkpoint', 'checkpoint_step', 'window', 'fewest', 'most', 'eval_every',
+            'heldout_batches', 'branch_loss', 'batch_size_per_gpu')
 
 
 class ResultsError(Exception):
@@ -51,111 +45,41 @@ def branch_batches(base, max_batch):
   """The branches' global batches: ``base``, 2·base, 4·base, ... up to ``max_batch``.
 
   Raises:
-    ResultsError: ``max_batch`` below ``base``.
+    ResultsError: ``max_batch`` below twice ``base`` (one batch fits nothing).
   """
-  if max_batch < base:
-    raise ResultsError(f'--max_batch: {max_batch} is below the config\'s global batch {base}; '
-                       f'allowed: {base} or more (the branches run at 1x, 2x, 4x, ... of it; '
-                       f'the default is {16 * base}, 16x)')
+  if max_batch < 2 * base:
+    raise ResultsError(f'--max_batch: {max_batch} leaves only the config\'s global batch {base} '
+                       f'to branch at, and a fit needs two batches or more; allowed: {2 * base} '
+                       f'or more (the branches run at 1x, 2x, 4x, ... of it; the default is '
+                       f'{16 * base}, 16x)')
   batches = [base]
   while batches[-1] * 2 <= max_batch:
     batches.append(batches[-1] * 2)
   return batches
 
 
-def choose_examples(given, epoch, largest, unit):
-  """The examples every branch reads: ``given``, or one epoch in whole updates of the largest batch.
-
-  Args:
-    given: ``--branch_examples``, or None for the default.
-    epoch: the examples of one epoch of the training split (its full micro-batches).
-    largest: the largest branch's global batch.
-    unit: what the batch counts (``images``, ``words``), for messages.
-
-  Raises:
-    ResultsError: more examples than the training split holds, a number that is
-      not a whole number of the largest branch's updates, or fewer than
-      ``MIN_UPDATES`` updates of it.
-  """
-  most = epoch // largest * largest
-  fewest = MIN_UPDATES * largest
-  allowed = (f'allowed: {most}' if fewest == most
-             else f'allowed: {fewest} to {most}, in steps of {largest}')
-  if fewest > epoch:
-    raise ResultsError(
-        f'--max_batch: the largest branch ({largest} {unit}) needs at least {MIN_UPDATES} '
-        f'updates, {fewest} {unit}, but the training split holds {epoch} {unit}; allowed: a '
-        f'--max_batch of at most {epoch // MIN_UPDATES} {unit}')
-  if given is None:
-    return most
-  if given > epoch:
-    raise ResultsError(f'--branch_examples: {given} {unit} per branch is more than the training '
-                       f'split holds ({epoch} {unit}); {allowed}')
-  if given % largest or given < fewest:
-    raise ResultsError(f'--branch_examples: {given} {unit} must be a whole number of updates of '
-                       f'the largest branch ({largest} {unit}), at least {MIN_UPDATES} of them; '
-                       f'{allowed}')
-  return given
-
-
-def gap(loss, reference):
-  """The relative gap ``loss / reference - 1``; None when either is not a finite number."""
-  if loss is None or reference is None or not (math.isfinite(loss) and math.isfinite(reference)):
-    return None
-  return loss / reference - 1.0
-
-
-def critical_batch(branches, tolerance):
-  """The largest batch whose held-out loss is within ``tolerance`` (relative) of the 1x branch's.
-
-  Args:
-    branches: dicts with ``batch`` and ``heldout_loss`` (None: diverged), the
-      smallest batch (1x) first.
-    tolerance: the relative tolerance, in (0, 1).
-
-  Returns:
-    ``(critical batch or None, [gap of each branch])``; None when the 1x
-    branch has no finite loss to compare with.
-  """
-  reference = branches[0]['heldout_loss']
-  gaps = [gap(b['heldout_loss'], reference) for b in branches]
-  within = [b['batch'] for b, g in zip(branches, gaps) if g is not None and g <= tolerance]
-  return (max(within) if within else None), gaps
-
-
-def noise_scale(branches, base):
-  """B_simple measured on the checkpoint: the 2x branch's estimate, else the smallest batch's.
-
-  Args:
-    branches: dicts with ``batch`` and ``noise_scale`` (``Trainer.noise_scale()``:
-      None, or a dict with ``b_simple``).
-    base: the 1x batch.
-
-  Returns:
-    ``(B_simple or None, the batch of the branch it comes from or None)``; a
-    B_simple that is not finite (the gradient's estimate not positive) is None.
-  """
-  measured = [b for b in branches if b.get('noise_scale')]
-  measured.sort(key=lambda b: (b['batch'] != 2 * base, b['batch']))
-  for branch in measured:
-    value = branch['noise_scale'].get('b_simple')
-    if value is not None and math.isfinite(value):
-      return value, branch['batch']
-  return None, None
+def point_dir(root, step):
+  return os.path.join(root, f'step_{step}')
 
 
 def branch_path(directory, batch):
   return os.path.join(directory, f'branch_{batch}.json')
 
 
-def read_branch(directory, batch):
-  """A finished branch's record, or None (none, or one left unreadable by a failed disk)."""
+def read_json(path):
+  """A JSON file's dict, or None (none, or one left unreadable by a failed disk)."""
   try:
-    with open(branch_path(directory, batch), encoding='utf-8') as f:
-      record = json.load(f)
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
   except (OSError, ValueError):
     return None
-  return record if isinstance(record, dict) and 'settings' in record else None
+  return value if isinstance(value, dict) else None
+
+
+def read_branch(directory, batch):
+  """A finished branch's record, or None."""
+  record = read_json(branch_path(directory, batch))
+  return record if record is not None and 'settings' in record and 'curve' in record else None
 
 
 def settings_change(record, settings):
@@ -170,9 +94,20 @@ def settings_change(record, settings):
   return None
 
 
+def plain(value):
+  """``value`` as strict JSON takes it: infinities and NaN as None, in dicts and lists too."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {str(k): plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [plain(v) for v in value]
+  return value
+
+
 def write_json(path, value):
   """``value`` as indented JSON, written whole or not at all."""
-  write_text_atomically(path, json.dumps(value, indent=2, allow_nan=False) + '\n')
+  write_text_atomically(path, json.dumps(plain(value), indent=2, allow_nan=False) + '\n')
 
 
 def finite_or_none(value):
@@ -180,84 +115,163 @@ def finite_or_none(value):
 
 
 def describe_batch(value):
-  """A measured batch (B_simple) in few digits: ``1530``, ``12.4``, ``-3.1e-07``."""
-  return f'{value:.0f}' if abs(value) >= 100 else f'{value:.3g}'
+  """A measured batch in few digits and thousands: ``4,281``, ``12.4``, ``-3.1e-07``."""
+  return f'{value:,.0f}' if abs(value) >= 100 else f'{value:.3g}'
 
 
-def table_lines(branches, gaps, critical, unit):
-  """The table of the branches, one line each, under a header."""
-  lines = [f'{"batch":>9} {"iter_size":>9} {"updates":>8} {"held-out loss":>14} '
-           f'{"gap to 1x":>10} {"wall":>9}']
-  for branch, branch_gap in zip(branches, gaps):
-    loss = branch['heldout_loss']
-    lines.append(
-        f'{branch["batch"]:>9} {branch["iter_size"]:>9} {branch["updates"]:>8} '
-        f'{"diverged" if loss is None else f"{loss:.4f}":>14} '
-        f'{"" if branch_gap is None else f"{100 * branch_gap:+.2f}%":>10} '
-        f'{branch["wall_s"]:>8.1f}s' + ('  <- critical batch' if branch['batch'] == critical
-                                         else ''))
-  return [line.rstrip() for line in lines] + [f'(batch in {unit}; gap relative to the 1x branch)']
+def describe_interval(interval, largest):
+  """``2,700-6,300``; an open end past the ladder as ``more than 4,096``."""
+  if not interval or interval[0] is None:
+    return 'no interval'
+  low = describe_batch(interval[0])
+  high = interval[1]
+  if high is None or math.isinf(high):
+    return f'{low} to more than {largest:,}'
+  return f'{low}-{describe_batch(high)}'
 
 
-def plot(path, branches, tolerance, critical, b_simple, unit, title):
-  """``critical_batch.png``: held-out loss after the same examples against the batch.
+def describe_estimate(point, largest):
+  """A point's B_crit with its interval, or why it has none."""
+  if not point.get('measured', True):
+    return 'not measured'
+  if point.get('b_crit') is None:
+    shape = point.get('shape')
+    if shape == 'no_level':
+      return f'more than {largest:,} (the updates still halve at the largest branch)'
+    if shape == 'no_gain':
+      return 'below the 1x batch (a larger batch saves no updates)'
+    return 'no fit (fewer than two branches reached the target)'
+  return (f'{describe_batch(point["b_crit"])} '
+          f'({describe_interval(point.get("interval"), largest)})')
 
-  A log2 batch axis; the tolerance band above the 1x branch's loss; the
-  critical batch and the noise scale B_simple marked. Written through a
-  temporary file, so a failed write leaves no partial plot.
+
+def table_lines(points, batches, unit):
+  """The table of the points, one line each: updates to the target by batch, the fit, B_simple."""
+  head = f'{"step":>7} {"of run":>6} ' + ' '.join(f'{b:>7}' for b in batches)
+  lines = [head + f'  {"B_crit (90% interval)":<28} {"B_simple":>9} {"ratio":>6}']
+  for point in points:
+    cells = []
+    for batch in batches:
+      updates = point['updates'].get(str(batch), point['updates'].get(batch))
+      cells.append(f'{"-" if updates is None else f"{updates:.1f}":>7}')
+    noise = point.get('b_simple')
+    ratio = (noise / point['b_crit'] if noise is not None and point.get('b_crit')
+             else None)
+    lines.append(f'{point["step"]:>7} {100 * point["share_of_run"]:>5.0f}% ' + ' '.join(cells)
+                 + f'  {describe_estimate(point, batches[-1]):<28} '
+                 f'{"-" if noise is None else describe_batch(noise):>9} '
+                 f'{"-" if ratio is None else f"{ratio:.2f}":>6}')
+  return [line.rstrip() for line in lines] + [
+      f'(updates to each point\'s target by global batch in {unit}, "-": not reached within the '
+      'cap; ratio: B_simple / B_crit)']
+
+
+def plot(path, points, run_answer, unit, title):
+  """``critical_batch.png``: B_crit and B_simple along the run, and each point's S(B) with its fit.
+
+  Written through a temporary file, so a failed write leaves no partial plot.
   """
   # pylint: disable=import-outside-toplevel
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
-  figure = Figure(figsize=(6.4, 4.4))
+  figure = Figure(figsize=(10.0, 4.2))
   FigureCanvasAgg(figure)
-  axes = figure.add_subplot()
-  points = [(b['batch'], b['heldout_loss']) for b in branches if b['heldout_loss'] is not None]
-  axes.set_xscale('log', base=2)
-  if points:
-    axes.plot(*zip(*points), 'o-', color='tab:blue', label='held-out loss')
-  reference = branches[0]['heldout_loss']
-  if reference is not None:
-    axes.axhspan(reference, reference * (1 + tolerance), color='tab:green', alpha=0.15,
-                 label=f'within {100 * tolerance:g}% of 1x')
-    axes.axhline(reference, color='tab:green', linewidth=0.8)
-  diverged = [b['batch'] for b in branches if b['heldout_loss'] is None]
-  if diverged:
-    top = max((loss for _, loss in points), default=1.0)
-    axes.plot(diverged, [top] * len(diverged), 'x', color='tab:red', markersize=9,
-              label='diverged')
-  if critical is not None:
-    axes.axvline(critical, color='tab:green', linestyle='-', linewidth=1.5,
-                 label=f'critical batch {critical}')
-  if b_simple is not None and b_simple > 0:
-    axes.axvline(b_simple, color='tab:orange', linestyle='--', linewidth=1.5,
-                 label=f'noise scale B_simple {describe_batch(b_simple)}')
-  batches = [b['batch'] for b in branches]
-  axes.set_xticks(batches, [str(b) for b in batches])
-  axes.minorticks_off()
-  axes.set_xlabel(f'global batch ({unit}, log2 axis)')
-  axes.set_ylabel('held-out loss after the same examples')
-  axes.set_title(title, fontsize=9)
-  axes.grid(True, which='major', alpha=0.3)
-  axes.legend(fontsize=8)
+  along, fits = figure.subplots(1, 2)
+  shares = [100 * p['share_of_run'] for p in points]
+  measured = [(s, p) for s, p in zip(shares, points) if p.get('b_crit') is not None]
+  if measured:
+    xs = [s for s, _ in measured]
+    ys = [p['b_crit'] for _, p in measured]
+    low = [max(y - (p['interval'][0] if p.get('interval') else y), 0) for y, (_, p)
+           in zip(ys, measured)]
+    high = [((p['interval'][1] if p['interval'][1] is not None else y) - y)
+            if p.get('interval') else 0 for y, (_, p) in zip(ys, measured)]
+    along.errorbar(xs, ys, yerr=[low, high], fmt='o-', color='tab:blue', capsize=3,
+                   label='B_crit (90% interval)')
+  noise = [(s, p['b_simple']) for s, p in zip(shares, points) if p.get('b_simple')]
+  if noise:
+    along.plot(*zip(*noise), 's--', color='tab:orange', label='B_simple')
+  if run_answer is not None:
+    along.axhline(run_answer, color='tab:green', linewidth=1.2,
+                  label=f'whole run {describe_batch(run_answer)}')
+  along.set_yscale('log', base=2)
+  along.set_xlim(0, 100)
+  along.set_xlabel('point of the run (% of its steps)')
+  along.set_ylabel(f'batch ({unit}, log2 axis)')
+  along.grid(True, alpha=0.3)
+  along.legend(fontsize=8)
+  for point in points:
+    steps = [(int(b), u) for b, u in point['updates'].items() if u is not None]
+    if not steps:
+      continue
+    steps.sort()
+    line = fits.plot(*zip(*steps), 'o', label=f'step {point["step"]}')[0]
+    if point.get('b_crit') is not None:
+      batches = [steps[0][0] * 2 ** (k / 8) for k in range(8 * 6)]
+      batches = [b for b in batches if b <= steps[-1][0] * 1.01]
+      fits.plot(batches, [point['s_min'] * (1 + point['b_crit'] / b) for b in batches], '-',
+                color=line.get_color(), linewidth=1)
+  fits.set_xscale('log', base=2)
+  fits.set_yscale('log')
+  fits.set_xlabel(f'global batch ({unit}, log2 axis)')
+  fits.set_ylabel('updates to the point\'s target')
+  fits.grid(True, alpha=0.3)
+  fits.legend(fontsize=8)
+  figure.suptitle(title, fontsize=9)
   figure.tight_layout()
   write_atomically(path, lambda temp: figure.savefig(temp, dpi=110), suffix='.png')
 
 
-def last_lines(critical, batches, b_simple, noise_batch, unit):
-  """The measurement's last two lines: ``critical batch: N <unit>``, then the noise scale beside it."""
-  if critical is None:
-    first = 'critical batch: none measured (the 1x branch has no finite held-out loss)'
-  elif critical == batches[-1]:
-    first = (f'critical batch: {critical} {unit} (the largest branch: it may be larger; '
-             'raise --max_batch to see)')
+def schedule_text(batches, boundaries, config):
+  """The proposed growing batch as a config snippet (YAML), headed by where it comes from."""
+  return (f'# The growing batch --mode=critical_batch proposes for {config}: from each measured\n'
+          '# point on, the largest power-of-two multiple of the batch not above the lower end\n'
+          '# of the point\'s interval of B_crit. Add these keys to the config, or pass them\n'
+          '# with --set (critical_batch.json has them as "schedule").\n'
+          'batch_policy: steps\n'
+          f'batch_policy_params: {{batches: [{", ".join(map(str, batches))}], '
+          f'boundaries: [{", ".join(map(str, boundaries))}]}}\n')
+
+
+def set_arguments(batches, boundaries):
+  """The ``--set`` arguments that run the proposed schedule."""
+  return (f"--set batch_policy=steps --set 'batch_policy_params={{batches: "
+          f"[{', '.join(map(str, batches))}], boundaries: [{', '.join(map(str, boundaries))}]}}'")
+
+
+def last_lines(summary):
+  """The measurement's last lines: the fixed batch, the growing batch, the noise scale."""
+  unit = summary['unit']
+  largest = summary['batches'][-1]
+  answer = summary['critical_batch']
+  measured = [p for p in summary['points'] if p.get('measured', True)]
+  if not measured:
+    first = ('critical batch: none measured (at no point did the 1x branch learn enough to '
+             'measure anything: ' + summary['points'][0]['why'] + ')'
+             if summary['points'] and summary['points'][0].get('why') else
+             'critical batch: none measured')
+  elif answer is None:
+    first = ('critical batch: no fit at ' + ', '.join(
+        f'step {p["step"]} ({describe_estimate(p, largest)})' for p in summary['points']
+        if p.get('b_crit') is None))
   else:
-    first = f'critical batch: {critical} {unit}'
-  if b_simple is None:
-    second = ('noise scale (B_simple): not measured (no branch measured a finite estimate; '
-              'noise_scale: auto measures it from iter_size 2)')
+    first = (f'critical batch: {describe_batch(answer)} {unit} '
+             f'({describe_interval(summary["interval"], largest)}) for a fixed batch over the '
+             f'whole run, from {len(summary["points"])} points')
+  schedule = summary.get('schedule')
+  if schedule is None:
+    second = (f'growing batch: none proposed (no point measured a critical batch of '
+              f'{2 * summary["base_batch"]:,} {unit} or more)')
   else:
-    sign = '' if b_simple > 0 else ', not positive: no gradient noise the branch could measure'
-    second = (f'noise scale (B_simple): {describe_batch(b_simple)} {unit} '
-              f'(measured in the branch at batch {noise_batch}{sign})')
-  return [first, second]
+    second = (f'growing batch: {" -> ".join(f"{b:,}" for b in schedule["batches"])} {unit} at '
+              f'steps {", ".join(map(str, schedule["boundaries"]))}: '
+              f'{set_arguments(schedule["batches"], schedule["boundaries"])}')
+  noise = [p for p in summary['points'] if p.get('b_simple') is not None]
+  if noise:
+    third = ('noise scale (B_simple): ' + ', '.join(
+        f'{describe_batch(p["b_simple"])} at step {p["step"]}' for p in noise) + f' {unit}')
+  elif summary.get('noise_scale_setting') is False:
+    third = 'noise scale (B_simple): not measured (the config says noise_scale: false)'
+  else:
+    third = 'noise scale (B_simple): not measured (no branch measured a finite estimate)'
+  return [first, second, third]

@@ -1,12 +1,15 @@
 """The branches of ``run.py --mode=critical_batch``: the mode's flags, and what one branch is.
 
-A branch (``framework.run.critical_batch``) is the config's run at ``factor``
-x its global batch, grown by ``iter_size``, started from a checkpoint's model,
-optimizer state and data position, for a given number of updates at a rate
-the config's ``lr_scaling`` rule gives its batch, cooled to 0 at its end. Here:
-the flags that size the branches and their defaults (docs/running.md says why
-each is what it is), a branch's config and rate, and its start from the
-checkpoint.
+A branch (``framework.run.critical_batch``) is the config's own run from one
+of its checkpoints, at ``factor`` x its global batch from there on, as the
+``batch_policy: steps`` run that switches to that batch at the checkpoint's
+step has it: the batch grows by ``iter_size`` (the micro-batch, the memory
+and the data stay the config's), and the learning rate is the config's
+schedule at the examples read (counted in the config's steps), times the
+``lr_scaling`` rule's factor for the batch. The 1x branch is the run itself,
+going on. Here: the
+flags that size the measurement and their defaults (docs/running.md says why
+each is what it is), a branch's config and its start from the checkpoint.
 """
 
 import math
@@ -14,22 +17,54 @@ import numbers
 
 MODE = 'critical_batch'
 # The mode's flags (run.py): given with another mode they are refused.
-FLAGS = ('warmup_fraction', 'max_batch', 'branch_examples', 'tolerance', 'cooldown_fraction')
-# The share of the config's run trained before branching when the logdir holds no checkpoint.
-DEFAULT_WARMUP_FRACTION = 0.25
+FLAGS = ('points', 'max_batch', 'branch_examples', 'branch_loss', 'heldout_examples')
+# What a branch's curve is read from (--branch_loss): ``online``, the loss of each training
+# micro-batch before the update it goes into (the model has not learned from it yet in this
+# epoch, every branch reads the same micro-batches, and it costs no pass); ``heldout``, the
+# task's loss on the eval split's first --heldout_examples.
+BRANCH_LOSSES = ('online', 'heldout')
+DEFAULT_BRANCH_LOSS = 'online'
+# Where along the config's run the branches start, as shares of its steps.
+DEFAULT_POINTS = (0.25, 0.5, 0.75)
+# The 1x branch's window, whose last loss is every branch's target, as shares of the
+# config's run: it ends at the first look past the shortest where the loss has fallen by
+# four times its noise (core.critical_batch.window_end), at the longest without it.
+WINDOW_FEWEST_SHARE = 1.0 / 16
+WINDOW_MOST_SHARE = 1.0 / 4
+# A branch that has not reached the target after this many windows of examples stops
+# there, "not reached" (E(B) = 4 E(1x) is a batch about 3x its critical batch, past any
+# batch worth using); the run's end stops it too.
+CAP_WINDOWS = 4
+# Looks at a branch's loss per run of the config (online they cost a sum, held-out an
+# evaluation of --heldout_examples).
+LOOKS_PER_RUN = 256
+# The held-out examples each evaluation reads (the first ones of the eval split, so
+# every evaluation reads the same), rounded up to whole eval batches.
+DEFAULT_HELDOUT_EXAMPLES = 2048
 # The largest branch's batch, in multiples of the config's global batch.
 DEFAULT_MAX_BATCH_FACTOR = 16
-# A branch is within the critical batch while its held-out loss is at most this much
-# (relative) above the 1x branch's (docs/running.md says why this value).
-DEFAULT_TOLERANCE = 0.05
-# The share of a branch's updates at its end over which its rate falls to 0: the
-# held-out loss of an iterate at a high constant rate swings by several per cent
-# from one update to the next, more than the branches differ (docs/running.md).
-DEFAULT_COOLDOWN_FRACTION = 0.25
-# Pipeline state a branch starts afresh: its own update count and schedule position, an
-# accumulation of its own iter_size, and its own noise-scale averages.
+# The fewest updates the largest branch may have within its cap.
+MIN_UPDATES = 8
+# Pipeline state a branch starts afresh: its own update count, an accumulation of its
+# own iter_size, and its own noise-scale averages.
 BRANCH_OWN = ('global_step', 'micro_step', 'accumulators', 'noise_scale')
 GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
+# A growing-batch run's step (examples over its starting batch), when its checkpoint has one.
+RUN_STEP_KEY = 'batch_policy/step/.ATTRIBUTES/VARIABLE_VALUE'
+
+
+def parse_points(text):
+  """``--points``: shares of the run, increasing, in (0, 1); a one-line problem or the tuple."""
+  try:
+    points = tuple(float(part) for part in text.split(','))
+  except ValueError:
+    return None, (f'--points: {text!r} is not a comma-separated list of numbers; allowed: '
+                  f'shares of the run in (0, 1), increasing (default '
+                  f'{",".join(f"{p:g}" for p in DEFAULT_POINTS)})')
+  if not all(0 < p < 1 for p in points) or any(b <= a for a, b in zip(points, points[1:])):
+    return None, (f'--points: {text} must be increasing shares of the run in (0, 1) (default '
+                  f'{",".join(f"{p:g}" for p in DEFAULT_POINTS)})')
+  return points, None
 
 
 def flag_problem(args):
@@ -39,18 +74,16 @@ def flag_problem(args):
       if getattr(args, flag, None) is not None:
         return f'--{flag}: only used with --mode={MODE}, not --mode={args.mode}'
     return None
-  if args.tolerance is not None and not 0 < args.tolerance < 1:
-    return (f'--tolerance: {args.tolerance:g} is outside (0, 1); it is the held-out loss a '
-            f'branch may lose relative to the 1x branch (default {DEFAULT_TOLERANCE:g}, '
-            f'{100 * DEFAULT_TOLERANCE:g}%)')
-  if args.warmup_fraction is not None and not 0 < args.warmup_fraction < 1:
-    return (f'--warmup_fraction: {args.warmup_fraction:g} is outside (0, 1); it is the share of '
-            f'the config\'s run trained before branching (default {DEFAULT_WARMUP_FRACTION:g})')
-  if args.cooldown_fraction is not None and not 0 <= args.cooldown_fraction < 1:
-    return (f'--cooldown_fraction: {args.cooldown_fraction:g} is outside [0, 1); it is the share '
-            'of a branch\'s updates over which its rate falls to 0 (0: held to the end; default '
-            f'{DEFAULT_COOLDOWN_FRACTION:g})')
-  for flag in ('max_batch', 'branch_examples'):
+  if args.points is not None:
+    _, problem = parse_points(args.points)
+    if problem:
+      return problem
+    if args.checkpoint != 'latest':
+      return (f'--points: not with --checkpoint={args.checkpoint}, which is the one point the '
+              'branches start from')
+  if args.heldout_examples is not None and (args.branch_loss or DEFAULT_BRANCH_LOSS) != 'heldout':
+    return '--heldout_examples: only used with --branch_loss=heldout'
+  for flag in ('max_batch', 'branch_examples', 'heldout_examples'):
     value = getattr(args, flag)
     if value is not None and value < 1:
       return f'--{flag}: must be >= 1, got {value}'
@@ -58,17 +91,22 @@ def flag_problem(args):
 
 
 def checkpoint_step(path):
-  """The global step a run's checkpoint was saved at."""
+  """The run step a checkpoint was saved at: a growing batch's run step, else its updates."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return int(tf.train.load_checkpoint(path).get_tensor(GLOBAL_STEP_KEY))
+  reader = tf.train.load_checkpoint(path)
+  if reader.has_tensor(RUN_STEP_KEY):
+    return int(reader.get_tensor(RUN_STEP_KEY))
+  return int(reader.get_tensor(GLOBAL_STEP_KEY))
 
 
-def restore_for_branch(trainer, path):
+def restore_for_branch(trainer, path, step=None):
   """Loads a checkpoint's model, optimizer state and data position into ``trainer``.
 
   The branch's own counters, accumulators (of another ``iter_size``) and
   noise-scale averages start afresh (``BRANCH_OWN``); the rest must match the
   checkpoint exactly, as a resume's restore requires, or nothing is loaded.
+  With ``step``, the global step is set to it (the run itself, going on from
+  the checkpoint); a branch counts its own updates from 0.
 
   Raises:
     ConfigError: the checkpoint does not fit the config's model and optimizer.
@@ -85,38 +123,43 @@ def restore_for_branch(trainer, path):
     raise ConfigError(f'{path}: does not fit the model and optimizer of this config ({problem}); '
                       'use the config it was written with (config.yaml in its run directory)')
   tf.train.Checkpoint(**objects).read(path).expect_partial().assert_existing_objects_matched()
+  if step is not None:
+    trainer.pipeline.global_step.assign(step)
 
 
-def branch_learning_rate(cfg, rate, factor, workers):
-  """The rate of a branch at ``factor`` x the config's batch, from the checkpoint's ``rate``.
+def rate_ratio(cfg, factor, workers):
+  """The ratio of the rates the config's ``lr_scaling`` rule gives ``factor`` x its batch and 1x.
 
-  The config's ``lr_scaling`` rule gives the ratio of the rates at the two
-  global batches; without a rule the rate grows linearly with the batch.
+  Without a rule the rate grows linearly with the batch.
   """
   from framework.config import validation as config_lib  # pylint: disable=import-outside-toplevel
   if cfg['lr_scaling'] is None:
-    return rate * factor
+    return float(factor)
   ours = config_lib.scaled_learning_rate(cfg, workers)[0]
   theirs = config_lib.scaled_learning_rate(dict(cfg, iter_size=cfg['iter_size'] * factor),
                                            workers)[0]
-  return rate * theirs / ours
+  return theirs / ours
 
 
-def branch_config(cfg, factor, updates, rate, cooldown=0.0):
-  """A branch's train view: ``factor`` x the batch (``iter_size``), ``updates`` at ``rate``.
+def branch_rate_fn(schedule_fn, step, factor, ratio):
+  """A branch's rate at its update ``u``: the run's schedule at ``step + factor·u``, times ``ratio``.
 
-  With ``cooldown`` > 0 the rate falls linearly to 0 over that share of the
-  updates at the end.
+  The schedule is the config's at its own batch (``schedule_fn`` of its
+  global step); a branch of ``factor`` x the batch has read, before its
+  update ``u``, the examples of ``factor·u`` steps of the run, as a growing
+  batch counts them (``batch_policy``).
   """
-  steps = int(round(cooldown * updates))
-  if steps:
-    policy = ('poly_decay', {'learning_rate': rate, 'power': 1.0, 'decay_steps': steps,
-                             'begin_decay_at': updates - steps, 'min_lr': 0.0})
-  else:
-    policy = ('fixed_lr', {'learning_rate': rate})
-  return dict(cfg, iter_size=cfg['iter_size'] * factor, lr_policy=policy[0],
-              lr_policy_params=policy[1], lr_scaling=None, max_steps=updates, num_epochs=None,
-              save_checkpoint_steps=None)
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  def rate(updates):
+    run_step = tf.cast(step, tf.int64) + factor * tf.cast(updates, tf.int64)
+    return tf.cast(schedule_fn(run_step), tf.float32) * ratio
+  return rate
+
+
+def branch_config(cfg, factor):
+  """A branch's train view: ``factor`` x the config's batch, by ``iter_size``; no checkpoints on the way."""
+  return dict(cfg, iter_size=cfg['iter_size'] * factor, save_checkpoint_steps=None)
 
 
 def plain_numbers(values):

@@ -1,4 +1,4 @@
-"""--mode=critical_batch without a model: the ladder, the examples, the rule, the records."""
+"""Tests of --mode=critical_batch's records, summary and flags (critical_batch_results, critical_branches)."""
 
 import argparse
 import json
@@ -12,145 +12,134 @@ from framework.run import critical_batch_results as results
 
 def test_the_ladder_doubles_the_batch_up_to_max_batch():
   assert results.branch_batches(256, 4096) == [256, 512, 1024, 2048, 4096]
-  # A max_batch off the ladder ends it at the last doubling below.
-  assert results.branch_batches(256, 5000) == [256, 512, 1024, 2048, 4096]
-  assert results.branch_batches(96, 96) == [96]
+  assert results.branch_batches(256, 3000) == [256, 512, 1024, 2048]
+  assert results.branch_batches(256, 512) == [256, 512]
 
 
-def test_a_max_batch_below_the_config_batch_is_one_line():
-  with pytest.raises(results.ResultsError) as info:
-    results.branch_batches(256, 128)
-  assert str(info.value) == (
-      "--max_batch: 128 is below the config's global batch 256; allowed: 256 or more (the "
-      'branches run at 1x, 2x, 4x, ... of it; the default is 4096, 16x)')
-
-
-def test_the_default_examples_are_one_epoch_in_whole_updates_of_the_largest_branch():
-  # Fashion-MNIST at 256: 234 full batches, 59,904 images; 14 updates of 4096.
-  assert results.choose_examples(None, 59904, 4096, 'images') == 14 * 4096
-  assert results.choose_examples(8 * 4096, 59904, 4096, 'images') == 8 * 4096
-
-
-@pytest.mark.parametrize('given, largest, expected', [
-    (65536, 4096, '--branch_examples: 65536 images per branch is more than the training split '
-                  'holds (59904 images); allowed: 32768 to 57344, in steps of 4096'),
-    (50000, 4096, '--branch_examples: 50000 images must be a whole number of updates of the '
-                  'largest branch (4096 images), at least 8 of them; allowed: 32768 to 57344, in '
-                  'steps of 4096'),
-    (4 * 4096, 4096, '--branch_examples: 16384 images must be a whole number of updates of the '
-                     'largest branch (4096 images), at least 8 of them; allowed: 32768 to 57344, '
-                     'in steps of 4096'),
-    (None, 8192, '--max_batch: the largest branch (8192 images) needs at least 8 updates, 65536 '
-                 'images, but the training split holds 59904 images; allowed: a --max_batch of '
-                 'at most 7488 images'),
-])
-def test_branches_the_data_set_cannot_feed_are_one_line(given, largest, expected):
-  with pytest.raises(results.ResultsError) as info:
-    results.choose_examples(given, 59904, largest, 'images')
-  assert str(info.value) == expected
-
-
-def branches(*losses, base=256):
-  return [{'batch': base * 2 ** i, 'heldout_loss': loss} for i, loss in enumerate(losses)]
-
-
-def test_the_critical_batch_is_the_largest_within_the_tolerance_of_the_1x_loss():
-  critical, gaps = results.critical_batch(branches(0.40, 0.404, 0.407, 0.45, 0.60), 0.02)
-  assert critical == 1024
-  assert gaps == pytest.approx([0.0, 0.01, 0.0175, 0.125, 0.5])
-  # A larger batch that does better is within; the rule takes the largest within, even past
-  # one that is not (as measured, not smoothed).
-  critical, _ = results.critical_batch(branches(0.40, 0.39, 0.43, 0.405), 0.02)
-  assert critical == 2048
-  # The edge is inside: a gap of exactly the tolerance keeps up.
-  assert results.critical_batch(branches(0.5, 0.5 * 1.25), 0.25)[0] == 512
-
-
-def test_a_diverged_branch_is_never_critical_and_a_diverged_1x_gives_none():
-  critical, gaps = results.critical_batch(branches(0.40, 0.401, None), 0.02)
-  assert critical == 512 and gaps[2] is None
-  assert results.critical_batch(branches(None, 0.4), 0.02) == (None, [None, None])
-
-
-def test_the_noise_scale_is_the_2x_branchs_else_the_smallest_measured():
-  def measured(*values):
-    return [{'batch': 256 * 2 ** i, 'noise_scale': None if v is None else {'b_simple': v}}
-            for i, v in enumerate(values)]
-  assert results.noise_scale(measured(None, 900.0, 1200.0), 256) == (900.0, 512)
-  assert results.noise_scale(measured(700.0, 900.0, 1200.0), 256) == (900.0, 512)
-  assert results.noise_scale(measured(700.0, math.inf, 1200.0), 256) == (700.0, 256)
-  assert results.noise_scale(measured(None, None, 1200.0), 256) == (1200.0, 1024)
-  assert results.noise_scale(measured(None, None), 256) == (None, None)
+def test_a_max_batch_that_leaves_one_batch_is_one_line():
+  with pytest.raises(results.ResultsError) as raised:
+    results.branch_batches(256, 511)
+  assert str(raised.value).startswith("--max_batch: 511 leaves only the config's global batch "
+                                      '256 to branch at, and a fit needs two batches or more; '
+                                      'allowed: 512 or more')
 
 
 def test_a_finished_branch_stands_only_with_the_same_settings(tmp_path):
-  settings = {'checkpoint': '/run/ckpt-468', 'checkpoint_step': 468, 'examples': 57344,
-              'batch_size_per_gpu': 256, 'learning_rate': 0.7071067811865476,
-              'cooldown_fraction': 0.25}
-  results.write_json(results.branch_path(str(tmp_path), 512),
-                     {'batch': 512, 'settings': settings})
-  record = results.read_branch(str(tmp_path), 512)
-  assert results.settings_change(record, dict(settings)) is None
-  # The same rate computed another way (a float's last bit) is the same setting.
-  assert results.settings_change(record, dict(settings, learning_rate=0.5 ** 0.5)) is None
-  assert results.settings_change(record, dict(settings, examples=32768)) == (
-      'examples 57344, now 32768')
-  assert results.settings_change(record, dict(settings, cooldown_fraction=0.0)) == (
-      'cooldown_fraction 0.25, now 0.0')
-  # No record, or a record a failed disk cut short, is a branch still to measure.
-  assert results.read_branch(str(tmp_path), 1024) is None
-  (tmp_path / 'branch_1024.json').write_text('{"batch": 10')
-  assert results.read_branch(str(tmp_path), 1024) is None
+  settings = {'checkpoint': '/r/ckpt-4', 'checkpoint_step': 4, 'window': 64, 'fewest': 64,
+              'most': 256, 'eval_every': 1, 'heldout_batches': 1, 'branch_loss': 'online',
+              'batch_size_per_gpu': 8}
+  record = {'batch': 16, 'curve': [[16, 1.0]], 'settings': settings}
+  results.write_json(results.branch_path(str(tmp_path), 16), record)
+  kept = results.read_branch(str(tmp_path), 16)
+  assert kept == record and results.settings_change(kept, settings) is None
+  assert results.settings_change(kept, dict(settings, window=128)) == 'window 64, now 128'
+  assert results.settings_change(kept, dict(settings, branch_loss='heldout')) == (
+      "branch_loss 'online', now 'heldout'")
+  # A record without its curve (of another form of the mode) is not a finished branch.
+  results.write_json(results.branch_path(str(tmp_path), 32), {'settings': settings})
+  assert results.read_branch(str(tmp_path), 32) is None
+  assert results.read_branch(str(tmp_path), 64) is None
 
 
-def test_the_json_refuses_a_value_that_is_not_a_number(tmp_path):
-  with pytest.raises(ValueError):
-    results.write_json(str(tmp_path / 'x.json'), {'loss': math.nan})
-  assert not (tmp_path / 'x.json').exists()
-  results.write_json(str(tmp_path / 'x.json'), {'loss': results.finite_or_none(math.nan)})
-  assert json.loads((tmp_path / 'x.json').read_text()) == {'loss': None}
+def test_the_json_keeps_infinities_out(tmp_path):
+  path = str(tmp_path / 'x.json')
+  results.write_json(path, {'interval': [100.0, math.inf], 'b': float('nan'), 'n': [1, (2, 3)]})
+  with open(path, encoding='utf-8') as f:
+    assert json.load(f) == {'interval': [100.0, None], 'b': None, 'n': [1, [2, 3]]}
 
 
-def test_the_table_has_a_line_per_branch_and_marks_the_critical_batch():
-  records = [{'batch': 256, 'iter_size': 1, 'updates': 224, 'heldout_loss': 0.4, 'wall_s': 20.0},
-             {'batch': 512, 'iter_size': 2, 'updates': 112, 'heldout_loss': 0.404,
-              'wall_s': 19.5},
-             {'batch': 1024, 'iter_size': 4, 'updates': 56, 'heldout_loss': None, 'wall_s': 3.0}]
-  critical, gaps = results.critical_batch(records, 0.02)
-  lines = results.table_lines(records, gaps, critical, 'images')
-  assert lines[0].split() == ['batch', 'iter_size', 'updates', 'held-out', 'loss', 'gap', 'to',
-                              '1x', 'wall']
-  assert lines[1].split() == ['256', '1', '224', '0.4000', '+0.00%', '20.0s']
-  assert lines[2].split() == ['512', '2', '112', '0.4040', '+1.00%', '19.5s', '<-', 'critical',
-                              'batch']
-  assert lines[3].split() == ['1024', '4', '56', 'diverged', '3.0s']
-  assert lines[4] == '(batch in images; gap relative to the 1x branch)'
+def test_batches_and_intervals_read_as_numbers_a_user_writes():
+  assert results.describe_batch(4281.4) == '4,281'
+  assert results.describe_batch(12.44) == '12.4'
+  assert results.describe_interval([2712.0, 6301.0], 4096) == '2,712-6,301'
+  assert results.describe_interval([2712.0, None], 4096) == '2,712 to more than 4,096'
+  assert results.describe_interval([2712.0, math.inf], 4096) == '2,712 to more than 4,096'
+  assert results.describe_interval(None, 4096) == 'no interval'
+
+
+def point(step, share, b_crit, interval, updates, b_simple=None, measured=True, shape=None):
+  return {'step': step, 'share_of_run': share, 'b_crit': b_crit, 'interval': interval,
+          'updates': updates, 'b_simple': b_simple, 'measured': measured, 'shape': shape,
+          's_min': 10.0 if b_crit else None}
+
+
+def test_the_table_has_a_line_per_point_with_updates_by_batch_and_the_ratio():
+  points = [point(468, 0.25, 1000.0, [700.0, 1500.0], {'256': 50.0, '512': 30.0, '1024': None},
+                  b_simple=500.0),
+            point(936, 0.5, None, None, {'256': 40.0, '512': None, '1024': None}, measured=False)]
+  lines = results.table_lines(points, [256, 512, 1024], 'images')
+  assert lines[0].split() == ['step', 'of', 'run', '256', '512', '1024', 'B_crit', '(90%',
+                              'interval)', 'B_simple', 'ratio']
+  assert lines[1].split() == ['468', '25%', '50.0', '30.0', '-', '1,000', '(700-1,500)', '500',
+                              '0.50']
+  assert lines[2].split() == ['936', '50%', '40.0', '-', '-', 'not', 'measured', '-', '-']
+  assert lines[-1].startswith("(updates to each point's target by global batch in images")
 
 
 def test_the_plot_is_a_png_written_whole(tmp_path):
-  records = [dict(b, iter_size=1, updates=1, wall_s=1.0)
-             for b in branches(0.40, 0.404, 0.45, None)]
-  path = tmp_path / 'critical_batch.png'
-  results.plot(str(path), records, 0.02, 512, 700.0, 'images', 'a title')
-  assert path.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-  assert [p.name for p in tmp_path.iterdir()] == ['critical_batch.png']
+  path = str(tmp_path / 'critical_batch.png')
+  points = [point(468, 0.25, 1000.0, [700.0, None], {'256': 50.0, '512': 30.0}, b_simple=400.0),
+            point(936, 0.5, 3000.0, [2000.0, 5000.0], {'256': 80.0, '512': 45.0})]
+  results.plot(path, points, 1800.0, 'images', 'title')
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['critical_batch.png']
+
+
+def test_the_schedule_is_a_config_snippet_and_set_arguments():
+  text = results.schedule_text([256, 512, 2048], [468, 936], 'fashion_mnist_lars.py')
+  assert text.splitlines()[-2:] == ['batch_policy: steps',
+                                    'batch_policy_params: {batches: [256, 512, 2048], '
+                                    'boundaries: [468, 936]}']
+  import yaml  # pylint: disable=import-outside-toplevel
+  assert yaml.safe_load(text) == {'batch_policy': 'steps', 'batch_policy_params': {
+      'batches': [256, 512, 2048], 'boundaries': [468, 936]}}
+  assert results.set_arguments([256, 512], [468]) == (
+      "--set batch_policy=steps --set 'batch_policy_params={batches: [256, 512], "
+      "boundaries: [468]}'")
+
+
+def summary(**changes):
+  base = {'unit': 'images', 'batches': [256, 512, 1024, 2048, 4096], 'base_batch': 256,
+          'critical_batch': 4100.0, 'interval': [2700.0, 6300.0],
+          'points': [point(468, 0.25, 3000.0, [2000.0, 5000.0], {}, b_simple=900.0)],
+          'schedule': {'batches': [256, 2048], 'boundaries': [468]},
+          'noise_scale_setting': 'auto'}
+  base.update(changes)
+  return base
+
+
+def test_the_last_lines_answer_the_fixed_and_the_growing_batch():
+  first, second, third = results.last_lines(summary())
+  assert first == ('critical batch: 4,100 images (2,700-6,300) for a fixed batch over the whole '
+                   'run, from 1 points')
+  assert second == ("growing batch: 256 -> 2,048 images at steps 468: --set batch_policy=steps "
+                    "--set 'batch_policy_params={batches: [256, 2048], boundaries: [468]}'")
+  assert third == 'noise scale (B_simple): 900 at step 468 images'
+  first, second, third = results.last_lines(summary(
+      critical_batch=None, schedule=None, noise_scale_setting=False,
+      points=[dict(point(468, 0.25, None, None, {}), measured=False, why='flat')]))
+  assert first == ('critical batch: none measured (at no point did the 1x branch learn enough '
+                   'to measure anything: flat)')
+  assert second.startswith('growing batch: none proposed')
+  assert third == 'noise scale (B_simple): not measured (the config says noise_scale: false)'
 
 
 def flags(mode='critical_batch', **given):
-  values = dict.fromkeys(critical_branches.FLAGS)
+  values = dict(mode=mode, points=None, max_batch=None, branch_examples=None, branch_loss=None,
+                heldout_examples=None, checkpoint='latest')
   values.update(given)
-  return argparse.Namespace(mode=mode, **values)
+  return argparse.Namespace(**values)
 
 
 @pytest.mark.parametrize('given, expected', [
-    ({'tolerance': 0.0}, '--tolerance: 0 is outside (0, 1)'),
-    ({'tolerance': 1.0}, '--tolerance: 1 is outside (0, 1)'),
-    ({'tolerance': math.nan}, '--tolerance: nan is outside (0, 1)'),
-    ({'warmup_fraction': 1.5}, '--warmup_fraction: 1.5 is outside (0, 1)'),
-    ({'cooldown_fraction': 1.0}, '--cooldown_fraction: 1 is outside [0, 1)'),
-    ({'cooldown_fraction': -0.1}, '--cooldown_fraction: -0.1 is outside [0, 1)'),
+    ({'points': '0.5,0.25'}, '--points: 0.5,0.25 must be increasing shares of the run in (0, 1)'),
+    ({'points': '0,0.5'}, '--points: 0,0.5 must be increasing shares'),
+    ({'points': 'a,b'}, "--points: 'a,b' is not a comma-separated list of numbers"),
+    ({'points': '0.5', 'checkpoint': 'best'}, '--points: not with --checkpoint=best'),
     ({'max_batch': 0}, '--max_batch: must be >= 1, got 0'),
     ({'branch_examples': -4}, '--branch_examples: must be >= 1, got -4'),
+    ({'heldout_examples': 64}, '--heldout_examples: only used with --branch_loss=heldout'),
 ])
 def test_flags_out_of_range_are_one_line(given, expected):
   assert critical_branches.flag_problem(flags(**given)).startswith(expected)
@@ -158,13 +147,13 @@ def test_flags_out_of_range_are_one_line(given, expected):
 
 def test_the_flags_of_the_mode_are_refused_with_another_mode():
   assert critical_branches.flag_problem(flags()) is None
-  assert critical_branches.flag_problem(flags(tolerance=0.05, max_batch=4096)) is None
-  assert critical_branches.flag_problem(flags(cooldown_fraction=0.0)) is None
+  assert critical_branches.flag_problem(flags(points='0.2,0.4', max_batch=4096)) is None
+  assert critical_branches.flag_problem(flags(branch_loss='heldout', heldout_examples=64)) is None
   assert critical_branches.flag_problem(flags('train')) is None
   assert critical_branches.flag_problem(flags('train_eval', max_batch=4096)) == (
       '--max_batch: only used with --mode=critical_batch, not --mode=train_eval')
-  assert critical_branches.flag_problem(flags('eval', tolerance=0.05)) == (
-      '--tolerance: only used with --mode=critical_batch, not --mode=eval')
+  assert critical_branches.flag_problem(flags('eval', points='0.5')) == (
+      '--points: only used with --mode=critical_batch, not --mode=eval')
 
 
 def lr_config(rule=None, iter_size=1):
@@ -173,30 +162,16 @@ def lr_config(rule=None, iter_size=1):
   return {'batch_size_per_gpu': 256, 'iter_size': iter_size, 'lr_scaling': scaling}
 
 
-def test_a_branch_rate_follows_the_lr_scaling_rule_from_the_rate_at_the_checkpoint():
-  # The schedule's rate at the checkpoint, 0.5, times the rule's ratio of the two batches.
-  assert critical_branches.branch_learning_rate(lr_config('sqrt'), 0.5, 4, 1) == pytest.approx(1.0)
-  assert critical_branches.branch_learning_rate(lr_config('linear'), 0.5, 4, 1) == pytest.approx(2.0)
-  assert critical_branches.branch_learning_rate(lr_config('sqrt', 2), 0.5, 4, 2) == pytest.approx(1.0)
-  # Without a rule, linear.
-  assert critical_branches.branch_learning_rate(lr_config(), 0.5, 8, 1) == pytest.approx(4.0)
-
-
-def test_a_branch_grows_the_batch_by_iter_size_at_the_rate_held_then_cooled_down():
-  cfg = dict(lr_config('sqrt', 2), lr_policy='poly_decay', num_epochs=8, max_steps=None,
-             lr_policy_params={'power': 2.0, 'warmup_epochs': 1}, save_checkpoint_steps=200)
-  branch = critical_branches.branch_config(cfg, 4, 14, 1.25)
-  assert branch['iter_size'] == 8 and branch['batch_size_per_gpu'] == 256
-  assert branch['lr_policy'] == 'fixed_lr' and branch['lr_policy_params'] == {'learning_rate': 1.25}
-  assert branch['lr_scaling'] is None
-  assert (branch['max_steps'], branch['num_epochs'], branch['save_checkpoint_steps']) == (14, None,
-                                                                                         None)
-  assert cfg['iter_size'] == 2 and cfg['lr_policy'] == 'poly_decay'  # not modified
-  # A quarter of 14 updates, rounded, 4: the rate held for 10, then linearly to 0.
-  cooled = critical_branches.branch_config(cfg, 4, 14, 1.25, cooldown=0.25)
-  assert cooled['lr_policy'] == 'poly_decay' and cooled['lr_policy_params'] == {
-      'learning_rate': 1.25, 'power': 1.0, 'decay_steps': 4, 'begin_decay_at': 10, 'min_lr': 0.0}
-  from optimizers import lr_policies  # pylint: disable=import-outside-toplevel
-  rates = [float(lr_policies.poly_decay(s, **cooled['lr_policy_params'])) for s in range(14)]
-  assert rates == pytest.approx([1.25] * 11 + [0.9375, 0.625, 0.3125])
-
+def test_a_branch_rate_is_the_schedule_at_its_examples_times_the_rule():
+  assert critical_branches.rate_ratio(lr_config('sqrt'), 4, 1) == pytest.approx(2.0)
+  assert critical_branches.rate_ratio(lr_config('linear'), 4, 1) == pytest.approx(4.0)
+  assert critical_branches.rate_ratio(lr_config('sqrt', 2), 4, 2) == pytest.approx(2.0)
+  assert critical_branches.rate_ratio(lr_config(), 8, 1) == pytest.approx(8.0)  # no rule: linear
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  # A branch of 4x from step 100: before its update u it has read 4u steps of the run.
+  rate = critical_branches.branch_rate_fn(lambda s: 1.0 - tf.cast(s, tf.float32) / 1000.0,
+                                          100, 4, 2.0)
+  assert [float(rate(tf.constant(u, tf.int64))) for u in (0, 1, 10)] == pytest.approx(
+      [2 * (1 - 0.1), 2 * (1 - 0.104), 2 * (1 - 0.14)])
+  branch = critical_branches.branch_config(dict(lr_config('sqrt', 2), save_checkpoint_steps=200), 4)
+  assert branch['iter_size'] == 8 and branch['save_checkpoint_steps'] is None
