@@ -13,11 +13,11 @@ The block between the page's ``<!-- critical-table:begin -->`` and
   image study, 60 % dev WER for the sequence study;
 - the measurements, one directory each under docs/results/critical_batch/:
   ``critical_batch.json``, written by ``run.py --mode=critical_batch`` (the
-  critical batch found by branching from a checkpoint), and ``run.log`` of an
-  ordinary training run, whose ``noise scale (B_simple): N <unit>`` line gives
-  the gradient noise scale (with ``result.json`` beside it, its wall time).
+  critical batch of the whole run with its interval, and each point's, from
+  branches fitted to the same law; B_simple where the config measures it). A
+  directory ``<row>_seed<N>`` is another seed of a row's measurement.
 
-A row whose directory (:data:`ROWS` names them) holds neither says "not
+A row whose directory (:data:`ROWS` names them) holds none says "not
 measured yet"; a directory of another name gets a row of its own, without a
 study to hold it against. Nothing in the block is typed in by hand.
 """
@@ -26,6 +26,7 @@ import argparse
 import collections
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -34,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 from core import files  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import config_file  # noqa: E402  pylint: disable=wrong-import-position
-from framework.sweep import results as sweep_results  # noqa: E402  pylint: disable=wrong-import-position
+from framework.run import critical_batch_results as critical_results  # noqa: E402  pylint: disable=wrong-import-position
 from studies.large_batch import critical_fit  # noqa: E402  pylint: disable=wrong-import-position
 from studies.large_batch import seq2seq_plan  # noqa: E402  pylint: disable=wrong-import-position
 from studies.large_batch import study  # noqa: E402  pylint: disable=wrong-import-position
@@ -51,12 +52,8 @@ IMAGE_EPOCHS = config_file.load_config_file(
     os.path.join(ROOT, 'configs', 'large_batch', 'common.py'))['base_params']['num_epochs']
 # A measurement agrees with a study's fit when their ratio is within this factor either way.
 WITHIN = 2.0
-# The last "noise scale (B_simple): ..." line of a run's log: "N <unit> (...)", or why there
-# is no number ("not measured", "unbounded (...)").
-NOISE_RE = re.compile(r'noise scale \(B_simple\):\s*(.*)$')
-VALUE_RE = re.compile(r'^([\d.,]+(?:[eE][-+]?\d+)?)\s+([A-Za-z]+)(.*)$')
-STEP_RE = re.compile(r'^step (\d+) ')
-AT_STEP_RE = re.compile(r'at step (\d+)')
+# Another seed of a row's measurement: its directory's name and ``_seed<N>``.
+SEED_RE = re.compile(r'^(.+)_seed(\d+)$')
 
 Study = collections.namedtuple('Study', [
     'name',        # the study's short name, as the block's lines give it
@@ -143,69 +140,20 @@ def by_target(st, runs):
   return lines
 
 
-def noise_from_log(text):
-  """What the last ``noise scale (B_simple): N <unit> (...)`` line of a run's log says, or None.
-
-  Returns:
-    ``{'value': N or None, 'unit': its unit or None, 'text': the line after
-    the colon, 'step': the step it was taken at or None, 'steps': the run's
-    steps or None}``; a line without a number (``not measured``, ``unbounded
-    (...)``) has value and unit None. The step is the one the line names
-    (``at step S``), else the last step logged before it (a ``step S`` line,
-    an evaluation or the final line); the run's steps are those of its
-    ``training ... for N steps`` line.
-  """
-  found, step, steps = None, None, None
-  for line in text.splitlines():
-    line = line.strip()
-    training, noise = sweep_results.TRAINING_RE.match(line), NOISE_RE.search(line)
-    final, evaluation = sweep_results.FINAL_RE.match(line), sweep_results.EVAL_RE.match(line)
-    if training:
-      steps = int(training.group(1))
-    for match, group in ((STEP_RE.match(line), 1), (evaluation, 1), (final, 5)):
-      if match:
-        step = int(match.group(group))
-    if noise:
-      said = noise.group(1).strip().split(' (global batch')[0]
-      value = VALUE_RE.match(said)
-      at = AT_STEP_RE.search(value.group(3) if value else said)
-      found = {'value': study.number(value.group(1).replace(',', '')) if value else None,
-               'unit': value.group(2) if value else None, 'text': said,
-               'step': int(at.group(1)) if at else step, 'steps': steps}
-  return found
-
-
-def run_wall(directory, text):
-  """Seconds the run of ``directory`` took: result.json's ``wall_s``, else its sweep attempts'."""
-  path = os.path.join(directory, sweep_results.RESULT_FILE)
-  if os.path.isfile(path):
-    try:
-      with open(path, encoding='utf-8') as f:
-        wall = json.load(f).get('wall_s')
-      if wall is not None:
-        return float(wall)
-    except ValueError:
-      pass
-  seconds = [a['seconds'] for a in sweep_results.attempts(text) if a['seconds'] is not None]
-  return sum(seconds) if seconds else None
-
-
 def read_measurement(directory):
-  """``(critical_batch.json or None, noise_from_log's dict or None, the run's wall or None)``.
+  """``critical_batch.json`` of a measurement's directory, or None without one.
 
   Raises:
     ValueError: a critical_batch.json that is not JSON.
   """
-  branched = None
   path = os.path.join(directory, MEASURED_FILE)
-  if os.path.isfile(path):
-    with open(path, encoding='utf-8') as f:
-      try:
-        branched = json.load(f)
-      except ValueError as exc:
-        raise ValueError(f'{path}: {exc}') from exc
-  text = sweep_results.read_log(directory)
-  return branched, noise_from_log(text), (run_wall(directory, text) if text else None)
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    try:
+      return json.load(f)
+    except ValueError as exc:
+      raise ValueError(f'{path}: {exc}') from exc
 
 
 def in_unit(value, unit, st):
@@ -261,47 +209,72 @@ def workload(st):
   return next(row.workload for row in ROWS if row.study is st)
 
 
-def noise_cell(noise, branched, st):
-  """``(the B_simple cell, B_simple in the study's unit or None)``.
-
-  The ratio is of the branches' estimate when they measured one (at the
-  checkpoint they start from), else of the training run's last.
-  """
-  parts, value = [], None
-  if noise is not None:
-    value = in_unit(noise['value'], noise['unit'], st) if st else noise['value']
-    where = 'at step ' + ('?' if noise['step'] is None else str(noise['step']))
-    if noise['step'] is not None and noise['steps']:
-      where += f' of {noise["steps"]} ({noise["step"] / noise["steps"] * 100:.0f} %)'
-    said = (f'{number_text(noise["value"])} {noise["unit"]}' if noise['value'] is not None
-            else noise['text'].replace('|', '\\|'))
-    parts.append(f'{said}, {where}')
-  if branched is not None and branched.get('noise_scale') is not None:
-    branch = branched.get('noise_scale_branch')
-    at = (f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, in the branch at '
-          f'{number_text(branch)} from step {branched.get("checkpoint_step", "?")}'
-          if branch is not None else
-          f'{number_text(branched["noise_scale"])} {branched.get("unit", "")}, from step '
-          f'{branched.get("checkpoint_step", "?")}')
-    parts.append(at)
-    # Held against the study at the point the branches measure, which the run's end is not.
-    value = in_unit(branched['noise_scale'], branched.get('unit'), st) if st else None
-  return ('; '.join(parts) or 'not measured yet'), value
+def largest_batch(measured):
+  """The measurement's largest branch (its ladder's top)."""
+  return (measured.get('batches') or [0])[-1]
 
 
-def branched_cell(branched, st):
-  """``(the branched critical batch's cell, the batch in the study's unit or None)``."""
-  if branched is None:
-    return 'not measured yet', None
-  unit = branched.get('unit', '')
-  batch = branched.get('critical_batch')
-  where = f'from step {branched.get("checkpoint_step", "?")}'
+def answer_cell(measured, st):
+  """``(the whole run's critical batch with its interval, it in the study's unit or None)``."""
+  unit, batch = measured.get('unit', ''), measured.get('critical_batch')
   if batch is None:
-    return f'none measured, {where}', None
-  largest = max((b.get('batch') or 0 for b in branched.get('branches') or []), default=None)
-  # The largest branch still keeping up: the critical batch is that or more.
-  at_least = '≥' if batch == largest else ''
-  return f'{at_least}{number_text(batch)} {unit}, {where}', in_unit(batch, unit, st)
+    return 'none measured', None
+  interval = critical_results.describe_interval(measured.get('interval'), largest_batch(measured))
+  return (f'{critical_results.describe_batch(batch)} {unit} ({interval})',
+          in_unit(batch, unit, st))
+
+
+def interval_text(measured, st, reference):
+  """How wide the whole run's interval is (high / low), and whether it holds the study's fit."""
+  interval = measured.get('interval')
+  if not interval or interval[0] is None:
+    return ''
+  low, high = interval
+  if high is None or (isinstance(high, float) and math.isinf(high)):
+    width = 'open above'
+  else:
+    width = f'{high / low:.1f}x wide' if low > 0 else 'open below'
+  if reference is None:
+    return width
+  low_study = in_unit(low, measured.get('unit'), st)
+  high_study = math.inf if high is None else in_unit(high, measured.get('unit'), st)
+  holds = low_study is not None and low_study <= reference <= high_study
+  return width + (', holds the fit' if holds else ', **misses the fit**')
+
+
+def share_text(point):
+  """Where a point is, as a share of the run: ``25 %``."""
+  return f'{point.get("share_of_run", 0.0) * 100:.0f} %'
+
+
+def along_cell(measured):
+  """Each point's B_crit (interval), by its share of the run."""
+  largest = largest_batch(measured)
+  return '; '.join(f'{share_text(p)}: {critical_results.describe_estimate(p, largest)}'
+                   for p in measured.get('points') or []) or 'no points'
+
+
+def noise_ratio_cell(measured):
+  """Each point's B_simple / B_crit, or why there is none."""
+  parts = []
+  for point in measured.get('points') or []:
+    b_simple, b_crit = point.get('b_simple'), point.get('b_crit')
+    if b_simple is None:
+      continue
+    ratio = f'{b_simple / b_crit:.2f}' if b_crit else 'no B_crit'
+    parts.append(f'{share_text(point)}: {number_text(b_simple)} ({ratio})')
+  if parts:
+    return '; '.join(parts)
+  return ('not measured (noise_scale: false)' if measured.get('noise_scale_setting') is False
+          else 'not measured')
+
+
+def same_study_row(name):
+  """The row a directory ``<row>_seed<N>`` repeats (another seed of it), or None."""
+  match = SEED_RE.match(name)
+  if not match:
+    return None
+  return next((row for row in ROWS if row.name == match.group(1)), None)
 
 
 def measurement_rows(measurements, all_fits, costs):
@@ -310,14 +283,19 @@ def measurement_rows(measurements, all_fits, costs):
   others = sorted(os.path.basename(d.rstrip(os.sep))
                   for d in glob.glob(os.path.join(measurements, '*', ''))
                   if os.path.basename(d.rstrip(os.sep)) not in named)
-  rows = list(ROWS) + [Row(name, None, None, None) for name in others]
-  lines = ['| workload | optimizer | study\'s B_crit (target) | B_simple (when) '
-           '| B_simple / B_crit | branched critical batch | branched / B_crit '
-           '| wall: training run | wall: branches |',
-           '|---|---|---|---|---|---|---|---|---|']
+  rows = list(ROWS)
+  for name in others:
+    row = same_study_row(name)
+    rows.append(Row(name, row.workload, row.study, row.arm) if row else
+                Row(name, None, None, None))
+  lines = ['| workload | optimizer | measurement | study\'s B_crit (target) '
+           '| critical batch, whole run (90 % interval) | measured / B_crit | the interval '
+           '| B_crit along the run | B_simple (B_simple / B_crit) along the run '
+           '| compute (runs of the config) | wall |',
+           '|---|---|---|---|---|---|---|---|---|---:|---|']
   details = []
   for row in rows:
-    branched, noise, wall = read_measurement(os.path.join(measurements, row.name))
+    measured = read_measurement(os.path.join(measurements, row.name))
     st = row.study
     fit = all_fits[st.name][row.arm][0] if st else None
     study_hours = costs[st.name][1] if st else None
@@ -328,40 +306,39 @@ def measurement_rows(measurements, all_fits, costs):
       fitted = f'no fit ({st.target_text})'
     else:
       fitted = f'{number_text(reference)} {st.unit} ({st.target_text})'
-    noise_text, noise_value = noise_cell(noise, branched, st)
-    batch_text, batch_value = branched_cell(branched, st)
-    branches_wall = branched.get('wall_s') if branched else None
-    measured = branched is not None or noise is not None
-    lines.append(f'| {row.workload or (branched or {}).get("config") or row.name} | '
-                 f'{row.arm or row.name} | {fitted} | {noise_text} | '
-                 f'{ratio_text(noise_value, reference)} | {batch_text} | '
-                 f'{ratio_text(batch_value, reference)} | '
-                 f'{hours_text(wall, study_hours) if noise else ""} | '
-                 f'{hours_text(branches_wall, study_hours) if branched else ""} |')
-    if measured:
-      details.append(detail_line(row, branched))
+    head = (f'| {row.workload or (measured or {}).get("config") or row.name} | '
+            f'{row.arm or row.name} | `{row.name}` | {fitted} | ')
+    if measured is None:
+      lines.append(head + 'not measured yet | | | | | | |')
+      continue
+    answer, value = answer_cell(measured, st)
+    compute = (measured.get('compute') or {}).get('runs')
+    lines.append(head + f'{answer} | {ratio_text(value, reference)} | '
+                 f'{interval_text(measured, st, reference)} | {along_cell(measured)} | '
+                 f'{noise_ratio_cell(measured)} | '
+                 f'{"n/a" if compute is None else f"{compute:.2f}"} | '
+                 f'{hours_text(measured.get("wall_s"), study_hours)} |')
+    details.append(detail_line(row, measured))
   return lines, details
 
 
-def detail_line(row, branched):
-  """One measured row's line under the table: its directory, config and branches."""
-  text = f'- `{row.name}`'
-  if branched is None:
-    return text + ': a training run\'s log only.'
-  text += f': `{config_name(branched.get("config"))}`'
-  if branched.get('tolerance') is not None:
-    text += f', tolerance {branched["tolerance"]:g}'
-  branches = []
-  for branch in branched.get('branches') or []:
-    part = f'{number_text(branch.get("batch"))}: {branch.get("updates", "?")} updates'
-    if branch.get('heldout_loss') is not None:
-      part += f', held-out loss {branch["heldout_loss"]:.4f}'
-    if branch.get('gap') is not None:
-      part += f', gap {branch["gap"]:+.4f}'
-    if branch.get('diverged'):
-      part += ', diverged'
-    branches.append(part)
-  return text + ('; branches ' + '; '.join(branches) if branches else '') + '.'
+def detail_line(row, measured):
+  """One measured row's line under the table: its config and each point's updates by batch."""
+  text = f'- `{row.name}`: `{config_name(measured.get("config"))}`'
+  text += f', {measured.get("branch_loss", "?")} loss'
+  points = []
+  for point in measured.get('points') or []:
+    updates = ', '.join(f'{number_text(int(b))}: {u:.1f}'
+                        for b, u in (point.get('updates') or {}).items() if u is not None)
+    points.append(f'step {point.get("step", "?")}: ' + (updates or point.get('why') or
+                                                        'no branch reached the target'))
+    points[-1] = points[-1].replace('|', '\\|')
+  text += '; updates to the target by batch at ' + '; '.join(points) if points else ''
+  schedule = measured.get('schedule')
+  if schedule:
+    text += (f'; proposed schedule: batches {schedule["batches"]} at updates '
+             f'{schedule["boundaries"]}')
+  return text + '.'
 
 
 def config_name(path):
@@ -398,15 +375,16 @@ def block(measurements=None, root=ROOT):
   lines += ['### The measurements against the fits', '']
   rows, details = measurement_rows(measurements, all_fits, costs)
   lines += rows + ['']
-  lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. A '
-               '≥ marks a critical batch that is the largest branch measured: it is that or '
-               'more. '
-               'The studies\' cost, for the wall columns: ' + '; '.join(
+  lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. '
+               'The interval is the bootstrap\'s 5-95 % over each point\'s evaluations and '
+               'fit (docs/math.md); its width is its high end over its low. The compute is '
+               'what the command trained and evaluated, in runs of the config. '
+               'The studies\' cost, for comparison: ' + '; '.join(
                    f'the {st.name}, {costs[st.name][0]} runs, {costs[st.name][1]:.1f} hours'
                    for st in STUDIES)
                + ' (the sums of their archived runs\' wall times, on 2-core machines).')
   if details:
-    lines += ['', 'Measured:', ''] + details
+    lines += ['', 'Each measurement\'s points:', ''] + details
   lines.append('')
   return '\n'.join(lines)
 

@@ -35,6 +35,12 @@ def write_point(directory, batch, lr, seed, metric, curve, steps):
                'curve': [[step, value, step * 1.0] for step, value in curve]}, f)
 
 
+def write_measured(directory, summary):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, table.MEASURED_FILE), 'w', encoding='utf-8') as f:
+    json.dump(summary, f)
+
+
 def s_of(s_min, b_crit, batch):
   return s_min * (1 + b_crit / batch)
 
@@ -64,38 +70,33 @@ def fixture_tree(tmp_path):
     write_point(seq / 'muon', batch, 0.004, 0, 'wer', [[s / 2, 0.8], [s, 0.6], [2 * s, 0.4]],
                 int(4 * s))
   measurements = tmp_path / 'measurements'
-  lars = measurements / 'fashion_mnist_lars'
-  lars.mkdir(parents=True)
-  (lars / table.MEASURED_FILE).write_text(json.dumps({
-      'critical_batch': 16384, 'unit': 'examples', 'noise_scale': 2500.0,
-      'branches': [{'batch': 4096, 'updates': 40, 'heldout_loss': 0.5, 'gap': 0.0, 'wall_s': 100},
-                   {'batch': 8192, 'updates': 20, 'heldout_loss': 0.51, 'gap': 0.01,
-                    'wall_s': 200},
-                   {'batch': 16384, 'updates': 10, 'heldout_loss': 0.52, 'gap': 0.02,
-                    'wall_s': 420}],
-      'noise_scale_branch': 4096, 'checkpoint_step': 120, 'wall_s': 720.0,
-      'config': '/elsewhere/configs/large_batch/lars_8k.py'}))
-  (lars / 'run.log').write_text(
-      'training resnet_cifar for 400 steps (100 steps/epoch), global batch 4096 = 4096 per '
-      'worker x 1 worker(s) x iter_size 1; starting at step 0\n'
-      'step 390 epoch 3.90 loss 0.5000 lr 0.1 grad_norm 1 noise_scale 2900 images/sec 100.0\n'
-      'step 400 epoch 4.00 loss 0.4900 lr 0.1 grad_norm 1 noise_scale 3000 images/sec 100.0\n'
-      'eval at step 400: loss 0.3000, top-1 0.9200, top-5 0.9900 (10000 examples)\n'
-      'noise scale (B_simple): 3,000 examples (global batch 4096; the last ~100 of 400 '
-      'measured updates weigh)\n')
-  (lars / 'result.json').write_text(json.dumps({'wall_s': 1800.0}))
-  muon = measurements / 'cmudict_muon'
-  muon.mkdir()
-  # 11,932.5 tokens are 750 words at 15.91 tokens a word.
-  (muon / table.MEASURED_FILE).write_text(json.dumps({
-      'critical_batch': 11932.5, 'unit': 'tokens', 'noise_scale': None, 'branches': [],
-      'checkpoint_step': 50, 'wall_s': 360.0, 'config': 'configs/large_batch_seq2seq/muon.py'}))
-  mine = measurements / 'my_model'
-  mine.mkdir()
-  (mine / 'run.log').write_text('[sweep] attempt 1 started at 1700000000.0 (pid 7)\n'
-                                'training m for 10 steps\nstep 5 epoch 1\n'
-                                'noise scale (B_simple): 42 examples at step 8\n'
-                                '[sweep] attempt 1 ended after 108 s with exit status 0\n')
+  point = {'step': 100, 'share_of_run': 0.25, 'measured': True, 'b_crit': 3000.0,
+           'interval': [2000.0, 4500.0], 'b_simple': 1500.0,
+           'updates': {'256': 180.0, '512': 95.5, '1024': None}}
+  unmeasured = {'step': 300, 'share_of_run': 0.75, 'measured': False, 'b_crit': None,
+                'interval': None, 'b_simple': None, 'why': 'the 1x branch diverged',
+                'updates': {'256': None, '512': None, '1024': None}}
+  write_measured(measurements / 'fashion_mnist_lars', {
+      'critical_batch': 5000.0, 'interval': [3000.0, 9000.0], 'unit': 'images',
+      'batches': [256, 512, 1024], 'points': [point, unmeasured], 'branch_loss': 'online',
+      'noise_scale_setting': True, 'compute': {'runs': 1.5}, 'wall_s': 720.0,
+      'schedule': {'batches': [256, 512], 'boundaries': [100]},
+      'config': '/elsewhere/configs/large_batch/lars_8k.py'})
+  # Another seed of the same row; no interval.
+  write_measured(measurements / 'fashion_mnist_lars_seed1', {
+      'critical_batch': 1500.0, 'interval': None, 'unit': 'images', 'batches': [256, 512],
+      'points': [dict(point, b_crit=1500.0, interval=None, b_simple=None)],
+      'branch_loss': 'online', 'noise_scale_setting': False, 'compute': {'runs': 2.0},
+      'wall_s': 36.0, 'config': 'configs/fashion_mnist_lars.py'})
+  # 11,932.5 tokens are 750 words at 15.91 tokens a word; the interval is open above.
+  write_measured(measurements / 'cmudict_muon', {
+      'critical_batch': 11932.5, 'interval': [5000.0, None], 'unit': 'tokens',
+      'batches': [4096, 8192, 16384], 'points': [], 'branch_loss': 'heldout',
+      'noise_scale_setting': False, 'compute': {'runs': 1.25}, 'wall_s': 360.0,
+      'config': 'configs/large_batch_seq2seq/muon.py'})
+  write_measured(measurements / 'my_model', {
+      'critical_batch': None, 'interval': None, 'unit': 'examples', 'batches': [8, 16],
+      'points': [unmeasured], 'compute': {'runs': 1.0}, 'wall_s': 108.0, 'config': 'my.yaml'})
   page = tmp_path / 'critical_batch.md'
   page.write_text(PAGE)
   return {'root': str(tmp_path), 'measurements': str(measurements), 'page': str(page)}
@@ -116,6 +117,16 @@ def rows(text, header):
   return found
 
 
+def measured_rows(text):
+  """``{measurement directory: [cells]}`` of the measurements' table."""
+  part = text.split('### The measurements against the fits', 1)[1].split('\n\n', 2)[1]
+  found = {}
+  for line in part.splitlines()[2:]:
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    found[cells[2].strip('`')] = cells
+  return found
+
+
 def test_the_table_fills_the_measured_rows_and_flags_the_ratios(tree):
   assert table.main(args(tree)) == 0
   text = open(tree['page'], encoding='utf-8').read()
@@ -129,31 +140,37 @@ def test_the_table_fills_the_measured_rows_and_flags_the_ratios(tree):
   sgd = fits[('Fashion-MNIST ResNet-8', 'SGD (lr tuned)')]
   assert sgd[3] == '256: 350' and sgd[4] == '4096 (60)' and sgd[5:8] == ['n/a', 'no fit', 'no fit']
   assert fits[('CMUdict Transformer', 'Muon')][5:7] == ['50', '500 words']
-  measured = rows(text, '### The measurements against the fits')
-  lars = measured[('Fashion-MNIST ResNet-8', 'LARS (eeta tuned)')]
-  assert lars[2] == '4,000 images (90 % test accuracy)'
-  assert lars[3] == ('3,000 examples, at step 400 of 400 (100 %); 2,500 examples, in the '
-                     'branch at 4,096 from step 120')
-  assert lars[4] == '0.62 (within 2x)'  # 2500 / 4000: the branches' estimate, at their checkpoint
-  assert lars[5] == '≥16,384 examples, from step 120'  # the largest branch kept up
-  assert lars[6] == '4.10 (**not within 2x**)'  # 16384 / 4000
-  # 1800 s and 720 s against the study's seven hours.
-  assert lars[7] == '0.50 h (7.1 % of the study)' and lars[8] == '0.20 h (2.9 % of the study)'
-  muon = measured[('CMUdict Transformer', 'Muon')]
-  assert muon[3] == 'not measured yet' and muon[4] == ''
-  assert muon[5] == '11,932 tokens, from step 50' and muon[6] == '1.50 (within 2x)'  # 750 / 500
-  assert muon[8] == '0.10 h (5.0 % of the study)'  # 360 s of two hours
-  for optimizer in ('SGD (lr tuned)', 'LAMB'):
-    row = measured[('Fashion-MNIST ResNet-8', optimizer)]
-    assert row[3] == row[5] == 'not measured yet'
-  assert measured[('Fashion-MNIST ResNet-8', 'LAMB')][2] == 'no fit (90 % test accuracy)'
-  # A directory no row names: its own row, held against no study; its step the line's own.
-  mine = measured[('my_model', 'my_model')]
-  assert mine[2] == 'no study' and mine[3] == '42 examples, at step 8 of 10 (80 %)'
-  assert mine[4] == '' and mine[7] == '0.03 h'  # 108 s from the sweep's line
+  measured = measured_rows(text)
+  lars = measured['fashion_mnist_lars']
+  assert lars[:4] == ['Fashion-MNIST ResNet-8', 'LARS (eeta tuned)', '`fashion_mnist_lars`',
+                      '4,000 images (90 % test accuracy)']
+  assert lars[4] == '5,000 images (3,000-9,000)'
+  assert lars[5] == '1.25 (within 2x)'  # 5000 / 4000
+  assert lars[6] == '3.0x wide, holds the fit'
+  assert lars[7] == '25 %: 3,000 (2,000-4,500); 75 %: not measured'
+  assert lars[8] == '25 %: 1,500 (0.50)'  # B_simple / B_crit at the point: 1500 / 3000
+  # 720 s against the study's seven hours.
+  assert lars[9] == '1.50' and lars[10] == '0.20 h (2.9 % of the study)'
+  seed = measured['fashion_mnist_lars_seed1']
+  assert seed[:2] == ['Fashion-MNIST ResNet-8', 'LARS (eeta tuned)']
+  assert seed[4] == '1,500 images (no interval)' and seed[5] == '0.38 (**not within 2x**)'
+  assert seed[6] == '' and seed[8] == 'not measured (noise_scale: false)'
+  muon = measured['cmudict_muon']
+  assert muon[4] == '11,932 tokens (5,000 to more than 16,384)'
+  assert muon[5] == '1.50 (within 2x)'  # 750 / 500
+  assert muon[6] == 'open above, holds the fit'  # 5,000 tokens are 314 words
+  assert muon[7] == 'no points' and muon[10] == '0.10 h (5.0 % of the study)'  # 360 s of 2 h
+  for name in ('fashion_mnist_sgd', 'fashion_mnist_lamb'):
+    assert measured[name][4] == 'not measured yet'
+  assert measured['fashion_mnist_lamb'][3] == 'no fit (90 % test accuracy)'
+  # A directory no row names: its own row, held against no study.
+  mine = measured['my_model']
+  assert mine[:4] == ['my.yaml', 'my_model', '`my_model`', 'no study']
+  assert mine[4] == 'none measured' and mine[5] == '' and mine[10] == '0.03 h'
   assert 'the image study, 7 runs, 7.0 hours; the sequence study, 2 runs, 2.0 hours' in text
-  assert ('- `fashion_mnist_lars`: `configs/large_batch/lars_8k.py`; branches 4,096: 40 updates, '
-          'held-out loss 0.5000, gap +0.0000; 8,192') in text
+  assert ('- `fashion_mnist_lars`: `configs/large_batch/lars_8k.py`, online loss; updates to '
+          'the target by batch at step 100: 256: 180.0, 512: 95.5; step 300: the 1x branch '
+          'diverged; proposed schedule: batches [256, 512] at updates [100].') in text
 
 
 def test_check_fails_on_a_stale_table_and_passes_on_a_fresh_one(tree, capsys):
@@ -164,18 +181,13 @@ def test_check_fails_on_a_stale_table_and_passes_on_a_fresh_one(tree, capsys):
   assert table.main(args(tree)) == 0
   assert table.main(args(tree, '--check')) == 0
   # A measurement arrives: the table is stale again.
-  os.makedirs(os.path.join(tree['measurements'], 'fashion_mnist_sgd'))
-  with open(os.path.join(tree['measurements'], 'fashion_mnist_sgd', table.MEASURED_FILE), 'w',
-            encoding='utf-8') as f:
-    json.dump({'critical_batch': None, 'unit': 'examples', 'noise_scale': None,
-               'branches': [{'batch': 256, 'updates': 8}, {'batch': 512, 'updates': 4}],
-               'checkpoint_step': 10, 'wall_s': 60.0, 'config': 'configs/large_batch/sgd.py'}, f)
+  write_measured(os.path.join(tree['measurements'], 'fashion_mnist_sgd'), {
+      'critical_batch': None, 'interval': None, 'unit': 'images', 'batches': [256, 512],
+      'points': [], 'wall_s': 60.0, 'config': 'configs/large_batch/sgd.py'})
   assert table.main(args(tree, '--check')) == 1
   assert table.main(args(tree)) == 0
   text = open(tree['page'], encoding='utf-8').read()
-  sgd = rows(text, '### The measurements against the fits')[('Fashion-MNIST ResNet-8',
-                                                              'SGD (lr tuned)')]
-  assert sgd[5] == 'none measured, from step 10' and sgd[6] == ''
+  assert measured_rows(text)['fashion_mnist_sgd'][4] == 'none measured'
 
 
 def test_a_page_without_the_markers_is_refused(tree, capsys):
@@ -183,25 +195,6 @@ def test_a_page_without_the_markers_is_refused(tree, capsys):
     f.write('# no block\n')
   assert table.main(args(tree, '--check')) == 2
   assert 'no ' + table.BEGIN in capsys.readouterr().err
-
-
-def test_the_noise_line_of_a_log():
-  log = ('training x for 200 steps\nstep 100 epoch 1\nnoise scale (B_simple): 10 words\n'
-         'step 200 epoch 2\nfinal test wer: 0.3 (per 0.1) at step 200\n'
-         'noise scale (B_simple): 1.5e3 words\n')
-  assert table.noise_from_log(log) == {'value': 1500.0, 'unit': 'words', 'text': '1.5e3 words',
-                                       'step': 200, 'steps': 200}
-  unbounded = ('unbounded (the |G|² estimate is not positive yet) (global batch 8; the last ~3 '
-               'of 3 measured updates weigh)')
-  assert table.noise_from_log(f'step 3 x\nnoise scale (B_simple): {unbounded}\n') == {
-      'value': None, 'unit': None, 'step': 3, 'steps': None,
-      'text': 'unbounded (the |G|² estimate is not positive yet)'}
-  # In the table its bars are escaped, not cells.
-  cell, value = table.noise_cell(table.noise_from_log(f'noise scale (B_simple): {unbounded}'),
-                                 None, table.IMAGE)
-  assert cell == 'unbounded (the \\|G\\|² estimate is not positive yet), at step ?'
-  assert value is None
-  assert table.noise_from_log('step 3 epoch 1\n') is None
 
 
 def test_the_repositorys_page_is_up_to_date():
