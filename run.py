@@ -131,6 +131,9 @@ def check_flags(args):
   problem = critical_branches.flag_problem(args)
   if problem is not None:
     fail(problem)
+  if args.continue_learning and args.mode == 'critical_batch':
+    fail('--continue_learning: not used with --mode=critical_batch, which goes on from its '
+         'records and checkpoints by itself: give the same command again')
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:
     fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
   if args.auto_resume and args.mode not in launch_lib.TRAINING_MODES:

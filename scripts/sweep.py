@@ -23,7 +23,11 @@ of ``--seeds``, given to the run as ``random_seed``; a grid or derived
 repeat one another). It runs as
 
   python run.py --config CONFIG --mode MODE --logdir OUT/<point> --continue_learning \\
-      --set <--set args> --set <grid values> --set <derived values> [--set random_seed=<seed>]
+      --set <--set args> --set <grid values> --set <derived values> [--set random_seed=<seed>] \\
+      [the flags after the sweep's own ``--``]
+
+(``--mode critical_batch`` goes on from its records by itself and gets no
+``--continue_learning``; its flags follow ``--``, e.g. ``-- --points 0.5``)
 
 with its output in ``OUT/<point>/run.log``. On success the sweep writes
 ``OUT/<point>/result.json`` (the metrics of run.py's last lines and the wall
@@ -117,7 +121,10 @@ def parse_args(argv):
   parser.add_argument('--jobs', type=int, default=1,
                       help='runs at the same time (each run.py uses all cores it sees)')
   parser.add_argument('--dry-run', action='store_true', help='print the commands and exit')
-  args = parser.parse_args(argv)
+  argv = list(argv)
+  run_flags = argv[argv.index('--') + 1:] if '--' in argv else []
+  args = parser.parse_args(argv[:argv.index('--')] if '--' in argv else argv)
+  args.run_flags = run_flags
   if args.best is not None:
     given = [flag for flag, value in (('--config', args.config), ('--out', args.out),
                                       ('--grid', args.grid), ('--grid-file', args.grid_file),

@@ -198,6 +198,18 @@ def test_the_same_command_again_keeps_every_branch(measured):
   assert [p['updates'] for p in after['points']] == [p['updates'] for p in before['points']]
 
 
+def test_a_run_directory_moved_whole_keeps_its_branches(measured, tmp_path):
+  config, logdir, _ = measured
+  moved = tmp_path / 'moved'
+  shutil.copytree(logdir, moved)
+  again = run(*command(config, moved)).stdout
+  assert 'training tiny_linear' not in again and 'branch at' not in again, again
+  assert again.count('2 of 3 measured before, kept') == 3, again
+  before = read_json(os.path.join(logdir, 'critical_batch.json'))
+  after = read_json(moved / 'critical_batch.json')
+  assert after['critical_batch'] == before['critical_batch']
+
+
 @pytest.mark.parametrize('extra, expected', [
     (['--points', '0.5,0.2'], 'error: --points: 0.5,0.2 must be increasing shares of the run'),
     (['--points', 'half'], "error: --points: 'half' is not a comma-separated list of numbers"),
@@ -206,6 +218,8 @@ def test_the_same_command_again_keeps_every_branch(measured):
                                   'updates of the config\'s batch (8 images)'),
     (['--heldout_examples', '64'], 'error: --heldout_examples: only used with '
                                    '--branch_loss=heldout'),
+    (['--continue_learning'], 'error: --continue_learning: not used with --mode=critical_batch, '
+                              'which goes on from its records and checkpoints by itself'),
     # Another config than the one the branches were measured with.
     (['--set', 'optimizer_params.momentum=0.0'],
      'error: {logdir}/critical_batch/step_32: its branches were measured with another config '
@@ -262,6 +276,25 @@ def test_at_a_rate_where_nothing_learns_it_says_so(tmp_path):
   summary = read_json(tmp_path / 'run' / 'critical_batch.json')
   assert summary['critical_batch'] is None
   assert all(not p['measured'] for p in summary['points'])
+
+
+def test_a_sweep_passes_the_modes_flags_and_the_mode_resumes_by_itself(tmp_path):
+  config = write_config(tmp_path)
+  out = tmp_path / 'sweep'
+  sweep = [sys.executable, os.path.join(ROOT, 'scripts', 'sweep.py'), '--config', config,
+           '--out', out, '--mode', 'critical_batch', '--grid', 'random_seed=0',
+           '--', '--max_batch', '16', '--points', '0.5']
+  swept = subprocess.run(list(map(str, sweep)), cwd=ROOT, env=env(), capture_output=True,
+                         text=True, timeout=300)
+  assert swept.returncode == 0, swept.stdout + swept.stderr
+  (point,) = [d for d in out.iterdir() if d.is_dir()]
+  summary = read_json(point / 'critical_batch.json')
+  assert summary['batches'] == [8, 16] and [p['step'] for p in summary['points']] == [64]
+  log = (point / 'run.log').read_text()
+  assert 'error' not in log.lower(), log
+  # Again: the point is finished and skipped; run by hand, its branches are kept.
+  again = run(*command(config, point, '--points', '0.5', '--max_batch', '16')).stdout
+  assert '1 of 2 measured before, kept' in again and 'training tiny_linear' not in again, again
 
 
 def start(*args):

@@ -40,7 +40,19 @@ _DATA_LAYOUT_KEY = f'{DATA_LAYOUT}/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 class CheckpointError(RuntimeError):
-  """No checkpoint can be resumed from, or one could not be written; one line for the user."""
+  """No checkpoint can be resumed from, or one could not be written; one line for the user.
+
+  Attributes:
+    failure: for a write that failed, what failed and why (``could not write
+      checkpoint PATH: REASON``), which a caller that resumes otherwise words
+      anew; None otherwise.
+    directory: the directory the write went to, or None.
+  """
+
+  def __init__(self, message, failure=None, directory=None):
+    super().__init__(message)
+    self.failure = failure
+    self.directory = directory
 
 
 class LogdirRemoved(CheckpointError):
@@ -359,10 +371,11 @@ def save(manager, step, name=CHECKPOINT_NAME):
       # The best checkpoints live beside the run's own, which resume from the logdir.
       kept = (f'{kept} of the best; the run\'s latest checkpoint: '
               f'{latest_listed(os.path.dirname(directory)) or "none"}')
+    failure = f'could not write checkpoint {prefix}: {describe_write_failure(exc, directory)}'
     raise CheckpointError(
-        f'could not write checkpoint {prefix}: {describe_write_failure(exc, directory)}; its '
-        f'partial files were removed; kept: {kept}. Free space or fix '
-        f'the permissions of {directory}, then resume with --continue_learning') from None
+        f'{failure}; its partial files were removed; kept: {kept}. Free space or fix '
+        f'the permissions of {directory}, then resume with --continue_learning',
+        failure=failure, directory=directory) from None
 
 
 def remove_partial(prefix):

@@ -176,7 +176,15 @@ def launch(options, configs, logdir, resume, dtype_line=None):
   except (ConfigError, DataError, results.ResultsError) as exc:
     raise LaunchError(config_file.format_error(exc) if isinstance(exc, ConfigError)
                       else str(exc)) from None
-  except (TrainingError, checkpoints.CheckpointError) as exc:
+  except checkpoints.CheckpointError as exc:
+    if exc.failure is None:
+      raise LaunchError(str(exc), status=1) from None
+    # The mode goes on from its records: the same command, not --continue_learning.
+    raise LaunchError(
+        f'{exc.failure}; its partial files were removed; the finished points and branches are '
+        f'kept in {os.path.join(logdir, results.RESULTS_DIR)}. Free space or fix the permissions of {exc.directory}, '
+        f'then give the same command again: {resume}', status=1) from None
+  except TrainingError as exc:
     raise LaunchError(str(exc), status=1) from None
   except Exception as exc:  # pylint: disable=broad-except
     failure = peer_failure(exc, distributed, logdir)
@@ -504,7 +512,9 @@ class Measurement:
     from framework.run import rundir
     problem = None
     if self.chief:
-      names = sorted(n for n in os.listdir(self.logdir) if n != rundir.LOCK_NAME)
+      # The lock, and the log a sweep (scripts/sweep.py) writes of this very command.
+      names = sorted(n for n in os.listdir(self.logdir)
+                     if n not in (rundir.LOCK_NAME, rundir.SWEEP_LOG_NAME))
       if names:
         problem = (f'logdir {self.logdir} holds no checkpoint to branch from, and '
                    f'--mode={branch_lib.MODE} '
@@ -532,9 +542,16 @@ class Measurement:
     self.heldout_examples = int(examples)
     return float(loss)
 
+  def checkpoint_key(self, path):
+    """The checkpoint as the records name it: relative to the logdir inside it, so that a run
+    directory moved or copied whole keeps its records; absolute outside it."""
+    path, logdir = os.path.abspath(path), os.path.abspath(self.logdir)
+    inside = os.path.commonpath([path, logdir]) == logdir
+    return os.path.relpath(path, logdir) if inside else path
+
   def settings(self, path, step, window):
     """What a branch's result depends on besides its batch and the config (``results.SETTINGS``)."""
-    return {'checkpoint': os.path.abspath(path), 'checkpoint_step': step, 'window': window,
+    return {'checkpoint': self.checkpoint_key(path), 'checkpoint_step': step, 'window': window,
             'fewest': self.fewest, 'most': self.most, 'eval_every': self.eval_every,
             'heldout_batches': self.heldout_batches, 'branch_loss': self.branch_loss,
             'batch_size_per_gpu': self.cfg['batch_size_per_gpu']}
@@ -598,7 +615,7 @@ class Measurement:
     from framework.run import rundir  # pylint: disable=import-outside-toplevel
     record_path = os.path.join(directory, results.START_NAME)
     record = results.read_json(record_path)
-    if (record is not None and record.get('checkpoint') == os.path.abspath(path)
+    if (record is not None and record.get('checkpoint') == self.checkpoint_key(path)
         and record.get('branch_loss') == self.branch_loss):
       changes = config_change(record.get('config') or {}, self.config)
       if changes:
@@ -612,7 +629,7 @@ class Measurement:
     if self.branch_loss == 'heldout':
       branch_lib.restore_for_branch(base, path)
       loss = self.heldout_loss(base)
-    record = {'checkpoint': os.path.abspath(path), 'step': step, 'loss': loss,
+    record = {'checkpoint': self.checkpoint_key(path), 'step': step, 'loss': loss,
               'branch_loss': self.branch_loss,
               'heldout_batches': self.heldout_batches, 'heldout_examples': self.heldout_examples,
               'config': self.config,

@@ -19,6 +19,8 @@ from core import precision
 from core.files import write_text_atomically
 
 LOCK_NAME = 'run.lock'
+# The log of run.py's output a sweep (scripts/sweep.py) keeps in each point's run directory.
+SWEEP_LOG_NAME = 'run.log'
 CONFIG_NAME = 'config.yaml'
 _START_CONFIG = re.compile(r'^config-(\d+)(?:-(\d+))?\.yaml$')
 

@@ -13,9 +13,11 @@ import json
 import os
 import re
 
+from framework.run import rundir
+
 RESULT_FILE = 'result.json'
 ERROR_FILE = 'error.txt'
-LOG_FILE = 'run.log'
+LOG_FILE = rundir.SWEEP_LOG_NAME
 # Every result holds these (None when run.py did not print them), and any other
 # metric its lines name (a sequence model's wer, per, token_accuracy).
 METRICS = ('accuracy', 'top5', 'loss', 'steps')

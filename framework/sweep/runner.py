@@ -132,12 +132,15 @@ class Sweep:
 
   def command(self, point):
     # --continue_learning: run.py refuses a non-empty directory without it (run.log
-    # is there first), and a point that saved checkpoints resumes from them.
+    # is there first), and a point that saved checkpoints resumes from them. The
+    # critical batch goes on from its own records and takes no such flag.
     command = [sys.executable, RUN_PY, '--config', self.config, '--mode', self.args.mode,
-               '--logdir', self.logdir(point), '--continue_learning']
+               '--logdir', self.logdir(point)]
+    if self.args.mode != 'critical_batch':
+      command.append('--continue_learning')
     for override in self.overrides(point):
       command += ['--set', override]
-    return command
+    return command + list(getattr(self.args, 'run_flags', []))
 
   def progress(self):
     left = len(self.points) - self.done - len(self.running)
