@@ -31,8 +31,12 @@ import random
 BOOTSTRAP_DRAWS = 400
 INTERVAL_TAIL = 0.05
 # A point is measured only when the 1x branch's loss fell over its window by at least this
-# many times the evaluations' noise; its window ends where it first has (window_end).
+# many times its looks' noise (its monotone fit, from first look to last), or by
+# MIN_PROGRESS_IN_ERRORS standard errors of its least-squares trend (trend_fall): the
+# first test holds a fast fall, the second a slow one over many looks. Its window ends
+# where it first has (window_end).
 MIN_PROGRESS_IN_NOISE = 4.0
+MIN_PROGRESS_IN_ERRORS = 3.0
 # ... and with at least this many evaluations in the window.
 MIN_LOOKS = 8
 # ... and by at least this share of the loss at the point (a curve that is all but flat).
@@ -204,13 +208,56 @@ def curve_noise(values):
   return math.sqrt(sum(d * d for d in steps) / (2.0 * len(steps)))
 
 
+def trend_fall(points):
+  """``(fall, its standard error)`` of a curve's least-squares line over its span.
+
+  The fall is −slope·(x_last − x_first); its standard error
+  σ·(x_last − x_first)/√Sxx, with σ the looks' noise (:func:`curve_noise`)
+  and Sxx = Σ(x − x̄)²: about σ·√(12/n) for n evenly spaced looks. A fall of
+  three standard errors is what noise alone gives in about one curve in 700,
+  however many looks the window holds. ``(0.0, inf)`` for fewer than
+  three looks.
+  """
+  if len(points) < 3:
+    return 0.0, math.inf
+  xs = [float(x) for x, _ in points]
+  ys = [float(y) for _, y in points]
+  mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+  sxx = sum((x - mean_x) ** 2 for x in xs)
+  if sxx <= 0:
+    return 0.0, math.inf
+  slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx
+  span = xs[-1] - xs[0]
+  return -slope * span, curve_noise(ys) * span / math.sqrt(sxx)
+
+
+def progress_of(points):
+  """``(monotone fall, looks' noise, trend fall, its standard error)`` of a curve's points."""
+  values = [v for _, v in points]
+  fitted = monotone_fit(values) if values else [0.0]
+  fall, error = trend_fall(points)
+  return fitted[0] - fitted[-1], curve_noise(values), fall, error
+
+
+def made_progress(points, progress=MIN_PROGRESS_IN_NOISE, errors=MIN_PROGRESS_IN_ERRORS):
+  """Whether a 1x curve fell by ``progress`` times its looks' noise (its monotone fit) or by
+  ``errors`` standard errors of its trend, and by :data:`MIN_PROGRESS_SHARE` of its first
+  value (a curve all but flat is not measured)."""
+  if not points:
+    return False
+  monotone, noise, fall, error = progress_of(points)
+  enough = ((monotone > 0 and monotone >= progress * noise)
+            or (fall > 0 and fall >= errors * error))
+  return enough and max(monotone, fall) >= MIN_PROGRESS_SHARE * abs(points[0][1])
+
+
 def window_end(curve, fewest, most, progress=MIN_PROGRESS_IN_NOISE, looks=MIN_LOOKS):
   """The 1x branch's window: the first look from ``fewest`` examples on where it has made progress.
 
-  Progress is the fall of the curve's monotone fit from its first value, at
-  least ``progress`` times the curve's noise (:func:`curve_noise`) and with
-  at least ``looks`` evaluations: the target is then a loss the branches can
-  tell from noise.
+  Progress (:func:`made_progress`) is a fall of the curve's monotone fit of
+  ``progress`` times its noise, or of its least-squares trend by
+  :data:`MIN_PROGRESS_IN_ERRORS` standard errors, with at least ``looks``
+  evaluations: the target is then a loss the branches can tell from noise.
 
   Args:
     curve: ``[[examples since the point, loss], ...]``, in order.
@@ -228,9 +275,7 @@ def window_end(curve, fewest, most, progress=MIN_PROGRESS_IN_NOISE, looks=MIN_LO
       break
     if examples + 1e-9 < fewest:
       continue
-    values = [v for _, v in curve[:index + 1]]
-    fitted = monotone_fit(values)
-    if fitted[0] - fitted[-1] >= progress * curve_noise(values) and fitted[0] > fitted[-1]:
+    if made_progress(curve[:index + 1], progress):
       return examples
   if curve and curve[-1][0] + 1e-9 >= most:
     return 0
@@ -294,12 +339,13 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
             'fit_scatter': None, 'fitted_draws': 0, 'draws': draws}
   base_noise = curve_noise(raw[base][1][anchored:])
   result['noise'] = base_noise
-  needed = max(MIN_PROGRESS_IN_NOISE * base_noise, MIN_PROGRESS_SHARE * abs(start))
-  if not start - target > needed:
+  inside = [(x, y) for x, y in zip(*raw[base]) if x <= window + 1e-9]
+  if not made_progress(inside) or not start > target:
+    monotone, _, fall, error = progress_of(inside)
     result.update(measured=False, why=(
-        f'the 1x branch\'s loss went from {start:.4g} to {target:.4g} over its '
-        f'window, less than the {needed:.2g} its evaluations\' noise (±{noise:.2g}) allows '
-        'to measure'))
+        f'the 1x branch\'s loss went from {start:.4g} to {target:.4g} over its window, a fall '
+        f'of less than {MIN_PROGRESS_IN_NOISE:g}x its looks\' noise (±{base_noise:.2g}) and '
+        f'than {MIN_PROGRESS_IN_ERRORS:g} standard errors of its trend (±{error:.2g})'))
     return result
   steps = {b: e / b for b, e in examples.items()}
   fitted = critical_fit(steps, relative=True)

@@ -602,8 +602,10 @@ class Measurement:
           records[batch] = self.measure_branch(step, path, batch, directory, start, window,
                                                target, margin)
     else:
-      self.log(f'point at step {step}: the 1x branch made no progress its noise allows to measure '
-               f'in {self.most_window(step)} {self.unit}; no branch is run from it')
+      self.log(f'point at step {step}: the 1x branch\'s loss did not fall by '
+               f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise or {fit_lib.MIN_PROGRESS_IN_ERRORS:g} '
+               f'standard errors of its trend in '
+               f'{self.most_window(step)} {self.unit}; no branch is run from it')
     return self.point_result(step, path, start, records, window)
 
   def start_record(self, base, step, path, directory):
@@ -731,7 +733,8 @@ class Measurement:
       point = {'measured': False, 'updates': {}, 'examples': {}, 'b_crit': None,
                'interval': None, 'why': (
                    f'the 1x branch\'s {self.branch_loss} loss did not fall by '
-                   f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise within '
+                   f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise or {fit_lib.MIN_PROGRESS_IN_ERRORS:g} '
+                   f'standard errors of its trend within '
                    f'{self.most_window(step)} {self.unit}')}
     else:
       curves = {b: c for b, c in curves.items() if b == self.base_batch or records[b]['target']

@@ -28,7 +28,7 @@ DEFAULT_BRANCH_LOSS = 'online'
 DEFAULT_POINTS = (0.25, 0.5, 0.75)
 # The 1x branch's window, whose last loss is every branch's target, as shares of the
 # config's run: it ends at the first look past the shortest where the loss has fallen by
-# four times its noise (core.critical_batch.window_end), at the longest without it.
+# more than its noise explains (core.critical_batch.made_progress), at the longest without it.
 WINDOW_FEWEST_SHARE = 1.0 / 16
 WINDOW_MOST_SHARE = 1.0 / 4
 # A branch that has not reached the target after this many windows of examples stops

@@ -159,3 +159,25 @@ def test_the_branch_fit_recovers_a_known_critical_batch(b_noise):
   # The 90 % interval holds the scatter of the measurement, not the model's own error
   # (McCandlish's S(B) is approximate here: the fits read about 15 % high on average).
   assert covered >= 4
+
+
+def test_a_slow_fall_over_many_looks_is_progress_and_noise_alone_is_not():
+  rng = np.random.default_rng(7)
+  looks = 64
+  noise = rng.normal(scale=0.02, size=looks)
+  xs = [256.0 * 7 * (k + 1) for k in range(looks)]
+  # A fall of 0.04 over the window: 2σ of one look, less than the 4σ the monotone test needs.
+  slow = [[x, 0.25 - 0.04 * k / (looks - 1) + e] for k, (x, e) in enumerate(zip(xs, noise))]
+  monotone, sigma, fall, error = cb.progress_of(slow)
+  assert sigma == pytest.approx(0.02, rel=0.25)
+  assert monotone < 4 * sigma
+  # The trend's standard error is σ·√(12/n) for n evenly spaced looks.
+  assert error == pytest.approx(sigma * math.sqrt(12.0 * (looks - 1) ** 2 / (looks * (looks ** 2 - 1))))
+  assert fall >= 3 * error and cb.made_progress(slow)
+  flat = [[x, 0.25 + e] for x, e in zip(xs, noise)]
+  assert not cb.made_progress(flat)
+  # The window ends at the first look (from the fewest examples on) where the fall is shown.
+  end = cb.window_end(slow, fewest=xs[7], most=xs[-1])
+  assert end is not None and xs[7] <= end <= xs[-1] and cb.made_progress(
+      [p for p in slow if p[0] <= end])
+  assert cb.window_end(flat, fewest=xs[7], most=xs[-1]) == 0
