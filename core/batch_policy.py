@@ -130,11 +130,30 @@ _PARAMETERS = {
     'noise_scale': {'max_batch': False, 'factor': False, 'interval': False},
 }
 
+_BUILT_IN = {'fixed': fixed, 'steps': steps, 'noise_scale': noise_scale}
+
 BATCH_POLICIES = Registry('batch policy')
-for _name, _policy in (('fixed', fixed), ('steps', steps), ('noise_scale', noise_scale)):
+for _name, _policy in _BUILT_IN.items():
   BATCH_POLICIES.register(_name, _policy)
 
 KEY = 'batch_policy_params'
+
+
+def built_in_name(policy):
+  """The registered name of a built-in policy given by name, by import path or as the function.
+
+  ``core.batch_policy:noise_scale`` and, from a Python config, the function
+  ``noise_scale`` itself are the built-in policy, and the run treats them as
+  the name (its parameters checked, the noise scale measured for it); a
+  policy of the user's own, or a name no registry holds, is None.
+  """
+  if isinstance(policy, str):
+    if policy in _BUILT_IN:
+      return policy
+    if not BATCH_POLICIES.is_own_code(policy) or policy not in BATCH_POLICIES:
+      return None
+    policy = BATCH_POLICIES[policy]
+  return next((name for name, built_in in _BUILT_IN.items() if policy is built_in), None)
 
 
 def is_fixed(config):

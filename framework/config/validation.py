@@ -151,7 +151,8 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   Returns:
     A new dict holding every key of ``SCHEMA`` and of the tasks, defaults filled in, including
     defaults of ``model_params``/``data_layer_params`` declared in the
-    object's ``PARAMS``. Names stay names and ``tf.DType`` becomes its name.
+    object's ``PARAMS``. Names stay names, ``tf.DType`` becomes its name, and a built-in batch
+    policy given by import path or as the function becomes its name.
 
   Raises:
     ConfigError: naming the key path of the first mistake.
@@ -320,11 +321,16 @@ def _check_lr_policy(result, names):
 def _check_batch_policy(result, names):
   """The batch policy's name and its parameters, as far as they are known before the workers are.
 
-  A growing batch needs the noise scale it grows by, and an optimizer that
-  averages the gradients every update (AGN averages the workers' weights on a
-  period of its own updates, which a batch that grows would stretch).
+  A built-in policy given by its import path or as the function is the
+  built-in one, and becomes its name here, so that the run measures the noise
+  scale for it and config.yaml names it. A growing batch needs the noise scale
+  it grows by, and an optimizer that averages the gradients every update (AGN
+  averages the workers' weights on a period of its own updates, which a batch
+  that grows would stretch).
   """
   _raise_name_error(names['batch_policy'])
+  result['batch_policy'] = (batch_policy.built_in_name(result['batch_policy'])
+                            or result['batch_policy'])
   name, params = result['batch_policy'], result['batch_policy_params']
   if batch_policy.is_fixed(result):
     batch_policy.check(name, params)
