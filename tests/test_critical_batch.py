@@ -266,6 +266,28 @@ def test_a_checkpoint_of_another_config_is_refused(measured, run_main, tmp_path)
                          '(optimizer_params.momentum: 0.9 -> 0.5'), line
 
 
+def test_a_growing_batch_runs_checkpoint_is_branched_at_its_run_step(tmp_path):
+  config = write_config(tmp_path)
+  source = tmp_path / 'grown'
+  # 8 images a step to step 32, then 16: at run step 96 the run has made 32 + 64/2 = 64 updates.
+  run('--config', config, '--mode', 'train', '--logdir', source, '--set', 'save_checkpoint_steps=32',
+      '--set', 'batch_policy=steps', '--set', 'batch_policy_params={batches: [8, 16], '
+      'boundaries: [32]}')
+  checkpoint = str(source / 'ckpt-96')
+  out = run(*command(config, tmp_path / 'run', '--checkpoint', checkpoint, '--max_batch', '16',
+                     '--set', 'print_loss_steps=1'))
+  assert 'point at step 96 of 128 (ckpt-96)' in out.stdout, out.stdout
+  summary = read_json(tmp_path / 'run' / 'critical_batch.json')
+  assert [p['step'] for p in summary['points']] == [96]
+  # The 1x branch goes on at the schedule's rate of run step 96, not of its 64 updates:
+  # poly_decay to 0 over 128 steps at 0.2 (the sqrt rule at its reference batch); a step's
+  # line gives the rate at the step it ends at, 97 (at update 65 it would read 0.098).
+  first = [l for l in out.stdout.splitlines() if l.startswith('step 1 ')]
+  assert first, out.stdout
+  rate = float(first[0].split(' lr ')[1].split()[0])
+  assert rate == pytest.approx(0.2 * (1 - 97 / 128), rel=1e-4), first[0]
+
+
 def test_at_a_rate_where_nothing_learns_it_says_so(tmp_path):
   config = write_config(tmp_path)
   out = run(*command(config, tmp_path / 'run', '--set',

@@ -58,6 +58,11 @@ COSMETIC_KEYS = ('print_loss_steps', 'save_summaries_steps', 'save_checkpoint_st
                  'auto_resume', 'keep_checkpoint_every_n_hours')
 
 
+# Keys of the run that wrote a --checkpoint that may differ from the config's: how its batch
+# grew (the mode itself measures fixed batches; checkpoint_step reads such a run's step).
+SOURCE_RUN_KEYS = ('batch_policy', 'batch_policy_params')
+
+
 def branch_trainer_class():
   """``BranchTrainer``: a ``Trainer`` whose update's rate is given (``branch_rate_fn``)."""
   from framework.run.trainer import Trainer  # pylint: disable=import-outside-toplevel
@@ -491,7 +496,10 @@ class Measurement:
         saved, _, _ = rundir.newest_saved_config(candidate)
         if saved is None:
           return
-        changes = config_change(saved, self.config)
+        # The source run's batch policy is its own (the branches grow from its model): this
+        # config is compared as that run would have recorded it.
+        source = dict(self.cfg, **{k: saved[k] for k in SOURCE_RUN_KEYS if k in saved})
+        changes = config_change(saved, recorded_config(source))
         if changes:
           raise results.ResultsError(
               f'--checkpoint={self.options.checkpoint}: written by a run of another config '

@@ -257,7 +257,7 @@ def last_lines(summary):
   else:
     first = (f'critical batch: {describe_batch(answer)} {unit} '
              f'({describe_interval(summary["interval"], largest)}) for a fixed batch over the '
-             f'whole run, from {len(summary["points"])} points')
+             f'whole run, from {len(summary["points"])} point{"s" if len(summary["points"]) > 1 else ""}')
   schedule = summary.get('schedule')
   if schedule is None:
     second = (f'growing batch: none proposed (no point measured a critical batch of '

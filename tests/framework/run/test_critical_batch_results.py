@@ -112,7 +112,7 @@ def summary(**changes):
 def test_the_last_lines_answer_the_fixed_and_the_growing_batch():
   first, second, third = results.last_lines(summary())
   assert first == ('critical batch: 4,100 images (2,700-6,300) for a fixed batch over the whole '
-                   'run, from 1 points')
+                   'run, from 1 point')
   assert second == ("growing batch: 256 -> 2,048 images at steps 468: --set batch_policy=steps "
                     "--set 'batch_policy_params={batches: [256, 2048], boundaries: [468]}'")
   assert third == 'noise scale (B_simple): 900 at step 468 images'
