@@ -15,8 +15,11 @@ from framework.config import validation
 from tests.test_batch_policy_run import CHANGE
 from tests.test_batch_policy_run import CONFIG
 from tests.test_batch_policy_run import NOISE_COMMON
+from tests.test_batch_policy_run import train
+from tests.test_batch_policy_run import variables
 from tests.test_critical_batch import MODEL
 from tests.test_critical_batch import run
+from tests.test_noise_scale_run import scalars
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +31,11 @@ NOISE_POLICY = ['--set', 'noise_scale_params.decay=0.5',
 def config(tmp_path_factory):
   directory = tmp_path_factory.mktemp('probes')
   (directory / 'tiny_linear.py').write_text(MODEL)
+  (directory / 'jumping.py').write_text(textwrap.dedent('''\
+      def jump(state):
+        """64 times the start after the first update."""
+        return 64 * state.start_batch if state.step else state.batch
+      '''))
   path = directory / 'tiny.yaml'
   path.write_text(CONFIG)
   return str(path)
@@ -83,3 +91,55 @@ def test_the_noise_scale_policy_in_any_form_refuses_noise_scale_false(config, tm
                                   'noise scale, but noise_scale is false; set noise_scale: auto '
                                   '(or true)'), result.stderr
   assert not glob.glob(str(tmp_path / 'refused' / 'ckpt-*'))
+
+
+# --- 2. a growing batch ends at max_steps and num_epochs, as a fixed batch does ----------------
+
+def steps_policy(batches, boundaries):
+  return ['--set', 'batch_policy=steps',
+          '--set', f'batch_policy_params={{batches: {batches}, boundaries: {boundaries}}}']
+
+
+@pytest.mark.parametrize('length', [['--set', 'max_steps=32'],
+                                    ['--set', 'max_steps=null', '--set', 'num_epochs=1']])
+def test_the_last_update_of_a_grown_batch_reads_only_the_examples_left(config, tmp_path, length):
+  logdir = str(tmp_path / 'run')
+  # 6 updates of 8, then of 32 (4 run steps each): 10, 14, ..., 30, and the last one
+  # of the 2 steps left, 16 examples, ends at step 32 (one epoch of 256) and not 34.
+  out = train(config, logdir, *steps_policy([8, 32], [6]), *length).stdout
+  assert ('the last update reads the examples left before step 32: global batch 16 '
+          '(iter_size 2) instead of 32, lr ') in out, out
+  assert 'batch policy steps: 13 updates to step 32 ' in out
+  values = variables(logdir, 32)
+  assert int(values['batch_policy/step/.ATTRIBUTES/VARIABLE_VALUE']) == 32
+  assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == 32  # micro-batches of 8
+  assert not glob.glob(f'{logdir}/ckpt-34*')
+  assert max(scalars(logdir, 'epoch')['epoch']) == (32, 1.0)
+  # The run is complete: a resume has nothing to do, and says so at the step it ended.
+  again = train(config, logdir, *steps_policy([8, 32], [6]), *length, '--continue_learning')
+  assert 'nothing to do: the checkpoint is at step 32 and the run ends at step 32' in again.stdout
+
+
+def test_a_policy_of_your_own_jumping_far_past_the_end_reads_what_was_asked(config, tmp_path):
+  logdir = str(tmp_path / 'jump')
+  out = train(config, logdir, '--set', 'batch_policy=jumping:jump', '--set', 'max_steps=5').stdout
+  assert 'global batch 32 (iter_size 4) instead of 512' in out, out
+  values = variables(logdir, 5)
+  assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == 5
+  assert int(values['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 2  # updates
+
+
+# --- 3. train summaries keep their cadence when an update advances the step by several ---------
+
+def test_summaries_are_written_when_the_step_passes_their_cadence(config, tmp_path):
+  logdir = str(tmp_path / 'run')
+  # 8 updates of 8, then of 24 (3 run steps each): 11, 14, ..., 32. Every 4 steps.
+  train(config, logdir, *steps_policy([8, 24], [8]),
+        '--set', 'summaries=[learning_rate, variable_norm]')
+  assert [s for s, _ in sorted(scalars(logdir, 'epoch')['epoch'])] == [4, 8, 14, 17, 20, 26,
+                                                                        29, 32]
+  # Inside the update, at its update count: every update that spans a multiple of 4, and
+  # the last one.
+  norms = scalars(logdir, 'variable_norm/')
+  assert norms and all(sorted(s for s, _ in found) == [0, 4, 8, 9, 10, 12, 13, 14, 15]
+                       for found in norms.values()), norms

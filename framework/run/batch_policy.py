@@ -11,7 +11,9 @@ policy but ``fixed`` the trainer builds a :class:`BatchControl`, and:
   starting batch advances it by 4): the lr schedule, the run's length
   (``num_epochs``), and the cadences of checkpoints, summaries and
   evaluations keep their length in data, as the run at the fixed batch has them;
-  ``updates`` counts the applied updates;
+  ``updates`` counts the applied updates; the run ends at ``max_steps`` as a
+  fixed batch does: an update that would pass it reads only the micro-batches
+  left (:meth:`BatchControl.fit_to_end`);
 - the learning rate is the schedule at that step times ``lr_scaling``'s rule
   for the current batch over the starting one (linear without ``lr_scaling``);
 - the batch, ``iter_size``, the run step and the step of the last change are
@@ -94,15 +96,40 @@ class BatchControl(tf.Module):
     start = float(self.start_batch)
 
     def rate(_=None):
-      ratio = tf.cast(self.batch, tf.float32) / start
+      # The batch of the next update: the policy's, or the shorter last one (fit_to_end).
+      ratio = tf.cast(self.iter_size * self.unit, tf.float32) / start
       factor = tf.sqrt(ratio) if self.rule == 'sqrt' else ratio
       return tf.cast(schedule_fn(self.step), tf.float32) * factor
     return rate
 
+  def advance(self):
+    """The run steps the next update advances by: its examples over the starting batch (a tensor)."""
+    return self.iter_size * self.unit // self.start_batch
+
   def count(self, applied):
-    """Advances the run step by the batch over the start when an update was applied (in the step)."""
-    return self.step.assign_add(tf.where(applied, self.batch // self.start_batch,
-                                         tf.constant(0, tf.int64)))
+    """Advances the run step by the update's batch over the start when it was applied (in the step)."""
+    return self.step.assign_add(tf.where(applied, self.advance(), tf.constant(0, tf.int64)))
+
+  def fit_to_end(self, max_steps, accumulated=0):
+    """Gives the next update only the run steps left before ``max_steps``, as a fixed batch ends there.
+
+    Called after each applied update and when training starts. The policy's
+    batch stays what it is (a resumed run that trains further takes it
+    again); the update reads fewer micro-batches, at least ``accumulated``
+    (those a resumed run has added already), and its rate follows its batch.
+
+    Returns:
+      The global batch of a shortened update, or None when the update is whole.
+    """
+    step, batch = int(self.step.numpy()), int(self.batch.numpy())
+    left = max_steps - step
+    if left <= 0:
+      return None
+    # The micro-step to come makes the update due once iter_size counts it too.
+    steps = max(min(batch // self.start_batch, left),
+                -(-(accumulated + 1) * self.unit // self.start_batch))
+    self.iter_size.assign(steps * self.start_batch // self.unit)
+    return steps * self.start_batch if steps * self.start_batch < batch else None
 
   def state(self, values, steps_per_epoch):
     """The :class:`core.batch_policy.BatchState` after the micro-step whose metrics are ``values``."""
@@ -149,6 +176,12 @@ class BatchControl(tf.Module):
     return (f'batch {old} -> {new} at step {int(self.step.numpy())}{why}: iter_size '
             f'{new // self.unit}, lr {learning_rate:.5g} ({rule}) after update '
             f'{int(values["updates"])}')
+
+  def describe_end(self, short, max_steps, learning_rate):
+    """The log line of a last update shortened by :meth:`fit_to_end` to global batch ``short``."""
+    return (f'the last update reads the examples left before step {max_steps}: global batch '
+            f'{short} (iter_size {short // self.unit}) instead of {int(self.batch.numpy())}, '
+            f'lr {learning_rate:.5g}')
 
   def describe(self):
     """How the run's batch is chosen, for the line that starts training."""

@@ -380,14 +380,19 @@ class TrainLoop:
   def _batch_policy(self, step, values):
     """Asks the batch policy after an applied update; a change is one line and two scalars."""
     change = self.control.decide(values, self.sizes.steps_per_epoch)
-    if change is None:
-      return
-    rate = float(self.parts.learning_rate())
-    distributed.log(self.control.describe_change(*change, values, rate, self.task.example_unit))
-    # The step's line shows the next update's batch and rate, as it does without a change.
-    values.update(global_batch=change[1], next_learning_rate=rate)
-    if self.outputs.writes:
-      self.control.write_scalars(step)
+    if change is not None:
+      rate = float(self.parts.learning_rate())
+      distributed.log(self.control.describe_change(*change, values, rate, self.task.example_unit))
+      # The step's line shows the next update's batch and rate, as it does without a change.
+      values.update(global_batch=change[1], next_learning_rate=rate)
+      if self.outputs.writes:
+        self.control.write_scalars(step)
+    # The run ends at max_steps, as a fixed batch does: no update reads past it.
+    short = self.control.fit_to_end(self.sizes.max_steps)
+    if short is not None:
+      rate = float(self.parts.learning_rate())
+      distributed.log(self.control.describe_end(short, self.sizes.max_steps, rate))
+      values.update(global_batch=short, next_learning_rate=rate)
 
   def _advise(self, step, values):
     """Says once when the global batch is above twice the measured noise scale.
@@ -417,8 +422,11 @@ class TrainLoop:
 
     Only after an update: with iter_size > 1 the step stays the same for
     several micro-steps, and a resumed run starts at a step already written.
+    An update of a grown batch advances the step by several, past a multiple
+    as often as onto one: it is written once it reaches or passes one.
     """
-    return step > self.last_summary and (step % self.config['save_summaries_steps'] == 0
+    return step > self.last_summary and (_due(step, self.last_summary,
+                                              self.config['save_summaries_steps'])
                                          or step >= self.sizes.max_steps)
 
   def _write_summaries(self, step):

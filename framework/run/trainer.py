@@ -66,6 +66,12 @@ from optimizers.settings import UpdateSettings
 __all__ = ['Trainer', 'BestCheckpoint', 'RunStopped', 'TrainingError']
 
 
+def _spans_multiple(start, length, every, end):
+  """Whether run steps ``[start, start + length)`` hold a multiple of ``every`` or reach ``end``."""
+  last = start + length - 1
+  return tf.logical_or(last // every > (start - 1) // every, last >= end - 1)
+
+
 class Trainer:
   """Builds everything a run needs from a validated config.
 
@@ -355,9 +361,15 @@ class Trainer:
       if summary_every:
         # In-graph summaries carry the step before the update; the last update is
         # recorded too, so the run's final weights are in TensorBoard.
-        clock = control.step if control is not None else pipeline.global_step
-        record = lambda: tf.logical_or(tf.equal(clock % summary_every, 0),
-                                       tf.equal(clock, self.max_steps - 1))
+        if control is None:
+          clock = pipeline.global_step
+          record = lambda: tf.logical_or(tf.equal(clock % summary_every, 0),
+                                         tf.equal(clock, self.max_steps - 1))
+        else:
+          # An update of a grown batch spans several run steps: recorded when one of them is
+          # a multiple of the cadence, or it is the last.
+          record = lambda: _spans_multiple(control.step, control.advance(), summary_every,
+                                           self.max_steps)
       else:
         record = False
       with tf.summary.record_if(record):
@@ -397,6 +409,12 @@ class Trainer:
       DataError: a record could not be read, naming its file.
     """
     self.keep_for_rotation()
+    if self.batch_control is not None:
+      # A resumed run's next update, too, reads no example past the run's end.
+      short = self.batch_control.fit_to_end(self.max_steps, int(self.pipeline.micro_step.numpy()))
+      if short is not None:
+        distributed.log(self.batch_control.describe_end(
+            short, self.max_steps, float(self.pipeline.learning_rate())))
     return train_loop.train(self.loop_parts(), evaluate_every, stop, probe)
 
   def loop_parts(self):
