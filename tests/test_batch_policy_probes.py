@@ -6,6 +6,7 @@ the noise scale must be measured.
 """
 
 import glob
+import json
 import re
 import textwrap
 
@@ -143,3 +144,21 @@ def test_summaries_are_written_when_the_step_passes_their_cadence(config, tmp_pa
   norms = scalars(logdir, 'variable_norm/')
   assert norms and all(sorted(s for s, _ in found) == [0, 4, 8, 9, 10, 12, 13, 14, 15]
                        for found in norms.values()), norms
+
+
+# --- 4. eval and export read a grown batch's checkpoint at its run step ------------------------
+
+def test_eval_and_export_read_a_grown_batchs_checkpoint_at_its_run_step(config, tmp_path):
+  logdir = str(tmp_path / 'run')
+  # 6 updates of 8, 3 of 16, 5 of 32: 14 updates to run step 32.
+  grow = steps_policy([8, 16, 32], [6, 12])
+  train(config, logdir, *grow)
+  evaluated = run('--config', config, '--mode', 'eval', '--logdir', logdir, *grow).stdout
+  assert re.search(r'^restored .*ckpt-32 \(step 32\)$', evaluated, re.M), evaluated
+  assert re.search(r'^eval at step 32: ', evaluated, re.M), evaluated
+  eval_steps = {s for found in scalars(f'{logdir}/eval', '').values() for s, _ in found}
+  assert eval_steps == {32}
+  exported = run('--config', config, '--mode', 'export', '--logdir', logdir,
+                 '--export_dir', tmp_path / 'export', *grow).stdout
+  assert '(step 32) to ' in exported, exported
+  assert json.loads((tmp_path / 'export' / 'export.json').read_text())['step'] == 32

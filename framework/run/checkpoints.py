@@ -33,6 +33,8 @@ BEST_RECORD = 'best.json'
 # The texts of the OS errors, longest first, to find the cause inside TensorFlow's messages.
 _OS_REASONS = sorted({os.strerror(code) for code in errno.errorcode}, key=len, reverse=True)
 _GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
+# A growing-batch run's step (examples over its starting batch), when its checkpoint has one.
+_RUN_STEP_KEY = 'batch_policy/step/.ATTRIBUTES/VARIABLE_VALUE'
 # The variable of a run's checkpoint that records what its data position counts in:
 # ``[workers, batch per worker]`` (a checkpoint may lack it: then nothing is compared).
 DATA_LAYOUT = 'data_layout'
@@ -204,6 +206,18 @@ def saved_model_of(prefix):
       and os.path.isfile(os.path.join(export, 'saved_model.pb'))):
     return export
   return None
+
+
+def checkpoint_step(path):
+  """The run step a checkpoint was saved at: a growing batch's run step, else its updates.
+
+  A run whose batch grew (``batch_policy``) counts its steps in examples over
+  its starting batch, and its updates (``global_step``) are fewer.
+  """
+  reader = tf.train.load_checkpoint(path)
+  if reader.has_tensor(_RUN_STEP_KEY):
+    return int(reader.get_tensor(_RUN_STEP_KEY))
+  return int(reader.get_tensor(_GLOBAL_STEP_KEY))
 
 
 def is_run_checkpoint(prefix):

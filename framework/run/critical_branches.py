@@ -48,9 +48,6 @@ MIN_UPDATES = 8
 # Pipeline state a branch starts afresh: its own update count, an accumulation of its
 # own iter_size, and its own noise-scale averages.
 BRANCH_OWN = ('global_step', 'micro_step', 'accumulators', 'noise_scale')
-GLOBAL_STEP_KEY = 'global_step/.ATTRIBUTES/VARIABLE_VALUE'
-# A growing-batch run's step (examples over its starting batch), when its checkpoint has one.
-RUN_STEP_KEY = 'batch_policy/step/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 def parse_points(text):
@@ -91,12 +88,9 @@ def flag_problem(args):
 
 
 def checkpoint_step(path):
-  """The run step a checkpoint was saved at: a growing batch's run step, else its updates."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  reader = tf.train.load_checkpoint(path)
-  if reader.has_tensor(RUN_STEP_KEY):
-    return int(reader.get_tensor(RUN_STEP_KEY))
-  return int(reader.get_tensor(GLOBAL_STEP_KEY))
+  """The run step a checkpoint was saved at (``framework.run.checkpoints.checkpoint_step``)."""
+  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
+  return checkpoints.checkpoint_step(path)
 
 
 def restore_for_branch(trainer, path, step=None):

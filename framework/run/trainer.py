@@ -87,7 +87,7 @@ class Trainer:
     self.eval_config = eval_config
     self.logdir = logdir
     self.overrides = list(overrides)
-    # (path, damaged newer ones) of the checkpoint restore() loaded; None before.
+    # (path, damaged newer ones, its run step) of the checkpoint restore() loaded; None before.
     self._restored = None
     # What depends on the kind of data and model: loss, metrics, evaluation, export.
     self.task = tasks.make_task(self.config, eval_config)
@@ -220,9 +220,15 @@ class Trainer:
 
   @property
   def global_step(self):
-    """The run's step: the applied updates, or with a growing batch the examples over the starting batch."""
+    """The run's step: the applied updates, or with a growing batch the examples over the starting batch.
+
+    A run that only reads a checkpoint (eval, export, infer) builds no batch
+    policy: a growing-batch run's checkpoint gives its run step itself.
+    """
     if self.batch_control is not None:
       return int(self.batch_control.step.numpy())
+    if self._restored is not None and self._restored[2] is not None:
+      return self._restored[2]
     return int(self.pipeline.global_step.numpy())
 
   def restore(self, path=None):
@@ -256,7 +262,7 @@ class Trainer:
                                           self.batch_size)
       if refusal is not None:
         raise ConfigError(refusal)
-    self._restored = (path, damaged)
+    self._restored = (path, damaged, None)
     try:
       tf.train.Checkpoint(**noise_lib.restorable(self.checkpoint_items, path,
                                                  distributed.log)).restore(
@@ -265,6 +271,8 @@ class Trainer:
       # TensorFlow's own message lists variables with their values: its first sentence only.
       error = ' '.join(str(exc).split()).split('. ')[0][:300]
     else:
+      if self.train_data is None:
+        self._restored = (path, damaged, checkpoints.checkpoint_step(path))
       return path
     # The run ends on this error; the half-done restore would otherwise print a
     # warning per value it did not restore, after the error line.
@@ -281,7 +289,7 @@ class Trainer:
   def keep_for_rotation(self):
     """Lists the restored checkpoint as the latest one in the state file (chief, training)."""
     if self._restored is not None and distributed.is_chief():
-      checkpoints.keep_for_rotation(self.logdir, *self._restored)
+      checkpoints.keep_for_rotation(self.logdir, *self._restored[:2])
 
   def broadcast_state(self):
     """Makes every worker start from rank 0's variables and optimizer slots."""
