@@ -32,6 +32,7 @@ from typing import Optional
 
 from core.params import ConfigError
 from core.registry import Registry
+from core.registry import where_raised
 
 # A noise_scale policy's default ceiling, in multiples of the starting batch.
 DEFAULT_MAX_FACTOR = 16
@@ -258,12 +259,19 @@ def next_batch(policy, params, state, where='batch_policy'):
   """The policy's batch after ``state``, checked: a whole multiple of the start, never smaller.
 
   Raises:
-    ConfigError: one line naming the policy and what it returned.
+    ConfigError: one line naming the policy and what it returned, or what it
+      raised and the line of its code that raised it.
   """
-  batch = policy(state, **params)
-  if isinstance(batch, numbers.Integral) and not isinstance(batch, bool):
-    batch = int(batch)
-  elif isinstance(batch, numbers.Real) and float(batch).is_integer():
+  try:
+    batch = policy(state, **params)
+  except Exception as exc:  # pylint: disable=broad-except
+    # The user's code: its line, not the train loop's frames, says what to fix.
+    detail = ' '.join(str(exc).split())
+    raise ConfigError(f'{where}: raised {type(exc).__name__} at step {state.step}'
+                      f'{where_raised(exc)}: {detail}') from None
+  # True is a number to Python, not a batch.
+  if (isinstance(batch, numbers.Real) and not isinstance(batch, bool)
+      and float(batch).is_integer()):
     batch = int(batch)
   else:
     raise ConfigError(f'{where}: returned {batch!r} at step {state.step}; a batch policy '

@@ -92,7 +92,7 @@ def import_path_error(target):
               'directories of the import_paths key')
     # The module was found and failed as it ran (a SyntaxError, a missing package it
     # imports, any error of its own): the path is not the problem, its line is.
-    return (f'module {module_name!r} raised {type(exc).__name__} on import{_where(exc)}: '
+    return (f'module {module_name!r} raised {type(exc).__name__} on import{where_raised(exc)}: '
             f'{detail}')
   value = module
   for part in attribute.split('.'):
@@ -113,8 +113,8 @@ def _not_found(exc, module_name):
   return module_name == exc.name or module_name.startswith(exc.name + '.')
 
 
-def _where(exc):
-  """`` (file.py line N)``: the line of the user's code that failed.
+def where_raised(exc):
+  """`` (file.py line N)``: the line of the user's code that raised ``exc``.
 
   The deepest frame outside the Python installation (the standard library and
   site-packages): the user's own line even when a package it called raised;

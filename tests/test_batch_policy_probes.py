@@ -36,6 +36,22 @@ def config(tmp_path_factory):
       def jump(state):
         """64 times the start after the first update."""
         return 64 * state.start_batch if state.step else state.batch
+
+
+      def every(state, steps):
+        return state.batch * 2 if state.step % steps == 0 else state.batch
+
+
+      def no_state():
+        return 8
+
+
+      def failing(state):
+        return state.batch // 0
+
+
+      def yes(state):
+        return True
       '''))
   path = directory / 'tiny.yaml'
   path.write_text(CONFIG)
@@ -162,3 +178,40 @@ def test_eval_and_export_read_a_grown_batchs_checkpoint_at_its_run_step(config, 
                  '--export_dir', tmp_path / 'export', *grow).stdout
   assert '(step 32) to ' in exported, exported
   assert json.loads((tmp_path / 'export' / 'export.json').read_text())['step'] == 32
+
+
+# --- 5. a policy of your own: its signature checked as the config is read, its errors one line --
+
+@pytest.mark.parametrize('extra,message', [
+    (['--set', 'batch_policy=jumping:every', '--set', 'batch_policy_params={step: 4}'],
+     'batch_policy_params.step: unknown argument of every (did you mean '
+     'batch_policy_params.steps?); accepted: steps'),
+    (['--set', 'batch_policy=jumping:every'],
+     'batch_policy_params.steps: required argument of every is missing'),
+    (['--set', 'batch_policy=jumping:no_state'],
+     "batch_policy: jumping:no_state takes no positional argument for the run's state; allowed: "
+     'a function policy(state, **batch_policy_params) returning the global batch '
+     '(core/batch_policy.py)'),
+])
+def test_a_policy_of_your_own_is_checked_against_its_signature_before_a_step(config, tmp_path,
+                                                                             run_main, extra,
+                                                                             message):
+  result = run_main('--config', config, '--mode', 'train', '--logdir', tmp_path / 'refused',
+                    *extra)
+  assert refusal(result).endswith(message), result.stderr
+  assert not glob.glob(str(tmp_path / 'refused' / 'ckpt-*'))
+
+
+@pytest.mark.parametrize('policy,message', [
+    ('failing', r'batch_policy jumping:failing: raised ZeroDivisionError at step 1 \(\S+jumping.py '
+                r'line 15\): integer division or modulo by zero$'),
+    ('yes', r'batch_policy jumping:yes: returned True at step 1; a batch policy returns the global '
+            r'batch as an integer$'),
+])
+def test_a_policy_of_your_own_that_fails_as_it_runs_is_one_line(config, tmp_path, policy,
+                                                                message):
+  result = run('--config', config, '--mode', 'train', '--logdir', str(tmp_path / 'bad'),
+               '--set', f'batch_policy=jumping:{policy}', check=False)
+  assert result.returncode != 0
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert 'Traceback' not in result.stderr and re.search(message, lines[-1]), result.stderr

@@ -89,8 +89,9 @@ def resolve_owners(config, registries):
     where the registration declared it or the object declares none, or the
     key absent where it was declared), ``optimizer`` (the object),
     ``optimizer_name`` (as the config gives it), ``optimizer_ARGUMENTS``
-    (what it declares, read once it is imported) and ``lr_policy`` (the
-    object; the key absent where its registration declares its arguments).
+    (what it declares, read once it is imported), ``lr_policy`` (the
+    object; the key absent where its registration declares its arguments)
+    and ``batch_policy`` (a policy of the user's own; absent for a built-in one).
   """
   from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()
@@ -104,6 +105,9 @@ def resolve_owners(config, registries):
   owners['optimizer_ARGUMENTS'] = declared(entry, 'optimizer', registries, 'ARGUMENTS')
   if declared(config, 'lr_policy', registries, 'ARGUMENTS') is None:
     owners['lr_policy'] = lookup(config, 'lr_policy', registries)
+  if batch_policy.built_in_name(config['batch_policy']) is None:
+    registries = {'batch_policy': batch_policy.BATCH_POLICIES, **registries}
+    owners['batch_policy'] = lookup(config, 'batch_policy', registries)
   return owners
 
 

@@ -442,8 +442,38 @@ def _check_with_owners(config, registries, per_epoch=None):
   if 'lr_policy' in owners:
     argument_checks.check_arguments(_lr_arguments(config), owners['lr_policy'], 'lr_policy_params',
                                     _LR_POLICY_SUPPLIED, epoch_keys=True)
+  if 'batch_policy' in owners:
+    _check_own_batch_policy(config, owners['batch_policy'])
   if per_epoch is not None:
     schedule.learning_rate_fn(config, per_epoch)
+
+
+_POSITIONAL_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                     inspect.Parameter.VAR_POSITIONAL)
+
+
+def _check_own_batch_policy(config, policy):
+  """A policy of the user's own against its signature: ``policy(state, **batch_policy_params)``.
+
+  What it does with them is seen only as it runs (``core.batch_policy.next_batch``).
+
+  Raises:
+    ConfigError: it takes no argument for the run's state, or an unknown or
+      missing ``batch_policy_params`` key.
+  """
+  name = config['batch_policy']
+  who = name if isinstance(name, str) else getattr(policy, '__qualname__', repr(policy))
+  try:
+    parameters = list(inspect.signature(policy).parameters.values())
+  except (TypeError, ValueError):
+    return  # a callable whose signature cannot be read is checked as it runs
+  if not parameters or parameters[0].kind not in _POSITIONAL_KINDS:
+    raise ConfigError(f'batch_policy: {who} takes no positional argument for the run\'s state; '
+                      'allowed: a function policy(state, **batch_policy_params) returning the '
+                      'global batch (core/batch_policy.py)')
+  state = parameters[0].name
+  argument_checks.check_arguments(config['batch_policy_params'], policy, 'batch_policy_params',
+                                  {state: 'the run passes its BatchState there'})
 
 
 def _check_declared_arguments(result, names):
