@@ -388,6 +388,14 @@ class GradientPipeline(tf.Module):
 
   def _gradients(self, loss_fn, loss_scale, metrics):
     """(loss, gradients) of a micro-step, given whole or in parts; each adds to the noise scale."""
+    if self.noise is not None:
+      parts = self.noise_scale_params.get('parts', 1)
+      given = 1 if callable(loss_fn) else len(loss_fn)
+      if given != parts:
+        # The estimate counts parts small-batch gradients per micro-step: others give wrong numbers.
+        raise ValueError(f'noise_scale_params.parts: {parts}, but the micro-step is given as '
+                         f'{given} loss function(s); allowed: as many as parts (a list of '
+                         f'{parts} for parts > 1)')
     if callable(loss_fn):
       loss, grads = scaled_gradients(loss_fn, self.var_list, loss_scale, extras=metrics)
       if self.noise is not None:

@@ -5,10 +5,13 @@ it; the trainer fills it from a run's config; a user's own loop builds one.
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
+from core import noise_scale as noise_scale_formulas
 from core import precision
 from optimizers import validation
 
@@ -91,6 +94,7 @@ class UpdateSettings:
     if unknown:
       raise ValueError(f'noise_scale_params: unknown key(s) {unknown}; allowed: decay, '
                        'micro_batch, parts')
+    _check_noise_scale_params(noise_params or {})
     checked = dict(
         optimizer_params=dict(self.optimizer_params or {}), dtype=normalize_dtype(self.dtype),
         summaries=validation.check_summaries(self.summaries),
@@ -101,3 +105,29 @@ class UpdateSettings:
         noise_scale=bool(self.noise_scale), noise_scale_params=noise_params)
     for name, value in checked.items():
       object.__setattr__(self, name, value)
+
+
+def _is_number(value):
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_noise_scale_params(params):
+  """Refuses, in one line, noise-scale settings that would give wrong numbers rather than none.
+
+  B_simple is in the unit of ``micro_batch`` (0 divides by zero in the
+  estimate, a negative one makes it negative), the moving averages need a
+  decay below 1 (at 1 nothing enters them and their bias correction is 0/0),
+  and ``parts`` is how many loss functions each micro-step is given as.
+  """
+  micro_batch = params.get('micro_batch', 1.0)
+  if not _is_number(micro_batch) or not math.isfinite(micro_batch) or micro_batch <= 0:
+    raise ValueError(f'noise_scale_params.micro_batch: {micro_batch!r}; allowed: a number > 0, '
+                     'the examples (or words) of one small-batch gradient')
+  decay = params.get('decay', noise_scale_formulas.DEFAULT_DECAY)
+  if not _is_number(decay) or not 0.0 <= decay < 1.0:
+    raise ValueError(f'noise_scale_params.decay: {decay!r}; allowed: a number in [0, 1), the '
+                     "moving averages' decay")
+  parts = params.get('parts', 1)
+  if not isinstance(parts, numbers.Integral) or isinstance(parts, bool) or parts < 1:
+    raise ValueError(f'noise_scale_params.parts: {parts!r}; allowed: an integer >= 1, the loss '
+                     'functions each micro-step is given as')
