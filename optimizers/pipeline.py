@@ -134,9 +134,13 @@ def larc_and_apply(optimizer, grads, var_list, learning_rate, larc_params,
 
 
 def _base_learning_rate(optimizer, optimizer_params, learning_rate_decay_fn):
-  """Pops ``learning_rate`` from ``optimizer_params``; the fixed rate when there is no schedule."""
+  """The fixed rate, popped from ``optimizer_params``, when there is no schedule; None with one."""
   if learning_rate_decay_fn is not None:
-    optimizer_params.pop('learning_rate', None)
+    if 'learning_rate' in optimizer_params:
+      # OpenSeq2Seq passes both to the optimizer class, which takes one (a TypeError there).
+      raise ValueError(f"optimize_loss: optimizer_params['learning_rate'] "
+                       f"({optimizer_params['learning_rate']!r}) beside learning_rate_decay_fn, "
+                       'which gives the rate at every step; allowed: one of them')
     return None
   if 'learning_rate' not in optimizer_params and not is_instance(optimizer):
     raise ValueError('optimize_loss: give learning_rate_decay_fn or '
@@ -278,7 +282,12 @@ class GradientPipeline(tf.Module):
 
   def _current_lr_value(self):
     if self.learning_rate_decay_fn is not None:
-      return float(self.learning_rate_decay_fn(tf.constant(0, tf.int64)))
+      rate = self.learning_rate_decay_fn(tf.constant(0, tf.int64))
+      if rate is None:
+        raise TypeError('optimize_loss: learning_rate_decay_fn returned None at global step 0 '
+                        '(a missing return?); allowed: a function of the global step that '
+                        'returns the learning rate, a number or a scalar tensor')
+      return float(rate)
     if self._base_lr is not None:
       return self._base_lr
     return None
@@ -364,6 +373,13 @@ class GradientPipeline(tf.Module):
       ``noise_trace`` and ``noise_updates`` (``NoiseScale.estimates``); and
       the entries of ``loss_fn``'s dict.
     """
+    if not (callable(loss_fn) or isinstance(loss_fn, (list, tuple)) and loss_fn
+            and all(callable(part) for part in loss_fn)):
+      raise TypeError(f'optimize_loss: loss is a {type(loss_fn).__name__}; allowed: a function '
+                      'of no arguments that computes the loss (or a list of them, a micro-batch '
+                      'in parts): TF 2 takes the gradients of what it computes on its tape, and '
+                      'a tensor computed before has none (OpenSeq2Seq\'s graph tensor: wrap its '
+                      'computation in a lambda)')
     loss_scale = self.loss_scaler.loss_scale
     metrics = {'loss_scale': tf.identity(loss_scale), 'learning_rate': self.learning_rate()}
     # 1. loss × S -> float32 gradients -> × 1/S

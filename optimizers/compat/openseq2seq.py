@@ -23,6 +23,7 @@ import types
 
 import tensorflow as tf
 
+from optimizers import exclusions
 from optimizers import stages
 from optimizers.pipeline import GradientPipeline
 from optimizers.settings import UpdateSettings
@@ -171,6 +172,45 @@ def _check_same_arguments(created, given):
 _PIPELINES = {}
 
 
+def _check_same_variables(key, var_list, what):
+  """Raises ValueError when the variables of a call differ from those its pipeline trains.
+
+  A model's pipeline trains the variables the model had at the first call: one
+  created or made trainable since would never be trained. A ``var_list``
+  that shares variables with an earlier call's but differs would build a
+  second pipeline beside the first: a new global step, schedule and optimizer state.
+
+  Args:
+    key: the call's key in ``_PIPELINES``.
+    var_list: the variables it trains.
+    what: how the message names them.
+  """
+  if key in _PIPELINES:
+    before = _PIPELINES[key][1].var_list
+    if [id(v) for v in before] == [id(v) for v in var_list]:
+      return
+  else:
+    ids = {id(v) for v in var_list}
+    before = next((entry[1].var_list for other, entry in _PIPELINES.items()
+                   if other[0] == 'vars' and ids & set(other[1:])), None)
+    if before is None:
+      return
+  raise ValueError(
+      f'optimize_loss: {what} changed since the first call built the pipeline '
+      f'({_difference(before, var_list)}); its optimizer, slots and global step are for the '
+      'first ones. Allowed: the same variables at every call (create them all before the '
+      'first call), or optimizers.clear_pipelines() to build a new pipeline.')
+
+
+def _difference(before, now):
+  """``new: [...]; gone: [...]`` (or their order) between two lists of variables, by name."""
+  old_ids, new_ids = {id(v) for v in before}, {id(v) for v in now}
+  parts = [f'{label}: {[exclusions.variable_name(v) for v in found]}' for label, found in (
+      ('new', [v for v in now if id(v) not in old_ids]),
+      ('gone', [v for v in before if id(v) not in new_ids])) if found]
+  return '; '.join(parts) or 'the same variables in another order'
+
+
 def _key(model, var_list):
   if model is not None:
     return ('model', id(model))
@@ -199,6 +239,8 @@ def get_pipeline(optimizer, optimizer_params, learning_rate_decay_fn, var_list=N
   if var_list is None:
     var_list = model.trainable_variables
   key = _key(model, var_list)
+  _check_same_variables(key, var_list, "the model's trainable variables"
+                        if given['var_list'] is None else 'var_list')
   if key in _PIPELINES:
     _, pipeline, created = _PIPELINES[key]
     # The dtype as given the first time needs no normalising ('mixed' is 'mixed_float16').
