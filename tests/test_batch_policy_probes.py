@@ -215,3 +215,22 @@ def test_a_policy_of_your_own_that_fails_as_it_runs_is_one_line(config, tmp_path
   assert result.returncode != 0
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert 'Traceback' not in result.stderr and re.search(message, lines[-1]), result.stderr
+
+
+# --- frictions ---------------------------------------------------------------------------------
+
+def test_a_resume_may_change_one_growing_policy_for_another_but_not_a_fixed_batch(config,
+                                                                                  tmp_path):
+  logdir = str(tmp_path / 'run')
+  train(config, logdir, *steps_policy([8, 16], [4]), '--set', 'max_steps=8')
+  # Batch 16 at step 8: doubling every 8 run steps goes on from it, to 32 at step 16.
+  out = train(config, logdir, '--set', 'batch_policy=jumping:every',
+              '--set', 'batch_policy_params={steps: 8}', '--set', 'max_steps=20',
+              '--continue_learning').stdout
+  assert "batch_policy: 'steps' -> 'jumping:every'" in out, out
+  changes = [CHANGE.match(l).groups()[:3] for l in out.splitlines() if CHANGE.match(l)]
+  assert changes == [('16', '32', '16')], out
+  refused = run('--config', config, '--mode', 'train', '--logdir', logdir, '--set',
+                'max_steps=24', '--continue_learning', check=False)
+  assert refused.returncode == 2 and "batch_policy: 'jumping:every' -> 'fixed'" in \
+      refused.stderr.strip().splitlines()[-1], refused.stderr

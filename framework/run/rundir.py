@@ -26,9 +26,12 @@ _START_CONFIG = re.compile(r'^config-(\d+)(?:-(\d+))?\.yaml$')
 
 # Keys a checkpoint cannot follow a change of: they set the variables and their
 # shapes, the optimizer and its slots, the variables' dtype, the accumulators,
-# and the loss scaler's state. A change of dtype that keeps the variables' dtype
-# (float32 <-> mixed_bfloat16, as dtype auto may resolve on another machine)
-# changes only the arithmetic: it is free.
+# the loss scaler's state, and whether the batch grows (a growing batch counts its
+# run step in examples and checkpoints it; a fixed one counts updates). A change of
+# dtype that keeps the variables' dtype (float32 <-> mixed_bfloat16, as dtype auto
+# may resolve on another machine) changes only the arithmetic: it is free, and so
+# is a change from one growing batch policy to another, which go on from the
+# checkpoint's batch and step.
 FIXED_ON_RESUME = ('model', 'model_params', 'optimizer', 'agn_params', 'dtype', 'iter_size',
                    'batch_policy',
                    'loss_scaling', 'loss_scaling_params')
@@ -269,6 +272,8 @@ def config_changes(saved, new):
     top = path.split('.', 1)[0]
     target = fixed if top in FIXED_ON_RESUME and path not in FREE_ON_RESUME else free
     if path == 'dtype' and _same_variables(old, value):
+      target = free
+    if path == 'batch_policy' and 'fixed' not in (old, value):
       target = free
     target.append((path, old, value))
   return fixed, free
