@@ -157,6 +157,14 @@ def built_in_name(policy):
   return next((name for name, built_in in _BUILT_IN.items() if policy is built_in), None)
 
 
+def noise_scale_setting(config):
+  """The config's ``noise_scale`` as the run takes it: ``auto`` is true where the policy grows by it."""
+  setting = config['noise_scale']
+  if isinstance(setting, str):
+    setting = setting.lower()
+  return True if setting == 'auto' and config.get('batch_policy') == 'noise_scale' else setting
+
+
 def is_fixed(config):
   """Whether the config's batch stays as it starts (``batch_policy: fixed``)."""
   return config.get('batch_policy', 'fixed') == 'fixed'

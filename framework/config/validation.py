@@ -158,7 +158,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
     ConfigError: naming the key path of the first mistake.
   """
   config, loss_params = openseq2seq.read_keys(config, notes)
-  result = _one_compression(config, schema.check_keys(config))
+  result = _one_noise_scale_setting(_one_compression(config, schema.check_keys(config)))
   # Every name looked up once; from here on the checks read what the names declare.
   names = config_names.resolve_names(result, registries)
   given_model_params = result['model_params']  # before the declared defaults fill it
@@ -210,6 +210,14 @@ def _one_compression(config, result):
       raise ConfigError(f'distribution_params.compression: {new!r}, but horovod_params.compression '
                         f'(its old place) says {old!r}; give it once, in distribution_params')
   result['distribution_params']['compression'] = old
+  return result
+
+
+def _one_noise_scale_setting(result):
+  """``noise_scale`` as one of ``'auto'``, True and False, however it was spelled (``AUTO``, ``'False'``)."""
+  setting = result['noise_scale']
+  if isinstance(setting, str):
+    result['noise_scale'] = {'auto': 'auto', 'true': True, 'false': False}[setting.lower()]
   return result
 
 

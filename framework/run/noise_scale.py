@@ -10,6 +10,7 @@ number means.
 
 import tensorflow as tf
 
+from core import batch_policy
 from core.params import ConfigError
 from optimizers import noise_scale as noise_scale_lib
 
@@ -32,12 +33,9 @@ def pipeline_arguments(cfg, num_workers, trains=True):
   Raises:
     ConfigError: ``true`` on one worker with ``iter_size`` 1 and one example per batch.
   """
-  wanted = cfg['noise_scale']
-  wanted = wanted.lower() if isinstance(wanted, str) else wanted
+  wanted = batch_policy.noise_scale_setting(cfg)
   if not trains or wanted is False:
     return False, None, 1
-  if wanted == 'auto' and cfg.get('batch_policy') == 'noise_scale':
-    wanted = True  # the policy grows the batch by it
   # AGN's workers average their weights by themselves, not their gradients every update.
   workers = num_workers if cfg['agn_params'] is None else 1
   parts = 1

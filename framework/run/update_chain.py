@@ -6,6 +6,8 @@ accumulate(2) → backoff → clip(1) → larc(clip) → lars(native)``,
 TensorFlow, which stages the config gives it, in the same words.
 """
 
+from core import batch_policy
+
 
 def planned_chain(cfg):
   """The update chain a train config asks for, in the words of the run log's ``update chain:`` line.
@@ -26,9 +28,10 @@ def planned_chain(cfg):
     stages.append(scaling.lower())
   else:
     stages.append('finite check' if scaling == 1 else f'static({scaling:g})')
-  if cfg['noise_scale'] is not False and cfg['noise_scale'] != 'false':
+  noise = batch_policy.noise_scale_setting(cfg)
+  if noise is not False:
     stages.append('noise_scale' + (' (with two or more small batches per update)'
-                                   if cfg['noise_scale'] == 'auto' else ''))
+                                   if noise == 'auto' else ''))
   if cfg['max_grad_norm'] is not None:
     stages.append(f'clip({cfg["max_grad_norm"]:g})')
   if cfg['larc_params'] is not None:

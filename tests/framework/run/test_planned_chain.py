@@ -28,9 +28,16 @@ def chain_line(run_main, *sets):
     (('loss_scaling=128', 'noise_scale=true', 'iter_size=2', 'optimizer=LARS',
       'optimizer_params={momentum: 0.9}'),
      'accumulate(2) → allreduce (with two or more workers) → static(128) → noise_scale → lars'),
+    # The policy grows the batch by the noise scale: auto measures it on one worker too.
     (('batch_policy=noise_scale', 'noise_scale=auto'),
      'accumulate(iter_size, grows) → allreduce (with two or more workers) → finite check → '
-     'noise_scale (with two or more small batches per update) → kerasmomentum'),
+     'noise_scale → kerasmomentum'),
+    # However it is spelled.
+    (('noise_scale=AUTO',),
+     'allreduce (with two or more workers) → finite check → noise_scale (with two or more '
+     'small batches per update) → kerasmomentum'),
+    (('noise_scale=FALSE',), 'allreduce (with two or more workers) → finite check → '
+                             'kerasmomentum'),
 ])
 def test_print_config_says_the_stages_of_the_update(run_main, sets, stages):
   assert chain_line(run_main, *sets) == stages + FORMS
