@@ -238,6 +238,14 @@ def _check_noise_scale(params, start_batch):
                       f'{start_batch}; give an integer >= {start_batch} (or null: '
                       f'{DEFAULT_MAX_FACTOR} x the start)' if start_batch else
                       f'{KEY}.max_batch: must be a positive integer, got {top!r}')
+  if top is not None and start_batch and (
+      top == start_batch or planned_batches('noise_scale', params, start_batch)[-1] != top):
+    # The policy doubles the batch: a ceiling it cannot reach is one it stops below, and
+    # the start itself one it never grows from.
+    doubled = ', '.join(str(start_batch * 2 ** k) for k in range(1, 5))
+    raise ConfigError(f'{KEY}.max_batch: {top} is not reached by doubling the starting global '
+                      f'batch {start_batch}; allowed: {doubled}, ... (or null: '
+                      f'{DEFAULT_MAX_FACTOR} x the start)')
   factor = params.get('factor', 1.0)
   if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor > 0:
     raise ConfigError(f'{KEY}.factor: must be a positive number, got {factor!r}')

@@ -234,3 +234,29 @@ def test_a_resume_may_change_one_growing_policy_for_another_but_not_a_fixed_batc
                 'max_steps=24', '--continue_learning', check=False)
   assert refused.returncode == 2 and "batch_policy: 'jumping:every' -> 'fixed'" in \
       refused.stderr.strip().splitlines()[-1], refused.stderr
+
+
+def test_a_resumed_steps_schedule_below_the_checkpoints_batch_is_refused_before_a_step(config,
+                                                                                      tmp_path):
+  logdir = tmp_path / 'run'
+  train(config, str(logdir), *steps_policy([8, 16, 32], [4, 8]), '--set', 'max_steps=12')
+  saved = (logdir / 'config.yaml').read_text()
+  result = run('--config', config, '--mode', 'train', '--logdir', logdir,
+               *steps_policy([8, 16], [4]), '--continue_learning', check=False)
+  assert refusal(result).endswith(
+      'batch_policy_params.batches: 16 at step 12, below the global batch 32 of the checkpoint '
+      'resumed; a batch policy never shrinks the batch; allowed: a schedule at 32 or more from '
+      'step 12 on'), result.stderr
+  assert (logdir / 'config.yaml').read_text() == saved
+  assert sorted(p.name for p in logdir.glob('ckpt-*.index')) == ['ckpt-12.index']
+
+
+@pytest.mark.parametrize('extra,message', [
+    (['--set', 'batch_policy=noise_scale', '--set', 'batch_policy_params={max_batch: 100}'],
+     'batch_policy_params.max_batch: 100 is not reached by doubling the starting global batch 8; '
+     'allowed: 16, 32, 64, 128, ... (or null: 16 x the start)'),
+])
+def test_a_frictions_bad_input_is_one_line(config, tmp_path, run_main, extra, message):
+  result = run_main('--config', config, '--mode', 'train', '--logdir', tmp_path / 'refused',
+                    *extra)
+  assert refusal(result).endswith(message), result.stderr

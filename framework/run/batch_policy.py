@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from core import batch_policy as policies
+from core.params import ConfigError
 from framework.engines import distributed
 
 
@@ -160,6 +161,27 @@ class BatchControl(tf.Module):
       return None
     self.set(batch, state.step)
     return state.batch, batch
+
+  def check_restored(self, steps_per_epoch):
+    """Refuses a ``steps`` schedule below the batch of the checkpoint it resumes, before a step.
+
+    ``batch_policy_params`` may change on resume; a schedule that would take
+    the batch back below the checkpoint's is refused here, before the run
+    writes its config, and not after its first update.
+
+    Raises:
+      ConfigError: one line naming the schedule's batch, the step and the checkpoint's batch.
+    """
+    if self.policy_name != 'steps':
+      return
+    step, batch = int(self.step.numpy()), int(self.batch.numpy())
+    state = policies.BatchState(step=step, updates=0, epoch=step / steps_per_epoch, batch=batch,
+                                start_batch=self.start_batch, unit=self.unit)
+    scheduled = policies.steps(state, **self.params)
+    if scheduled < batch:
+      raise ConfigError(f'{policies.KEY}.batches: {scheduled} at step {step}, below the global '
+                        f'batch {batch} of the checkpoint resumed; a batch policy never shrinks '
+                        f'the batch; allowed: a schedule at {batch} or more from step {step} on')
 
   def set(self, batch, step):
     """Sets the global batch (and ``iter_size``) from the next update on."""

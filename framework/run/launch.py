@@ -334,6 +334,8 @@ def run_mode(trainer, options, configs, logdir, stop, output=None, dtype_line=No
   training = options.mode in TRAINING_MODES
   if training:
     check_memory(trainer)  # before the run is recorded: a refusal leaves the logdir as it was
+    if trainer.batch_control is not None:
+      trainer.batch_control.check_restored(trainer.steps_per_epoch)
   if chief and training and options.continue_learning and restored is None:
     print(f'no checkpoint in {logdir} yet: starting at step 0', flush=True)
   if training and trainer.global_step >= trainer.max_steps:

@@ -115,6 +115,10 @@ def test_next_batch_refuses_what_a_run_cannot_take():
      '640 is not a multiple of 256 .the micro-batch x the workers.'),
     ('steps', {'boundaries': [100]}, 'batches: required'),
     ('noise_scale', {'max_batch': 128}, 'max_batch: 128 is below the starting global batch 256'),
+    ('noise_scale', {'max_batch': 3000}, r'max_batch: 3000 is not reached by doubling the '
+                                         r'starting global batch 256; allowed: 512, 1024, 2048, '
+                                         r'4096, \.\.\. \(or null: 16 x the start\)$'),
+    ('noise_scale', {'max_batch': 256}, 'max_batch: 256 is not reached by doubling'),
     ('noise_scale', {'factor': 0}, 'factor: must be a positive number'),
     ('noise_scale', {'interval': 0}, r'interval: must be an integer >= 1'),
     ('noise_scale', {'max_batchsize': 4096}, r"unknown key\(s\) \['max_batchsize'\]"),
