@@ -260,3 +260,12 @@ def test_a_frictions_bad_input_is_one_line(config, tmp_path, run_main, extra, me
   result = run_main('--config', config, '--mode', 'train', '--logdir', tmp_path / 'refused',
                     *extra)
   assert refusal(result).endswith(message), result.stderr
+
+
+def test_benchmark_with_iter_size_two_names_the_micro_batch_and_the_global_batch(config,
+                                                                                 tmp_path):
+  out = run('--config', config, '--mode', 'benchmark', '--logdir', tmp_path / 'bench',
+            '--bench_steps', '2', '--set', 'iter_size=2').stdout
+  assert re.search(r'^benchmark: [\d.]+ images/sec, [\d.]+ ms/step over 2 steps \(micro-batch 8; '
+                   r'global batch 16 = iter_size 2 steps, [\d.]+ ms/update, 1 worker\(s\)\)$',
+                   out, re.M), out

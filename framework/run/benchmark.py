@@ -22,10 +22,15 @@ def run(trainer, steps):
   if trainer.batch_control is None:
     result = timed(trainer, trainer.make_train_step(), trainer.train_iterator(), steps)
     if distributed.is_chief():
+      micro = trainer.batch_size * trainer.num_workers
+      # A step is one micro-batch: with iter_size > 1 an update takes iter_size of them.
+      batch = (f'global batch {micro}' if trainer.iter_size == 1 else
+               f'micro-batch {micro}; global batch {trainer.global_batch} = iter_size '
+               f'{trainer.iter_size} steps, {result["ms_per_step"] * trainer.iter_size:.1f} '
+               'ms/update')
       print(f'benchmark: {result["images_per_sec"]:.1f} {unit}/sec, '
             f'{result["ms_per_step"]:.1f} ms/step over {steps} steps '
-            f'(global batch {trainer.batch_size * trainer.num_workers}, '
-            f'{trainer.num_workers} worker(s))', flush=True)
+            f'({batch}, {trainer.num_workers} worker(s))', flush=True)
     return
   for batch, iter_size, result in batches(trainer, steps):
     if distributed.is_chief():
