@@ -12,6 +12,10 @@ product (times the seeds), with the values derived from it by arithmetic
                        #  'random_seed=0']
 
 Values are read as run.py's ``--set`` reads them (YAML, with ``1e-3`` a float).
+Keys joined by ``+`` are set together, each value a list of one value per key,
+so that a value of one goes with its value of the other instead of every one::
+
+  --grid 'batch_policy+batch_policy_params=[fixed, {}],[noise_scale, {factor: 0.5}]'
 """
 
 import ast
@@ -30,6 +34,9 @@ from framework.config.config_resolve import override_value
 class SweepError(ValueError):
   """A mistake in the sweep's own arguments or grid; nothing has run."""
 
+
+# Between the keys of one grid key whose values set them together.
+JOIN = '+'
 
 # The key paths --seeds sets (a section prefix edits the same key of the train view).
 SEED_KEYS = ('random_seed', 'base_params.random_seed', 'train_params.random_seed')
@@ -231,7 +238,7 @@ class Point:
     if seed is not None:
       parts.append(('seed', str(seed)))
     self.name = _directory_name(parts)
-    self.overrides = ([f'{key}={text}' for key, (text, _) in grid.items()]
+    self.overrides = ([o for key, (text, value) in grid.items() for o in _set(key, text, value)]
                       + [f'{key}={value_text(value)}' for key, value in derived.items()])
     if seed is not None:
       self.overrides.append(f'random_seed={seed}')
@@ -239,6 +246,20 @@ class Point:
   def group(self):
     """The point without its seed: runs of one group differ only by seed."""
     return tuple(text for text, _ in self.grid.values())
+
+
+def _set(key, text, value):
+  """The ``--set`` strings of one grid value: ``key=text``, or one per key of keys joined by ``+``."""
+  if JOIN not in key:
+    return [f'{key}={text}']
+  return [f'{part}={value_text(v)}' for part, v in zip(key.split(JOIN), value)]
+
+
+def _named_values(key, value):
+  """``{key: value}``, or each joined key's own value, as derivations name them."""
+  if JOIN not in key:
+    return {key: value}
+  return {key: value, **dict(zip(key.split(JOIN), value))}
 
 
 def _directory_name(parts):
@@ -322,6 +343,11 @@ def make_points(grid, derivations, seeds):
       or a derivation that fails on some point.
   """
   for key, values in grid.items():
+    joined = key.split(JOIN)
+    for text, value in values if len(joined) > 1 else ():
+      if not isinstance(value, list) or len(value) != len(joined):
+        raise SweepError(f'grid {key}: value {text} must be a list of {len(joined)} values, one '
+                         f'for each of {", ".join(joined)}')
     seen = {}
     for text, value in values:
       # Compared as values: 0.9, 0.90 and 9e-1 are one point, so are 1 and 1.0 (true and 1 are not).
@@ -331,15 +357,19 @@ def make_points(grid, derivations, seeds):
         also = '' if same[0] == text else f' (as {same[0]})'
         raise SweepError(f'grid {key}: value {text} is given twice{also}')
       seen[text] = value
+  set_keys = [k for key in grid for k in key.split(JOIN)]
+  repeated = sorted({k for k in set_keys if set_keys.count(k) > 1})
+  if repeated:
+    raise SweepError(f'grid: {repeated[0]} is set by two grid keys; give it in one')
   for derivation in derivations:
-    if derivation.key in grid:
+    if derivation.key in grid or derivation.key in set_keys:
       raise SweepError(f'derived {derivation.key}: is also a grid key')
   derived_keys = [d.key for d in derivations]
   if len(set(derived_keys)) != len(derived_keys):
     raise SweepError('derived: a key is given twice')
   if seeds:
-    for key in [k for k in list(grid) + derived_keys if k in SEED_KEYS]:
-      kind = 'grid' if key in grid else 'derived'
+    for key in [k for k in set_keys + derived_keys if k in SEED_KEYS]:
+      kind = 'grid' if key in set_keys else 'derived'
       # The seed of --seeds comes last and would win: points differing only in
       # the grid's seed would be the same run under two names.
       raise SweepError(f'{kind} {key} and --seeds both set random_seed, so points would repeat '
@@ -349,7 +379,9 @@ def make_points(grid, derivations, seeds):
   keys = list(grid)
   for combination in itertools.product(*(grid[k] for k in keys)):
     for seed in (seeds if seeds else [None]):
-      values = {key: value for key, (_, value) in zip(keys, combination)}
+      values = {}
+      for key, (_, value) in zip(keys, combination):
+        values.update(_named_values(key, value))
       if seed is not None:
         values['seed'] = seed
       derived = {}

@@ -141,6 +141,9 @@ def collect_rows(sweep):
     if result is not None:
       status, error, wall = 'ok', '', result.get('wall_s')
       metrics.update(result.get('metrics') or {})
+      if metrics.get(UPDATES) is None:
+        # Without a batch policy's line the batch stayed fixed: an update per step.
+        metrics[UPDATES] = metrics['steps']
     else:
       error = sweep.errors.get(point.name) or read_error(logdir)
       status, wall = ('failed' if error else 'not run'), None
@@ -237,7 +240,7 @@ def measured_noise(rows):
 
 def grown(rows):
   """``['updates']`` when a row's run grew its batch (fewer updates than steps), else ``[]``."""
-  return ['updates'] if any(r.get(UPDATES) is not None for r in rows) else []
+  return ['updates'] if any(r.get(UPDATES) not in (None, r.get('steps')) for r in rows) else []
 
 
 def _seed_table(rows, points, swept, best_logdir=None):
