@@ -256,6 +256,7 @@ class Measurement:
     self.root = os.path.join(logdir, results.RESULTS_DIR)
     self.config = recorded_config(self.cfg)
     self.run_curve = None  # the run's own loss curve, when this mode trained the run
+    self.run_curve_loss = None  # the loss it reads ('online' or 'heldout')
 
   def say(self, line):
     """A line of the chief's, printed now (the table's lines keep their columns)."""
@@ -363,8 +364,8 @@ class Measurement:
 
   def run_window(self, step):
     """The point's 1x curve and window from the run's own curve (None, None: not recorded)."""
-    if self.run_curve is None:
-      return None, None
+    if self.run_curve is None or self.run_curve_loss != self.branch_loss:
+      return None, None  # none, or of the other loss: the 1x branch is then measured anew
     curve = [[(mid - step) * self.base_batch, value] for mid, value, look in self.run_curve
              if look > step]
     return curve, fit_lib.window_end(curve, self.fewest, self.most_window(step))
@@ -386,9 +387,14 @@ class Measurement:
     from framework.run.resume import check_resume_config
     from framework.run.resume import record_configs
     curve_path = os.path.join(self.root, results.RUN_CURVE_NAME)
-    self.run_curve = (results.read_json(curve_path) or {}).get('curve', [])
+    recorded = results.read_json(curve_path) or {}
+    self.run_curve = recorded.get('curve', [])
+    self.run_curve_loss = recorded.get('branch_loss', 'online')
     if marker is not None and marker.get('done'):
       return
+    if self.run_curve_loss != self.branch_loss:
+      # The looks so far read the other loss: the run's curve starts again from here.
+      self.run_curve, self.run_curve_loss = [], self.branch_loss
     marker = dict(marker or {}, points=targets, run_steps=self.run_steps, done=False)
     marker.setdefault('wall_s', 0.0)
     marker.setdefault('examples', 0)
@@ -419,7 +425,8 @@ class Measurement:
     def decided(step):
       looks.look(step)
       if self.chief:
-        results.write_json(curve_path, {'every': self.eval_every, 'curve': self.run_curve})
+        results.write_json(curve_path, {'every': self.eval_every, 'branch_loss': self.branch_loss,
+                                        'curve': self.run_curve})
       return windows_decided(step)
 
     probe = train_loop.Probe(self.eval_every, decided, looks.each)

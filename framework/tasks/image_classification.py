@@ -53,6 +53,7 @@ class ImageClassificationTask(base.Task):
     super().__init__(config, eval_config)
     self.label_smoothing = config['label_smoothing']
     self._eval_step = None  # compiled by the first evaluate()
+    self._heldout_step = None  # compiled by the first heldout_loss()
 
   @property
   def example_unit(self):
@@ -111,9 +112,15 @@ class ImageClassificationTask(base.Task):
 
   def heldout_loss(self, model, data_layer, batch_size, batches):
     """``(mean loss, examples)`` over the split's first ``batches`` batches on every worker."""
-    if self._eval_step is None:
-      self._eval_step = image_evaluation.make_eval_step(model)
-    metrics = image_evaluation.evaluate(self._eval_step, data_layer.dataset(batch_size).take(batches))
+    # Batch normalization by each batch's own statistics, as the update sees it: its moving
+    # averages lag the weights by hundreds of updates at a high rate, and the loss read
+    # through them swings by more than a window's progress. What the call moves is put back.
+    if self._heldout_step is None:
+      self._heldout_step = image_evaluation.make_eval_step(
+          model, batch_statistics=image_evaluation.has_batch_normalization(model))
+    with image_evaluation.keeping_state(model):
+      metrics = image_evaluation.evaluate(self._heldout_step,
+                                          data_layer.dataset(batch_size).take(batches))
     return metrics['loss'], metrics['examples']
 
   def describe_eval(self, metrics):

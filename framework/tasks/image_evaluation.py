@@ -7,14 +7,18 @@ import tensorflow as tf
 from framework.engines import distributed
 
 
-def make_eval_step(model):
+def make_eval_step(model, batch_statistics=False):
   """The compiled step ``(images, labels) -> [loss sum, top-1 hits, top-5 hits, examples]``.
 
-  With fewer than five classes "top-5" is top-k over all classes.
+  With fewer than five classes "top-5" is top-k over all classes. With
+  ``batch_statistics`` the model runs as in training (batch normalization by
+  the batch's own statistics, not its moving averages, which lag the weights
+  at a high rate): the caller restores what the call moved
+  (:func:`keeping_state`).
   """
 
   def eval_step(images, labels):
-    logits = tf.cast(model(images, training=False), tf.float32)
+    logits = tf.cast(model(images, training=batch_statistics), tf.float32)
     losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     top1 = tf.cast(tf.math.in_top_k(labels, logits, 1), tf.float32)
     k = min(5, logits.shape[-1])
@@ -39,3 +43,27 @@ def evaluate(eval_step, dataset):
   n = max(totals[3], 1.0)
   return {'loss': totals[0] / n, 'accuracy': totals[1] / n, 'top5_accuracy': totals[2] / n,
           'examples': int(totals[3])}
+
+
+def has_batch_normalization(model):
+  """Whether any layer of ``model`` (nested ones too) is a batch normalization."""
+  return any(isinstance(layer, keras.layers.BatchNormalization)
+             for layer in model._flatten_layers(include_self=False))  # pylint: disable=protected-access
+
+
+class keeping_state:  # pylint: disable=invalid-name
+  """``with keeping_state(model):`` puts the model's non-trainable variables (batch
+  normalization's moving averages) back as they were when the block ends."""
+
+  def __init__(self, model):
+    self.model = model
+    self.saved = None
+
+  def __enter__(self):
+    self.saved = [v.numpy() for v in self.model.non_trainable_variables]
+    return self
+
+  def __exit__(self, *exc):
+    for variable, value in zip(self.model.non_trainable_variables, self.saved):
+      variable.assign(value)
+    return False
