@@ -279,7 +279,8 @@ def test_two_workers_change_together_and_resume_across_a_change_exactly(config, 
   changes = [CHANGE.match(l).groups()[:4] for l in out.splitlines() if CHANGE.match(l)]
   assert changes == [('16', '32', '6', '2'), ('32', '64', '12', '4')], out[-4000:]
   resumed = str(tmp_path / 'resumed')
-  two_workers(engine, config, resumed, '--set', 'max_steps=7')
+  # Stopped after the first update of 32, which ends at step 8.
+  two_workers(engine, config, resumed, '--set', 'max_steps=8')
   assert os.path.exists(os.path.join(resumed, 'ckpt-8.index'))
   second = two_workers(engine, config, resumed, '--continue_learning')
   assert 'starting at step 8' in second
