@@ -192,10 +192,13 @@ def test_eval_and_export_read_a_grown_batchs_checkpoint_at_its_run_step(config, 
      "batch_policy: jumping:no_state takes no positional argument for the run's state; allowed: "
      'a function policy(state, **batch_policy_params) returning the global batch '
      '(core/batch_policy.py)'),
+    # A friction: a ceiling the doubling never reaches.
+    (['--set', 'batch_policy=noise_scale', '--set', 'batch_policy_params={max_batch: 100}'],
+     'batch_policy_params.max_batch: 100 is not reached by doubling the starting global batch 8; '
+     'allowed: 16, 32, 64, 128, ... (or null: 16 x the start)'),
 ])
-def test_a_policy_of_your_own_is_checked_against_its_signature_before_a_step(config, tmp_path,
-                                                                             run_main, extra,
-                                                                             message):
+def test_a_policy_that_cannot_run_is_refused_before_a_step(config, tmp_path, run_main, extra,
+                                                           message):
   result = run_main('--config', config, '--mode', 'train', '--logdir', tmp_path / 'refused',
                     *extra)
   assert refusal(result).endswith(message), result.stderr
@@ -249,17 +252,6 @@ def test_a_resumed_steps_schedule_below_the_checkpoints_batch_is_refused_before_
       'step 12 on'), result.stderr
   assert (logdir / 'config.yaml').read_text() == saved
   assert sorted(p.name for p in logdir.glob('ckpt-*.index')) == ['ckpt-12.index']
-
-
-@pytest.mark.parametrize('extra,message', [
-    (['--set', 'batch_policy=noise_scale', '--set', 'batch_policy_params={max_batch: 100}'],
-     'batch_policy_params.max_batch: 100 is not reached by doubling the starting global batch 8; '
-     'allowed: 16, 32, 64, 128, ... (or null: 16 x the start)'),
-])
-def test_a_frictions_bad_input_is_one_line(config, tmp_path, run_main, extra, message):
-  result = run_main('--config', config, '--mode', 'train', '--logdir', tmp_path / 'refused',
-                    *extra)
-  assert refusal(result).endswith(message), result.stderr
 
 
 def test_benchmark_with_iter_size_two_names_the_micro_batch_and_the_global_batch(config,

@@ -9,13 +9,8 @@ import tensorflow as tf
 
 from optimizers.compat import openseq2seq as opt_lib
 from optimizers.compat.openseq2seq import optimize_loss
-
-
-@pytest.fixture(autouse=True)
-def fresh_pipelines():
-  opt_lib.clear_pipelines()
-  yield
-  opt_lib.clear_pipelines()
+# Each test starts with no pipeline (an autouse fixture).
+from tests.optimizers.test_optimize_loss import fresh_pipelines  # pylint: disable=unused-import
 
 
 def one_line(error):
