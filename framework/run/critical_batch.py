@@ -359,8 +359,11 @@ class Measurement:
     return [(step, self.point_checkpoint(step)) for step in targets]
 
   def most_window(self, step):
-    """The longest window of the point at ``step``: ``self.most``, or what is left of the run."""
-    return min(self.most, (self.run_steps - step) * self.base_batch)
+    """The longest window of the point at ``step``: ``self.most``, or half of what is left of
+    the run, so that a branch slower than the 1x one still has room to reach its target
+    before the schedule's end (past it the rate is the schedule's last)."""
+    left = (self.run_steps - step) * self.base_batch
+    return min(self.most, max(left // 2, min(self.fewest, left)))
 
   def run_window(self, step):
     """The point's 1x curve and window from the run's own curve (None, None: not recorded)."""
