@@ -95,12 +95,13 @@ def parse_args(argv):
                       help="critical_batch: the largest branch's global batch (default 16x the "
                            "config's)")
   parser.add_argument('--branch_examples', type=int, default=None, metavar='N',
-                      help="critical_batch: the 1x branch's window, whose held-out loss is the "
-                           "target (examples, words or tokens; default a 16th of the run)")
+                      help="critical_batch: the 1x branch's window, whose loss at its end is the "
+                           "target (examples, words or tokens; default: where the run's loss has "
+                           "fallen by more than its noise, from a 16th to a quarter of the run)")
   parser.add_argument('--branch_loss', default=None, choices=('online', 'heldout'),
-                      help="critical_batch: the loss a branch's curve is read from: each training "
-                           "micro-batch's before its update (online, the default) or the eval "
-                           "split's first --heldout_examples (heldout)")
+                      help="critical_batch: the loss a branch's curve is read from: the eval "
+                           "split's first --heldout_examples (heldout, the default) or each "
+                           "training micro-batch's before its update (online, no pass)")
   parser.add_argument('--heldout_examples', type=int, default=None, metavar='N',
                       help="critical_batch: the eval split's first examples each evaluation of "
                            'a branch reads (default 2048, in whole eval batches)')

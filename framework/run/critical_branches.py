@@ -18,12 +18,13 @@ import numbers
 MODE = 'critical_batch'
 # The mode's flags (run.py): given with another mode they are refused.
 FLAGS = ('points', 'max_batch', 'branch_examples', 'branch_loss', 'heldout_examples')
-# What a branch's curve is read from (--branch_loss): ``online``, the loss of each training
-# micro-batch before the update it goes into (the model has not learned from it yet in this
-# epoch, every branch reads the same micro-batches, and it costs no pass); ``heldout``, the
-# task's loss on the eval split's first --heldout_examples.
+# What a branch's curve is read from (--branch_loss): ``heldout``, the task's loss on the eval
+# split's first --heldout_examples (batch normalization by each batch's statistics), the
+# default; ``online``, the loss of each training micro-batch before the update it goes into,
+# which costs no pass but, over several epochs, rises after each epoch's start (an example
+# read early in an epoch was read more recently before) by more than a window's progress.
 BRANCH_LOSSES = ('online', 'heldout')
-DEFAULT_BRANCH_LOSS = 'online'
+DEFAULT_BRANCH_LOSS = 'heldout'
 # Where along the config's run the branches start, as shares of its steps.
 DEFAULT_POINTS = (0.25, 0.5, 0.75)
 # The 1x branch's window, whose last loss is every branch's target, as shares of the

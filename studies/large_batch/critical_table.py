@@ -15,7 +15,8 @@ The block between the page's ``<!-- critical-table:begin -->`` and
   ``critical_batch.json``, written by ``run.py --mode=critical_batch`` (the
   critical batch of the whole run with its interval, and each point's, from
   branches fitted to the same law; B_simple where the config measures it). A
-  directory ``<row>_seed<N>`` is another seed of a row's measurement.
+  directory ``<row>_<variant>`` (``fashion_mnist_lars_seed1``) measures a row
+  again, with another seed or other flags, against the same study.
 
 A row whose directory (:data:`ROWS` names them) holds none says "not
 measured yet"; a directory of another name gets a row of its own, without a
@@ -28,7 +29,6 @@ import glob
 import json
 import math
 import os
-import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,8 +52,6 @@ IMAGE_EPOCHS = config_file.load_config_file(
     os.path.join(ROOT, 'configs', 'large_batch', 'common.py'))['base_params']['num_epochs']
 # A measurement agrees with a study's fit when their ratio is within this factor either way.
 WITHIN = 2.0
-# Another seed of a row's measurement: its directory's name and ``_seed<N>``.
-SEED_RE = re.compile(r'^(.+)_seed(\d+)$')
 
 Study = collections.namedtuple('Study', [
     'name',        # the study's short name, as the block's lines give it
@@ -270,11 +268,9 @@ def noise_ratio_cell(measured):
 
 
 def same_study_row(name):
-  """The row a directory ``<row>_seed<N>`` repeats (another seed of it), or None."""
-  match = SEED_RE.match(name)
-  if not match:
-    return None
-  return next((row for row in ROWS if row.name == match.group(1)), None)
+  """The row a directory ``<row>_<variant>`` measures again (another seed, other flags), or None."""
+  rows = [row for row in ROWS if name.startswith(row.name + '_')]
+  return max(rows, key=lambda row: len(row.name)) if rows else None
 
 
 def measurement_rows(measurements, all_fits, costs):

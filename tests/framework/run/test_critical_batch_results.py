@@ -139,7 +139,8 @@ def flags(mode='critical_batch', **given):
     ({'points': '0.5', 'checkpoint': 'best'}, '--points: not with --checkpoint=best'),
     ({'max_batch': 0}, '--max_batch: must be >= 1, got 0'),
     ({'branch_examples': -4}, '--branch_examples: must be >= 1, got -4'),
-    ({'heldout_examples': 64}, '--heldout_examples: only used with --branch_loss=heldout'),
+    ({'heldout_examples': 64, 'branch_loss': 'online'},
+     '--heldout_examples: only used with --branch_loss=heldout'),
 ])
 def test_flags_out_of_range_are_one_line(given, expected):
   assert critical_branches.flag_problem(flags(**given)).startswith(expected)
