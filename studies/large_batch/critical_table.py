@@ -332,7 +332,7 @@ def detail_line(row, measured):
   text += '; updates to the target by batch at ' + '; '.join(points) if points else ''
   schedule = measured.get('schedule')
   if schedule:
-    text += (f'; proposed schedule: batches {schedule["batches"]} at updates '
+    text += (f'; proposed schedule: batches {schedule["batches"]} at steps '
              f'{schedule["boundaries"]}')
   return text + '.'
 

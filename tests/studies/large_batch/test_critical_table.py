@@ -170,7 +170,7 @@ def test_the_table_fills_the_measured_rows_and_flags_the_ratios(tree):
   assert 'the image study, 7 runs, 7.0 hours; the sequence study, 2 runs, 2.0 hours' in text
   assert ('- `fashion_mnist_lars`: `configs/large_batch/lars_8k.py`, online loss; updates to '
           'the target by batch at step 100: 256: 180.0, 512: 95.5; step 300: the 1x branch '
-          'diverged; proposed schedule: batches [256, 512] at updates [100].') in text
+          'diverged; proposed schedule: batches [256, 512] at steps [100].') in text
 
 
 def test_check_fails_on_a_stale_table_and_passes_on_a_fresh_one(tree, capsys):
