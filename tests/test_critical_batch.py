@@ -174,7 +174,7 @@ def test_from_scratch_it_trains_the_run_to_three_points_and_fits_each(measured):
   from framework.run import critical_batch_results as results  # pylint: disable=import-outside-toplevel
   assert first == (f'critical batch: {results.describe_batch(summary["critical_batch"])} images '
                    f'({results.describe_interval(summary["interval"], 32)}) for a fixed batch '
-                   'over the whole run, from 3 points'), first
+                   f'over the whole run, from {results.points_text(len(parts), 3)}'), first
   assert second.startswith('growing batch: ')
   assert third.startswith('noise scale (B_simple): ')
   cost = [l for l in lines if l.startswith('cost: ')]

@@ -239,6 +239,12 @@ def set_arguments(batches, boundaries):
           f"[{', '.join(map(str, batches))}], boundaries: [{', '.join(map(str, boundaries))}]}}'")
 
 
+def points_text(measured, points):
+  """``3 points``, ``1 point``, or ``2 of 3 points`` where some measured nothing."""
+  return (f'{measured} of ' if measured < points else '') + f'{points} point' + (
+      's' if points > 1 else '')
+
+
 def last_lines(summary):
   """The measurement's last lines: the fixed batch, the growing batch, the noise scale."""
   unit = summary['unit']
@@ -257,7 +263,7 @@ def last_lines(summary):
   else:
     first = (f'critical batch: {describe_batch(answer)} {unit} '
              f'({describe_interval(summary["interval"], largest)}) for a fixed batch over the '
-             f'whole run, from {len(summary["points"])} point{"s" if len(summary["points"]) > 1 else ""}')
+             f'whole run, from {points_text(len(measured), len(summary["points"]))}')
   schedule = summary.get('schedule')
   if schedule is None:
     second = (f'growing batch: none proposed (no point measured a critical batch of '

@@ -176,3 +176,9 @@ def test_a_branch_rate_is_the_schedule_at_its_examples_times_the_rule():
       [2 * (1 - 0.1), 2 * (1 - 0.104), 2 * (1 - 0.14)])
   branch = critical_branches.branch_config(dict(lr_config('sqrt', 2), save_checkpoint_steps=200), 4)
   assert branch['iter_size'] == 8 and branch['save_checkpoint_steps'] is None
+
+
+def test_the_points_are_counted_as_measured_of_all():
+  assert results.points_text(3, 3) == '3 points'
+  assert results.points_text(1, 1) == '1 point'
+  assert results.points_text(2, 3) == '2 of 3 points'
