@@ -207,9 +207,8 @@ def launch(options, configs, logdir, resume, dtype_line=None):
 
 def recorded_config(cfg):
   """The train view as config.yaml records it, as plain data (what a record is compared by)."""
-  import yaml  # pylint: disable=import-outside-toplevel
-  from framework.run.resume import as_recorded  # pylint: disable=import-outside-toplevel
-  return yaml.safe_load(config_file.to_yaml(as_recorded(cfg)[0]))
+  from framework.run.resume import as_recorded_data  # pylint: disable=import-outside-toplevel
+  return as_recorded_data(cfg)
 
 
 def config_change(saved, new):
@@ -339,11 +338,12 @@ class Measurement:
   def choose_points(self, base, own, marker):
     """``[(run step, checkpoint path)]`` of the points, training the run to them where needed."""
     # pylint: disable=import-outside-toplevel
+    from framework.run import checkpoints
     from framework.run import warm_start
     if self.options.checkpoint != 'latest':
       path = warm_start.choose(self.logdir, self.options.checkpoint, base.task.BEST_METRIC)
       self.check_checkpoint_config(path)
-      return [(branch_lib.checkpoint_step(path), path)]
+      return [(checkpoints.checkpoint_step(path), path)]
     if own is not None and marker is None:
       return self.points_of_run(base)
     targets = [max(1, int(round(f * self.run_steps))) for f in self.fractions]
@@ -467,13 +467,14 @@ class Measurement:
   def points_of_run(self, base):
     """The logdir's own checkpoints nearest the points (within an eighth of the run)."""
     # pylint: disable=import-outside-toplevel
+    from framework.run import checkpoints
     from framework.run.resume import check_resume_config
     check_resume_config(self.logdir, self.cfg)
     steps = {}
     for index in glob.glob(os.path.join(glob.escape(self.logdir), 'ckpt-*.index')):
       path = index[:-len('.index')]
       try:
-        steps[branch_lib.checkpoint_step(path)] = path
+        steps[checkpoints.checkpoint_step(path)] = path
       except Exception:  # pylint: disable=broad-except
         continue  # a damaged one: the others stand
     chosen = []

@@ -88,12 +88,6 @@ def flag_problem(args):
   return None
 
 
-def checkpoint_step(path):
-  """The run step a checkpoint was saved at (``framework.run.checkpoints.checkpoint_step``)."""
-  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
-  return checkpoints.checkpoint_step(path)
-
-
 def restore_for_branch(trainer, path, step=None):
   """Loads a checkpoint's model, optimizer state and data position into ``trainer``.
 

@@ -230,7 +230,6 @@ def check_resume_config(logdir, cfg):
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from optimizers import allreduce  # pylint: disable=import-outside-toplevel
   from framework.run import rundir  # pylint: disable=import-outside-toplevel
-  import yaml  # pylint: disable=import-outside-toplevel
   saved, path, problems = rundir.newest_saved_config(logdir)
   if saved is None:
     if any(n.startswith('ckpt-') for n in os.listdir(logdir)):
@@ -246,8 +245,7 @@ def check_resume_config(logdir, cfg):
     print(f'warning: {"; ".join(problems)}; comparing with {path}, the newest readable config '
           'of the run', flush=True)
   # The rate an lr_scaling rule gave is compared as the number it is recorded as.
-  fixed, free = rundir.config_changes(
-      saved, yaml.safe_load(config_file.to_yaml(as_recorded(cfg)[0])))
+  fixed, free = rundir.config_changes(saved, as_recorded_data(cfg))
   if fixed:
     raise LaunchError(
         f'--continue_learning: the checkpoints in {logdir} cannot take these changes: '
@@ -353,6 +351,12 @@ def as_recorded(cfg):
     params = {k: v for k, v in cfg['lr_policy_params'].items() if k != 'learning_rate'}
     return dict(cfg, lr_policy_params=params), None
   return dict(cfg, lr_scaling=None), dict(cfg['lr_scaling'])
+
+
+def as_recorded_data(cfg):
+  """``cfg`` as config.yaml records it (:func:`as_recorded`), as the plain data read back from it."""
+  import yaml  # pylint: disable=import-outside-toplevel
+  return yaml.safe_load(config_file.to_yaml(as_recorded(cfg)[0]))
 
 
 def recorded_infer_section(options):
