@@ -723,6 +723,10 @@ class Accumulate:
   says whether an update is due. As the chain's first stage, run when one
   is, it returns the mean of the gradients added since the last update
   (the micro-step's own among them) and starts the sums again from zero.
+  An update that ``skip_update`` decides (OpenSeq2Seq's ``skip_update_ph``)
+  divides the sums by ``iter_size`` however many micro-batches it holds, as
+  OpenSeq2Seq divides each micro-batch's gradient by ``iter_size``
+  (docs/math.md, "One update of `optimize_loss`", step 2).
 
   Args:
     accumulator: the ``GradientAccumulator`` holding the sums.
@@ -734,6 +738,7 @@ class Accumulate:
     self.accumulator = accumulator
     self.micro_step = micro_step
     self.iter_size = iter_size
+    self.decided_by_caller = False
 
   def describe(self):
     grows = isinstance(self.iter_size, tf.Variable)
@@ -746,13 +751,16 @@ class Accumulate:
     """
     self.accumulator.add(grads)
     self.micro_step.assign_add(1)
+    # Read by __call__ in the same trace: who decides the update decides its divisor.
+    self.decided_by_caller = skip_update is not None
     if skip_update is None:
       return self.micro_step >= self.iter_size
     return tf.logical_not(tf.convert_to_tensor(skip_update))
 
   def __call__(self, grads, update):
     del grads, update  # added already, by ``add``
-    grads = self.accumulator.take(self.micro_step)
+    count = self.iter_size if self.decided_by_caller else self.micro_step
+    grads = self.accumulator.take(count)
     self.micro_step.assign(0)
     return grads
 

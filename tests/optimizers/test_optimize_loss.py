@@ -212,6 +212,17 @@ def test_skip_update_placeholder_controls_accumulation():
   np.testing.assert_allclose(var.numpy(), [2.0])  # the mean of the two gradients
 
 
+def test_an_update_forced_early_by_skip_update_divides_by_iter_size():
+  # SPEC's order of an update, step 2 (docs/math.md): OpenSeq2Seq divides each micro-batch's
+  # gradient by iter_size, so two micro-batches forced out of four give (1 + 3) / 4, not their mean.
+  var = keras.Variable(np.array([0.0], np.float32), name='w')
+  for g, skip in ((1.0, True), (3.0, False)):
+    optimize_loss(lambda g=g: -g * tf.reduce_sum(var), 'SGD', {'learning_rate': 1.0}, None,
+                  var_list=[var], iter_size=4, skip_update_ph=tf.constant(skip))
+  np.testing.assert_allclose(var.numpy(), [1.0])
+  assert int(opt_lib.find_pipeline(var_list=[var]).global_step.numpy()) == 1
+
+
 def test_allreduce_runs_once_per_update_after_accumulation_and_before_finite_check(monkeypatch):
   """A stand-in allreduce that doubles the gradients and counts its calls pins stages 2-4."""
   calls = []
