@@ -31,6 +31,13 @@ not on depthwise filters, which hold few parameters (Howard et al. 2017), nor
 on biases or normalization parameters. The config layer turns it off when the
 optimizer decays weights itself (LARS, LAMB, AdamW).
 
+Initializers. The application's layers keep the initializers Keras gives them,
+unless the config gives ``initializer``: then every kernel of its convolutions
+(depthwise and pointwise ones too) and dense layers is drawn again with it,
+whatever the application had set (Keras has no default to tell an initializer
+the application chose from one it left), and the logits' too; biases and
+normalization parameters keep theirs. A weights file still loads over them.
+
 Names. Keras names the variables of its applications its own way
 (``bn_Conv1/gamma``, ``block_1_expand_BN/beta``, ``conv1_bn/gamma``,
 ``..._layernorm/gamma``): a LARS or LAMB exclusion list written for this
@@ -54,6 +61,7 @@ import keras
 from core.params import ConfigError
 from core.params import check_params
 from core.registry import closest
+from models import initializers
 from models import schemas
 
 # The arguments the builder gives an application; extra_kwargs may not give them.
@@ -175,13 +183,18 @@ def _add_weight_decay(model, weight_decay):
     setattr(layer, f'{attribute}_regularizer', regularizer)
 
 
-def build_keras_application(params, image_shape, num_classes):
+def build_keras_application(params, image_shape, num_classes, kernel_initializer=None):
   """A ``keras.applications`` model with pooled features and float32 logits.
 
   Args:
     params: ``model_params``, see ``build_keras_application.PARAMS``.
     image_shape: ``(height, width, channels)`` of the data layer's images.
     num_classes: width of the logits.
+    kernel_initializer: the config's initializer of the kernels
+      (``models.initializers.KernelInitializers``): every kernel of the
+      application's convolutions and dense layers is drawn again with it,
+      before a weights file loads, and the logits' kernel with it; None: the
+      application's own initializers and Glorot uniform logits.
 
   Returns:
     An uncompiled ``keras.Model`` named after the application, mapping images
@@ -210,6 +223,8 @@ def build_keras_application(params, image_shape, num_classes):
   except (ValueError, OSError) as exc:
     raise ConfigError(f'model_params.name: keras.applications.{name}(input_shape={shape}{given}) '
                       f'refused: {_said(exc)}', 'model_params.name', 'invalid') from None
+  if kernel_initializer is not None:
+    initializers.reinitialize_kernels(backbone, kernel_initializer)
   if weights is not None:
     with warnings.catch_warnings(record=True) as caught:
       try:
@@ -225,7 +240,8 @@ def build_keras_application(params, image_shape, num_classes):
   if params['dropout'] > 0:
     x = keras.layers.Dropout(params['dropout'], name='head_dropout')(x)
   # float32 logits whatever the policy, so the softmax and loss are exact.
-  logits = keras.layers.Dense(num_classes, dtype='float32', name='logits')(x)
+  logits = keras.layers.Dense(num_classes, dtype='float32', name='logits', kernel_initializer=(
+      initializers.kernel(kernel_initializer, initializers.KERAS_DEFAULT)))(x)
   model = keras.Model(backbone.input, logits, name=name.lower())
   _add_weight_decay(model, params['weight_decay'])
   return model
@@ -233,3 +249,4 @@ def build_keras_application(params, image_shape, num_classes):
 
 build_keras_application.PARAMS = schemas.KERAS_APPLICATION_PARAMS
 build_keras_application.TASK = 'image_classification'
+build_keras_application.TAKES_INITIALIZER = True

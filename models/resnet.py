@@ -6,6 +6,11 @@ does, and only the classifier has a bias (convolutions are followed by batch
 norm), so a LARS skip list ``['batch_normalization', 'bias']`` matches exactly
 the batch-norm variables and the classifier bias.
 
+Kernels are He normal (convolutions) and N(0, 0.01) (the classifier); a
+config's ``initializer`` replaces both (``models.initializers``), as
+OpenSeq2Seq's did for its layers, which set no kernel initializer; batch norm
+and the classifier bias keep theirs (ones, zeros).
+
 Weight decay is an L2 penalty ``weight_decay / 2 * sum(w ** 2)`` on conv and
 dense kernels, collected in ``model.losses``; its gradient is
 ``weight_decay * w``, the convention of the papers' "weight decay 1e-4".
@@ -22,6 +27,7 @@ References:
 import keras
 
 from core.params import check_params
+from models import initializers
 from models import schemas
 from models.batch_norm import BatchNormalization
 
@@ -51,10 +57,13 @@ class ZeroPadShortcut(keras.layers.Layer):
 
 
 class _Builder:
-  """Creates the layers of one model with its params and naming scheme."""
+  """Creates the layers of one model with its params, naming scheme and kernels' initializer."""
 
-  def __init__(self, params):
+  def __init__(self, params, kernels=None):
     self.params = params
+    # The config's initializer of the kernels (models.initializers), or None: He normal
+    # convolutions and a classifier of stddev 0.01.
+    self.kernels = kernels
     decay = params['weight_decay']
     # Keras' L2(l) adds l * sum(w**2); half the decay gives the gradient decay * w.
     self.regularizer = keras.regularizers.L2(decay / 2) if decay > 0 else None
@@ -70,7 +79,8 @@ class _Builder:
       padding = 'valid'
     return keras.layers.Conv2D(
         filters, kernel, strides=stride, padding=padding, use_bias=False,
-        kernel_initializer='he_normal', kernel_regularizer=self.regularizer, name=name)(x)
+        kernel_initializer=initializers.kernel(self.kernels, 'he_normal'),
+        kernel_regularizer=self.regularizer, name=name)(x)
 
   def batch_norm(self, x, name, zero_gamma=False):
     return BatchNormalization(
@@ -96,10 +106,11 @@ class _Builder:
 
   def classifier(self, x, num_classes):
     x = keras.layers.GlobalAveragePooling2D(name='global_pool')(x)
+    initializer = (keras.initializers.RandomNormal(stddev=0.01) if self.kernels is None
+                   else self.kernels())
     # float32 logits whatever the policy, so the softmax and loss are exact.
-    return keras.layers.Dense(
-        num_classes, dtype='float32', kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
-        kernel_regularizer=self.regularizer, name='logits')(x)
+    return keras.layers.Dense(num_classes, dtype='float32', kernel_initializer=initializer,
+                              kernel_regularizer=self.regularizer, name='logits')(x)
 
 
 def bottleneck_block(b, x, width, stride, prefix):
@@ -129,13 +140,16 @@ def basic_block(b, x, filters, stride, prefix, shortcut_type):
   return b.residual_output(x, shortcut, prefix, 2)
 
 
-def build_resnet50(params, image_shape, num_classes):
+def build_resnet50(params, image_shape, num_classes, kernel_initializer=None):
   """ResNet-50 v1.5 (25,557,032 trainable parameters for 1000 classes at any input size).
 
   Args:
     params: ``model_params``, see ``build_resnet50.PARAMS``.
     image_shape: ``(height, width, channels)``; 224x224x3 for ImageNet.
     num_classes: width of the logits.
+    kernel_initializer: the config's initializer of the convolutions' and the
+      classifier's kernels (``models.initializers.KernelInitializers``), or
+      None for He normal convolutions and a classifier of stddev 0.01.
 
   Returns:
     An uncompiled ``keras.Model`` named ``resnet50`` mapping images to float32 logits.
@@ -144,7 +158,7 @@ def build_resnet50(params, image_shape, num_classes):
     ConfigError: for bad ``params``.
   """
   params = check_params(params, build_resnet50.PARAMS, 'model_params')
-  b = _Builder(params)
+  b = _Builder(params, kernel_initializer)
   inputs = keras.Input(shape=tuple(image_shape), name='images')
   x = b.conv(inputs, 64, 7, 2, 'stem_conv')
   x = b.batch_norm(x, 'stem_batch_normalization')
@@ -159,9 +173,10 @@ def build_resnet50(params, image_shape, num_classes):
 
 
 build_resnet50.PARAMS = schemas.RESNET50_PARAMS
+build_resnet50.TAKES_INITIALIZER = True
 
 
-def build_resnet_cifar(params, image_shape, num_classes):
+def build_resnet_cifar(params, image_shape, num_classes, kernel_initializer=None):
   """The CIFAR ResNet of He et al. 2016 (section 4.2): 6n + 2 layers.
 
   A 3x3 convolution with 16 channels, three stages of n basic blocks with
@@ -173,6 +188,7 @@ def build_resnet_cifar(params, image_shape, num_classes):
     params: ``model_params``, see ``build_resnet_cifar.PARAMS``.
     image_shape: ``(height, width, channels)``, e.g. ``(32, 32, 3)`` or ``(28, 28, 1)``.
     num_classes: width of the logits.
+    kernel_initializer: as :func:`build_resnet50`'s.
 
   Returns:
     An uncompiled ``keras.Model`` named ``resnet_cifar`` mapping images to float32 logits.
@@ -181,7 +197,7 @@ def build_resnet_cifar(params, image_shape, num_classes):
     ConfigError: for bad ``params``.
   """
   params = check_params(params, build_resnet_cifar.PARAMS, 'model_params')
-  b = _Builder(params)
+  b = _Builder(params, kernel_initializer)
   blocks = (params['depth'] - 2) // 6
   channels = [c * params['width'] for c in (16, 32, 64)]
   inputs = keras.Input(shape=tuple(image_shape), name='images')
@@ -196,3 +212,4 @@ def build_resnet_cifar(params, image_shape, num_classes):
 
 
 build_resnet_cifar.PARAMS = schemas.RESNET_CIFAR_PARAMS
+build_resnet_cifar.TAKES_INITIALIZER = True

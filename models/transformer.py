@@ -54,6 +54,7 @@ import keras
 import tensorflow as tf
 
 from core.params import ConfigError, check_params
+from models import initializers
 from models import schemas
 from models.transformer_layers import DecoderLayer, EncoderLayer, build_all, layer_norm
 
@@ -153,9 +154,14 @@ class Transformer(keras.Model):
     source_vocab_size: ids of the source vocabulary.
     target_vocab_size: ids of the target vocabulary.
     params: checked ``model_params`` (``models.schemas.TRANSFORMER_PARAMS``).
+    kernel_initializer: the config's initializer of the attention, feed-forward
+      and output projections' kernels (``models.initializers.KernelInitializers``),
+      or None for Glorot uniform; embeddings, biases and layer normalization
+      keep theirs.
   """
 
-  def __init__(self, source_vocab_size, target_vocab_size, params, **kwargs):
+  def __init__(self, source_vocab_size, target_vocab_size, params, kernel_initializer=None,
+               **kwargs):
     kwargs.setdefault('name', 'transformer')
     super().__init__(**kwargs)
     self.source_vocab_size, self.target_vocab_size = source_vocab_size, target_vocab_size
@@ -179,7 +185,8 @@ class Transformer(keras.Model):
                                                      name='source_embedding')
     self.tied_output = p['embedding_sharing'] != 'none'
     self.output_projection = None if self.tied_output else keras.layers.Dense(
-        target_vocab_size, dtype='float32', name='logits')
+        target_vocab_size, dtype='float32', name='logits',
+        kernel_initializer=initializers.kernel(kernel_initializer, initializers.KERAS_DEFAULT))
     self.position_embedding = None
     if p['positions'] == 'learned':
       self.position_embedding = keras.layers.Embedding(
@@ -188,7 +195,7 @@ class Transformer(keras.Model):
           name='position_embedding')
     self.embedding_dropout = keras.layers.Dropout(p['dropout'])
     layer_args = (self.d_model, p['num_heads'], p['ff_size'], p['dropout'],
-                  p['attention_dropout'], pre_norm)
+                  p['attention_dropout'], pre_norm, kernel_initializer)
     self.encoder_layers = [EncoderLayer(*layer_args, name=f'encoder_layer_{i}')
                            for i in range(p['encoder_layers'])]
     self.decoder_layers = [DecoderLayer(*layer_args, name=f'decoder_layer_{i}')
@@ -419,13 +426,15 @@ class Transformer(keras.Model):
             'name': self.name}
 
 
-def build_transformer(params, source_vocab_size, target_vocab_size):
+def build_transformer(params, source_vocab_size, target_vocab_size, kernel_initializer=None):
   """The encoder-decoder Transformer, its variables created.
 
   Args:
     params: ``model_params``, see ``build_transformer.PARAMS``.
     source_vocab_size: ids of the source vocabulary (the data layer's).
     target_vocab_size: ids of the target vocabulary.
+    kernel_initializer: the config's initializer of the projections' kernels
+      (see :class:`Transformer`), or None.
 
   Returns:
     A :class:`Transformer` named ``transformer``.
@@ -444,10 +453,11 @@ def build_transformer(params, source_vocab_size, target_vocab_size):
         f'model_params.embedding_sharing: \'all\' needs one vocabulary for source and target, got '
         f'{source_vocab_size} and {target_vocab_size} ids (set data_layer_params.joint_vocabulary)',
         'model_params.embedding_sharing', 'invalid')
-  model = Transformer(source_vocab_size, target_vocab_size, params)
+  model = Transformer(source_vocab_size, target_vocab_size, params, kernel_initializer)
   model((tf.ones([1, 1], tf.int32), tf.ones([1, 1], tf.int32)))
   return model
 
 
 build_transformer.PARAMS = schemas.TRANSFORMER_PARAMS
 build_transformer.TASK = 'sequence_to_sequence'
+build_transformer.TAKES_INITIALIZER = True

@@ -13,6 +13,8 @@ import math
 import keras
 import tensorflow as tf
 
+from models import initializers
+
 LAYER_NORM_EPSILON = 1e-6
 
 
@@ -26,19 +28,29 @@ class Attention(keras.layers.Layer):
     dropout: dropout rate on the attention probabilities.
     self_attention: one ``qkv`` projection of the input; otherwise ``query``
       projects the input and ``key_value`` the memory.
+    kernel_initializer: the config's initializer of the projections' kernels
+      (``models.initializers.KernelInitializers``; a fused kernel is drawn
+      as its separate projections), or None for Glorot uniform.
   """
 
-  def __init__(self, d_model, num_heads, dropout=0.0, self_attention=True, **kwargs):
+  def __init__(self, d_model, num_heads, dropout=0.0, self_attention=True,
+               kernel_initializer=None, **kwargs):
     super().__init__(**kwargs)
     self.d_model, self.num_heads, self.rate = d_model, num_heads, dropout
     self.self_attention = self_attention
     self.depth = d_model // num_heads
+
+    def kernel(parts=1):
+      return initializers.kernel(kernel_initializer, initializers.KERAS_DEFAULT, parts)
+
     if self_attention:
-      self.qkv = keras.layers.Dense(3 * d_model, name='qkv')
+      self.qkv = keras.layers.Dense(3 * d_model, kernel_initializer=kernel(3), name='qkv')
     else:
-      self.query = keras.layers.Dense(d_model, name='query')
-      self.key_value = keras.layers.Dense(2 * d_model, name='key_value')
-    self.output_projection = keras.layers.Dense(d_model, name='output')
+      self.query = keras.layers.Dense(d_model, kernel_initializer=kernel(), name='query')
+      self.key_value = keras.layers.Dense(2 * d_model, kernel_initializer=kernel(2),
+                                          name='key_value')
+    self.output_projection = keras.layers.Dense(d_model, kernel_initializer=kernel(),
+                                                name='output')
     self.dropout = keras.layers.Dropout(dropout)
 
   def build(self, input_shape):
@@ -112,13 +124,17 @@ class Attention(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package='models')
 class FeedForward(keras.layers.Layer):
-  """``Dense(ff_size, relu) -> dropout -> Dense(d_model)``."""
+  """``Dense(ff_size, relu) -> dropout -> Dense(d_model)``; ``kernel_initializer`` as :class:`Attention`'s."""
 
-  def __init__(self, d_model, ff_size, dropout=0.0, **kwargs):
+  def __init__(self, d_model, ff_size, dropout=0.0, kernel_initializer=None, **kwargs):
     super().__init__(**kwargs)
     self.d_model, self.ff_size, self.rate = d_model, ff_size, dropout
-    self.hidden = keras.layers.Dense(ff_size, activation='relu', name='hidden')
-    self.output_projection = keras.layers.Dense(d_model, name='output')
+    self.hidden = keras.layers.Dense(
+        ff_size, activation='relu', name='hidden',
+        kernel_initializer=initializers.kernel(kernel_initializer, initializers.KERAS_DEFAULT))
+    self.output_projection = keras.layers.Dense(
+        d_model, name='output',
+        kernel_initializer=initializers.kernel(kernel_initializer, initializers.KERAS_DEFAULT))
     self.dropout = keras.layers.Dropout(dropout)
 
   def build(self, input_shape):
@@ -159,15 +175,18 @@ def build_all(layers, d_model):
 
 @keras.saving.register_keras_serializable(package='models')
 class EncoderLayer(keras.layers.Layer):
-  """Self-attention then feed-forward, each residual."""
+  """Self-attention then feed-forward, each residual; ``kernel_initializer`` as :class:`Attention`'s."""
 
-  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm, **kwargs):
+  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm,
+               kernel_initializer=None, **kwargs):
     super().__init__(**kwargs)
     self.settings = dict(d_model=d_model, num_heads=num_heads, ff_size=ff_size, dropout=dropout,
                          attention_dropout=attention_dropout, pre_norm=pre_norm)
-    self.self_attention = Attention(d_model, num_heads, attention_dropout, name='self_attention')
+    self.self_attention = Attention(d_model, num_heads, attention_dropout,
+                                    kernel_initializer=kernel_initializer, name='self_attention')
     self.self_attention_norm = layer_norm('self_attention_layer_normalization')
-    self.feed_forward = FeedForward(d_model, ff_size, dropout, name='feed_forward')
+    self.feed_forward = FeedForward(d_model, ff_size, dropout,
+                                    kernel_initializer=kernel_initializer, name='feed_forward')
     self.feed_forward_norm = layer_norm('feed_forward_layer_normalization')
     self.dropout = keras.layers.Dropout(dropout)
     self._attention_block = _Residual(self.self_attention_norm, self.dropout, pre_norm)
@@ -189,18 +208,24 @@ class EncoderLayer(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package='models')
 class DecoderLayer(keras.layers.Layer):
-  """Causal self-attention, attention over the encoder output, feed-forward; each residual."""
+  """Causal self-attention, attention over the encoder output, feed-forward; each residual.
 
-  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm, **kwargs):
+  ``kernel_initializer`` as :class:`Attention`'s.
+  """
+
+  def __init__(self, d_model, num_heads, ff_size, dropout, attention_dropout, pre_norm,
+               kernel_initializer=None, **kwargs):
     super().__init__(**kwargs)
     self.settings = dict(d_model=d_model, num_heads=num_heads, ff_size=ff_size, dropout=dropout,
                          attention_dropout=attention_dropout, pre_norm=pre_norm)
-    self.self_attention = Attention(d_model, num_heads, attention_dropout, name='self_attention')
+    self.self_attention = Attention(d_model, num_heads, attention_dropout,
+                                    kernel_initializer=kernel_initializer, name='self_attention')
     self.self_attention_norm = layer_norm('self_attention_layer_normalization')
     self.cross_attention = Attention(d_model, num_heads, attention_dropout, self_attention=False,
-                                     name='cross_attention')
+                                     kernel_initializer=kernel_initializer, name='cross_attention')
     self.cross_attention_norm = layer_norm('cross_attention_layer_normalization')
-    self.feed_forward = FeedForward(d_model, ff_size, dropout, name='feed_forward')
+    self.feed_forward = FeedForward(d_model, ff_size, dropout,
+                                    kernel_initializer=kernel_initializer, name='feed_forward')
     self.feed_forward_norm = layer_norm('feed_forward_layer_normalization')
     self.dropout = keras.layers.Dropout(dropout)
     self._blocks = [_Residual(norm, self.dropout, pre_norm) for norm in (
