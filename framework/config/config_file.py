@@ -22,6 +22,7 @@ from core.files import write_text_atomically
 from core.params import ConfigError
 from core.registry import closest
 from core.registry import is_import_path
+from framework.config import tf1_names
 from framework.config.schema import dtype_name
 
 # The checkout's root, which holds the framework package (and configs/, scripts/).
@@ -36,6 +37,8 @@ TRAINING_MODES = ('train', 'train_eval')
 # infer_params (OpenSeq2Seq's) overlays the eval view for --mode=infer; a file without it has none.
 INFER_KEY = 'infer_params'
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params', INFER_KEY)
+# OpenSeq2Seq's model class, a top-level name of its Python configs: read as a key of base_params.
+BASE_MODEL_KEY = 'base_model'
 YAML_EXTENSIONS = ('.yaml', '.yml')
 CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
 
@@ -130,8 +133,11 @@ def load_config_file(path):
   """Reads a config file.
 
   A ``.py`` config is executed, so it may compute values and hold objects
-  (classes, functions, ``tf.float32``); a ``.yaml``/``.yml`` config is read
-  with a safe loader and holds plain data.
+  (classes, functions, ``tf.float32``); its ``import tensorflow`` serves
+  TensorFlow 1's names (``framework.config.tf1_names``), and its top-level
+  ``base_model`` (OpenSeq2Seq's model class) is read as a key of
+  ``base_params``. A ``.yaml``/``.yml`` config is read with a safe loader and
+  holds plain data.
 
   Args:
     path: the config file.
@@ -172,6 +178,8 @@ def load_config_file(path):
     if not isinstance(value, dict):
       raise ConfigError(f'{path}: {key} must be a dict, got {type(value).__name__}')
     raw[key] = value
+  if namespace.get(BASE_MODEL_KEY) is not None and BASE_MODEL_KEY not in raw['base_params']:
+    raw['base_params'] = dict(raw['base_params'], **{BASE_MODEL_KEY: namespace[BASE_MODEL_KEY]})
   for key in raw:
     if 'import_paths' in raw[key]:
       raw[key] = dict(raw[key], import_paths=absolute_import_paths(
@@ -272,7 +280,8 @@ def _strings(value):
 def _run_python_config(path):
   target = os.path.realpath(path)
   try:
-    return runpy.run_path(path, run_name=_module_name(path))
+    return runpy.run_path(path, run_name=_module_name(path), init_globals={
+        '__builtins__': tf1_names.config_builtins(os.path.dirname(target))})
   except SystemExit as exc:
     lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
              if os.path.realpath(frame.filename) == target]
@@ -291,6 +300,8 @@ def _run_python_config(path):
     line = f':{lines[-1]}' if lines else ''
     message = one_line(exc)
     detail = f'{type(exc).__name__}: {message}' if message else type(exc).__name__
+    if isinstance(exc, tf1_names.UnknownName):
+      detail = message  # it names the attribute and what is allowed
     raise ConfigError(f'{path}{line}: {detail}') from None
 
 
