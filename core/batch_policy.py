@@ -9,7 +9,10 @@ next update. The built-in ones:
   ``boundary_epochs``;
 - ``noise_scale``: doubles the batch (once or more in one decision) while twice
   it stays within the measured gradient noise scale over ``factor``, checked
-  every ``interval`` updates, up to ``max_batch``; it never shrinks.
+  every ``interval`` updates, up to ``max_batch``; it never shrinks;
+- ``seesaw``: Seesaw (Meterez et al. 2025): where the config's lr schedule
+  falls to 1/2, 1/4, ... of its peak, the batch doubles and the rate falls by
+  ``factor`` (1/sqrt(2)) instead of by half, up to ``max_batch``.
 
 A name ``"package.module:name"`` is a policy of your own, with the same
 signature. A batch grows by raising ``iter_size``: the micro-batch per worker
@@ -38,6 +41,10 @@ from core.registry import where_raised
 DEFAULT_MAX_FACTOR = 16
 # A noise_scale policy's default updates between two checks (and before the first).
 DEFAULT_INTERVAL = 20
+# Seesaw's rate at each doubling of the batch, for Adam and normalized updates (Meterez et al.).
+SEESAW_FACTOR = 1 / math.sqrt(2)
+# The rates a seesaw factor may take: 1/2 (the schedule's own fall) to 1 (no fall: SGD's rule).
+SEESAW_FACTORS = (0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,14 +131,83 @@ def noise_scale(state, max_batch=None, factor=1.0, interval=DEFAULT_INTERVAL):
   return batch
 
 
+def seesaw(state, halvings=(), max_batch=None, factor=SEESAW_FACTOR):
+  """The starting batch doubled at each of ``halvings`` passed, up to ``max_batch``.
+
+  Meterez et al. (2025): where a schedule would halve the learning rate, double
+  the batch and multiply the rate by 1/sqrt(2) instead (for Adam, through
+  normalized SGD, while the gradient's noise dominates its mean: below the
+  critical batch); for plain SGD doubling the batch alone (``factor`` 1) is
+  what halving the rate was. The run finds the halvings in its lr schedule
+  (:func:`halving_points`) when it is built, and sets the rate
+  (:func:`seesaw_exponent`); ``factor`` is read there.
+
+  Args:
+    state: the run's :class:`BatchState`.
+    halvings: the run steps at which the config's lr schedule has fallen to
+      1/2, 1/4, ... of its peak, from :func:`halving_points`; the run gives
+      them, not the config.
+    max_batch: the largest global batch (default: 16 x the starting one).
+    factor: the rate's multiplier at each doubling (read by the run).
+  """
+  del factor  # the rate's, not the batch's
+  ceiling = max_batch if max_batch is not None else DEFAULT_MAX_FACTOR * state.start_batch
+  batch = state.start_batch
+  for step in halvings:
+    if state.step < step or 2 * batch > ceiling:
+      break
+    batch *= 2
+  return batch
+
+
+def halving_points(rates, levels):
+  """The steps where a schedule has first fallen to 1/2, 1/4, ... of its peak, after the peak.
+
+  The peak is the largest rate, first reached at step p; a warm-up's rise
+  before it halves nothing. The k-th point is the first step after p whose
+  rate is at most peak / 2^k, so a drop by 4 at one step is two points there;
+  a schedule that rises again later keeps the points it passed.
+
+  Args:
+    rates: the schedule's rate at run steps 0, 1, 2, ... (the run's steps).
+    levels: the most points wanted (the doublings ``max_batch`` leaves room for).
+
+  Returns:
+    The steps, one per halving, increasing (equal for a fall by 4 or more at once).
+  """
+  rates = [float(r) for r in rates]
+  if not rates or not max(rates) > 0:
+    return []
+  peak = max(rates)
+  points = []
+  for step in range(rates.index(peak) + 1, len(rates)):
+    # peak x 2^-k is exact in a float: the test is against the schedule's own numbers.
+    while len(points) < levels and rates[step] <= math.ldexp(peak, -(len(points) + 1)):
+      points.append(step)
+    if len(points) == levels:
+      break
+  return points
+
+
+def seesaw_exponent(factor=SEESAW_FACTOR):
+  """p in Seesaw's rate, the schedule's times (B/B0)^p: ``2 x factor`` per doubling of the start.
+
+  p = 1 + log2(factor): 1/2 at Seesaw's 1/sqrt(2) (``lr_scaling``'s sqrt rule),
+  1 at 1 (SGD; the linear rule), 0 at 1/2 (the schedule's own fall, the batch
+  doubling on top).
+  """
+  return 1.0 + math.log2(factor)
+
+
 # The parameters each built-in policy takes (name: required).
 _PARAMETERS = {
     'fixed': {},
     'steps': {'batches': True, 'boundaries': False, 'boundary_epochs': False},
     'noise_scale': {'max_batch': False, 'factor': False, 'interval': False},
+    'seesaw': {'max_batch': False, 'factor': False},
 }
 
-_BUILT_IN = {'fixed': fixed, 'steps': steps, 'noise_scale': noise_scale}
+_BUILT_IN = {'fixed': fixed, 'steps': steps, 'noise_scale': noise_scale, 'seesaw': seesaw}
 
 BATCH_POLICIES = Registry('batch policy')
 for _name, _policy in _BUILT_IN.items():
@@ -199,6 +275,8 @@ def check(name, params, start_batch=None, unit=None):
     _check_steps(params, start_batch, unit)
   elif name == 'noise_scale':
     _check_noise_scale(params, start_batch)
+  elif name == 'seesaw':
+    _check_seesaw(params, start_batch)
 
 
 def _check_steps(params, start_batch, unit):
@@ -231,6 +309,28 @@ def _check_steps(params, start_batch, unit):
 
 
 def _check_noise_scale(params, start_batch):
+  _check_max_batch(params, start_batch)
+  factor = params.get('factor', 1.0)
+  if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor > 0:
+    raise ConfigError(f'{KEY}.factor: must be a positive number, got {factor!r}')
+  interval = params.get('interval', DEFAULT_INTERVAL)
+  if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
+    raise ConfigError(f'{KEY}.interval: must be an integer >= 1 (updates), got {interval!r}')
+
+
+def _check_seesaw(params, start_batch):
+  _check_max_batch(params, start_batch)
+  factor = params.get('factor', SEESAW_FACTOR)
+  low, high = SEESAW_FACTORS
+  if (isinstance(factor, bool) or not isinstance(factor, numbers.Real)
+      or not low <= factor <= high):
+    raise ConfigError(f'{KEY}.factor: {factor!r} is no rate factor Seesaw takes; allowed: a '
+                      f'number from {low} to {high}: {SEESAW_FACTOR:.5f} (1/sqrt(2), the default: '
+                      'Adam, LAMB, LARS), 1 (plain SGD or momentum)')
+
+
+def _check_max_batch(params, start_batch):
+  """A doubling policy's ``max_batch``: an integer the starting batch reaches by doubling."""
   top = params.get('max_batch')
   if top is not None and (not isinstance(top, numbers.Integral) or isinstance(top, bool)
                           or top < (start_batch or 1)):
@@ -238,20 +338,14 @@ def _check_noise_scale(params, start_batch):
                       f'{start_batch}; give an integer >= {start_batch} (or null: '
                       f'{DEFAULT_MAX_FACTOR} x the start)' if start_batch else
                       f'{KEY}.max_batch: must be a positive integer, got {top!r}')
-  if top is not None and start_batch and (
-      top == start_batch or planned_batches('noise_scale', params, start_batch)[-1] != top):
+  if top is not None and start_batch and (top == start_batch
+                                          or doubled_batches(start_batch, top)[-1] != top):
     # The policy doubles the batch: a ceiling it cannot reach is one it stops below, and
     # the start itself one it never grows from.
     doubled = ', '.join(str(start_batch * 2 ** k) for k in range(1, 5))
     raise ConfigError(f'{KEY}.max_batch: {top} is not reached by doubling the starting global '
                       f'batch {start_batch}; allowed: {doubled}, ... (or null: '
                       f'{DEFAULT_MAX_FACTOR} x the start)')
-  factor = params.get('factor', 1.0)
-  if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor > 0:
-    raise ConfigError(f'{KEY}.factor: must be a positive number, got {factor!r}')
-  interval = params.get('interval', DEFAULT_INTERVAL)
-  if isinstance(interval, bool) or not isinstance(interval, numbers.Integral) or interval < 1:
-    raise ConfigError(f'{KEY}.interval: must be an integer >= 1 (updates), got {interval!r}')
 
 
 def _is_list(values, kind):
@@ -313,14 +407,23 @@ def planned_batches(name, params, start_batch):
   """The global batches a built-in policy may use, smallest first (for the benchmark).
 
   ``steps``: its ``batches``; ``noise_scale``: the start doubled up to
-  ``max_batch``; anything else: the start alone.
+  ``max_batch``; ``seesaw``: the same, once for each of the run's
+  ``halvings`` when they are known; anything else: the start alone.
   """
   if name == 'steps':
     return list(params['batches'])
-  if name == 'noise_scale':
-    ceiling = params.get('max_batch') or DEFAULT_MAX_FACTOR * start_batch
-    result = [start_batch]
-    while result[-1] * 2 <= ceiling:
-      result.append(result[-1] * 2)
-    return result
+  if name in ('noise_scale', 'seesaw'):
+    ladder = doubled_batches(start_batch, params.get('max_batch'))
+    if name == 'seesaw' and 'halvings' in params:
+      return ladder[:len(params['halvings']) + 1]
+    return ladder
   return [start_batch]
+
+
+def doubled_batches(start_batch, max_batch=None):
+  """The start, doubled while within ``max_batch`` (default: 16 x the start)."""
+  ceiling = max_batch or DEFAULT_MAX_FACTOR * start_batch
+  result = [start_batch]
+  while result[-1] * 2 <= ceiling:
+    result.append(result[-1] * 2)
+  return result

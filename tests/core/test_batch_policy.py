@@ -140,3 +140,86 @@ def test_a_batch_of_whole_micro_batches_that_is_no_multiple_of_the_start():
   # Two micro-batches of 256 to start: 768 is three, but not a whole number of starting batches.
   with pytest.raises(ConfigError, match='768 is not a multiple of the starting batch 512'):
     bp.check('steps', {'batches': [512, 768], 'boundaries': [10]}, start_batch=512, unit=256)
+
+
+# --- seesaw ----------------------------------------------------------------------------------
+
+# piecewise_constant 0.4 with boundaries [100, 200], decay_rates [0.5, 0.125]: TensorFlow's
+# convention, a boundary step keeps the earlier value; the fall by 4 at step 201 is two halvings.
+PIECEWISE = [0.4] * 101 + [0.2] * 100 + [0.05] * 99
+
+
+def test_halving_points_of_a_piecewise_schedule():
+  assert bp.halving_points(PIECEWISE, levels=4) == [101, 201, 201]
+  assert bp.halving_points(PIECEWISE, levels=1) == [101]
+  assert bp.halving_points([0.4] * 300, levels=4) == []
+  assert bp.halving_points([0.0] * 30, levels=4) == []
+
+
+def test_halving_points_count_from_the_peak_after_a_warm_up():
+  # A warm-up over 10 steps to 1.0, held to step 20, then 0.5, 0.25: the rise halves nothing.
+  rates = [s / 10 for s in range(10)] + [1.0] * 11 + [0.5] * 5 + [0.3, 0.25, 0.6, 0.1]
+  assert bp.halving_points(rates, levels=8) == [21, 27, 29]
+
+
+def test_halving_points_of_a_cosine_are_its_closed_form():
+  # r(s) = r0 x (1 + cos(pi s / D)) / 2 is r0 / 2^k at s_k = D arccos(2^(1 - k) - 1) / pi:
+  # D / 2, 2D / 3, ...; the point is the first whole step at or after s_k.
+  d, r0 = 1000, 0.3
+  rates = [r0 * 0.5 * (1 + math.cos(math.pi * s / d)) for s in range(d)]
+  expected = [math.ceil(d * math.acos(2.0 ** (1 - k) - 1) / math.pi - 1e-9) for k in range(1, 6)]
+  assert expected[:2] == [500, 667]
+  assert bp.halving_points(rates, levels=5) == expected
+
+
+# (run step, batch) for halvings [101, 201, 201] from 256: 512 from 101, 2048 from 201 (capped
+# at max_batch 1024: 1024).
+@pytest.mark.parametrize('step,max_batch,batch', [
+    (0, None, 256), (100, None, 256), (101, None, 512), (200, None, 512), (201, None, 2048),
+    (5000, None, 2048), (201, 1024, 1024), (201, 512, 512), (201, 2 ** 20, 2048)])
+def test_seesaw_doubles_at_each_halving_passed(step, max_batch, batch):
+  assert bp.seesaw(state(step=step), halvings=[101, 201, 201], max_batch=max_batch) == batch
+
+
+def test_seesaw_default_ceiling_and_no_halving():
+  many = list(range(1, 40))
+  assert bp.seesaw(state(step=100), halvings=many) == 16 * 256
+  assert bp.seesaw(state(step=100), halvings=[]) == 256
+
+
+@pytest.mark.parametrize('factor,ratio,expected', [
+    (1 / math.sqrt(2), 4, 2.0), (1 / math.sqrt(2), 8, math.sqrt(8)), (1.0, 8, 8.0),
+    (0.5, 8, 1.0)])
+def test_seesaw_exponent(factor, ratio, expected):
+  # Seesaw's rate over the schedule's: (2 x factor) for each doubling of the start.
+  assert ratio ** bp.seesaw_exponent(factor) == pytest.approx(expected, rel=1e-12)
+
+
+def test_seesaw_planned_batches():
+  assert bp.planned_batches('seesaw', {'max_batch': 1024}, 256) == [256, 512, 1024]
+  assert bp.planned_batches('seesaw', {'max_batch': 4096, 'halvings': [10]}, 256) == [256, 512]
+  assert bp.planned_batches('seesaw', {'max_batch': 512, 'halvings': [10, 20]}, 256) == [256, 512]
+
+
+@pytest.mark.parametrize('params,message', [
+    ({'factor': 0.3}, r'factor: 0.3 is no rate factor Seesaw takes; allowed: a number from 0.5 '
+                      r'to 1.0: 0.70711 \(1/sqrt\(2\), the default: Adam, LAMB, LARS\), 1 '
+                      r'\(plain SGD or momentum\)$'),
+    ({'factor': 1.5}, 'factor: 1.5 is no rate factor'),
+    ({'factor': True}, 'factor: True is no rate factor'),
+    ({'factor': 'sqrt'}, "factor: 'sqrt' is no rate factor"),
+    ({'max_batch': 3000}, 'max_batch: 3000 is not reached by doubling the starting global batch'),
+    ({'max_batch': 128}, 'max_batch: 128 is below the starting global batch 256'),
+    ({'halvings': [10]}, r"unknown key\(s\) \['halvings'\] for batch_policy 'seesaw'; allowed: "
+                         'factor, max_batch'),
+])
+def test_seesaw_check_refuses_in_one_line(params, message):
+  with pytest.raises(ConfigError, match=message) as info:
+    bp.check('seesaw', params, start_batch=256, unit=256)
+  assert '\n' not in str(info.value) and str(info.value).startswith('batch_policy_params')
+
+
+def test_seesaw_check_takes_its_defaults_and_both_rules():
+  for params in ({}, {'factor': 1}, {'factor': 0.5}, {'max_batch': 4096, 'factor': 0.7071}):
+    bp.check('seesaw', params, start_batch=256, unit=256)
+  bp.check('seesaw', {'max_batch': 100})  # before the workers are known
