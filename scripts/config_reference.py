@@ -29,6 +29,7 @@ from core.params import type_name  # noqa: E402  pylint: disable=wrong-import-po
 from framework.config import schema  # noqa: E402  pylint: disable=wrong-import-position
 from framework.config import validation as config_lib  # noqa: E402  pylint: disable=wrong-import-position
 from framework.engines import tf_import  # noqa: E402  pylint: disable=wrong-import-position
+from models import initializer_names  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import registry  # noqa: E402  pylint: disable=wrong-import-position
 from optimizers import validation  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -39,7 +40,8 @@ COMMAND = '.venv/bin/python scripts/config_reference.py'
 
 # Keys whose allowed names live with their own check rather than in the
 # Param's choices: the same constants those checks read.
-NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': validation.LOSS_SCALING_ALGOS}
+NAMES_ELSEWHERE = {'dtype': precision.DTYPE_NAMES, 'loss_scaling': validation.LOSS_SCALING_ALGOS,
+                   'initializer': tuple(initializer_names.NAMES)}
 # The optimizer argument the framework gives itself (validation refuses it in optimizer_params).
 LEARNING_RATE = 'learning_rate'
 # The lr policy argument the trainer passes.
@@ -213,6 +215,33 @@ def loss_scaling_section():
   return lines
 
 
+def initializer_section():
+  """Each name ``initializer`` takes: the function or class it is, its arguments, the Keras initializer."""
+  lines = ['## `initializer_params`', '',
+           'The arguments of the initializer `initializer` names (`models/initializer_names.py`): '
+           "TensorFlow 1's names and defaults for TensorFlow 1's functions, Keras' for Keras' "
+           "(a Keras class name reads as its name). `variance_scaling_initializer` is "
+           "`tf.contrib.layers.variance_scaling_initializer` when given that function's "
+           "arguments (`factor`, `uniform`, a mode in capitals). `seed`: kernel k of the model "
+           'draws with seed + k; without it, each kernel takes a seed from Python\'s generator, '
+           'which `random_seed` seeds. The last column is the Keras initializer each kernel is '
+           'drawn with at the defaults.', '',
+           '| initializer | is | arguments and defaults | drawn as |', '|---|---|---|---|']
+  entries = list(initializer_names.NAMES.items())
+  entries.insert(1, ('variance_scaling_initializer', initializer_names.CONTRIB_VARIANCE_SCALING))
+  for name, entry in entries:
+    defaults = {key: param.default for key, param in entry.params.items()}
+    arguments = ', '.join(
+        f'`{key}={param.default!r}`' + (f" ({'/'.join(map(str, param.choices))})"
+                                        if param.choices else '')
+        for key, param in entry.params.items())
+    keras_class, kwargs = entry.keras(defaults)
+    made = ', '.join(f'{k}={v!r}' for k, v in kwargs.items())
+    lines.append(f'| `{name}` | `{entry.who}` | {cell(arguments) or "none"} | '
+                 f'`{cell(f"{keras_class}({made})")}` |')
+  return lines + ['']
+
+
 def named_params_section(title, registry_, intro):
   lines = [f'## `{title}`', '', intro, '']
   for name in registry_:
@@ -251,6 +280,7 @@ def reference():
            *optimizer_section(registries),
            *lr_policy_section(registries),
            *loss_scaling_section(),
+           *initializer_section(),
            END]
   return '\n'.join(lines) + '\n'
 

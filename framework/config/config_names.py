@@ -8,7 +8,7 @@ dicts: for each name, whether its registry holds it (the one-line refusal to
 raise where the validation checks that name, so that a config's first mistake
 is still the one reported) and the facts it declares (``PARAMS``,
 ``TRAIN_EXAMPLES``, ``WRAPS_OPTIMIZER``, ``ARGUMENTS``, the weight decay it
-keeps). The validation reads those dicts and never calls back into the
+keeps, whether a model takes the config's ``initializer``). The validation reads those dicts and never calls back into the
 registries, and the registries never call the validation: a config goes from
 its file to its names to its checks in one direction.
 
@@ -26,7 +26,7 @@ from core.registry import is_import_path
 
 # The facts each name of a config is asked for, before anything is imported.
 OPTIMIZER_FACTS = ('WRAPS_OPTIMIZER', 'ARGUMENTS', 'OWN_WEIGHT_DECAY', 'OWN_DECAY_ARGUMENTS')
-NAME_FACTS = {'model': ('PARAMS',), 'data_layer': ('PARAMS', 'TRAIN_EXAMPLES'),
+NAME_FACTS = {'model': ('PARAMS', 'TAKES_INITIALIZER'), 'data_layer': ('PARAMS', 'TRAIN_EXAMPLES'),
               'optimizer': OPTIMIZER_FACTS, 'lr_policy': ('ARGUMENTS',), 'batch_policy': ()}
 
 

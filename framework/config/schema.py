@@ -82,6 +82,11 @@ def dtype_name(value):
   return value
 
 
+def _anything(value):
+  del value
+  return True  # models.initializer_names checks it, beside initializer_params
+
+
 def _at_least_one(value):
   return None if value >= 1 else 'must be >= 1'
 
@@ -165,6 +170,14 @@ SCHEMA = {
     'batch_policy_params': Param(dict, {}, doc='arguments of the batch policy'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
     'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
+    'initializer': _NameOrObject('Keras initializer (class or instance)', _anything, None,
+                                 doc="the kernels' initializer of the built-in models (their "
+                                     'convolutions, dense and attention projections): '
+                                     "TensorFlow 1's function name or Keras' name "
+                                     '(initializer_params below); None: each model\'s own'),
+    'initializer_params': Param(dict, None, doc="its arguments: TensorFlow 1's names and "
+                                                "defaults for TensorFlow 1's functions, Keras' "
+                                                "for Keras'"),
     'summaries': ListParam(validation.SUMMARY, ['learning_rate', 'global_gradient_norm', 'loss_scale'],
                            doc='optimizer summaries to write'),
     'save_checkpoint_steps': Param(_OPTIONAL_INT, 1000, check=positive, doc='None: no checkpoints'),

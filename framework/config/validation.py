@@ -65,6 +65,7 @@ from framework.config.config_resolve import durations_given
 from framework.config.config_resolve import resolve_modes
 from framework.config.schema import EPOCH_KEYS
 from framework.config.schema import FRACTION_KEYS
+from models import initializer_names
 from optimizers import validation
 
 SUMMARY_NAMES = validation.SUMMARY_NAMES
@@ -165,6 +166,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   for kind in ('model', 'data_layer'):
     _raise_name_error(names[kind])
     _check_declared_params(result, kind, names[kind]['PARAMS'])
+  _check_initializer(result, names['model'], notes)
   task = _task(result, registries)
   extension_points.check_shapes(result, registries, task)
   result = openseq2seq.apply_loss_params(result, loss_params, task, config)
@@ -283,6 +285,41 @@ def _check_declared_params(result, kind, schema):
   """``result[kind + '_params']`` checked against the ``PARAMS`` the model or data layer declares."""
   if schema is not None:
     result[f'{kind}_params'] = check_params(result[f'{kind}_params'], schema, f'{kind}_params')
+
+
+def _check_initializer(result, model, notes):
+  """``initializer`` and ``initializer_params`` as config.yaml records them, for a model that takes them.
+
+  A builder takes the config's initializer when it declares
+  ``TAKES_INITIALIZER`` (the built-in ones do); a builder of your own sets
+  its layers' initializers itself, so the key is refused there in one line.
+
+  Raises:
+    ConfigError: ``initializer_params`` without ``initializer``, a model that
+      takes none, or what ``models.initializer_names.check`` refuses.
+  """
+  initializer, params = result['initializer'], result['initializer_params']
+  if initializer is None:
+    if params is not None:
+      raise ConfigError('initializer_params: given without initializer; give the initializer '
+                        'they are the arguments of, or drop them', 'initializer_params',
+                        'invalid')
+    return
+  if not model['TAKES_INITIALIZER']:
+    who = model['value'] if isinstance(model['value'], str) else getattr(
+        model['value'], '__qualname__', repr(model['value']))
+    raise ConfigError(
+        f'initializer: model {who} is a builder of your own, which sets its layers\' '
+        'initializers itself (a Keras layer has no default to take from the config): set '
+        'kernel_initializer in its layers and drop the key, or declare TAKES_INITIALIZER = True '
+        'on it and take kernel_initializer= (models/initializers.py)', 'initializer', 'invalid')
+  name, params = initializer_names.check(initializer, params)
+  result['initializer'], result['initializer_params'] = name, params
+  note = (f'note: initializer: {initializer_names.describe(name, params)}, on every kernel of '
+          "the model's convolutions and dense and attention projections; biases, "
+          'normalization and embeddings keep theirs')
+  if notes is not None and note not in notes:
+    notes.append(note)
 
 
 def _check_optimizer(result, names):

@@ -4,7 +4,7 @@ The trainer owns the run (the gradient pipeline, checkpoints, the loop, the
 workers); a :class:`Task` owns what depends on the kind of data and model:
 
 * ``build_model(data_layer)``: the model, from the facts the data layer gives
-  (image shape and classes, vocabulary sizes);
+  (image shape and classes, vocabulary sizes), through :meth:`Task.call_builder`;
 * ``loss(model, batch)``: the training loss of one micro-batch and its train
   metrics, named in ``TRAIN_METRICS`` (the trainer adds the model's own losses
   and the L2 regularizer, the same for every task);
@@ -98,6 +98,22 @@ class Task:
     final_config = copy.deepcopy(eval_config)
     final_config['data_layer_params']['eval_split'] = final
     return final_config
+
+  def call_builder(self, *facts):
+    """The config's model builder called with ``model_params`` and the data layer's ``facts``.
+
+    When the config gives ``initializer``, the builder is given it as
+    ``kernel_initializer`` (``models.initializers.KernelInitializers``);
+    without it the builder is called as before the key existed.
+    """
+    from models import MODELS  # pylint: disable=import-outside-toplevel
+    from models import initializers  # pylint: disable=import-outside-toplevel
+    cfg = self.config
+    extra = {}
+    if cfg.get('initializer') is not None:
+      extra['kernel_initializer'] = initializers.KernelInitializers(cfg['initializer'],
+                                                                    cfg['initializer_params'])
+    return MODELS.resolve(cfg['model'])(cfg['model_params'], *facts, **extra)
 
   # --- what each task defines --------------------------------------------------------------
 

@@ -36,7 +36,6 @@ from framework.tasks import base
 from framework.tasks import export
 from framework.tasks import image_evaluation
 from framework.tasks import image_export
-from models import MODELS
 from models import contract
 
 
@@ -68,8 +67,7 @@ class ImageClassificationTask(base.Task):
     """
     cfg = self.config
     self.samples_data = data_layer
-    model = MODELS.resolve(cfg['model'])(cfg['model_params'], data_layer.image_shape,
-                                         data_layer.num_classes)
+    model = self.call_builder(data_layer.image_shape, data_layer.num_classes)
     contract.check_image_classifier(model, contract.builder_name(cfg['model']),
                                     data_layer.image_shape, data_layer.num_classes)
     return model

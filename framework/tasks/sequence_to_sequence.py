@@ -45,7 +45,6 @@ from data.sequences import Vocabulary
 from framework import tasks
 from framework.engines import distributed
 from framework.tasks import base
-from models import MODELS
 from models.sequence_losses import sequence_cross_entropy
 from models.sequence_losses import teacher_forced_loss
 from models.sequence_losses import token_accuracy
@@ -107,10 +106,8 @@ class SequenceToSequenceTask(base.Task):
     return 'tokens' if self.config['data_layer_params'].get('batch_unit') == 'tokens' else 'words'
 
   def build_model(self, data_layer):
-    cfg = self.config
     self.samples_data = data_layer
-    return MODELS.resolve(cfg['model'])(cfg['model_params'], data_layer.source_vocab_size,
-                                        data_layer.target_vocab_size)
+    return self.call_builder(data_layer.source_vocab_size, data_layer.target_vocab_size)
 
   # --- training ----------------------------------------------------------------------------
 

@@ -487,6 +487,8 @@ def test_validate_fills_defaults():
       'batch_policy': 'fixed', 'batch_policy_params': {},
       'regularizer': None,
       'regularizer_params': None,
+      'initializer': None,
+      'initializer_params': None,
       'summaries': ['learning_rate', 'global_gradient_norm', 'loss_scale'],
       'save_checkpoint_steps': 1000,
       'num_checkpoints': 5,
