@@ -24,8 +24,8 @@ keys keep their meaning (docs/openseq2seq.md has the whole table):
   ``--mode=infer`` (``framework.config.config_resolve``).
 - ``dtype: mixed``: ``mixed_float16`` (``core.precision``).
 
-The keys that have no counterpart here (``encoder``, ``initializer``,
-``gpu_ids``, ...) are refused in one line that says what to write instead.
+The keys that have no counterpart here (``encoder``, ``gpu_ids``, ...) are
+refused in one line that says what to write instead.
 Nothing here imports TensorFlow.
 """
 
@@ -49,12 +49,6 @@ INSTEAD = {
                       'model_params (docs/openseq2seq.md maps them)',
     'loss': "the loss is the task's (softmax cross-entropy for images, label-smoothed token "
             'cross-entropy for sequences): drop the key; loss_params.label_smoothing is read',
-    'initializer': "OpenSeq2Seq's default initializer of the variables that set none has no "
-                   'counterpart in Keras, where every layer sets its own (models/resnet.py: He '
-                   'normal kernels): drop the key, or set the initializers in your own model '
-                   'builder (docs/your_data.md#the-model-builder-contract)',
-    'initializer_params': 'see initializer: drop both keys, or set the initializers in your own '
-                          'model builder',
     'gpu_ids': 'give num_gpus (the number of workers on this machine), or CUDA_VISIBLE_DEVICES',
     'eval_batch_size_per_gpu': 'give eval_params: {batch_size_per_gpu: N}',
     'load_model': 'start from another run\'s weights with run.py --init_checkpoint=LOGDIR',

@@ -78,7 +78,6 @@ def test_the_text_port_reads_its_loss_params_and_infer_params():
     ('encoder', 'give model'),
     ('decoder_params', 'give their settings in model_params'),
     ('loss', 'loss_params.label_smoothing is read'),
-    ('initializer', 'set the initializers in your own model builder'),
     ('gpu_ids', 'give num_gpus'),
     ('eval_batch_size_per_gpu', 'give eval_params: {batch_size_per_gpu: N}'),
     ('load_model', 'run.py --init_checkpoint=LOGDIR'),
