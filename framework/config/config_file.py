@@ -8,6 +8,7 @@ imports TensorFlow; ``load_yaml`` (YAML with ``1e-3`` read as a float) serves
 every reader of YAML in the project.
 """
 
+import builtins
 import importlib.util
 import os
 import re
@@ -281,7 +282,7 @@ def _run_python_config(path):
   target = os.path.realpath(path)
   try:
     return runpy.run_path(path, run_name=_module_name(path), init_globals={
-        '__builtins__': tf1_names.config_builtins(os.path.dirname(target))})
+        '__builtins__': config_builtins(os.path.dirname(target))})
   except SystemExit as exc:
     lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
              if os.path.realpath(frame.filename) == target]
@@ -303,6 +304,50 @@ def _run_python_config(path):
     if isinstance(exc, tf1_names.UnknownName):
       detail = message  # it names the attribute and what is allowed
     raise ConfigError(f'{path}{line}: {detail}') from None
+
+
+def config_builtins(directory):
+  """Python's builtins for executing a config of ``directory``: ``import tensorflow`` serves TF 1's names.
+
+  ``import tensorflow`` (and ``from tensorflow.contrib.layers import ...``)
+  inside the config gives ``framework.config.tf1_names``' namespace. A module
+  the config imports from its own directory (the port a small variant
+  imports) is executed with the same builtins, once, so that it reads TF 1's
+  names too. Every other import is Python's own.
+  """
+  directory = os.path.realpath(directory)
+  names = dict(vars(builtins))
+
+  def config_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
+    top = name.partition('.')[0]
+    if level == 0 and top == 'tensorflow':
+      return tf1_names.imported(name, fromlist)
+    if level == 0 and top not in sys.modules:
+      _import_beside(top, directory, names)
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+  names['__import__'] = config_import
+  return names
+
+
+def _import_beside(name, directory, names):
+  """Executes module ``name`` with the config's builtins when it is a file of ``directory``."""
+  try:
+    spec = importlib.util.find_spec(name)
+  except (ImportError, ValueError):
+    return
+  origin = getattr(spec, 'origin', None)
+  if (spec is None or spec.submodule_search_locations is not None or not origin
+      or not origin.endswith('.py') or os.path.dirname(os.path.realpath(origin)) != directory):
+    return
+  module = importlib.util.module_from_spec(spec)
+  module.__builtins__ = names
+  sys.modules[name] = module
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[name]
+    raise
 
 
 def _module_name(path):

@@ -1,9 +1,16 @@
 """OpenSeq2Seq's config keys, read as OpenSeq2Seq reads them or refused in one line.
 
-A config written for OpenSeq2Seq runs here once its classes (model, encoder,
-decoder, loss, data layer) are replaced by this framework's names; its other
-keys keep their meaning (docs/openseq2seq.md has the whole table):
+A config written for OpenSeq2Seq runs here once the imports of its classes
+(model, encoder, decoder, loss, data layer) are swapped for this framework's
+modules (``models.openseq2seq``, ``data.openseq2seq``); its keys keep their
+meaning (docs/openseq2seq.md has the whole table):
 
+- ``base_model``, ``encoder``, ``decoder``, ``loss`` and their params: this
+  framework's ``model`` and ``model_params``, and ``data_layer`` given as
+  OpenSeq2Seq's class its name (:func:`read_classes`);
+- TensorFlow 1's names (``tf.train.MomentumOptimizer``, ``tf.float16``) are
+  what the framework reads for them as the config is executed
+  (``framework.config.tf1_names``);
 - ``num_gpus``: the workers ``run.py`` starts on this machine, as
   ``--num_workers`` does (:func:`local_workers`); one per process under
   Horovod, whose launcher sets how many.
@@ -24,7 +31,7 @@ keys keep their meaning (docs/openseq2seq.md has the whole table):
   ``--mode=infer`` (``framework.config.config_resolve``).
 - ``dtype: mixed``: ``mixed_float16`` (``core.precision``).
 
-The keys that have no counterpart here (``encoder``, ``gpu_ids``, ...) are
+The keys that have no counterpart here (``gpu_ids``, ``hooks``, ...) are
 refused in one line that says what to write instead.
 Nothing here imports TensorFlow.
 """
@@ -34,21 +41,14 @@ import os
 from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
+from core.registry import is_import_path
+from data import DATA_LAYERS
+from data.openseq2seq import DATA_LAYER_CLASSES
 from framework.engines import local_cluster
+from models.openseq2seq import BASE_MODELS
 
 # OpenSeq2Seq's keys that mean nothing here, and what to write instead.
 INSTEAD = {
-    'encoder': "OpenSeq2Seq's encoder, decoder and loss are one model here: give model "
-               '(resnet50, resnet_cifar, keras_application, transformer, or your own builder) '
-               'and its model_params',
-    'encoder_params': 'the encoder and decoder are one model here: give their settings in '
-                      "model_params (docs/openseq2seq.md maps the transformer's and ResNet's)",
-    'decoder': "OpenSeq2Seq's encoder, decoder and loss are one model here: give model and "
-               'model_params',
-    'decoder_params': 'the encoder and decoder are one model here: give their settings in '
-                      'model_params (docs/openseq2seq.md maps them)',
-    'loss': "the loss is the task's (softmax cross-entropy for images, label-smoothed token "
-            'cross-entropy for sequences): drop the key; loss_params.label_smoothing is read',
     'gpu_ids': 'give num_gpus (the number of workers on this machine), or CUDA_VISIBLE_DEVICES',
     'eval_batch_size_per_gpu': 'give eval_params: {batch_size_per_gpu: N}',
     'load_model': 'start from another run\'s weights with run.py --init_checkpoint=LOGDIR',
@@ -101,6 +101,7 @@ def read_keys(config, notes=None):
   """
   if not isinstance(config, dict):
     return config, None
+  config = read_classes(config, notes)
   for key in config:
     if key in INSTEAD and config[key] is not None:
       raise ConfigError(f'{key}: a key of OpenSeq2Seq that is not read here; {INSTEAD[key]}',
@@ -227,6 +228,132 @@ def apply_loss_params(result, loss_params, task, given):
   else:
     result[place[0]] = value
   return result
+
+
+# ---------------------------------------------------------------------------
+# OpenSeq2Seq's classes: base_model, encoder, decoder, loss, data_layer
+#
+# A ported config keeps OpenSeq2Seq's form:
+#
+#   base_model = Image2Label                     # models.openseq2seq
+#   base_params = {'encoder': ResNetEncoder, 'encoder_params': {'resnet_size': 50, ...},
+#                  'decoder': FullyConnectedDecoder, 'decoder_params': {'output_dim': 1001},
+#                  'loss': CrossEntropyLoss, 'data_layer': ImagenetDataLayer, ...}
+#
+# read_classes reads it, in each view of the config, as model: resnet50 with its
+# model_params and data_layer: imagenet: the base model checks its encoder's and
+# decoder's params (models.openseq2seq) and says what they become.
+
+BASE_MODEL_KEY = 'base_model'
+PART_KEYS = ('encoder', 'decoder', 'loss')
+CLASS_KEYS = (BASE_MODEL_KEY,) + PART_KEYS + ('encoder_params', 'decoder_params')
+
+
+def read_classes(config, notes):
+  """``config`` with OpenSeq2Seq's classes read as this framework's keys.
+
+  Args:
+    config: a resolved config view (not modified).
+    notes: a list the notes are appended to (each once), or None.
+
+  Returns:
+    ``config``, or a new dict: ``data_layer`` given as an OpenSeq2Seq class
+    is its name here; ``base_model``, ``encoder``, ``decoder``, ``loss`` and
+    their params are ``model`` and ``model_params`` (``loss_params`` stays,
+    for the task's label smoothing); ``model_params`` given beside
+    ``base_model`` adds the keys OpenSeq2Seq's params do not set.
+
+  Raises:
+    ConfigError: one line naming the key: a base model or part this framework
+      does not read, a part missing, ``model`` beside ``base_model``, a
+      ``model_params`` key the encoder or decoder sets otherwise, or a param
+      the base model refuses.
+  """
+  if not isinstance(config, dict):
+    return config
+  data_layer = config.get('data_layer')
+  if isinstance(data_layer, type) and data_layer in DATA_LAYER_CLASSES:
+    config = dict(config, data_layer=data_layer.NAME)
+  given = [key for key in CLASS_KEYS if config.get(key) is not None]
+  if not given:
+    return config
+  base = config.get(BASE_MODEL_KEY)
+  if base is None:
+    raise ConfigError(f"{given[0]}: OpenSeq2Seq's {given[0]} is read with its base_model; allowed: "
+                      f'base_model = {" or ".join(_names(BASE_MODELS))} (models.openseq2seq) '
+                      'with encoder, decoder and loss, or model and model_params without them',
+                      given[0], 'invalid')
+  if base not in BASE_MODELS:
+    raise ConfigError(f'base_model: {_name(base)} is not read here; allowed: '
+                      f'{", ".join(_names(BASE_MODELS))} (models.openseq2seq)',
+                      BASE_MODEL_KEY, 'invalid')
+  if config.get('model') is not None:
+    raise ConfigError(f'model: given beside base_model {base.__name__}, which gives the model '
+                      'from its encoder and decoder; allowed: one of them (for a change of the '
+                      'model, set encoder_params or decoder_params)', 'model', 'invalid')
+  params = {}
+  for part in PART_KEYS:
+    allowed = base.PARTS[part]
+    if config.get(part) not in allowed:
+      what = (f'{_name(config[part])} is not read with' if config.get(part) is not None
+              else 'required with')
+      raise ConfigError(f'{part}: {what} base_model {base.__name__}; allowed: '
+                        f'{", ".join(_names(allowed))} (models.openseq2seq)', part, 'invalid')
+    params[part] = (config[part].params(config.get(f'{part}_params'), f'{part}_params')
+                    if part != 'loss' else dict(config.get('loss_params') or {}))
+  read = []
+  keys = base.model_keys(params, _num_classes(config), _regularized(config), read)
+  for note in read:
+    _note(notes, note)
+  result = {k: v for k, v in config.items() if k not in CLASS_KEYS}
+  result.update(keys, model_params=_with_model_params(keys['model_params'],
+                                                      config.get('model_params'), base))
+  return result
+
+
+def _with_model_params(read, given, base):
+  """The model_params read from the encoder and decoder, with those the config gives beside them.
+
+  ``model_params`` beside ``base_model`` sets what OpenSeq2Seq's params do not
+  (``--set model_params.train_chunk_size=256``); a key they set is given there.
+  """
+  if given is None:
+    return read
+  if not isinstance(given, dict):
+    raise ConfigError(f'model_params: expected a mapping, got {given!r}', 'model_params', 'invalid')
+  for key, value in given.items():
+    if key in read and read[key] != value:
+      raise ConfigError(f'model_params.{key}: {value!r}, but base_model {base.__name__} reads '
+                        f'{read[key]!r} from encoder_params and decoder_params; give it there '
+                        '(docs/openseq2seq.md maps the keys)', f'model_params.{key}', 'invalid')
+  return dict(read, **given)
+
+
+def _num_classes(config):
+  """The classes the config's data layer gives, where its params declare ``num_classes``; else None."""
+  name = config.get('data_layer')
+  if not isinstance(name, str) or is_import_path(name) or name not in DATA_LAYERS:
+    return None
+  declared = DATA_LAYERS.facts(name).get('PARAMS') or {}
+  if 'num_classes' not in declared:
+    return None
+  given = config.get('data_layer_params') or {}
+  value = given.get('num_classes', declared['num_classes'].default)
+  return value if isinstance(value, int) else None
+
+
+def _regularized(config):
+  scale = (config.get('regularizer_params') or {}).get('scale')
+  return config.get('regularizer') is not None and not (isinstance(scale, (int, float))
+                                                        and scale == 0)
+
+
+def _name(value):
+  return getattr(value, '__name__', repr(value))
+
+
+def _names(values):
+  return [_name(v) for v in values]
 
 
 # ---------------------------------------------------------------------------

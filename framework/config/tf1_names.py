@@ -7,7 +7,8 @@ OpenSeq2Seq's configs do ``import tensorflow as tf`` and name TF 1's objects:
 ``tf.contrib``, and ``tf.train`` holds no optimizers. While a Python config
 is executed (``framework.config.config_file``), ``import tensorflow`` in it
 (and in the modules it imports from its own directory, such as the config a
-small variant starts from) is :data:`TF`, a namespace of this module:
+small variant starts from) is :func:`imported` from :data:`TF`, a namespace
+of this module:
 
 - each TF 1 name below is what the framework reads for it: an optimizer its
   registered name (``'Momentum'``, the TF 1 class with TF 1's formula,
@@ -26,9 +27,6 @@ The real ``tensorflow`` module is not changed: code outside the config sees
 TensorFlow 2 as it is.
 """
 
-import builtins
-import importlib.util
-import os
 import sys
 
 # TF 1's classes a config names as its optimizer, and what ``optimizer`` takes for each.
@@ -130,7 +128,7 @@ _NAMESPACES = {path: Namespace(path) for path in _FORWARDED}
 TF = _NAMESPACES['']
 
 
-def _imported(name, fromlist):
+def imported(name, fromlist):
   """What ``import name`` (``fromlist`` empty) or ``from name import ...`` gives inside a config."""
   if not fromlist:
     return TF
@@ -138,45 +136,3 @@ def _imported(name, fromlist):
   for part in name.split('.')[1:]:
     value = getattr(value, part)
   return value
-
-
-def config_builtins(directory):
-  """Python's builtins for executing a config of ``directory``: ``import tensorflow`` is :data:`TF`.
-
-  A module the config imports from its own directory (the port a small
-  variant imports) is executed with the same builtins, once, so that it
-  reads TF 1's names too. Every other import is Python's own.
-  """
-  directory = os.path.realpath(directory)
-  names = dict(vars(builtins))
-
-  def config_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
-    top = name.partition('.')[0]
-    if level == 0 and top == 'tensorflow':
-      return _imported(name, fromlist)
-    if level == 0 and top not in sys.modules:
-      _import_beside(top, directory, names)
-    return builtins.__import__(name, globals, locals, fromlist, level)
-
-  names['__import__'] = config_import
-  return names
-
-
-def _import_beside(name, directory, names):
-  """Executes module ``name`` with the config's builtins when it is a file of ``directory``."""
-  try:
-    spec = importlib.util.find_spec(name)
-  except (ImportError, ValueError):
-    return
-  origin = getattr(spec, 'origin', None)
-  if (spec is None or spec.submodule_search_locations is not None or not origin
-      or not origin.endswith('.py') or os.path.dirname(os.path.realpath(origin)) != directory):
-    return
-  module = importlib.util.module_from_spec(spec)
-  module.__builtins__ = names
-  sys.modules[name] = module
-  try:
-    spec.loader.exec_module(module)
-  except BaseException:
-    del sys.modules[name]
-    raise
