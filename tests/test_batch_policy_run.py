@@ -175,6 +175,49 @@ def test_noise_scale_policy_grows_by_the_measured_noise_and_resumes_to_the_bit(t
   assert_same(variables(resumed, 12), variables(straight_dir, 12))
 
 
+# Seesaw on a schedule of 0.2 that halves after step 5 and again after step 11 (TensorFlow's
+# convention: a boundary step keeps the earlier rate): the batch doubles at steps 6 and 12.
+SEESAW = ['--set', 'batch_policy=seesaw', '--set', 'lr_policy=piecewise_constant',
+          '--set', 'lr_policy_params={boundaries: [5, 11], decay_rates: [0.5, 0.25]}']
+
+
+@pytest.fixture(scope='module')
+def seesaw_straight(config, tmp_path_factory):
+  """The seesaw policy from start to end: ``(logdir, output)``."""
+  logdir = str(tmp_path_factory.mktemp('seesaw') / 'run')
+  return logdir, train(config, logdir, *SEESAW).stdout
+
+
+def test_seesaw_doubles_where_the_schedule_halves_with_its_rate(seesaw_straight):
+  logdir, out = seesaw_straight
+  assert ('batch policy seesaw from global batch 8 (it grows by iter_size; a step counts the '
+          'examples of one starting batch); the lr schedule (0.2 at its peak, step 0) halves at '
+          'steps 6, 12: the batch doubles there to 16, 32 (max_batch 128), the rate x0.70711 at '
+          'each instead of x0.5') in out
+  changes = [CHANGE.match(l).groups() for l in out.splitlines() if CHANGE.match(l)]
+  rule = 'seesaw: the rate x0.70711 at each doubling'
+  assert [(int(a), int(b), int(s), int(k), r, int(u)) for a, b, s, k, _, r, u in changes] == [
+      (8, 16, 6, 2, rule, 6), (16, 32, 12, 4, rule, 9)]
+  # Where the schedule would halve the rate, Seesaw multiplies it by 1/sqrt(2) instead:
+  # 0.2, then 0.2 / sqrt(2) from step 6, then 0.2 / 2 from step 12.
+  assert float(changes[0][4]) == pytest.approx(0.2 / 2 ** 0.5, rel=5e-5)
+  assert float(changes[1][4]) == pytest.approx(0.1, rel=5e-5)
+  lines = {int(m.group(1)): m for m in (re.match(r'^step (\d+) .*lr ([\d.e-]+) .*batch (\d+) ', l)
+                                        for l in out.splitlines()) if m}
+  assert [lines[s].group(3) for s in (4, 8, 28)] == ['8', '16', '32']
+  assert float(lines[28].group(2)) == pytest.approx(0.1, rel=1e-4)
+  assert int(variables(logdir, 32)['global_step/.ATTRIBUTES/VARIABLE_VALUE']) == 6 + 3 + 5
+
+
+def test_seesaw_stopped_after_a_doubling_resumes_to_the_bit(config, seesaw_straight, tmp_path):
+  logdir = str(tmp_path / 'run')
+  # The first update of 16 (from step 6) ends at step 8.
+  train(config, logdir, *SEESAW, '--set', 'max_steps=8')
+  second = train(config, logdir, *SEESAW, '--continue_learning')
+  assert 'starting at step 8' in second.stdout
+  assert_same(variables(logdir, 32), variables(seesaw_straight[0], 32))
+
+
 def test_a_policy_of_your_own(config, tmp_path):
   logdir = str(tmp_path / 'own')
   out = train(config, logdir, '--set', 'batch_policy=policies:doubling',
@@ -216,6 +259,15 @@ def test_benchmark_times_each_batch_the_policy_uses(config, tmp_path):
     (['--set', 'batch_policy=steps', '--set',
       'batch_policy_params={batches: [8, 12], boundaries: [4]}'],
      'the global batch 12 is not a multiple of 8'),
+    (['--set', 'batch_policy=seesaw', '--set', 'batch_policy_params={factor: 2}'],
+     'batch_policy_params.factor: 2 is no rate factor Seesaw takes; allowed: a number from 0.5 '
+     'to 1.0'),
+    (['--set', 'batch_policy=seesaw', '--set', 'batch_policy_params={max_batch: 24}'],
+     'batch_policy_params.max_batch: 24 is not reached by doubling the starting global batch 8; '
+     'allowed: 16, 32, 64, 128, ...'),
+    (['--set', 'batch_policy=seesaw', '--set', 'batch_policy_params={boundaries: [4]}'],
+     "batch_policy_params: unknown key(s) ['boundaries'] for batch_policy 'seesaw'; allowed: "
+     'factor, max_batch'),
     (['--set', 'batch_policy=noise_scale', '--set', 'noise_scale=false'],
      "batch_policy: 'noise_scale' grows the batch by the measured noise scale, but noise_scale "
      'is false'),

@@ -48,7 +48,7 @@ def batches(trainer, updates):
   """
   control = trainer.batch_control
   step_fn, iterator, found = trainer.make_train_step(), trainer.train_iterator(), []
-  name = control.policy_name if control.policy_name in ('steps', 'noise_scale') else None
+  name = control.policy_name if control.policy_name in ('steps', 'noise_scale', 'seesaw') else None
   for batch in batch_policy.planned_batches(name, control.params, control.start_batch):
     control.set(batch, 0)
     trainer.pipeline.micro_step.assign(0)

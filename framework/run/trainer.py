@@ -114,7 +114,8 @@ class Trainer:
     self.steps_per_epoch, self.config = self._fit_schedule()
     self.max_steps = schedule.total_steps(self.config, self.steps_per_epoch)
     # A growing batch (batch_policy); None for fixed, where nothing of it is built.
-    self.batch_control = (batch_policy.control_for(self.config, self.batch_size, self.num_workers)
+    self.batch_control = (batch_policy.control_for(self.config, self.batch_size, self.num_workers,
+                                                   self.max_steps, self.train_data.num_examples)
                           if self.train_data is not None else None)
 
     self.opt_kwargs = self._optimize_loss_arguments(self.config)
@@ -199,6 +200,9 @@ class Trainer:
     if self.batch_control is not None:
       lr_fn = self.batch_control.learning_rate_fn(lr_fn)
       iter_size = self.batch_control.iter_size
+      note = self.batch_control.plan_note()
+      if note is not None:
+        distributed.log(note)
     return dict(
         optimizer=optimizer, optimizer_params=optimizer_params, learning_rate_decay_fn=lr_fn,
         dtype=cfg['dtype'], clip_gradients=cfg['max_grad_norm'],
