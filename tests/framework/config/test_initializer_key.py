@@ -156,3 +156,32 @@ def test_a_run_starts_from_the_initializer_and_records_it(tmp_path):
   limit = np.sqrt(3.0 / (3 * 3 * 64))  # U(-sqrt(3 scale / fan_in), +sqrt(3 scale / fan_in))
   assert np.abs(w).max() <= limit * (1 + 1e-6) and np.abs(w).max() > 0.99 * limit
   assert w.var() == pytest.approx(limit ** 2 / 3, rel=0.05)
+
+
+def test_a_builder_of_your_own_that_declares_it_is_given_it(tmp_path, run_main):
+  import keras  # pylint: disable=import-outside-toplevel
+  from framework.tasks.base import Task  # pylint: disable=import-outside-toplevel
+
+  def builder(params, image_shape, num_classes, **kwargs):
+    init = kwargs['kernel_initializer']() if kwargs else 'zeros'
+    builder.given = sorted(kwargs)
+    return keras.Sequential([keras.Input(image_shape), keras.layers.Flatten(),
+                             keras.layers.Dense(num_classes, kernel_initializer=init)])
+
+  builder.TAKES_INITIALIZER = True
+  config = {'model': builder, 'model_params': {}, 'initializer': 'ones_initializer',
+            'initializer_params': {}}
+  model = Task(config).call_builder((2, 2, 1), 3)
+  assert builder.given == ['kernel_initializer']
+  np.testing.assert_array_equal(model.layers[-1].kernel.numpy(), 1.0)
+  # Without the key the builder is called as before: no keyword it does not know.
+  model = Task(dict(config, initializer=None, initializer_params=None)).call_builder((2, 2, 1), 3)
+  assert builder.given == []
+  np.testing.assert_array_equal(model.layers[-1].kernel.numpy(), 0.0)
+  # Declared in a Python config, the key passes the checks.
+  text = ("def my_builder(params, image_shape, num_classes, kernel_initializer=None):\n"
+          "  return None\nmy_builder.TAKES_INITIALIZER = True\n"
+          "base_params = dict(lars, model=my_builder, initializer='he_normal')\n")
+  result = run_main('--config', write_config(tmp_path, text), '--print_config')
+  assert result.returncode == 0, result
+  assert yaml.safe_load(result.stdout)['initializer'] == 'he_normal'
