@@ -1,10 +1,16 @@
-"""The worked ports of docs/openseq2seq.md, run as a user runs them, and run.py's answers to OpenSeq2Seq's keys.
+"""The five ports of configs/openseq2seq/, each its OpenSeq2Seq original with other imports, as a user runs them.
 
-The image port trains on this machine's Fashion-MNIST, the text port on its
-CMUdict written as parallel files by the page's own script (read from the
-page, so the page cannot drift from what runs), each for a few steps.
+Each port is compared with a copy of its original (tests/openseq2seq_originals/,
+as OpenSeq2Seq's repository holds it): they differ in import lines and paths
+to data only. Each is read as its original means (the values below are the
+original's, by hand), and each trains for a few steps on this machine's data
+through run.py, as its small variant: the image ports on Fashion-MNIST, the
+text ports on CMUdict written as parallel files by the page's own script
+(read from docs/openseq2seq.md, so the page cannot drift from what runs).
 """
 
+import difflib
+import hashlib
 import os
 import re
 import subprocess
@@ -16,8 +22,32 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, 'docs', 'openseq2seq.md')
 PORTS = os.path.join(ROOT, 'configs', 'openseq2seq')
+ORIGINALS = os.path.join(ROOT, 'tests', 'openseq2seq_originals')
 IMAGE = os.path.join(PORTS, 'resnet50_larc_port_fashion_mnist.py')
 TEXT = os.path.join(PORTS, 'transformer_big_port_small.py')
+
+# Each port: its original (OpenSeq2Seq's path; the size and the start of the SHA-256 of
+# the file there), and the lines other than imports the port changes: paths to data.
+ORIGINAL_OF = {
+    'resnet50_larc_port.py': ('example_configs/image2label/resnet-50-v1-larc.py', 1619,
+                              '613411dacaa6949a', {}),
+    'resnet50_v2_mp_port.py': ('example_configs/image2label/resnet-50-v2-mp.py', 1653,
+                               'd5b99463660b08a6', {}),
+    'resnet50v2_adamw_port.py': ('example_configs/image2label/resnet-50v2-adamw.py', 1719,
+                                 'f343a562aabf7159', {}),
+    'transformer_big_port.py': (
+        'example_configs/text2text/en-de/transformer-big.py', 4148, '414a33250fee5fac',
+        {'data_root = "/data/wmt16-ende-sp/"':
+         'data_root = os.path.join(os.environ.get("WMT_DATA_ROOT", "/data/wmt16-ende-sp/"), "")'}),
+    'transformer_base_port.py': (
+        'example_configs/text2text/en-de/transformer-base.py', 4088, 'e7be727b7d2cae60',
+        {'data_root = "[REPLACE THIS TO THE PATH WITH YOUR WMT DATA]"':
+         'data_root = os.path.join(os.environ.get("WMT_DATA_ROOT", "[REPLACE THIS TO THE PATH '
+         'WITH YOUR WMT DATA]"), "")'}),
+}
+# What a port imports instead of open_seq2seq's modules.
+PORT_IMPORTS = re.compile(r'(from (models|data)\.openseq2seq import \w+'
+                          r'|from optimizers\.lr_policies import [\w, ]+|import os)$')
 
 
 def run(*args, cwd=ROOT, env=None, stdin=None):
@@ -74,6 +104,110 @@ def test_num_gpus_starts_that_many_workers_as_num_workers_does(run_main, cores, 
                                         f'--logdir={tmp_path / "run"}']
 
 
+# ---------------------------------------------------------------------------
+# Each port is its original with other imports
+
+def original_lines(port):
+  source, size, digest, _ = ORIGINAL_OF[port]
+  name = os.path.basename(source)
+  with open(os.path.join(ORIGINALS, name), encoding='utf-8') as f:
+    header, text = [next(f) for _ in range(3)], f.read()
+  assert header[0].startswith(f"# OpenSeq2Seq's {source}, commit ")
+  # The copy is the file of OpenSeq2Seq's repository: its size there, and its digest.
+  assert (len(text), hashlib.sha256(text.encode()).hexdigest()[:16]) == (size, digest)
+  return text.splitlines()
+
+
+@pytest.mark.parametrize('port', sorted(ORIGINAL_OF))
+def test_a_port_differs_from_its_original_in_imports_and_data_paths_only(port):
+  with open(os.path.join(PORTS, port), encoding='utf-8') as f:
+    ported = f.read().splitlines()
+  removed, added = [], []
+  for line in difflib.ndiff(original_lines(port), ported):
+    if line[:2] in ('- ', '+ '):
+      (removed if line[0] == '-' else added).append(line[2:])
+  paths = ORIGINAL_OF[port][3]
+  assert [l for l in removed if not l.startswith('from open_seq2seq.')] == list(paths)
+  assert [l for l in added if not PORT_IMPORTS.match(l)] == list(paths.values())
+  assert len([l for l in added if l.startswith('from ')]) >= 5  # the classes, from here
+
+
+# What each port is read as: the original's values, in this framework's keys.
+IMAGE_NET = {'data_layer': 'imagenet', 'initializer': 'variance_scaling_initializer',
+             'num_epochs': 100, 'random_seed': 0, 'save_summaries_steps': 2000,
+             'print_loss_steps': 100, 'eval_steps': 5000}
+READ_AS = {
+    'resnet50_larc_port.py': dict(
+        IMAGE_NET, model='resnet50', num_gpus=8, use_horovod=False, batch_size_per_gpu=32,
+        dtype='float32', print_samples_steps=2000, optimizer='Momentum',
+        optimizer_params={'momentum': 0.9}, lr_policy='optimizers.lr_policies:poly_decay',
+        lr_policy_params={'learning_rate': 0.5, 'power': 2.0}, regularizer='l2',
+        regularizer_params={'scale': 0.0005}, logdir='experiments/resnet50-imagenet',
+        model_params={'bn_momentum': 0.9, 'bn_epsilon': 1e-4, 'weight_decay': 0.0}),
+    'resnet50_v2_mp_port.py': dict(
+        IMAGE_NET, model='keras_application', num_gpus=1, use_horovod=True,
+        batch_size_per_gpu=128, dtype='mixed', loss_scaling='Backoff', print_samples_steps=2000,
+        optimizer='Momentum', optimizer_params={'momentum': 0.9},
+        lr_policy='optimizers.lr_policies:poly_decay',
+        lr_policy_params={'learning_rate': 0.4, 'power': 2}, regularizer='l2',
+        regularizer_params={'scale': 0.0001}, model_params={'name': 'ResNet50V2',
+                                                             'weight_decay': 0.0}),
+    'resnet50v2_adamw_port.py': dict(
+        IMAGE_NET, model='keras_application', num_gpus=8, use_horovod=False,
+        batch_size_per_gpu=128, dtype='mixed', loss_scaling='Backoff', print_samples_steps=10000,
+        optimizer='AdamW', optimizer_params={'beta1': 0.9, 'beta2': 0.999, 'epsilon': 1e-08,
+                                             'weight_decay': 0.1},
+        lr_policy='optimizers.compat.tf1_lr_policies:cosine_decay',
+        lr_policy_params={'learning_rate': 0.002}, regularizer=None,
+        model_params={'name': 'ResNet50V2', 'weight_decay': 0.0}),
+}
+TRANSFORMER = {'model': 'transformer', 'use_horovod': True, 'num_gpus': 1,
+               'batch_size_per_gpu': 256, 'print_samples_steps': 100, 'eval_steps': 4001,
+               'optimizer': 'optimizers.compat.tf1:LazyAdamOptimizer',
+               'optimizer_params': {'beta1': 0.9, 'beta2': 0.997, 'epsilon': 1e-09},
+               'lr_policy': 'optimizers.lr_policies:transformer_policy',
+               'data_layer': 'text_pairs'}
+LAYERS = {'encoder_layers': 6, 'decoder_layers': 6, 'attention_dropout': 0.1, 'beam_size': 4,
+          'length_penalty': 0.6, 'decode_length_margin': 50, 'label_smoothing': 0.1}
+READ_AS.update({
+    'transformer_big_port.py': dict(
+        TRANSFORMER, max_steps=440000, dtype='mixed', loss_scaling='Backoff',
+        lr_policy_params={'learning_rate': 2.0, 'warmup_steps': 8000, 'd_model': 1024},
+        model_params=dict(LAYERS, d_model=1024, num_heads=16, ff_size=4096, dropout=0.3)),
+    'transformer_base_port.py': dict(
+        TRANSFORMER, max_steps=300000, dtype='float32', loss_scaling=1.0,
+        lr_policy_params={'learning_rate': 2.0, 'warmup_steps': 8000, 'd_model': 512},
+        model_params=dict(LAYERS, d_model=512, num_heads=8, ff_size=2048, dropout=0.1)),
+})
+
+
+def view(path, mode='train'):
+  from framework.config import config_file  # pylint: disable=import-outside-toplevel
+  from framework.config import validation  # pylint: disable=import-outside-toplevel
+  views = validation.load_configs(path, mode, construct=False)
+  return {name: config_file.plain(v) for name, v in views.items() if v is not None}
+
+
+@pytest.mark.parametrize('port', sorted(READ_AS))
+def test_a_port_is_read_as_its_original(port):
+  config = view(os.path.join(PORTS, port))['train']
+  for key, value in READ_AS[port].items():
+    if key == 'model_params':
+      assert {k: config[key][k] for k in value} == value, key
+    else:
+      assert config[key] == value, key
+  for key in ('base_model', 'encoder', 'encoder_params', 'decoder', 'decoder_params', 'loss'):
+    assert key not in config
+
+
+def test_the_image_ports_data_paths_are_the_originals():
+  assert view(os.path.join(PORTS, 'resnet50_larc_port.py'))['train']['data_layer_params'][
+      'data_dir'] == os.path.join(ROOT, 'data', 'tf-imagenet')
+  mixed = view(os.path.join(PORTS, 'resnet50_v2_mp_port.py'))['train']['data_layer_params']
+  assert (mixed['data_dir'], mixed['image_size'], mixed['num_classes']) == (
+      os.path.join(ROOT, 'data'), 224, 1000)
+
+
 def test_the_image_port_as_it_is_answers_print_config(run_main):
   # Before the port's keys were read: "num_gpus: unknown key", then print_samples_steps, larc_nu.
   result = run_main(f'--config={os.path.join(PORTS, "resnet50_larc_port.py")}', '--print_config')
@@ -84,32 +218,45 @@ def test_the_image_port_as_it_is_answers_print_config(run_main):
   assert config['model_params']['weight_decay'] == 0.0  # the regularizer is the one L2 loss
 
 
+# ---------------------------------------------------------------------------
+# Each port trains, as its small variant
+
+# The image ports' small variants: the keys of their ports kept in config.yaml.
+IMAGE_VARIANTS = {
+    'resnet50_larc_port_fashion_mnist.py': {
+        'optimizer': 'Momentum', 'regularizer_params': {'scale': 0.0005},
+        'lr_policy': 'optimizers.lr_policies:poly_decay',
+        'lr_policy_params': {'learning_rate': 0.5, 'power': 2.0, 'decay_steps': 2}},
+    'resnet50_v2_mp_port_fashion_mnist.py': {
+        'optimizer': 'Momentum', 'regularizer_params': {'scale': 0.0001},
+        'lr_policy_params': {'learning_rate': 0.4, 'power': 2, 'decay_steps': 2},
+        'loss_scaling': 'Backoff'},
+    'resnet50v2_adamw_port_fashion_mnist.py': {
+        'optimizer': 'AdamW', 'regularizer': None,
+        'lr_policy': 'optimizers.compat.tf1_lr_policies:cosine_decay',
+        'lr_policy_params': {'learning_rate': 0.002, 'decay_steps': 2}},
+}
+
+
 @pytest.mark.slow
-def test_the_image_port_trains_on_fashion_mnist(tmp_path):
+@pytest.mark.parametrize('variant', sorted(IMAGE_VARIANTS))
+def test_an_image_port_trains_on_fashion_mnist(tmp_path, variant):
   logdir = str(tmp_path / 'run')
-  result = run(f'--config={IMAGE}', '--mode=train', '--set', 'max_steps=3', f'--logdir={logdir}',
-               '--set', 'print_samples_steps=3')
+  # The per-variable summaries of the ports, traced into the step, take 30 s of a child's 40:
+  # written by the first port's run, the learning rate's alone by the others'.
+  summaries = [] if variant == os.path.basename(IMAGE) else ['--set', 'summaries=[learning_rate]']
+  result = run(f'--config={os.path.join(PORTS, variant)}', '--mode=train', '--set', 'max_steps=2',
+               f'--logdir={logdir}', '--set', 'print_samples_steps=2', *summaries)
   lines = result.stdout.splitlines()
-  # print_samples_steps: at step 3, three examples of the next batch with their top classes.
-  at = lines.index('samples at step 3 (the next training batch, the model as it is now):')
-  assert [l.split(':')[0] for l in lines[at + 1:at + 4]] == [f'  sample {i}' for i in (1, 2, 3)]
+  assert lines[0] == 'num_gpus: 1 is one worker, this process'
+  assert 'training resnet_cifar for 2 steps' in result.stdout
+  # print_samples_steps: at step 2, three examples of the next batch with their top classes.
+  at = lines.index('samples at step 2 (the next training batch, the model as it is now):')
   assert all('label ' in l and 'top ' in l for l in lines[at + 1:at + 4]), lines[at:at + 4]
-  assert lines[:4] == [
-      'num_gpus: 1 is one worker, this process',
-      "note: larc_params.larc_nu: read as larc_eta: 0.001, the trust coefficient (larc_nu is its "
-      "name in OpenSeq2Seq's LARC configs, larc_eta in its code and here)",
-      'note: regularizer: keras.src.regularizers.regularizers.L2 read as regularizer: l2 (scale * '
-      'sum(w**2) / 2 over the kernels, as tf.contrib.layers.l2_regularizer)',
-      "note: lr_policy_params.decay_steps: not given; 3 steps, the run's last step (3), as "
-      'OpenSeq2Seq fills it (config.yaml records it)']
   train = recorded(logdir, 'train')
-  # poly_decay without decay_steps decays over the whole run, as OpenSeq2Seq has it.
-  assert train['lr_policy_params'] == {'learning_rate': 0.5, 'power': 2.0, 'decay_steps': 3}
-  assert train['lr_policy'] == 'optimizers.lr_policies:poly_decay'
-  assert train['larc_params']['larc_eta'] == 0.001
-  assert (train['regularizer'], train['regularizer_params']) == ('l2', {'scale': 0.0005})
-  assert train['model_params']['weight_decay'] == 0.0
-  assert 'training resnet_cifar for 3 steps' in result.stdout
+  assert (train['dtype'], train['initializer']) == ('float32', 'variance_scaling_initializer')
+  for key, value in IMAGE_VARIANTS[variant].items():
+    assert train[key] == value, key
 
 
 def page_script(name):
@@ -117,20 +264,32 @@ def page_script(name):
   return re.search(rf'^File `{re.escape(name)}`:\n\n```python\n(.*?)^```', text, re.M | re.S).group(1)
 
 
-@pytest.mark.slow
-def test_the_text_port_trains_on_cmudict_and_its_run_directory_keeps_infer_params(tmp_path,
-                                                                                   run_main):
-  (tmp_path / 'cmudict_parallel.py').write_text(page_script('cmudict_parallel.py'))
-  subprocess.run([sys.executable, 'cmudict_parallel.py', 'cmu'], cwd=tmp_path, check=True,
+@pytest.fixture(scope='module')
+def cmudict_files(tmp_path_factory):
+  """CMUdict's words as the text ports' parallel files, written by the page's script."""
+  directory = tmp_path_factory.mktemp('cmudict')
+  (directory / 'cmudict_parallel.py').write_text(page_script('cmudict_parallel.py'))
+  subprocess.run([sys.executable, 'cmudict_parallel.py', 'cmu'], cwd=directory, check=True,
                  timeout=120)
-  data = {'WMT_DATA_ROOT': 'cmu'}
-  result = run(f'--config={TEXT}', '--mode=train', '--set', 'max_steps=4', '--logdir=runs/g2p',
-               cwd=tmp_path, env=data)
+  return directory
+
+
+@pytest.mark.slow
+def test_the_big_text_port_trains_on_cmudict_and_its_run_directory_keeps_infer_params(
+    cmudict_files, run_main):
+  tmp_path = cmudict_files
+  result = run(f'--config={TEXT}', '--mode=train', '--set', 'max_steps=2', '--logdir=runs/g2p',
+               cwd=tmp_path, env={'WMT_DATA_ROOT': 'cmu'})
   assert result.stdout.splitlines()[0] == 'num_gpus: 1 is one worker, this process'
-  assert re.search(r'^training transformer for 4 steps \(31 steps/epoch\), global batch 64 ',
+  assert re.search(r'^training transformer for 2 steps \(31 steps/epoch\), global batch 64 ',
                    result.stdout, re.M)
   config = recorded(tmp_path / 'runs' / 'g2p')
-  assert config['base_params']['model_params']['label_smoothing'] == 0.1
+  # The encoder's and decoder's keys of the port, made small, as the model's.
+  assert config['base_params']['model_params'] == dict(
+      config['base_params']['model_params'], encoder_layers=2, decoder_layers=2, d_model=64,
+      num_heads=4, ff_size=256, dropout=0.3, attention_dropout=0.1, beam_size=2,
+      length_penalty=0.6, decode_length_margin=50, label_smoothing=0.1)
+  assert config['base_params']['optimizer'] == 'optimizers.compat.tf1:LazyAdamOptimizer'
   assert config['train_params']['batch_size_per_gpu'] == 64
   assert config['eval_params']['batch_size_per_gpu'] == 16
   assert config['infer_params']['batch_size_per_gpu'] == 1
@@ -142,6 +301,19 @@ def test_the_text_port_trains_on_cmudict_and_its_run_directory_keeps_infer_param
     answer = run_main(f'--config={tmp_path / "runs" / "g2p" / "config.yaml"}', f'--mode={mode}',
                       '--print_config')
     assert answer.returncode == 0, answer.stderr
-    view = yaml.safe_load(answer.stdout)
-    assert view['batch_size_per_gpu'] == batch and view['model_params']['d_model'] == 64
-    assert view['data_layer_params']['source_file'] == str(tmp_path / 'cmu' / source)
+    view_of = yaml.safe_load(answer.stdout)
+    assert view_of['batch_size_per_gpu'] == batch and view_of['model_params']['d_model'] == 64
+    assert view_of['data_layer_params']['source_file'] == str(tmp_path / 'cmu' / source)
+
+
+@pytest.mark.slow
+def test_the_base_text_port_trains_on_cmudict(cmudict_files):
+  logdir = cmudict_files / 'runs' / 'g2p_base'
+  result = run(f'--config={os.path.join(PORTS, "transformer_base_port_small.py")}',
+               '--mode=train', '--set', 'max_steps=2', f'--logdir={logdir}',
+               cwd=cmudict_files, env={'WMT_DATA_ROOT': 'cmu'})
+  assert 'training transformer for 2 steps' in result.stdout
+  train = recorded(logdir, 'train')
+  assert train['dtype'] == 'float32' and train['loss_scaling'] == 1.0
+  assert {k: train['model_params'][k] for k in ('d_model', 'dropout', 'encoder_layers')} == {
+      'd_model': 64, 'dropout': 0.1, 'encoder_layers': 2}
