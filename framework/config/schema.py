@@ -164,10 +164,13 @@ SCHEMA = {
     'noise_scale_params': DictParam(NOISE_SCALE_SCHEMA, {}, doc='how the noise scale is smoothed'),
     'batch_policy': _NameOrObject('callable', callable, 'fixed',
                                   doc='the global batch as a policy of the run: fixed, steps, '
-                                      "noise_scale, or your function 'module:name' "
+                                      "noise_scale, seesaw, or your function 'module:name' "
                                       '(core/batch_policy.py; docs/critical_batch.md); it grows '
                                       'by iter_size'),
-    'batch_policy_params': Param(dict, {}, doc='arguments of the batch policy'),
+    'batch_policy_params': Param(dict, {}, doc='arguments of the batch policy (steps: batches, '
+                                               'boundaries or boundary_epochs; noise_scale: '
+                                               'factor, max_batch, interval; seesaw: factor '
+                                               '(1/sqrt(2); 1 for plain SGD), max_batch)'),
     'regularizer': Param(str, None, choices=('l2',), doc='weight decay added to the loss'),
     'regularizer_params': DictParam(REGULARIZER_SCHEMA, None, doc='scale of the regularizer'),
     'initializer': _NameOrObject('Keras initializer (class or instance)', _anything, None,
