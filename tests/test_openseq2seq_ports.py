@@ -132,6 +132,16 @@ def test_a_port_differs_from_its_original_in_imports_and_data_paths_only(port):
   assert len([l for l in added if l.startswith('from ')]) >= 5  # the classes, from here
 
 
+def test_the_page_shows_each_ports_diff_against_its_original():
+  page = open(PAGE, encoding='utf-8').read()
+  for port, (source, *_) in ORIGINAL_OF.items():
+    with open(os.path.join(PORTS, port), encoding='utf-8') as f:
+      ported = f.read().splitlines()
+    shown = '\n'.join(difflib.unified_diff(original_lines(port), ported, source,
+                                           f'configs/openseq2seq/{port}', n=0, lineterm=''))
+    assert f'```diff\n{shown}\n```\n' in page, port
+
+
 # What each port is read as: the original's values, in this framework's keys.
 IMAGE_NET = {'data_layer': 'imagenet', 'initializer': 'variance_scaling_initializer',
              'num_epochs': 100, 'random_seed': 0, 'save_summaries_steps': 2000,
