@@ -172,13 +172,29 @@ def piecewise_constant(global_step, learning_rate, boundaries, decay_rates, step
   if steps_per_epoch is not None:
     steps_per_epoch = validation.number('steps_per_epoch', steps_per_epoch, positive=True)
     boundaries = [b * steps_per_epoch for b in boundaries]
+  return step_values(step, boundaries, [learning_rate] + [learning_rate * d for d in rates])
+
+
+def step_values(step, boundaries, values):
+  """``values[k]`` where k of the ``boundaries`` lie strictly below the step: a boundary step keeps the earlier value.
+
+  Args:
+    step: the step s, a float64 scalar tensor.
+    boundaries: numbers, checked here to be strictly increasing.
+    values: one more than the boundaries.
+
+  Returns:
+    A scalar float32 tensor.
+
+  Raises:
+    ValueError: for boundaries that do not increase.
+  """
   if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
     raise ValueError(f'boundaries: must be strictly increasing, got {boundaries!r}')
-  values = tf.constant([learning_rate] + [learning_rate * d for d in rates], _COMPUTE_DTYPE)
   # The number of boundaries strictly below s is the index of the value in use.
   passed = step > tf.constant(boundaries, _COMPUTE_DTYPE)
   index = tf.reduce_sum(tf.cast(passed, tf.int32))
-  return _output(tf.gather(values, index))
+  return _output(tf.gather(tf.constant(values, _COMPUTE_DTYPE), index))
 
 
 def exp_decay(global_step, learning_rate, decay_steps, decay_rate, use_staircase_decay,

@@ -62,9 +62,4 @@ def piecewise_constant(global_step, boundaries, values, name=None):  # pylint: d
   boundaries = [validation.number(f'boundaries[{i}]', b, minimum=0.0)
                 for i, b in enumerate(boundaries)]
   values = [validation.number(f'values[{i}]', v) for i, v in enumerate(values)]
-  if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
-    raise ValueError(f'boundaries: must be strictly increasing, got {boundaries!r}')
-  step = tf.cast(global_step, tf.float64)
-  # The number of boundaries strictly below s is the index of the value in use.
-  index = tf.reduce_sum(tf.cast(step > tf.constant(boundaries, tf.float64), tf.int32))
-  return tf.cast(tf.gather(tf.constant(values, tf.float64), index), tf.float32)
+  return lr_policies.step_values(tf.cast(global_step, tf.float64), boundaries, values)
