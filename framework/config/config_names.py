@@ -8,9 +8,10 @@ dicts: for each name, whether its registry holds it (the one-line refusal to
 raise where the validation checks that name, so that a config's first mistake
 is still the one reported) and the facts it declares (``PARAMS``,
 ``TRAIN_EXAMPLES``, ``WRAPS_OPTIMIZER``, ``ARGUMENTS``, the weight decay it
-keeps, whether a model takes the config's ``initializer``). The validation reads those dicts and never calls back into the
-registries, and the registries never call the validation: a config goes from
-its file to its names to its checks in one direction.
+keeps, whether a model takes the config's ``initializer``). The validation
+reads those dicts and never calls back into the registries, and the
+registries never call the validation: a config goes from its file to its
+names to its checks in one direction.
 
 A lazy entry answers from its registration without being imported where it
 can (:func:`declared`); the object itself is imported only when asked for

@@ -44,6 +44,7 @@ from core.params import REQUIRED
 from core.registry import is_import_path
 from data import DATA_LAYERS
 from data.openseq2seq import DATA_LAYER_CLASSES
+from framework.config.config_file import BASE_MODEL_KEY
 from framework.engines import local_cluster
 from models.openseq2seq import BASE_MODELS
 
@@ -244,7 +245,6 @@ def apply_loss_params(result, loss_params, task, given):
 # model_params and data_layer: imagenet: the base model checks its encoder's and
 # decoder's params (models.openseq2seq) and says what they become.
 
-BASE_MODEL_KEY = 'base_model'
 PART_KEYS = ('encoder', 'decoder', 'loss')
 CLASS_KEYS = (BASE_MODEL_KEY,) + PART_KEYS + ('encoder_params', 'decoder_params')
 
