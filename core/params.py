@@ -122,6 +122,11 @@ def non_negative(value):
   return None if value >= 0 else 'must be >= 0'
 
 
+def fraction_below_one(value):
+  """A share, a rate of dropout, a momentum or a decay: in [0, 1)."""
+  return None if 0 <= value < 1 else 'must be in [0, 1)'
+
+
 def reject_unknown_keys(params, allowed, path, error=ConfigError, what=None):
   """Raises ``error`` for the first key of ``params`` not in ``allowed``.
 

@@ -23,12 +23,9 @@ from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
 from core.params import check_params
+from core.params import fraction_below_one
 from core.params import non_negative
 from core.params import positive
-
-
-def _fraction_below_one(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
 
 
 class OpenSeq2SeqClass:
@@ -63,7 +60,7 @@ class ResNetEncoder(OpenSeq2SeqClass):
       'resnet_size': Param(int, REQUIRED, choices=sorted({s for s, _ in RESNETS})),
       'version': Param(int, 2, choices=(1, 2), doc="OpenSeq2Seq's default: 2"),
       'regularize_bn': Param(bool, True, doc='the regularizer on batch norm too (default true)'),
-      'bn_momentum': Param(float, 0.997, check=_fraction_below_one),
+      'bn_momentum': Param(float, 0.997, check=fraction_below_one),
       'bn_epsilon': Param(float, 1e-5, check=positive),
       'data_format': Param(str, 'channels_first', choices=('channels_first', 'channels_last')),
   }
@@ -167,9 +164,9 @@ _LAYER_PARAMS = {
     'hidden_size': Param(int, REQUIRED, check=positive, doc='model_params.d_model'),
     'num_heads': Param(int, REQUIRED, check=positive),
     'filter_size': Param(int, REQUIRED, check=positive, doc='model_params.ff_size'),
-    'attention_dropout': Param(float, REQUIRED, check=_fraction_below_one),
-    'relu_dropout': Param(float, REQUIRED, check=_fraction_below_one, doc='model_params.dropout'),
-    'layer_postprocess_dropout': Param(float, REQUIRED, check=_fraction_below_one,
+    'attention_dropout': Param(float, REQUIRED, check=fraction_below_one),
+    'relu_dropout': Param(float, REQUIRED, check=fraction_below_one, doc='model_params.dropout'),
+    'layer_postprocess_dropout': Param(float, REQUIRED, check=fraction_below_one,
                                        doc='model_params.dropout'),
 }
 

@@ -9,18 +9,11 @@ import importlib.metadata
 
 from core.params import REQUIRED
 from core.params import Param
+from core.params import fraction_below_one
 from core.params import non_negative
 from core.params import positive
 
 CIFAR_DEPTHS = (8, 14, 20, 32, 44, 56, 110)
-
-
-def _fraction_below_one(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
-
-
-def _momentum_check(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
 
 
 COMMON_PARAMS = {
@@ -28,7 +21,7 @@ COMMON_PARAMS = {
                           doc='L2 on conv/dense kernels: loss += wd / 2 * sum(w**2); 0 disables'),
     'zero_init_residual': Param(bool, False,
                                 doc='start the last batch-norm gamma of each residual block at 0'),
-    'bn_momentum': Param(float, 0.9, check=_momentum_check, doc='moving-statistics decay'),
+    'bn_momentum': Param(float, 0.9, check=fraction_below_one, doc='moving-statistics decay'),
     'bn_epsilon': Param(float, 1e-5, check=positive),
     'ghost_batch_size': Param(int, None, check=positive,
                               doc='ghost batch norm: statistics over groups of this many examples '
@@ -83,7 +76,7 @@ KERAS_APPLICATION_PARAMS = {
                          'application without its top (include_top=False)'),
     'pooling': Param(str, 'avg', choices=('avg', 'max'),
                      doc='global pooling of the last feature map before the logits'),
-    'dropout': Param(float, 0.0, check=_fraction_below_one,
+    'dropout': Param(float, 0.0, check=fraction_below_one,
                      doc='dropout rate on the pooled features, before the logits'),
     'include_preprocessing': Param(bool, False,
                                    doc="the application's own input scaling, where it has the "
@@ -111,11 +104,11 @@ TRANSFORMER_PARAMS = {
     'd_model': Param(int, 256, check=positive, doc='width of the model; a multiple of 2 x num_heads'),
     'num_heads': Param(int, 4, check=positive),
     'ff_size': Param(int, 1024, check=positive, doc='width of the feed-forward hidden layer'),
-    'dropout': Param(float, 0.1, check=_fraction_below_one,
+    'dropout': Param(float, 0.1, check=fraction_below_one,
                      doc='on embeddings, sub-layer outputs and the feed-forward hidden layer'),
-    'attention_dropout': Param(float, 0.0, check=_fraction_below_one,
+    'attention_dropout': Param(float, 0.0, check=fraction_below_one,
                                doc='on the attention probabilities'),
-    'label_smoothing': Param(float, 0.1, check=_fraction_below_one,
+    'label_smoothing': Param(float, 0.1, check=fraction_below_one,
                              doc="the training loss's target: 1 - e on the label, e / V on every id"),
     'positions': Param(str, 'sinusoidal', choices=('sinusoidal', 'learned')),
     'max_length': Param(int, 64, check=positive,

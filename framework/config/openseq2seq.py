@@ -41,6 +41,7 @@ import os
 from core.params import ConfigError
 from core.params import Param
 from core.params import REQUIRED
+from core.params import fraction_below_one
 from core.registry import is_import_path
 from data import DATA_LAYERS
 from data.openseq2seq import DATA_LAYER_CLASSES
@@ -70,10 +71,6 @@ INSTEAD = {
 _LABEL_SMOOTHING = {'image_classification': ('label_smoothing',),
                     'sequence_to_sequence': ('model_params', 'label_smoothing')}
 LOSS_PARAMS_KEY = 'loss_params'
-
-
-def _fraction_below_one(value):
-  return None if 0.0 <= value < 1.0 else 'must be in [0, 1)'
 
 
 def _note(notes, text):
@@ -214,7 +211,7 @@ def apply_loss_params(result, loss_params, task, given):
                         f"task's, and its one setting is label_smoothing ({LOSS_PARAMS_KEY}."
                         f'label_smoothing, or {own}): drop the key',
                         f'{LOSS_PARAMS_KEY}.{key}', 'unknown')
-  value = Param(float, REQUIRED, check=_fraction_below_one).validate(
+  value = Param(float, REQUIRED, check=fraction_below_one).validate(
       loss_params['label_smoothing'], f'{LOSS_PARAMS_KEY}.label_smoothing')
   holder = given
   for key in place[:-1]:

@@ -22,6 +22,7 @@ from core.params import DictParam
 from core.params import ListParam
 from core.params import Param
 from core.params import REQUIRED
+from core.params import fraction_below_one
 from core.params import non_negative
 from core.params import positive
 from core.params import reject_unknown_keys
@@ -116,12 +117,8 @@ LR_SCALING_SCHEMA = {
     'reference_batch': Param(int, 256, check=positive, doc='the global batch of the base rate'),
 }
 
-def _decay(value):
-  return None if 0.0 <= value < 1.0 else 'must be in [0, 1)'
-
-
 NOISE_SCALE_SCHEMA = {
-    'decay': Param(float, 0.99, check=_decay,
+    'decay': Param(float, 0.99, check=fraction_below_one,
                    doc="the estimates' moving averages (bias-corrected): about the last "
                        '1/(1 - decay) updates weigh'),
 }

@@ -8,11 +8,8 @@ line, ``framework.tasks.check_task_keys``).
 
 from core.params import DictParam
 from core.params import Param
+from core.params import fraction_below_one
 from core.params import positive
-
-
-def _probability(value):
-  return None if 0 <= value < 1 else 'must be in [0, 1)'
 
 
 PRECISE_BN_SCHEMA = {
@@ -23,7 +20,8 @@ PRECISE_BN_SCHEMA = {
 }
 
 KEYS = {
-    'label_smoothing': Param(float, 0.0, check=_probability, doc='for the classification loss'),
+    'label_smoothing': Param(float, 0.0, check=fraction_below_one,
+                             doc='for the classification loss'),
     'precise_bn': DictParam(PRECISE_BN_SCHEMA, None,
                             doc='recompute batch-norm moving statistics as a plain average '
                                 'over training batches after training'),
