@@ -461,3 +461,13 @@ def sum_array(values):
 def max_over_workers(value):
   """The largest of an integer over all workers (one small collective when there are several)."""
   return allreduce.max_host(value)
+
+
+def chief_decides(value):
+  """The chief's non-negative integer (or bool) on every worker (one collective all make).
+
+  For a decision read from the run directory, which the chief writes: a worker
+  that reads it later may see what the chief has written since, decide the
+  other way and skip a collective the chief makes, and both wait for ever.
+  """
+  return int(allreduce.max_host(int(value) if is_chief() else 0))

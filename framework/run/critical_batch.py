@@ -445,7 +445,10 @@ class Measurement:
         marker['examples'] += (base.global_step - first) * self.base_batch
         if self.chief:
           results.write_json(os.path.join(self.root, results.WARMUP_NAME), marker)
-      if end in targets and not os.path.exists(self.point_checkpoint(end) + '.index'):
+      # The chief's view, taken before it copies: a worker that looks after the copy exists
+      # would skip the barrier the chief waits in.
+      if end in targets and distributed.chief_decides(
+          not os.path.exists(self.point_checkpoint(end) + '.index')):
         self.keep_point(checkpoints.newest_intact(self.logdir)[0], end)
         distributed.max_over_workers(0)  # every worker reads the copy after the chief made it
       if windows_decided(base.global_step):

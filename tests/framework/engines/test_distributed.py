@@ -1,6 +1,7 @@
 """Which engine a run uses, from ``distribution`` and the environment (no cluster started)."""
 
 import json
+import threading
 import re
 
 import pytest
@@ -80,3 +81,48 @@ def test_tf_config_ranks_the_chief_first():
 def test_a_malformed_tf_config_is_one_line(text, message):
   with pytest.raises(ConfigError, match=message):
     distributed.tf_config_cluster({'TF_CONFIG': text})
+
+
+class _TwoThreads:
+  """Two workers as threads: ``max_host`` a real reduction between them, each wait bounded."""
+
+  def __init__(self):
+    self.local = threading.local()
+    self.barrier = threading.Barrier(2, timeout=10)
+    self.slots = [0, 0]
+
+  def rank(self):
+    return self.local.rank
+
+  def max_host(self, value):
+    self.slots[self.local.rank] = int(value)
+    self.barrier.wait()
+    result = max(self.slots)
+    self.barrier.wait()
+    return result
+
+
+def test_the_chiefs_view_of_a_file_is_every_workers_decision(monkeypatch):
+  """The chief saw no copy (and will make it); worker 1, later, saw the copy made.
+
+  Each deciding by its own look, worker 1 would skip the barrier the chief waits
+  in after copying (the hang of a two-worker critical batch on a loaded machine);
+  by the chief's view both copy-and-wait or neither does.
+  """
+  engine = _TwoThreads()
+  monkeypatch.setattr(distributed.allreduce, 'rank', engine.rank)
+  monkeypatch.setattr(distributed.allreduce, 'max_host', engine.max_host)
+  decided = {}
+
+  def worker(rank, own_look, chief_look):
+    engine.local.rank = rank
+    decided[rank] = distributed.chief_decides(own_look if rank else chief_look)
+
+  for chief_look, late_look in ((True, False), (False, True), (True, True), (False, False)):
+    decided.clear()
+    threads = [threading.Thread(target=worker, args=(r, late_look, chief_look)) for r in (0, 1)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(30)
+    assert decided == {0: int(chief_look), 1: int(chief_look)}, (chief_look, late_look)
