@@ -1,0 +1,110 @@
+"""B_simple in the Euclidean norm and in LARS's geometry, at each checkpoint of a finished run.
+
+  .venv/bin/python studies/batch_policy/geometry.py --config=configs/fashion_mnist_lars.py \
+      --logdir=RUNDIR [--micro_batches 16] [--micro_batch 256]
+
+The run's B_simple, tr(Σ)/|G|² (McCandlish et al. 2018), treats every
+coordinate alike; a LARS update moves variable l by the rate times its trust
+ratio τ_l (1 for a skipped one), so the noise that matters to it is that of
+P·g with P = diag(τ_l). Under the model's assumption that the optimizer's
+preconditioner undoes the curvature (PH ≈ cI), the noise scale of that update
+is tr(PΣ)/GᵀPG: each variable's estimates weighted by τ_l (``tau``); with the
+curvature isotropic instead (H ≈ hI) it is tr(P²Σ)/GᵀP²G (``tau2``). Both are
+measured here from ``--micro_batches`` gradients of ``--micro_batch`` examples
+each, drawn from the training split after the checkpoint's data position, with
+McCandlish's unbiased estimates per variable (core.noise_scale), and τ_l from
+the micro-batches' mean gradient and the config's eeta and weight decay
+(optimizers.lars.trust_ratio). The gradients are the loss's, without the
+weight decay LARS folds in: that term is no noise.
+
+One line per checkpoint; the figures of docs/critical_batch.md ("B_simple in
+the optimizer's geometry") are its output on the main job.
+"""
+
+import argparse
+import glob
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+
+def per_variable(gradients, micro_batch):
+  """``[(|G_l|² estimate, tr(Σ_l) estimate)]`` from each micro-batch's gradients (numpy arrays)."""
+  from core.noise_scale import unbiased_estimates  # pylint: disable=import-outside-toplevel
+  count = len(gradients)
+  estimates = []
+  for parts in zip(*gradients):
+    small_sq = sum(float((g * g).sum()) for g in parts) / count
+    mean = sum(parts) / count
+    estimates.append(unbiased_estimates(small_sq, float((mean * mean).sum()), micro_batch,
+                                        micro_batch * count))
+  return estimates
+
+
+def weighted_noise_scale(estimates, weights):
+  """Σ w_l tr(Σ_l) / Σ w_l |G_l|²: B_simple of the update P·g, P = diag(w_l)."""
+  trace = sum(w * t for w, (_, t) in zip(weights, estimates))
+  gradient_sq = sum(w * g for w, (g, _) in zip(weights, estimates))
+  return trace / gradient_sq if gradient_sq > 0 else float('inf')
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--config', required=True)
+  parser.add_argument('--logdir', required=True, help='a run directory with its checkpoints')
+  parser.add_argument('--micro_batches', type=int, default=16)
+  parser.add_argument('--micro_batch', type=int, default=256)
+  args = parser.parse_args(argv)
+  # pylint: disable=import-outside-toplevel
+  import numpy as np
+  import tensorflow as tf
+  from framework.config.validation import load_configs
+  from framework.run import checkpoints
+  from framework.run.trainer import Trainer
+  from optimizers import exclusions
+  from optimizers.lars import trust_ratio
+  configs = load_configs(args.config, 'train')
+  cfg = configs['train']
+  params = cfg['optimizer_params']
+  trainer = Trainer(cfg, configs['eval'], args.logdir)
+  variables = trainer.model.trainable_variables
+  adapted = exclusions.mask(variables, params.get('skip_list'),
+                            params.get('exclude_from_layer_adaptation'))
+  paths = sorted(glob.glob(glob.escape(args.logdir) + '/ckpt-*.index'),
+                 key=lambda p: checkpoints.checkpoint_step(p[:-len('.index')]))
+  for index in paths:
+    path = index[:-len('.index')]
+    trainer.restore(path)
+    batches = iter(trainer.train_data.dataset(args.micro_batch, seed=cfg['random_seed'] + 1,
+                                              start_batch=int(trainer.data_position.numpy())))
+    gradients = []
+    for _ in range(args.micro_batches):
+      batch = next(batches)
+      with tf.GradientTape() as tape:
+        loss, _ = trainer._loss(batch)  # pylint: disable=protected-access
+      gradients.append([g.numpy().astype(np.float64)
+                        for g in tape.gradient(loss, variables)])
+    estimates = per_variable(gradients, args.micro_batch)
+    means = [sum(parts) / len(parts) for parts in zip(*gradients)]
+    tau = [float(trust_ratio(tf.norm(v), tf.constant(float(np.linalg.norm(m)), tf.float32),
+                             params['eeta'], params.get('weight_decay', 0.0),
+                             params.get('epsilon', 0.0))) if adapt else 1.0
+           for v, m, adapt in zip(variables, means, adapted)]
+    euclid = weighted_noise_scale(estimates, [1.0] * len(tau))
+    by_tau = weighted_noise_scale(estimates, tau)
+    by_tau2 = weighted_noise_scale(estimates, [t * t for t in tau])
+    step = checkpoints.checkpoint_step(path)
+    if not math.isfinite(euclid):
+      print(f'step {step}: |G|² not measurable from {args.micro_batches} x {args.micro_batch} '
+            '(its estimate is not positive): no noise scale', flush=True)
+      continue
+    print(f'step {step}: B_simple {euclid:.0f}, tau {by_tau:.0f} ({by_tau / euclid:.2f}x), '
+          f'tau2 {by_tau2:.0f} ({by_tau2 / euclid:.2f}x) {trainer.task.example_unit}, from '
+          f'{args.micro_batches} x {args.micro_batch}', flush=True)
+
+
+if __name__ == '__main__':
+  main()
