@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+from framework.run import record
 from tests.processes import Child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,6 +183,16 @@ def test_stop_and_resume_equals_straight_through(tmp_path, run_main):
 
   result = run(*common, '--logdir', str(resumed), '--set', 'max_steps=30', '--continue_learning')
   assert f'starting at step {stopped}' in result.stdout, (at, result.stdout)
+  # The record (metrics.jsonl) of the three attempts is the straight run's, but for the
+  # time, the rates and one start per attempt: every step's loss to the bit, one end.
+  events = {name: record.read(tmp_path / name) for name in ('straight', 'resumed')}
+  assert [e['step'] for e in events['resumed'] if e['kind'] == 'start'] == [0, 6, stopped]
+  kept = {name: [{k: v for k, v in e.items() if k not in ('time', 'examples_per_sec')}
+                 for e in found if e['kind'] != 'start'] for name, found in events.items()}
+  assert kept['resumed'] == kept['straight'], stopped
+  assert [e['step'] for e in kept['straight']] == [*range(1, 31), 30]
+  assert kept['straight'][-1] == {'kind': 'end', 'step': 30, 'updates': 30, 'global_batch': 128,
+                                  'noise_scale': None}
   straight = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path / 'straight')))
   resumed = checkpoint_values(tf.train.latest_checkpoint(str(resumed)))
   assert straight.keys() == resumed.keys()

@@ -15,6 +15,7 @@ import yaml
 from framework.config import config_file
 from framework.engines import distributed
 from framework.run import checkpoints
+from framework.run import record
 from framework.run import summaries
 from framework.run.checkpoints import CheckpointError
 from framework.run.divergence import TrainingError
@@ -39,6 +40,8 @@ class RunOutputs:
     writes: whether train summaries are written (chief, summaries on, steps to train).
     writer: the train summary writer (a no-op writer when nothing is written).
     eval_writer: the eval summary writer; its file appears with the first evaluation.
+    record: the run's ``record.Record`` (``metrics.jsonl``; written by the chief
+      of a run with steps to train).
 
   Args:
     checkpoint: the ``tf.train.Checkpoint`` of the run's state.
@@ -46,6 +49,7 @@ class RunOutputs:
     logdir: the run directory.
     config: the train config (``num_checkpoints``, ``save_summaries_steps``).
     trains: whether the run has steps to train.
+    start_step: the step training starts at (the record drops what came after it).
     task: the run's ``framework.tasks`` task, whose ``BEST_METRIC`` picks the
       best checkpoint (default: an image classifier's accuracy).
 
@@ -53,7 +57,7 @@ class RunOutputs:
     CheckpointError: the logdir cannot be written; nothing of the run was written.
   """
 
-  def __init__(self, checkpoint, model, logdir, config, trains, task=None):
+  def __init__(self, checkpoint, model, logdir, config, trains, task=None, start_step=0):
     self.model = model
     self.logdir = logdir
     chief = distributed.is_chief()
@@ -71,6 +75,7 @@ class RunOutputs:
       self.writer = (tf.summary.create_file_writer(logdir) if self.writes
                      else tf.summary.create_noop_writer())
       self.eval_writer = summaries.LazyWriter(os.path.join(logdir, summaries.EVAL_DIR), chief)
+      self.record = record.Record(logdir, chief and trains, start_step)
     except (OSError, tf.errors.OpError) as exc:
       raise CheckpointError(f'cannot write to logdir {logdir} ({exc}); nothing of this '
                             'run was written') from None

@@ -178,7 +178,8 @@ def train(parts, evaluate_every=None, stop=None, probe=None):
     The final eval metrics when evaluating, else None.
   """
   outputs = RunOutputs(parts.checkpoint, parts.model, parts.logdir, parts.config,
-                       trains=parts.start_step < parts.sizes.max_steps, task=parts.task)
+                       trains=parts.start_step < parts.sizes.max_steps, task=parts.task,
+                       start_step=parts.start_step)
   try:
     with outputs.writer.as_default():
       if outputs.writes:  # at every start: a resumed run's values replace the first ones
@@ -265,6 +266,7 @@ class TrainLoop:
     self.probe_done = False  # the probe asked to end training
     # The steps of the last checkpoint, train summary, evaluation and printed samples.
     self.last_saved = self.last_summary = self.last_eval = self.last_samples = self.step
+    self.last_recorded = self.step  # the step of the record's last train event
     self.eval_metrics = None  # the last evaluation's metrics (the final split's at the end)
     self.values = None  # the last micro-step's metrics, as numpy values
     self.rate = _Rate(self.sizes.batch_size * self.sizes.num_workers)
@@ -306,6 +308,7 @@ class TrainLoop:
     if self.stop is not None and self.stop.signum is not None:
       distributed.log(f'{self.stop.name} came during the last evaluation, after the last '
                       'checkpoint: the run is complete and ends normally')
+    self._record_end()
     if distributed.is_chief():
       remove_ending_mark(self.parts.logdir)
     return self.eval_metrics
@@ -336,6 +339,13 @@ class TrainLoop:
         f'{sizes.global_batch} = {sizes.batch_size} per worker x {sizes.num_workers} '
         f'worker(s) x iter_size {sizes.iter_size}; starting at step {self.step}'
         + (f'; {self.control.describe()}' if self.control is not None else ''))
+    self.outputs.record.add('start', self.step, max_steps=sizes.max_steps,
+                            steps_per_epoch=sizes.steps_per_epoch,
+                            global_batch=self._current_batch(), start_batch=sizes.global_batch,
+                            batch_size_per_gpu=sizes.batch_size, workers=sizes.num_workers,
+                            iter_size=sizes.iter_size, unit=self.task.example_unit,
+                            batch_policy=(self.control.policy_name if self.control is not None
+                                          else 'fixed'))
     self.progress = console.Progress(
         sizes.max_steps, self.step, sizes.steps_per_epoch, cfg['print_loss_steps'],
         enabled=distributed.is_chief(), show_loss_scale=console.loss_scaling_on(cfg),
@@ -354,6 +364,9 @@ class TrainLoop:
     self.parts.check_data()
     rate = self.rate.step()
     self.progress.update(step, values, rate)
+    if _due(step, self.last_recorded, cfg['print_loss_steps']):
+      self.last_recorded = step
+      self._record_train(step, values, rate)
     self._advise(step, values)
     if self.outputs.writes and self._summary_due(step):
       self.last_summary = step
@@ -383,6 +396,9 @@ class TrainLoop:
     if change is not None:
       rate = float(self.parts.learning_rate())
       distributed.log(self.control.describe_change(*change, values, rate, self.task.example_unit))
+      self.outputs.record.add('batch', step, old=change[0], new=change[1],
+                              iter_size=change[1] // self.control.unit, learning_rate=rate,
+                              updates=values['updates'], noise_scale=values.get('noise_scale'))
       # The step's line shows the next update's batch and rate, as it does without a change.
       values.update(global_batch=change[1], next_learning_rate=rate)
       if self.outputs.writes:
@@ -446,6 +462,8 @@ class TrainLoop:
       self.outputs.best.offer(step, metrics[self.task.BEST_METRIC])
     # Where the numbers come from, for the run's final line (evaluation.final_line).
     self.eval_metrics = dict(metrics, step=step, split=self.parts.eval_split)
+    self.outputs.record.add('eval', step, split=self.parts.eval_split or evaluation.USUAL_SPLIT,
+                            metrics=metrics)
 
   def _final_evaluate(self):
     """The best checkpoint on the final split, when the run has one (``Trainer.final_evaluate``)."""
@@ -461,6 +479,33 @@ class TrainLoop:
                       label=f'{split} split, best checkpoint by {by},')
     writer.close()
     self.eval_metrics = dict(metrics, step=step, split=split, selected_on=selected_on)
+
+  def _current_batch(self):
+    return (int(self.control.batch.numpy()) if self.control is not None
+            else self.sizes.global_batch)
+
+  def _record_train(self, step, values, rate):
+    """The record's ``train`` event: what the step's console line shows, by name."""
+    names = ('loss', *self.task.TRAIN_METRICS, 'next_learning_rate', 'global_norm',
+             'noise_scale', 'next_loss_scale', 'skipped_updates', 'updates')
+    fields = {name: values[name] for name in names if name in values}
+    self.outputs.record.add('train', step, epoch=step / self.sizes.steps_per_epoch,
+                            global_batch=int(values.get('global_batch', self.sizes.global_batch)),
+                            examples_per_sec=rate, **fields)
+
+  def _record_end(self):
+    """The record's ``final`` event (the run's final numbers, when it evaluated) and ``end``."""
+    record = self.outputs.record
+    if self.eval_metrics is not None:
+      final = self.eval_metrics
+      record.add('final', final.get('step', self.step),
+                 split=final.get('split') or evaluation.USUAL_SPLIT,
+                 selected_on=final.get('selected_on'),
+                 metrics={k: v for k, v in final.items()
+                          if k not in ('step', 'split', 'selected_on')})
+    values = self.values or {}
+    record.add('end', self.step, updates=values.get('updates', self.step),
+               global_batch=self._current_batch(), noise_scale=values.get('noise_scale'))
 
   def _stop(self, signum, ending=False):
     """Writes the summaries, saves the current step (unless saved already), raises RunStopped.

@@ -1,16 +1,16 @@
 """The batch that grows against the fixed batch: archives runs, draws them, writes their table.
 
-  # archive a finished run: its console log (and run directory, for its wall time)
-  .venv/bin/python studies/batch_policy/report.py archive NAME LOG [--logdir RUNDIR] [--note TEXT]
+  # archive a finished run from its run directory (its record, metrics.jsonl), with its log
+  .venv/bin/python studies/batch_policy/report.py archive NAME RUNDIR [--log LOG] [--note TEXT]
   .venv/bin/python studies/batch_policy/report.py           # the plots and the page's block
   .venv/bin/python studies/batch_policy/report.py --check   # exit 1 when the page is stale
 
-A run is archived as ``docs/results/batch_policy/<NAME>.json`` (with its log
-beside it as ``<NAME>.log``), read from the lines run.py printed: its start
-(``training ... global batch B``), each change of batch, each evaluation, the
-final line and, for a growing batch, its updates. The wall time is from the
-first to the last event of its run directory (the start of training to its last
-evaluation), when the directory is given. A name is ``<workload>.<arm>``:
+A run is archived as ``docs/results/batch_policy/<NAME>.json`` (with its
+console log beside it as ``<NAME>.log`` when given), read from its record
+(``metrics.jsonl``, docs/running.md): its start (steps, starting batch,
+policy), each change of batch, each evaluation, its final numbers and its
+updates. The wall time is from its first start to its end in the record
+(time between attempts included). A name is ``<workload>.<arm>``:
 the runs of one workload are drawn together, ``batch_policy_<workload>.png``:
 the global batch against the run's step, and the eval metric against the
 examples seen. The block between ``<!-- batch-policy:begin -->`` and
@@ -22,13 +22,13 @@ import argparse
 import glob
 import json
 import os
-import re
 import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from core import files  # noqa: E402  pylint: disable=wrong-import-position
+from framework.run import record  # noqa: E402  pylint: disable=wrong-import-position
 
 ARCHIVE = os.path.join('docs', 'results', 'batch_policy')
 PAGE = os.path.join('docs', 'critical_batch.md')
@@ -36,67 +36,39 @@ COMMAND = '.venv/bin/python studies/batch_policy/report.py'
 BEGIN = '<!-- batch-policy:begin -->'
 END = '<!-- batch-policy:end -->'
 
-START_RE = re.compile(r'^training \S+ for (\d+) steps \((\S+) steps/epoch\), global batch (\d+) '
-                      r'.*?(?:; batch policy (\S+) from|$)')
-CHANGE_RE = re.compile(r'^batch (\d+) -> (\d+) at step (\d+)')
-EVAL_RE = re.compile(r'^eval at step (\d+): (.*?) \((\d+) (\w+)\)')
-FINAL_RE = re.compile(r'^final (\S+) (\w+): ([\d.]+) ')
-UPDATES_RE = re.compile(r'^batch policy \S+: (\d+) updates to step (\d+)')
-PAIR_RE = re.compile(r'(top-1|wer) ([\d.]+)')
-
-
-def parse_log(text):
-  """What a run's console log says: start, changes, evaluations, final line, updates.
+def from_record(events):
+  """What a run's record says: start, changes, evaluations, final numbers, updates, wall time.
 
   Raises:
-    ValueError: a log without the line that starts training, or without a final line.
+    ValueError: a record without a start, or of a run that did not end with its final numbers.
   """
-  run = {'batches': [], 'eval': []}
-  for line in text.splitlines():
-    line = line.strip()
-    start, change, evaluation = START_RE.match(line), CHANGE_RE.match(line), EVAL_RE.match(line)
-    final, updates = FINAL_RE.match(line), UPDATES_RE.match(line)
-    if start and 'steps' not in run:
-      run.update(steps=int(start.group(1)), steps_per_epoch=float(start.group(2)),
-                 start_batch=int(start.group(3)), policy=start.group(4) or 'fixed')
-      run['batches'].append([0, run['start_batch']])
-    elif change:
-      run['batches'].append([int(change.group(3)), int(change.group(2))])
-    elif evaluation:
-      metric = PAIR_RE.search(evaluation.group(2))
-      run['eval'].append([int(evaluation.group(1)), float(metric.group(2))])
-    elif final:
-      run.update(final_split=final.group(1), metric=final.group(2),
-                 final=float(final.group(3)), final_line=line)
-    elif updates:
-      run['updates'] = int(updates.group(1))
-  if 'steps' not in run or 'final' not in run:
-    raise ValueError('not a finished run.py training log (no "training ..." or no final line)')
-  run.setdefault('updates', run['steps'])
-  return run
+  start, final, end = (record.last(events, kind) for kind in ('start', 'final', 'end'))
+  if start is None or final is None or end is None:
+    raise ValueError('not the record of a finished train_eval run (no start, final or end in '
+                     f'its {record.RECORD_NAME})')
+  # The metric the curve follows: a sequence model's wer, else an image classifier's accuracy.
+  metric = 'wer' if 'wer' in final['metrics'] else 'accuracy'
+  first = next(e for e in events if e['kind'] == 'start')
+  return {
+      'batches': [[0, start['start_batch']]] + [[e['step'], e['new']] for e in events
+                                                if e['kind'] == 'batch'],
+      'eval': [[e['step'], e['metrics'][metric]] for e in events if e['kind'] == 'eval'],
+      'steps': start['max_steps'], 'steps_per_epoch': start['steps_per_epoch'],
+      'start_batch': start['start_batch'], 'policy': start['batch_policy'],
+      'final_split': final['split'], 'metric': metric, 'final': final['metrics'][metric],
+      'final_step': final['step'], 'updates': end['updates'],
+      'wall_s': round(end['time'] - first['time'], 1)}
 
 
-def wall_seconds(logdir):
-  """Seconds from the first to the last event of a run directory (its train and eval events)."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  times = []
-  for path in glob.glob(os.path.join(logdir, '**', 'events.out.tfevents.*'), recursive=True):
-    if path.endswith('.run_config'):
-      continue
-    times += [event.wall_time for event in tf.compat.v1.train.summary_iterator(path)]
-  return round(max(times) - min(times), 1) if times else None
-
-
-def archive(name, log, logdir=None, note='', root=ROOT):
-  """Writes ``<ARCHIVE>/<name>.json`` and ``<name>.log`` from a finished run."""
+def archive(name, logdir, log=None, note='', root=ROOT):
+  """Writes ``<ARCHIVE>/<name>.json`` from a finished run's record, and ``<name>.log`` from its log."""
   if '.' not in name:
     raise ValueError(f'{name}: a name is <workload>.<arm>, e.g. fashion_mnist_lars.fixed')
-  with open(log, encoding='utf-8') as f:
-    run = parse_log(f.read())
-  run.update(name=name, note=note, wall_s=wall_seconds(logdir) if logdir else None)
+  run = dict(from_record(record.read(logdir)), name=name, note=note)
   directory = os.path.join(root, ARCHIVE)
   os.makedirs(directory, exist_ok=True)
-  shutil.copyfile(log, os.path.join(directory, f'{name}.log'))
+  if log is not None:
+    shutil.copyfile(log, os.path.join(directory, f'{name}.log'))
   files.write_text_atomically(os.path.join(directory, f'{name}.json'),
                               json.dumps(run, indent=1) + '\n')
   return run
@@ -176,14 +148,14 @@ def main(argv=None):
   sub = parser.add_subparsers(dest='command')
   add = sub.add_parser('archive', help='archive a finished run')
   add.add_argument('name')
-  add.add_argument('log')
-  add.add_argument('--logdir')
+  add.add_argument('logdir', help='the run directory, whose metrics.jsonl is read')
+  add.add_argument('--log', help='its console log, kept beside the archive for people')
   add.add_argument('--note', default='')
   parser.add_argument('--check', action='store_true',
                       help='only say whether the page is up to date (exit 1 when it is not)')
   args = parser.parse_args(argv)
   if args.command == 'archive':
-    run = archive(args.name, args.log, args.logdir, args.note)
+    run = archive(args.name, args.logdir, args.log, args.note)
     print(f'archived {run["name"]}: {run["metric"]} {run["final"]}, {run["updates"]} updates')
     return 0
   found = load()
