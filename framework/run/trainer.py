@@ -126,6 +126,10 @@ class Trainer:
     config_lib.check_jit_compile(self.config, self.num_workers)
     self.pipeline = GradientPipeline(self.model.trainable_variables,
                                      UpdateSettings(**self.opt_kwargs, log_global_norm=True))
+    if self.batch_control is not None:
+      # The update's own summaries on the run's step axis, beside the train scalars: the run
+      # step before the update (its update count would put them at other steps).
+      self.pipeline.summary_step_fn = lambda: self.batch_control.step
     self.data_position, self.skipped_updates, self.data_layout = self._counters()
     # What a checkpoint of the run holds, by name (also to name what a checkpoint lacks).
     self.checkpoint_items = dict(model=self.model, data_position=self.data_position,
