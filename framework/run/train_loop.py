@@ -504,8 +504,15 @@ class TrainLoop:
                  metrics={k: v for k, v in final.items()
                           if k not in ('step', 'split', 'selected_on')})
     values = self.values or {}
+    noise = {}
+    if 'noise_scale' in values:
+      # JSON has no infinity: an estimate whose |G|² is not positive yet says so in words.
+      b_simple = float(values['noise_scale'])
+      noise = {'noise_scale': b_simple,
+               'noise_scale_status': ('measured' if math.isfinite(b_simple) else
+                                      'not measured' if math.isnan(b_simple) else 'unbounded')}
     record.add('end', self.step, updates=values.get('updates', self.step),
-               global_batch=self._current_batch(), noise_scale=values.get('noise_scale'))
+               global_batch=self._current_batch(), **noise)
 
   def _stop(self, signum, ending=False):
     """Writes the summaries, saves the current step (unless saved already), raises RunStopped.

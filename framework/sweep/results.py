@@ -13,6 +13,7 @@ import json
 import os
 import re
 
+from framework.run import record
 from framework.run import rundir
 
 RESULT_FILE = 'result.json'
@@ -59,6 +60,45 @@ COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
 ATTEMPT_RE = re.compile(r'^\[sweep\] attempt (\d+) started at (\S+) ')
 ENDED_RE = re.compile(r'^\[sweep\] attempt (\d+) ended after (\S+) s with exit status (-?\d+)')
 RESUMED_RE = re.compile(r'; resuming from ckpt-(\d+)$')
+
+
+# The record's names (framework.run.record: the task's metric names) as results name them.
+_RECORD_NAMES = {'top5_accuracy': 'top5'}
+
+
+def record_metrics(events):
+  """:func:`parse_metrics`'s result from a run's record (``metrics.jsonl``), or None without an end.
+
+  The final event's metrics (the last evaluation's when there is none), the
+  steps the run ended at, the noise scale where the run measured it
+  (infinite while its |G|² estimate is not positive) and the updates where
+  a batch policy ran. A run that wrote no ``end`` (a benchmark; a run stopped
+  before its end) gives None, and its log is read instead.
+  """
+  end = record.last(events, 'end')
+  if end is None:
+    return None
+  metrics = dict.fromkeys(METRICS)
+  numbers = record.last(events, 'final') or record.last(events, 'eval')
+  if numbers is not None:
+    metrics.update({_RECORD_NAMES.get(name, name): value
+                    for name, value in numbers['metrics'].items() if name != 'examples'})
+  metrics['steps'] = end['step']
+  status = end.get('noise_scale_status')
+  if status == 'measured':
+    metrics[NOISE_SCALE] = end['noise_scale']
+  elif status == 'unbounded':
+    metrics[NOISE_SCALE] = float('inf')
+  start = record.last(events, 'start')
+  if start is not None and start.get('batch_policy', 'fixed') != 'fixed':
+    metrics[UPDATES] = end['updates']
+  return metrics
+
+
+def run_metrics(logdir, log_text):
+  """The run's final metrics: from its record where it has one, else from its log."""
+  metrics = record_metrics(record.read(logdir))
+  return metrics if metrics is not None else parse_metrics(log_text)
 
 
 def named_values(text):

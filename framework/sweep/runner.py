@@ -48,7 +48,7 @@ from framework.sweep.results import finished_in_log
 from framework.sweep.results import last_attempt_text
 from framework.sweep.results import last_text_line
 from framework.sweep.results import own_metric_text
-from framework.sweep.results import parse_metrics
+from framework.sweep.results import run_metrics
 from framework.sweep.results import read_log
 from framework.sweep.results import read_result
 from framework.sweep.results import timed_curve
@@ -359,7 +359,7 @@ class Sweep:
     if tried and tried[-1]['seconds'] is None:
       # The sweep did not see this attempt end: it ran until run.log was last written.
       spans[-1] = (spans[-1][0], os.path.getmtime(os.path.join(logdir, LOG_FILE)))
-    metrics = parse_metrics(text)
+    metrics = run_metrics(logdir, text)
     result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
               'seed': point.seed, 'overrides': self.overrides(point),
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
