@@ -2,10 +2,14 @@
 
 run.log holds run.py's output, one section per attempt between the sweep's own
 ``[sweep] attempt N started/ended`` lines (framework.sweep.runner writes them).
-These functions read it back: the final metrics, the curve of evaluations and the
+These functions read back the final metrics, the curve of evaluations and the
 seconds each took (counting the time the point ran, not the time between
-attempts), whether the point finished. Nothing here runs a process or imports
-TensorFlow (the TensorBoard event reader is imported when a curve is timed).
+attempts) from the run's record (``metrics.jsonl``, framework.run.record), and
+the attempts and whether the point finished from the sweep's own lines; a run
+without a record (a benchmark, a run from before the record) is read from its
+console lines and TensorBoard events. Nothing here runs a process or imports
+TensorFlow (the TensorBoard event reader is imported when a curve is timed
+from events).
 """
 
 import glob
@@ -139,6 +143,14 @@ def parse_metrics(log_text):
   return metrics
 
 
+def run_curve_metric(logdir, log_text):
+  """:func:`curve_metric` from the run's record where its evaluations are there, else its log."""
+  numbers = [e['metrics'] for e in record.read(logdir) if e['kind'] in ('eval', 'final')]
+  if numbers:
+    return 'wer' if 'wer' in numbers[-1] else 'accuracy'
+  return curve_metric(log_text)
+
+
 def curve_metric(log_text):
   """The run's own metric, which its curve follows: the first of its final line, else ``accuracy``.
 
@@ -229,12 +241,28 @@ def completed(attempt_text):
   return any(COMPLETE_RE.match(line.strip()) for line in attempt_text.splitlines())
 
 
+def _record_name(metric):
+  """A result's metric name as the record names it (``top5``: ``top5_accuracy``)."""
+  return next((k for k, v in _RECORD_NAMES.items() if v == metric), metric)
+
+
+def _record_evaluations(logdir, metric):
+  """``{step: (value, unix time)}`` of the record's evaluations holding ``metric``; {} without."""
+  name = _record_name(metric)
+  return {e['step']: (e['metrics'][name], e['time']) for e in record.read(logdir)
+          if e['kind'] == 'eval' and e['metrics'].get(name) is not None}
+
+
 def eval_curve(logdir, metric='accuracy'):
-  """``[(step, metric)]`` of the evaluations in the run's ``run.log``, by step.
+  """``[(step, metric)]`` of the run's evaluations, by step: its record's, else its ``run.log``'s.
 
   A step evaluated by two attempts (the second resumed from an earlier
-  checkpoint) counts once, with the later evaluation.
+  checkpoint) counts once, with the later evaluation (the record keeps that
+  one alone).
   """
+  evaluations = _record_evaluations(logdir, metric)
+  if evaluations:
+    return sorted((step, value) for step, (value, _) in evaluations.items())
   matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
   curve = {}
   for m in matches:
@@ -244,7 +272,15 @@ def eval_curve(logdir, metric='accuracy'):
 
 
 def eval_times(logdir, metric='accuracy'):
-  """``({step: unix time of that evaluation's event}, unix time of the run's first event)``."""
+  """``({step: unix time of that evaluation}, unix time of the run's start)``.
+
+  From the record (its evaluations, its first start) where the run has one,
+  else from the TensorBoard events (an evaluation's event, the run's first).
+  """
+  evaluations = _record_evaluations(logdir, metric)
+  starts = [e['time'] for e in record.read(logdir) if e['kind'] == 'start']
+  if evaluations and starts:
+    return {step: when for step, (_, when) in evaluations.items()}, starts[0]
   from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
   tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
@@ -294,11 +330,12 @@ def attempt_spans(logdir, tried):
 
   An attempt the sweep saw end ends then. One it did not see end (killed
   with the session it ran in) but that a later attempt resumed ends at the
-  last TensorBoard event it wrote at or before the step the next attempt
-  resumed from, since the next attempt does again what came after that
-  checkpoint (at the next attempt's start when no event says). The last
-  attempt, running or killed, has no end.
+  last event it wrote at or before the step the next attempt resumed from
+  (in the run's record, else in its TensorBoard events), since the next
+  attempt does again what came after that checkpoint (at the next attempt's
+  start when no event says). The last attempt, running or killed, has no end.
   """
+  events = record.read(logdir)
   files = None
   spans = []
   for i, attempt in enumerate(tried):
@@ -307,10 +344,14 @@ def attempt_spans(logdir, tried):
       end = attempt['start'] + attempt['seconds']
     elif i + 1 < len(tried):
       following = tried[i + 1]
-      if files is None:
-        files = _event_files(logdir)
-      last = _last_event_time(files, attempt['start'], following['start'],
-                              following.get('resumed_from'))
+      since, before, step = attempt['start'], following['start'], following.get('resumed_from')
+      if events:
+        last = max((e['time'] for e in events if since <= e['time'] < before
+                    and (step is None or e['step'] <= step)), default=None)
+      else:
+        if files is None:
+          files = _event_files(logdir)
+        last = _last_event_time(files, since, before, step)
       end = following['start'] if last is None else last
     spans.append((attempt['start'], end))
   return spans

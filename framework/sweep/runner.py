@@ -43,7 +43,7 @@ from framework.sweep.results import STOPPED_RE
 from framework.sweep.results import attempt_spans
 from framework.sweep.results import attempts
 from framework.sweep.results import completed
-from framework.sweep.results import curve_metric
+from framework.sweep.results import run_curve_metric
 from framework.sweep.results import finished_in_log
 from framework.sweep.results import last_attempt_text
 from framework.sweep.results import last_text_line
@@ -365,8 +365,8 @@ class Sweep:
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
               'wall_s': round(sum(end - start for start, end in spans), 2),
               'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-              'curve': timed_curve(logdir, curve_metric(text), spans),
-              'curve_metric': curve_metric(text), 'machine': machine()}
+              'curve': timed_curve(logdir, run_curve_metric(logdir, text), spans),
+              'curve_metric': run_curve_metric(logdir, text), 'machine': machine()}
     with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=2)
     if self.args.archive:

@@ -501,7 +501,8 @@ def test_sweep_runs_points_resumes_and_reports_failures(tmp_path):
     evals = [re.match(r'eval at step (\d+): loss \S+, top-1 (\S+),', l).groups()
              for l in (logdir / 'run.log').read_text().splitlines() if l.startswith('eval at step')]
     curve = json.loads((logdir / 'result.json').read_text())['curve']
-    assert evals and [(c[0], c[1]) for c in curve] == [(int(s), float(a)) for s, a in evals]
+    assert evals and [(c[0], round(c[1], 4)) for c in curve] == [(int(s), float(a))
+                                                                 for s, a in evals]
     assert all(0.0 < c[2] <= float(row['wall_s']) for c in curve)
     # ... and the machine it ran on, whose wall times a study compares.
     assert json.loads((logdir / 'result.json').read_text())['machine'] == runner.machine()

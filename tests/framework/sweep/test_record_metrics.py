@@ -1,5 +1,6 @@
 """A sweep point's metrics from its run's record (metrics.jsonl), the log only where there is none."""
 
+import json
 import math
 
 from framework.run import record
@@ -51,3 +52,40 @@ def test_a_run_directory_without_a_record_is_read_from_its_log(tmp_path):
     run.add(kind, step, **fields)
   # The record wins over the console's rounded, rewordable lines.
   assert results.run_metrics(str(tmp_path), log)['accuracy'] == 0.09
+
+
+def test_the_curve_and_its_seconds_come_from_the_record(tmp_path):
+  # Attempt 1 starts at 1000 and evaluates step 10 at 1020; stopped, resumed at 5000 from
+  # step 10, it evaluates step 20 at 5030. The record keeps one evaluation per step.
+  lines = [{'kind': 'start', 'step': 0, 'time': 1000.0, 'batch_policy': 'fixed'},
+           {'kind': 'eval', 'step': 10, 'time': 1020.0,
+            'metrics': {'accuracy': 0.5, 'top5_accuracy': 0.9}},
+           {'kind': 'start', 'step': 10, 'time': 5000.0, 'batch_policy': 'fixed'},
+           {'kind': 'eval', 'step': 20, 'time': 5030.0,
+            'metrics': {'accuracy': 0.6, 'top5_accuracy': 0.95}}]
+  (tmp_path / record.RECORD_NAME).write_text(''.join(json.dumps(l) + '\n' for l in lines))
+  assert results.eval_curve(str(tmp_path)) == [(10, 0.5), (20, 0.6)]
+  assert results.eval_curve(str(tmp_path), 'top5') == [(10, 0.9), (20, 0.95)]
+  assert results.run_curve_metric(str(tmp_path), '') == 'accuracy'
+  # Counted inside the attempts only: 20 s of the first (which ended at 1025), 30 of the second.
+  spans = [(1000.0, 1025.0), (5000.0, float('inf'))]
+  assert results.timed_curve(str(tmp_path), 'accuracy', spans) == [[10, 0.5, 20.0],
+                                                                   [20, 0.6, 55.0]]
+  words = tmp_path / 'words'
+  words.mkdir()
+  (words / record.RECORD_NAME).write_text(json.dumps(
+      {'kind': 'final', 'step': 5, 'time': 1.0, 'metrics': {'wer': 0.3}}) + '\n')
+  assert results.run_curve_metric(str(words), 'final test accuracy: 0.9 (...) at step 5') == 'wer'
+
+
+def test_an_attempt_killed_unseen_ends_at_its_last_event_up_to_the_step_resumed_from(tmp_path):
+  # Attempt 1 (from 1000) wrote events to step 7 (at 1021) and step 9 (at 1030), was killed
+  # with its session; attempt 2 (from 5000) resumed from ckpt-7: its start dropped step 9.
+  lines = [{'kind': 'start', 'step': 0, 'time': 1000.0},
+           {'kind': 'train', 'step': 7, 'time': 1021.0},
+           {'kind': 'start', 'step': 7, 'time': 5001.0},
+           {'kind': 'train', 'step': 14, 'time': 5040.0}]
+  (tmp_path / record.RECORD_NAME).write_text(''.join(json.dumps(l) + '\n' for l in lines))
+  tried = [{'start': 1000.0, 'seconds': None, 'status': None, 'resumed_from': None},
+           {'start': 5000.0, 'seconds': 60.0, 'status': 0, 'resumed_from': 7}]
+  assert results.attempt_spans(str(tmp_path), tried) == [(1000.0, 1021.0), (5000.0, 5060.0)]
