@@ -199,8 +199,8 @@ class GradientPipeline(tf.Module):
     """The variables of the pipeline, the optimizer (built) and the loss scaler."""
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
     # The step the update's summaries are written at: the update count, unless the caller
-    # counts steps otherwise (a run whose batch grows counts examples; see summary_step_fn).
-    self.summary_step_fn = None
+    # counts steps otherwise (a run whose batch grows counts examples: the trainer sets it).
+    self.summary_step_fn = lambda: self.global_step
     # Micro-batches accumulated since the last applied update.
     self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='micro_step')
     # Allreduce calls, so tests and logs can confirm one per applied update.
@@ -445,8 +445,7 @@ class GradientPipeline(tf.Module):
     if self.masters is not None:
       self.masters.copy_back()
     if self.summaries:
-      write_summaries(self.summaries, (self.global_step if self.summary_step_fn is None
-                                       else self.summary_step_fn()),
+      write_summaries(self.summaries, self.summary_step_fn(),
                       {'learning_rate': update.learning_rate,
                        'loss_scale': self.loss_scaler.loss_scale,
                        'global_norm': update.global_norm}, self.var_list, update.checked,

@@ -24,6 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from scripts import bench_seq2seq_batches  # noqa: E402  pylint: disable=wrong-import-position
 from scripts import bench_train  # noqa: E402  pylint: disable=wrong-import-position
 
 REFERENCE = 256  # the main job's batch_size_per_gpu
@@ -87,10 +88,8 @@ def main(argv=None):
   for step in steps.values():  # trace and warm up
     step(images, labels).numpy()
   times = {b: [] for b in steps}
-  order = list(steps)
   for round_index in range(args.rounds):
-    shift = round_index % len(order)
-    for b in order[shift:] + order[:shift]:
+    for b in bench_seq2seq_batches.rotated(list(steps), round_index):
       start = time.perf_counter()
       steps[b](images, labels).numpy()
       times[b].append(time.perf_counter() - start)

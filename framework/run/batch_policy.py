@@ -30,7 +30,6 @@ of your own is decided on the chief and broadcast.
 
 import math
 
-import numpy as np
 import tensorflow as tf
 
 from core import batch_policy as policies
@@ -46,6 +45,11 @@ def control_for(config, batch_size, num_workers, max_steps=None, examples=None):
   if policies.is_fixed(config):
     return None
   return BatchControl(config, batch_size, num_workers, max_steps, examples)
+
+
+def current_batch(control, start_batch):
+  """The global batch of the next update: the control's when the batch grows, else ``start_batch``."""
+  return int(control.batch.numpy()) if control is not None else start_batch
 
 
 def schedule_rates(schedule_fn, steps):
@@ -208,8 +212,7 @@ class BatchControl(tf.Module):
     state = self.state(values, steps_per_epoch)
     batch = policies.next_batch(self.policy, self.params, state, f'batch_policy {self.policy_name}')
     if self.broadcast:
-      batch = int(distributed.sum_array(np.array([batch if distributed.is_chief() else 0],
-                                                 np.float64))[0])
+      batch = distributed.chief_decides(batch)
     if batch == state.batch:
       return None
     self.set(batch, state.step)

@@ -37,6 +37,7 @@ from data.base import DataError
 from data.base import data_error_in
 from framework.engines import console
 from framework.engines import distributed
+from framework.run import batch_policy
 from framework.run import checkpoints
 from framework.run import evaluation
 from framework.run import run_outputs
@@ -481,8 +482,7 @@ class TrainLoop:
     self.eval_metrics = dict(metrics, step=step, split=split, selected_on=selected_on)
 
   def _current_batch(self):
-    return (int(self.control.batch.numpy()) if self.control is not None
-            else self.sizes.global_batch)
+    return batch_policy.current_batch(self.control, self.sizes.global_batch)
 
   def _record_train(self, step, values, rate):
     """The record's ``train`` event: what the step's console line shows, by name."""

@@ -222,9 +222,7 @@ class Trainer:
 
   def current_batch(self):
     """The global batch of the next update (the batch policy's, when it grows)."""
-    if self.batch_control is not None:
-      return int(self.batch_control.batch.numpy())
-    return self.global_batch
+    return batch_policy.current_batch(self.batch_control, self.global_batch)
 
   @property
   def global_step(self):

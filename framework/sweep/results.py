@@ -246,10 +246,10 @@ def _record_name(metric):
   return next((k for k, v in _RECORD_NAMES.items() if v == metric), metric)
 
 
-def _record_evaluations(logdir, metric):
+def _record_evaluations(events, metric):
   """``{step: (value, unix time)}`` of the record's evaluations holding ``metric``; {} without."""
   name = _record_name(metric)
-  return {e['step']: (e['metrics'][name], e['time']) for e in record.read(logdir)
+  return {e['step']: (e['metrics'][name], e['time']) for e in events
           if e['kind'] == 'eval' and e['metrics'].get(name) is not None}
 
 
@@ -260,7 +260,7 @@ def eval_curve(logdir, metric='accuracy'):
   checkpoint) counts once, with the later evaluation (the record keeps that
   one alone).
   """
-  evaluations = _record_evaluations(logdir, metric)
+  evaluations = _record_evaluations(record.read(logdir), metric)
   if evaluations:
     return sorted((step, value) for step, (value, _) in evaluations.items())
   matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
@@ -277,8 +277,9 @@ def eval_times(logdir, metric='accuracy'):
   From the record (its evaluations, its first start) where the run has one,
   else from the TensorBoard events (an evaluation's event, the run's first).
   """
-  evaluations = _record_evaluations(logdir, metric)
-  starts = [e['time'] for e in record.read(logdir) if e['kind'] == 'start']
+  events = record.read(logdir)
+  evaluations = _record_evaluations(events, metric)
+  starts = [e['time'] for e in events if e['kind'] == 'start']
   if evaluations and starts:
     return {step: when for step, (_, when) in evaluations.items()}, starts[0]
   from framework.engines import tf_import  # pylint: disable=import-outside-toplevel

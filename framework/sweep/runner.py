@@ -360,13 +360,14 @@ class Sweep:
       # The sweep did not see this attempt end: it ran until run.log was last written.
       spans[-1] = (spans[-1][0], os.path.getmtime(os.path.join(logdir, LOG_FILE)))
     metrics = run_metrics(logdir, text)
+    metric = run_curve_metric(logdir, text)
     result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
               'seed': point.seed, 'overrides': self.overrides(point),
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,
               'wall_s': round(sum(end - start for start, end in spans), 2),
               'attempts': max(1, len(tried)), 'finished': time.strftime('%Y-%m-%d %H:%M:%S'),
-              'curve': timed_curve(logdir, run_curve_metric(logdir, text), spans),
-              'curve_metric': run_curve_metric(logdir, text), 'machine': machine()}
+              'curve': timed_curve(logdir, metric, spans), 'curve_metric': metric,
+              'machine': machine()}
     with open(os.path.join(logdir, RESULT_FILE), 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=2)
     if self.args.archive:

@@ -57,16 +57,16 @@ def per_variable(gradients, micro_batch):
 
 def weighted_noise_scale(estimates, weights):
   """Σ w_l tr(Σ_l) / Σ w_l |G_l|²: B_simple of the update P·g, P = diag(w_l)."""
-  trace = sum(w * t for w, (_, t) in zip(weights, estimates))
-  gradient_sq = sum(w * g for w, (g, _) in zip(weights, estimates))
-  return trace / gradient_sq if gradient_sq > 0 else float('inf')
+  from core.noise_scale import b_simple  # pylint: disable=import-outside-toplevel
+  return b_simple(sum(w * t for w, (_, t) in zip(weights, estimates)),
+                  sum(w * g for w, (g, _) in zip(weights, estimates)))
 
 
 def noise_scale_of(small_sq, big_sq, micro_batch, big_batch):
   """tr/|G|² from the unbiased pair of a quadratic form's means (norms, or uᵀHu)."""
-  from core.noise_scale import unbiased_estimates  # pylint: disable=import-outside-toplevel
-  gradient_sq, trace = unbiased_estimates(small_sq, big_sq, micro_batch, big_batch)
-  return trace / gradient_sq if gradient_sq > 0 else float('inf')
+  from core import noise_scale  # pylint: disable=import-outside-toplevel
+  gradient_sq, trace = noise_scale.unbiased_estimates(small_sq, big_sq, micro_batch, big_batch)
+  return noise_scale.b_simple(trace, gradient_sq)
 
 
 class SecondDifference:
