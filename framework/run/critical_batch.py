@@ -576,7 +576,10 @@ class Measurement:
     return {'checkpoint': self.checkpoint_key(path), 'checkpoint_step': step, 'window': window,
             'fewest': self.fewest, 'most': self.most, 'eval_every': self.eval_every,
             'heldout_batches': self.heldout_batches, 'branch_loss': self.branch_loss,
-            'batch_size_per_gpu': self.cfg['batch_size_per_gpu']}
+            'batch_size_per_gpu': self.cfg['batch_size_per_gpu'],
+            # None where the rule jumps the rate at once (as records without the key).
+            'ramp_updates': branch_lib.ramp_updates(
+                2, branch_lib.rate_ratio(self.cfg, 2, self.workers)) or None}
 
   def measure_point(self, base, step, path):
     """The branches from one point not measured yet, then the point's fit."""

@@ -34,7 +34,7 @@ START_NAME = 'start.json'
 
 # What a re-run must share with a finished branch for its result to stand.
 SETTINGS = ('checkpoint', 'checkpoint_step', 'window', 'fewest', 'most', 'eval_every',
-            'heldout_batches', 'branch_loss', 'batch_size_per_gpu')
+            'heldout_batches', 'branch_loss', 'batch_size_per_gpu', 'ramp_updates')
 
 
 class ResultsError(Exception):

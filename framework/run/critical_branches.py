@@ -46,6 +46,13 @@ DEFAULT_HELDOUT_EXAMPLES = 2048
 DEFAULT_MAX_BATCH_FACTOR = 16
 # The fewest updates the largest branch may have within its cap.
 MIN_UPDATES = 8
+# A branch whose rule raises the rate faster than the square root of its batch (``linear``,
+# or no ``lr_scaling``) ramps it up from the 1x rate over its first updates, Goyal et al.'s
+# gradual warm-up (2017) for the linear rule: a rate jumped k-fold at once, far above the one
+# the run's weights were trained at, throws the loss up by more than the branch can win back
+# in its cap (momentum SGD at 8x and 16x). The square root keeps the update's noise as it was
+# and jumps at once, as ``batch_policy`` does.
+RAMP_UPDATES = MIN_UPDATES
 # Pipeline state a branch starts afresh: its own update count, an accumulation of its
 # own iter_size, and its own noise-scale averages.
 BRANCH_OWN = ('global_step', 'micro_step', 'accumulators', 'noise_scale')
@@ -130,19 +137,34 @@ def rate_ratio(cfg, factor, workers):
   return theirs / ours
 
 
+def ramp_updates(factor, ratio):
+  """The updates over which a branch's rate ratio ramps from 1 to ``ratio`` (0: none).
+
+  Only a ratio above the square root of the batch's ``factor`` ramps
+  (``RAMP_UPDATES``).
+  """
+  return RAMP_UPDATES if ratio > math.sqrt(factor) * (1 + 1e-9) else 0
+
+
 def branch_rate_fn(schedule_fn, step, factor, ratio):
-  """A branch's rate at its update ``u``: the run's schedule at ``step + factor·u``, times ``ratio``.
+  """A branch's rate at its update ``u``: the run's schedule at ``step + factor·u``, times its ratio.
 
   The schedule is the config's at its own batch (``schedule_fn`` of its
   global step); a branch of ``factor`` x the batch has read, before its
   update ``u``, the examples of ``factor·u`` steps of the run, as a growing
-  batch counts them (``batch_policy``).
+  batch counts them (``batch_policy``). The ratio is ``ratio``, or with a
+  ramp of R updates (``ramp_updates``) 1 + (ratio − 1)·min(1, (u + 1)/R).
   """
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  ramp = ramp_updates(factor, ratio)
 
   def rate(updates):
     run_step = tf.cast(step, tf.int64) + factor * tf.cast(updates, tf.int64)
-    return tf.cast(schedule_fn(run_step), tf.float32) * ratio
+    scale = tf.constant(ratio, tf.float32)
+    if ramp:
+      share = tf.minimum(1.0, tf.cast(updates + 1, tf.float32) / ramp)
+      scale = 1.0 + (scale - 1.0) * share
+    return tf.cast(schedule_fn(run_step), tf.float32) * scale
   return rate
 
 

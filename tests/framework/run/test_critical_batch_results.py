@@ -174,6 +174,13 @@ def test_a_branch_rate_is_the_schedule_at_its_examples_times_the_rule():
                                           100, 4, 2.0)
   assert [float(rate(tf.constant(u, tf.int64))) for u in (0, 1, 10)] == pytest.approx(
       [2 * (1 - 0.1), 2 * (1 - 0.104), 2 * (1 - 0.14)])
+  # Under the linear rule the ratio ramps from 1 over the first 8 updates (Goyal et al.).
+  assert critical_branches.ramp_updates(4, 2.0) == 0
+  assert critical_branches.ramp_updates(4, 4.0) == 8
+  rate = critical_branches.branch_rate_fn(lambda s: 1.0 - tf.cast(s, tf.float32) / 1000.0,
+                                          100, 4, 4.0)
+  assert [float(rate(tf.constant(u, tf.int64))) for u in (0, 3, 7, 10)] == pytest.approx(
+      [(1 + 3 / 8) * (1 - 0.1), (1 + 3 * 4 / 8) * (1 - 0.112), 4 * (1 - 0.128), 4 * (1 - 0.14)])
   branch = critical_branches.branch_config(dict(lr_config('sqrt', 2), save_checkpoint_steps=200), 4)
   assert branch['iter_size'] == 8 and branch['save_checkpoint_steps'] is None
 
