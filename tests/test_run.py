@@ -180,6 +180,10 @@ def test_stop_and_resume_equals_straight_through(tmp_path, run_main):
   values = checkpoint_values(str(resumed / f'ckpt-{stopped}'))
   assert int(values['data_position/.ATTRIBUTES/VARIABLE_VALUE']) == stopped
   assert os.path.exists(resumed / 'config-6.yaml') and os.path.exists(resumed / 'config-0.yaml')
+  stop = record.read(resumed)[-1]
+  assert {k: v for k, v in stop.items() if k != 'time'} == {
+      'kind': 'stop', 'step': stopped, 'signal': 'SIGTERM',
+      'checkpoint': os.path.join(str(resumed), f'ckpt-{stopped}')}, stop
 
   result = run(*common, '--logdir', str(resumed), '--set', 'max_steps=30', '--continue_learning')
   assert f'starting at step {stopped}' in result.stdout, (at, result.stdout)

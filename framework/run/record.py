@@ -5,17 +5,19 @@ JSON object per line, in the order things happened, each with ``kind``,
 ``step`` (the run's step: examples over the starting global batch) and
 ``time`` (seconds since the epoch); docs/running.md lists every field:
 
-- ``start``: training starts (again, for a resumed run) at ``step``;
+- ``start``: training starts (again, for a resumed run) at ``step``, with the
+  task's own metric (``metric``, which more is better of: ``higher_is_better``);
 - ``train``: every ``print_loss_steps`` steps, the step's loss, metrics, rate;
 - ``batch``: a batch policy changed the global batch;
 - ``eval``: an evaluation (``split``, the metrics);
 - ``final``: the run's final numbers (the last evaluation, or the best
   checkpoint's on the final split), as its ``final ...`` line gives them;
-- ``end``: training ended at ``step``, with its updates and noise scale.
+- ``end``: training ended at ``step``, with its updates and noise scale;
+- ``stop``: a signal stopped training at ``step`` after saving ``checkpoint``.
 
 A resumed run goes on from its checkpoint's step as if it had run straight
 through: the events after that step, and an earlier ``final`` and ``end``,
-are dropped when it starts. Only the chief writes. Values that are not finite
+and a ``stop``, are dropped when it starts. Only the chief writes. Values that are not finite
 numbers are written as null (JSON has no NaN), so ``pandas.read_json(path,
 lines=True)`` reads the file. Nothing here imports TensorFlow.
 """
@@ -29,8 +31,9 @@ import time
 from core import files
 
 RECORD_NAME = 'metrics.jsonl'
-# The events a resumed run writes again (its end): dropped from the record when it starts.
-ENDING_KINDS = ('final', 'end')
+# The events of an attempt's end, dropped from the record when the next attempt starts: a
+# resumed run writes its own end, and a run straight through has no stop.
+ENDING_KINDS = ('final', 'end', 'stop')
 
 
 def plain(value):
@@ -78,6 +81,12 @@ def last(events, kind):
   return next((e for e in reversed(events) if e.get('kind') == kind), None)
 
 
+def last_attempt(events):
+  """The events from the last ``start`` on: what the latest attempt wrote ([] without a start)."""
+  starts = [i for i, e in enumerate(events) if e.get('kind') == 'start']
+  return events[starts[-1]:] if starts else []
+
+
 class Record:
   """Appends a run's events to its ``metrics.jsonl`` (see the module docstring).
 
@@ -85,7 +94,7 @@ class Record:
     logdir: the run directory.
     enabled: whether this process writes (the chief of a run that trains).
     start_step: the step training starts at: later events of an earlier
-      attempt are dropped, and its ``final`` and ``end``.
+      attempt are dropped, and its ``final``, ``end`` and ``stop``.
   """
 
   def __init__(self, logdir, enabled, start_step):

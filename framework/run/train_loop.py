@@ -345,6 +345,8 @@ class TrainLoop:
                             global_batch=self._current_batch(), start_batch=sizes.global_batch,
                             batch_size_per_gpu=sizes.batch_size, workers=sizes.num_workers,
                             iter_size=sizes.iter_size, unit=self.task.example_unit,
+                            metric=self.task.BEST_METRIC,
+                            higher_is_better=self.task.HIGHER_IS_BETTER,
                             batch_policy=(self.control.policy_name if self.control is not None
                                           else 'fixed'))
     self.progress = console.Progress(
@@ -534,6 +536,7 @@ class TrainLoop:
           os.path.join(self.parts.logdir, ENDING_MARK),
           json.dumps({'step': step, 'signal': signal_name(signum)}) + '\n')
     tf.summary.flush()
+    self.outputs.record.add('stop', step, signal=signal_name(signum), checkpoint=path)
     raise RunStopped(signum, step, path)
 
 

@@ -2,21 +2,20 @@
 
 run.log holds run.py's output, one section per attempt between the sweep's own
 ``[sweep] attempt N started/ended`` lines (framework.sweep.runner writes them).
-These functions read back the final metrics, the curve of evaluations and the
-seconds each took (counting the time the point ran, not the time between
-attempts) from the run's record (``metrics.jsonl``, framework.run.record), and
-the attempts and whether the point finished from the sweep's own lines; a run
-without a record (a benchmark, a run from before the record) is read from its
-console lines and TensorBoard events. Nothing here runs a process or imports
-TensorFlow (the TensorBoard event reader is imported when a curve is timed
-from events).
+The final metrics, the curve of evaluations and the seconds each took
+(counting the time the point ran, not the time between attempts), whether the
+run got to its end and where a signal stopped it, are read from the run's
+record (``metrics.jsonl``, framework.run.record): the console's lines are for
+people. The attempts come from the sweep's own lines. A run without a record
+(a benchmark) has no metrics. Nothing here runs a process or imports
+TensorFlow.
 """
 
-import glob
 import json
 import os
 import re
 
+from framework.config.config_file import TRAINING_MODES
 from framework.run import record
 from framework.run import rundir
 
@@ -33,33 +32,13 @@ UPDATES = 'updates'
 # Either is in a result only when its run printed it.
 RUN_FACTS = (NOISE_SCALE, UPDATES)
 
-# What run.py and the trainer print; parsed back from run.log. Each task words its
-# lines (framework.tasks): "final <split> <metric>: <value> (<name> <value>, ...) at
-# step N" and "eval at step N: <name> <value>, ..." (framework.run.evaluation; a split
-# other than test is named: "final validation accuracy: ...", "... on the validation
-# split"); the first metric of the final line is the run's own (accuracy for images,
-# wer for sequences). A final line of the best checkpoint ends "(best checkpoint by
-# <split> <metric>; the run ended at step M)": the run's steps are M.
-FINAL_RE = re.compile(r'^final (\S+) (\w+): (\S+) \((.*?)\) at step (\d+)'
-                      r'(?: \(best checkpoint by [^;)]*(?:; the run ended at step (\d+))?\))?')
-EVAL_RE = re.compile(r'^eval at step (\d+): (.*)$')
-_PAIR_RE = re.compile(r'([A-Za-z][\w-]*) (-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))(?=,|$| \()')
-# The image classifier's names in its lines, as results name them.
-_ALIASES = {'top-1': 'accuracy', 'top-5': 'top5'}
-# Whether more is better, for each metric a run's final line can lead with: its
-# task's BEST_METRIC and HIGHER_IS_BETTER (framework.tasks, which load TensorFlow;
-# tests/framework/tasks/test_tasks.py holds the two equal).
+# Whether more is better, for each metric a run's record can name as its own (the
+# ``start`` event's ``metric``): its task's BEST_METRIC and HIGHER_IS_BETTER
+# (framework.tasks, which load TensorFlow; tests/framework/tasks/test_tasks.py holds the
+# two equal). The report reads it for the curves of results written before the record
+# named it.
 HIGHER_IS_BETTER = {'accuracy': True, 'top5': True, 'token_accuracy': True,
                     'wer': False, 'per': False, 'ser': False, 'ter': False, 'loss': False}
-TRAINING_RE = re.compile(r'^training .* for (\d+) steps')
-# The gradient noise scale as a run ended (framework.run.launch.noise_scale_line); a run
-# that measured it with |G|² not yet positive says 'unbounded', which reads as infinity.
-NOISE_SCALE_RE = re.compile(r'^noise scale \(B_simple\): (\d+|unbounded)')
-# The end of a run whose batch grew (framework.run.batch_policy.BatchControl.summary_line).
-UPDATES_RE = re.compile(r'^batch policy \S+: (\d+) updates to step')
-STOPPED_RE = re.compile(r'^stopped by \S+ at step (\d+) of \d+: saved (\S+);')
-# The last line run.py prints when a training run ends well, and a benchmark's.
-COMPLETE_RE = re.compile(r'^(TensorBoard: tensorboard --logdir |benchmark: )')
 # The sweep's own lines around each attempt in run.log.
 ATTEMPT_RE = re.compile(r'^\[sweep\] attempt (\d+) started at (\S+) ')
 ENDED_RE = re.compile(r'^\[sweep\] attempt (\d+) ended after (\S+) s with exit status (-?\d+)')
@@ -71,7 +50,7 @@ _RECORD_NAMES = {'top5_accuracy': 'top5'}
 
 
 def record_metrics(events):
-  """:func:`parse_metrics`'s result from a run's record (``metrics.jsonl``), or None without an end.
+  """A result's metrics from a run's record (``metrics.jsonl``), or None without an end.
 
   The final event's metrics (the last evaluation's when there is none), the
   steps the run ended at, the noise scale where the run measured it
@@ -99,72 +78,27 @@ def record_metrics(events):
   return metrics
 
 
-def run_metrics(logdir, log_text):
-  """The run's final metrics: from its record where it has one, else from its log."""
+def run_metrics(logdir):
+  """The run's final metrics from its record; each None for a run whose record has no end.
+
+  A benchmark writes no record, and a run from before the record has none.
+  """
   metrics = record_metrics(record.read(logdir))
-  return metrics if metrics is not None else parse_metrics(log_text)
+  return metrics if metrics is not None else dict.fromkeys(METRICS)
 
 
-def named_values(text):
-  """``{name: value}`` of the ``name value`` pairs of an eval or final line's text."""
-  return {_ALIASES.get(name, name): float(value) for name, value in _PAIR_RE.findall(text)}
+def run_curve_metric(logdir):
+  """The run's own metric, which its curve follows: its record's (``accuracy``, ``wer``, ...).
 
-
-def parse_metrics(log_text):
-  """Reads the final metrics from run.py's output.
-
-  Returns:
-    ``{'accuracy', 'top5', 'loss', 'steps'}`` and every other metric the
-    lines name (``wer``, ``per``, ``token_accuracy`` for sequences), each None
-    when run.py did not print it: train_eval ends with ``final <split>
-    <metric>: ...`` (the last ``eval at step ...`` line serves when that is
-    missing), train and benchmark only give the steps of ``training ... for
-    N steps``. ``steps`` is the step the run ended at. With the noise scale
-    measured, ``noise_scale`` is the ``noise scale (B_simple): N`` line's N; with
-    a batch that grew, ``updates`` is the ``batch policy P: N updates`` line's N.
+  A record from before it named the metric gives ``wer`` where the evaluations
+  hold it, else ``accuracy``.
   """
-  metrics = dict.fromkeys(METRICS)
-  for line in log_text.splitlines():
-    line = line.strip()
-    final, evaluation, training = FINAL_RE.match(line), EVAL_RE.match(line), TRAINING_RE.match(line)
-    if final:
-      metrics.update({final.group(2): float(final.group(3)), **named_values(final.group(4)),
-                      'steps': int(final.group(6) or final.group(5))})
-    elif evaluation:
-      metrics.update(named_values(evaluation.group(2)), steps=int(evaluation.group(1)))
-    elif training and metrics['steps'] is None:
-      metrics['steps'] = int(training.group(1))
-    noise = NOISE_SCALE_RE.match(line)
-    if noise:
-      metrics[NOISE_SCALE] = float('inf' if noise.group(1) == 'unbounded' else noise.group(1))
-    updates = UPDATES_RE.match(line)
-    if updates:
-      metrics[UPDATES] = int(updates.group(1))
-  return metrics
-
-
-def run_curve_metric(logdir, log_text):
-  """:func:`curve_metric` from the run's record where its evaluations are there, else its log."""
-  numbers = [e['metrics'] for e in record.read(logdir) if e['kind'] in ('eval', 'final')]
-  if numbers:
-    return 'wer' if 'wer' in numbers[-1] else 'accuracy'
-  return curve_metric(log_text)
-
-
-def curve_metric(log_text):
-  """The run's own metric, which its curve follows: the first of its final line, else ``accuracy``.
-
-  ``accuracy`` for an image classifier, ``wer`` for a sequence model.
-  """
-  for line in reversed(log_text.splitlines()):
-    final = FINAL_RE.match(line.strip())
-    if final:
-      return final.group(2)
-  for line in log_text.splitlines():
-    evaluation = EVAL_RE.match(line.strip())
-    if evaluation and 'wer' in named_values(evaluation.group(2)):
-      return 'wer'
-  return 'accuracy'
+  events = record.read(logdir)
+  start = record.last(events, 'start')
+  if start is not None and start.get('metric'):
+    return _RECORD_NAMES.get(start['metric'], start['metric'])
+  numbers = [e['metrics'] for e in events if e['kind'] in ('eval', 'final')]
+  return 'wer' if numbers and 'wer' in numbers[-1] else 'accuracy'
 
 
 def last_text_line(text):
@@ -220,25 +154,28 @@ def last_attempt_text(log_text):
   return log_text[starts[-1]:] if starts else log_text
 
 
-def finished_in_log(log_text):
-  """Whether the point's last attempt ended well, as run.log tells it.
+def finished(logdir, log_text, mode):
+  """Whether the point's last attempt ended well.
 
-  The sweep's closing line says so (exit status 0); otherwise run.py's own
-  last line does (the sweep did not see the end, or a signal came as the run
-  ended).
+  The sweep's closing line says so (exit status 0); otherwise, for a mode that
+  trains, the run's record does: its last attempt wrote an ``end`` (the sweep
+  did not see the end, or a signal came as the run ended).
   """
   tried = attempts(log_text)
   if tried and tried[-1]['status'] == 0:
     return True
-  return completed(last_attempt_text(log_text))
+  # critical_batch writes its run's record too, with an end at each of its stages.
+  return mode in TRAINING_MODES and ended(logdir)
 
 
-def completed(attempt_text):
-  """Whether run.py printed the last line of a run that got to its end.
+def ended(logdir):
+  """Whether the record's last attempt got to the end of training (an ``end``, no ``stop``)."""
+  return record.last(record.last_attempt(record.read(logdir)), 'end') is not None
 
-  Such a run may still exit by a signal, one that came as the process ended.
-  """
-  return any(COMPLETE_RE.match(line.strip()) for line in attempt_text.splitlines())
+
+def stopped(logdir):
+  """The record's ``stop`` of the last attempt (``step``, ``signal``, ``checkpoint``), or None."""
+  return record.last(record.last_attempt(record.read(logdir)), 'stop')
 
 
 def _record_name(metric):
@@ -261,69 +198,18 @@ def eval_curve(logdir, metric='accuracy'):
   one alone).
   """
   evaluations = _record_evaluations(record.read(logdir), metric)
-  if evaluations:
-    return sorted((step, value) for step, (value, _) in evaluations.items())
-  matches = (EVAL_RE.match(line.strip()) for line in read_log(logdir).splitlines())
-  curve = {}
-  for m in matches:
-    if m and metric in named_values(m.group(2)):
-      curve[int(m.group(1))] = named_values(m.group(2))[metric]
-  return sorted(curve.items())
+  return sorted((step, value) for step, (value, _) in evaluations.items())
 
 
 def eval_times(logdir, metric='accuracy'):
-  """``({step: unix time of that evaluation}, unix time of the run's start)``.
+  """``({step: unix time of that evaluation}, unix time of the run's first start)`` from the record.
 
-  From the record (its evaluations, its first start) where the run has one,
-  else from the TensorBoard events (an evaluation's event, the run's first).
+  ``({}, None)`` for a run without one.
   """
   events = record.read(logdir)
-  evaluations = _record_evaluations(events, metric)
   starts = [e['time'] for e in events if e['kind'] == 'start']
-  if evaluations and starts:
-    return {step: when for step, (_, when) in evaluations.items()}, starts[0]
-  from framework.engines import tf_import  # pylint: disable=import-outside-toplevel
-  tf_import.import_tensorflow()  # the reader loads TensorFlow: without its start-up lines
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=import-outside-toplevel
-  first, times = None, {}
-  for directory, tag in ((logdir, None), (os.path.join(logdir, 'eval'), metric)):
-    if not os.path.isdir(directory):
-      return {}, None
-    events = event_accumulator.EventAccumulator(directory, size_guidance={'tensors': 0})
-    events.Reload()
-    if tag is None:
-      first = events.FirstEventTimestamp()
-    elif tag in events.Tags()['tensors']:
-      times = {e.step: e.wall_time for e in events.Tensors(tag)}
-  return times, first
-
-
-def _event_files(logdir):
-  """``[(creation unix time, path)]`` of the TensorBoard event files of a run and of its evaluations."""
-  found = []
-  for path in glob.glob(os.path.join(glob.escape(logdir), '**', 'events.out.tfevents.*'),
-                        recursive=True):
-    try:
-      found.append((float(os.path.basename(path).split('.')[3]), path))
-    except (IndexError, ValueError):
-      continue
-  return found
-
-
-def _last_event_time(files, since, before, max_step):
-  """The wall time of the last event at or before ``max_step`` in the files created in ``[since, before)``."""
-  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=import-outside-toplevel
-  last = None
-  for created, path in files:
-    if not since <= created < before:
-      continue
-    try:
-      for event in event_file_loader.EventFileLoader(path).Load():
-        if (max_step is None or event.step <= max_step) and event.wall_time < before:
-          last = event.wall_time if last is None else max(last, event.wall_time)
-    except (OSError, ValueError):
-      continue
-  return last
+  return ({step: when for step, (_, when) in _record_evaluations(events, metric).items()},
+          starts[0] if starts else None)
 
 
 def attempt_spans(logdir, tried):
@@ -331,13 +217,12 @@ def attempt_spans(logdir, tried):
 
   An attempt the sweep saw end ends then. One it did not see end (killed
   with the session it ran in) but that a later attempt resumed ends at the
-  last event it wrote at or before the step the next attempt resumed from
-  (in the run's record, else in its TensorBoard events), since the next
-  attempt does again what came after that checkpoint (at the next attempt's
-  start when no event says). The last attempt, running or killed, has no end.
+  last event it wrote in the run's record at or before the step the next
+  attempt resumed from, since the next attempt does again what came after
+  that checkpoint (at the next attempt's start when no event says). The last
+  attempt, running or killed, has no end.
   """
   events = record.read(logdir)
-  files = None
   spans = []
   for i, attempt in enumerate(tried):
     end = float('inf')
@@ -346,13 +231,8 @@ def attempt_spans(logdir, tried):
     elif i + 1 < len(tried):
       following = tried[i + 1]
       since, before, step = attempt['start'], following['start'], following.get('resumed_from')
-      if events:
-        last = max((e['time'] for e in events if since <= e['time'] < before
-                    and (step is None or e['step'] <= step)), default=None)
-      else:
-        if files is None:
-          files = _event_files(logdir)
-        last = _last_event_time(files, since, before, step)
+      last = max((e['time'] for e in events if since <= e['time'] < before
+                  and (step is None or e['step'] <= step)), default=None)
       end = following['start'] if last is None else last
     spans.append((attempt['start'], end))
   return spans
@@ -366,19 +246,16 @@ def running_seconds(spans, start, end):
 def timed_curve(logdir, metric='accuracy', spans=None):
   """``[[step, metric, seconds or None]]`` of the run's evaluations, as result.json keeps them.
 
-  ``metric`` is the run's own (:func:`curve_metric`): top-1 ``accuracy`` for
-  an image classifier, ``wer`` for a sequence model.
+  ``metric`` is the run's own (:func:`run_curve_metric`): top-1 ``accuracy``
+  for an image classifier, ``wer`` for a sequence model.
 
-  The seconds count from the run's first TensorBoard event (the start of
+  The seconds count from the record's first ``start`` (the start of
   training) to the evaluation's, within the attempts only: the time between
-  a stopped attempt and the one that resumed it is not counted. None where
-  the events do not say. ``spans``: the attempts' :func:`attempt_spans`
-  when the caller has them (read from the run's log and events otherwise).
+  a stopped attempt and the one that resumed it is not counted. ``spans``:
+  the attempts' :func:`attempt_spans` when the caller has them (read from the
+  run's log and record otherwise).
   """
-  try:
-    times, first = eval_times(logdir, metric)
-  except (ValueError, OSError):
-    times, first = {}, None
+  times, first = eval_times(logdir, metric)
   if spans is None:
     spans = attempt_spans(logdir, attempts(read_log(logdir)))
   curve = []

@@ -33,24 +33,25 @@ import sys
 import time
 
 from core import signals
+from framework.config.config_file import TRAINING_MODES
 from framework.engines import local_cluster
 from framework.run import rundir
 from framework.sweep.grid import SweepError
 from framework.sweep.results import ERROR_FILE
 from framework.sweep.results import LOG_FILE
 from framework.sweep.results import RESULT_FILE
-from framework.sweep.results import STOPPED_RE
 from framework.sweep.results import attempt_spans
 from framework.sweep.results import attempts
-from framework.sweep.results import completed
-from framework.sweep.results import run_curve_metric
-from framework.sweep.results import finished_in_log
+from framework.sweep.results import ended
+from framework.sweep.results import finished
 from framework.sweep.results import last_attempt_text
 from framework.sweep.results import last_text_line
 from framework.sweep.results import own_metric_text
-from framework.sweep.results import run_metrics
 from framework.sweep.results import read_log
 from framework.sweep.results import read_result
+from framework.sweep.results import run_curve_metric
+from framework.sweep.results import run_metrics
+from framework.sweep.results import stopped
 from framework.sweep.results import timed_curve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -178,7 +179,8 @@ class Sweep:
     pending = []
     for point in self.points:
       result = read_result(self.logdir(point))
-      if result is None and finished_in_log(read_log(self.logdir(point))):
+      if result is None and finished(self.logdir(point), read_log(self.logdir(point)),
+                                     self.args.mode):
         # It finished, but the sweep that ran it ended before writing its result.
         result = self.record(point, 'recorded')
       if result is None:
@@ -309,7 +311,8 @@ class Sweep:
     log_file.write(f'[sweep] attempt {number} ended after {wall:.2f} s with exit status '
                    f'{process.returncode}\n')
     log_file.close()
-    if process.returncode == 0 or (completed(text) and (interrupted or process.returncode < 0)):
+    if process.returncode == 0 or (self.args.mode in TRAINING_MODES and ended(logdir)
+                                   and (interrupted or process.returncode < 0)):
       self.done += 1
       result = self.record(point, 'finished')
       metrics = result['metrics']
@@ -317,11 +320,11 @@ class Sweep:
            f'{metrics["steps"]} steps, {result["wall_s"]:.1f} s'
            + (f' over {result["attempts"]} attempts' if result['attempts'] > 1 else ''))
     elif interrupted:
-      stopped = [m for m in map(STOPPED_RE.match, text.splitlines()) if m]
+      stop = stopped(logdir)
       kept = newest_checkpoint(logdir)
-      if stopped and process.returncode in signals.STOP_STATUSES:
-        log(f'interrupted {point.name} at step {stopped[-1].group(1)}: saved '
-            f'{stopped[-1].group(2)}; it resumes from there next time')
+      if stop is not None and process.returncode in signals.STOP_STATUSES:
+        log(f'interrupted {point.name} at step {stop["step"]}: saved {stop["checkpoint"]}; it '
+            'resumes from there next time')
       elif kept:
         log(f'interrupted {point.name} (exit status {process.returncode}); it resumes from '
             f'{kept} next time')
@@ -345,11 +348,11 @@ class Sweep:
     self.progress()
 
   def record(self, point, how):
-    """Writes the point's result.json (and its archive copy) from its run.log; returns it.
+    """Writes the point's result.json (and its archive copy) from its record; returns it.
 
     Args:
       point: a point whose last attempt ended well.
-      how: 'finished' (the sweep saw the run end) or 'recorded' (found so in run.log).
+      how: 'finished' (the sweep saw the run end) or 'recorded' (found so afterwards).
     """
     logdir = self.logdir(point)
     text = read_log(logdir)
@@ -359,8 +362,8 @@ class Sweep:
     if tried and tried[-1]['seconds'] is None:
       # The sweep did not see this attempt end: it ran until run.log was last written.
       spans[-1] = (spans[-1][0], os.path.getmtime(os.path.join(logdir, LOG_FILE)))
-    metrics = run_metrics(logdir, text)
-    metric = run_curve_metric(logdir, text)
+    metrics = run_metrics(logdir)
+    metric = run_curve_metric(logdir)
     result = {'point': {k: v for k, (_, v) in point.grid.items()}, 'derived': point.derived,
               'seed': point.seed, 'overrides': self.overrides(point),
               'mode': self.args.mode, 'config': self.config, 'metrics': metrics,

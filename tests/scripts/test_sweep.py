@@ -28,6 +28,7 @@ sweep = load_script('sweep')
 from framework.sweep import grid  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import report  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import results  # noqa: E402  pylint: disable=wrong-import-position
+from framework.run import record  # noqa: E402  pylint: disable=wrong-import-position
 from framework.sweep import runner  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -193,33 +194,14 @@ def test_an_archive_that_is_not_a_directory_is_refused_before_anything_runs(tmp_
   assert [p.name for p in sweep.check_arguments(args)] == ['seed=0']
 
 
-def test_metrics_are_read_from_the_last_lines_of_run_py():
-  log = ('training resnet_cifar for 3 steps (1875 steps/epoch), ...\n'
-         'eval at step 2: loss 2.5000, top-1 0.0500, top-5 0.4000 (10000 examples)\n'
-         'eval at step 3: loss 2.3045, top-1 0.0886, top-5 0.5061 (10000 examples)\n'
-         'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
-  assert results.parse_metrics(log) == {'accuracy': 0.0886, 'top5': 0.5061, 'loss': 2.3045,
-                                      'steps': 3}
-  assert results.parse_metrics(log.splitlines()[0]) == {'accuracy': None, 'top5': None,
-                                                      'loss': None, 'steps': 3}
-
-
-def test_final_lines_that_name_their_split_and_best_checkpoint_are_read(tmp_path):
-  log = ('eval at step 30: loss 0.4000, top-1 0.8000, top-5 0.9900 (500 examples) on the '
-         'validation split\n'
-         'final validation accuracy: 0.8000 (top-5 0.9900, loss 0.4000) at step 30\n')
-  assert results.parse_metrics(log) == {'accuracy': 0.8, 'top5': 0.99, 'loss': 0.4, 'steps': 30}
-  (tmp_path / results.LOG_FILE).write_text(log)
-  assert results.eval_curve(str(tmp_path), 'accuracy') == [(30, 0.8)]
-  # The best checkpoint's numbers on the final split: the run's steps are those it ended at.
-  log = ('final test wer: 0.2810 (per 0.0680, loss 1.2000, token_accuracy 0.9100) at step 15 '
-         '(best checkpoint by dev wer; the run ended at step 60)\n')
-  assert results.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 1.2, 'steps': 60,
-                                       'wer': 0.281, 'per': 0.068, 'token_accuracy': 0.91}
-  assert results.curve_metric(log) == 'wer'
-  log = ('final eval accuracy: 0.7000 (top-5 0.9000, loss 0.5000) at step 60 (best checkpoint '
-         'by validation accuracy)\n')
-  assert results.parse_metrics(log)['steps'] == 60
+def test_a_run_without_a_record_has_no_metrics(tmp_path):
+  # A benchmark writes none; its console lines are not read for numbers.
+  (tmp_path / results.LOG_FILE).write_text(
+      'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
+  assert results.run_metrics(str(tmp_path)) == {'accuracy': None, 'top5': None, 'loss': None,
+                                                'steps': None}
+  assert results.eval_curve(str(tmp_path)) == [] and results.timed_curve(str(tmp_path)) == []
+  assert results.run_curve_metric(str(tmp_path)) == 'accuracy'
 
 
 # ---------------------------------------------------------------------------
@@ -603,7 +585,7 @@ def test_a_seed_given_twice_is_one_line_before_anything_runs(tmp_path):
   assert not out.exists()
 
 
-def test_attempts_and_their_seconds_are_read_from_run_log():
+def test_attempts_and_their_seconds_are_read_from_run_log(tmp_path):
   log = ('[sweep] attempt 1 started at 1000.00 (...)\n$ run.py ...\n'
          'stopped by SIGINT at step 7 of 40: saved /x/ckpt-7; resume with: ...\n'
          '[sweep] attempt 1 ended after 30.00 s with exit status 130\n'
@@ -612,47 +594,33 @@ def test_attempts_and_their_seconds_are_read_from_run_log():
   assert results.attempts(log) == [
       {'start': 1000.0, 'seconds': 30.0, 'status': 130, 'resumed_from': None},
       {'start': 5000.0, 'seconds': None, 'status': None, 'resumed_from': 7}]
-  # The sweep did not see attempt 2 end; run.py's last line says it ended well, also when
-  # a signal came as the process ended.
-  assert results.finished_in_log(log)
-  assert results.finished_in_log(log + '[sweep] attempt 2 ended after 9 s with exit status -15\n')
-  unfinished = log.replace('TensorBoard: ', 'step 9 ')
-  assert not results.finished_in_log(unfinished)
-  assert not results.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
-                                                 'status 1\n')
-  assert results.finished_in_log(unfinished + '[sweep] attempt 2 ended after 9 s with exit '
-                                             'status 0\n')
+  # The sweep did not see attempt 2 end; the run's record says it got to its end, also when
+  # a signal came as the process ended. Console lines say nothing.
+  logdir = tmp_path / 'point'
+  run = record.Record(str(logdir), True, 0)
+  run.add('start', 0)
+  run.add('stop', 7, signal='SIGINT', checkpoint='/x/ckpt-7')
+  assert results.stopped(str(logdir)) == {'kind': 'stop', 'step': 7, 'signal': 'SIGINT',
+                                          'checkpoint': '/x/ckpt-7',
+                                          'time': results.stopped(str(logdir))['time']}
+  run = record.Record(str(logdir), True, 7)  # attempt 2 drops the stop
+  run.add('start', 7)
+  assert results.stopped(str(logdir)) is None
+  assert not results.finished(str(logdir), log, 'train_eval')
+  assert not results.finished(str(logdir), log + '[sweep] attempt 2 ended after 9 s with exit '
+                                                 'status 1\n', 'train_eval')
+  assert results.finished(str(logdir), log + '[sweep] attempt 2 ended after 9 s with exit '
+                                             'status 0\n', 'benchmark')
+  run.add('end', 40, updates=40)
+  assert results.finished(str(logdir), log, 'train_eval')
+  assert results.finished(str(logdir), log + '[sweep] attempt 2 ended after 9 s with exit '
+                                             'status -15\n', 'train')
+  # A critical batch's record ends at each of its run's stages: only its exit status tells.
+  assert not results.finished(str(logdir), log, 'critical_batch')
   # Seconds from the first event (1010) to an evaluation (5020) count inside the attempts
   # only: 20 s of attempt 1 and 20 s of attempt 2, not the 4,000 s between them.
   spans = [(1000.0, 1030.0), (5000.0, float('inf'))]
   assert results.running_seconds(spans, 1010.0, 5020.0) == pytest.approx(40.0)
-
-
-def test_an_attempt_killed_with_its_session_counts_up_to_the_checkpoint_resumed_from(tmp_path):
-  """A killed attempt's time after its last checkpoint is redone by the next one, and counted once."""
-  from tests.studies.large_batch.test_report import write_events  # pylint: disable=import-outside-toplevel
-  logdir = tmp_path / 'point'
-  # Attempt 1 starts at 1000, evaluates at steps 7 (21 s) and 9 (30 s), and is killed
-  # unseen (no closing line) after its checkpoint at step 7; attempt 2 starts at 5000
-  # from ckpt-7, evaluates step 9 again 20 s in and step 14 40 s in, and ends at 60 s.
-  write_events(str(logdir), 1000.0)
-  write_events(str(logdir / 'eval'), 1000.0, [(7, 0.5, 21.0), (9, 0.6, 30.0)])
-  write_events(str(logdir), 5000.0)
-  write_events(str(logdir / 'eval'), 5000.0, [(9, 0.62, 20.0), (14, 0.7, 40.0)])
-  (logdir / 'run.log').write_text(
-      '[sweep] attempt 1 started at 1000.00 (...)\n'
-      'eval at step 7: loss 0.3000, top-1 0.5000, top-5 0.9900 (10 examples)\n'
-      'eval at step 9: loss 0.3000, top-1 0.6000, top-5 0.9900 (10 examples)\n'
-      '[sweep] attempt 2 started at 5000.00 (...); resuming from ckpt-7\n'
-      'eval at step 9: loss 0.3000, top-1 0.6200, top-5 0.9900 (10 examples)\n'
-      'eval at step 14: loss 0.3000, top-1 0.7000, top-5 0.9900 (10 examples)\n'
-      '[sweep] attempt 2 ended after 60.00 s with exit status 0\n')
-  tried = results.attempts(results.read_log(str(logdir)))
-  assert [a['resumed_from'] for a in tried] == [None, 7]
-  # Attempt 1 ends at its last event at or before step 7: the evaluation 21 s in.
-  assert results.attempt_spans(str(logdir), tried) == [(1000.0, 1021.0), (5000.0, 5060.0)]
-  # Step 9 counts with attempt 2's evaluation: 21 s + 20 s; step 14: 21 s + 40 s.
-  assert results.timed_curve(str(logdir)) == [[7, 0.5, 21.0], [9, 0.62, 41.0], [14, 0.7, 61.0]]
 
 
 def read_log_until(path, prefix, timeout):

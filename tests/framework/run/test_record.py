@@ -30,6 +30,15 @@ def test_a_start_drops_what_came_after_its_step_and_the_ending(tmp_path):
   assert [(e['kind'], e['step']) for e in events] == [
       ('start', 0), ('train', 10), ('train', 20), ('start', 20)]
   assert events[1]['loss'] == 0.1
+  # A stop is the end of an attempt: the next one drops it (a run straight through has none).
+  again.add('train', 25)
+  again.add('stop', 25, signal='SIGTERM', checkpoint='/run/ckpt-25')
+  assert record.last(record.last_attempt(record.read(tmp_path)), 'stop')['step'] == 25
+  record.Record(tmp_path, True, 25).add('start', 25)
+  events = record.read(tmp_path)
+  assert [(e['kind'], e['step']) for e in events] == [
+      ('start', 0), ('train', 10), ('train', 20), ('start', 20), ('train', 25), ('start', 25)]
+  assert record.last_attempt(events) == events[-1:] and record.last_attempt([]) == []
   # A run resumed at its end trains nothing more but its final evaluation: the end goes too.
   record.Record(tmp_path, True, 20).add('end', 20)
   assert record.last(record.read(tmp_path), 'end')['step'] == 20

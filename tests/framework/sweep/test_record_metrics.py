@@ -1,4 +1,4 @@
-"""A sweep point's metrics from its run's record (metrics.jsonl), the log only where there is none."""
+"""A sweep point's metrics from its run's record (metrics.jsonl), never from its console lines."""
 
 import json
 import math
@@ -42,16 +42,15 @@ def test_without_final_numbers_the_last_evaluation_or_only_the_steps():
   assert results.record_metrics(events(('train', 10, {'loss': 1.0}))) is None
 
 
-def test_a_run_directory_without_a_record_is_read_from_its_log(tmp_path):
-  log = 'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n'
-  assert results.run_metrics(str(tmp_path), log)['accuracy'] == 0.0886
+def test_the_record_wins_over_the_consoles_lines(tmp_path):
+  (tmp_path / results.LOG_FILE).write_text(
+      'final test accuracy: 0.0886 (top-5 0.5061, loss 2.3045) at step 3\n')
   run = record.Record(str(tmp_path), True, 0)
-  for kind, step, fields in (('start', 0, {'batch_policy': 'fixed'}),
+  for kind, step, fields in (('start', 0, {'batch_policy': 'fixed', 'metric': 'accuracy'}),
                              ('final', 3, {'metrics': {'accuracy': 0.09}}),
                              ('end', 3, {'updates': 3})):
     run.add(kind, step, **fields)
-  # The record wins over the console's rounded, rewordable lines.
-  assert results.run_metrics(str(tmp_path), log)['accuracy'] == 0.09
+  assert results.run_metrics(str(tmp_path))['accuracy'] == 0.09
 
 
 def test_the_curve_and_its_seconds_come_from_the_record(tmp_path):
@@ -66,7 +65,7 @@ def test_the_curve_and_its_seconds_come_from_the_record(tmp_path):
   (tmp_path / record.RECORD_NAME).write_text(''.join(json.dumps(l) + '\n' for l in lines))
   assert results.eval_curve(str(tmp_path)) == [(10, 0.5), (20, 0.6)]
   assert results.eval_curve(str(tmp_path), 'top5') == [(10, 0.9), (20, 0.95)]
-  assert results.run_curve_metric(str(tmp_path), '') == 'accuracy'
+  assert results.run_curve_metric(str(tmp_path)) == 'accuracy'
   # Counted inside the attempts only: 20 s of the first (which ended at 1025), 30 of the second.
   spans = [(1000.0, 1025.0), (5000.0, float('inf'))]
   assert results.timed_curve(str(tmp_path), 'accuracy', spans) == [[10, 0.5, 20.0],
@@ -75,7 +74,7 @@ def test_the_curve_and_its_seconds_come_from_the_record(tmp_path):
   words.mkdir()
   (words / record.RECORD_NAME).write_text(json.dumps(
       {'kind': 'final', 'step': 5, 'time': 1.0, 'metrics': {'wer': 0.3}}) + '\n')
-  assert results.run_curve_metric(str(words), 'final test accuracy: 0.9 (...) at step 5') == 'wer'
+  assert results.run_curve_metric(str(words)) == 'wer'  # a record without the start's metric
 
 
 def test_an_attempt_killed_unseen_ends_at_its_last_event_up_to_the_step_resumed_from(tmp_path):

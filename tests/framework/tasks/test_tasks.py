@@ -210,36 +210,44 @@ def test_a_lost_wer_record_is_read_back_from_the_eval_events(tmp_path):
 
 # --- sweeps read the metrics by name -----------------------------------------------------
 
-def test_a_sweep_reads_a_sequence_run_by_the_names_of_its_lines(tmp_path):
+def write_record(logdir, task, evaluations, final, step):
+  """A run's record as the train loop writes it: the task's metric names and numbers."""
+  from framework.run import record  # pylint: disable=import-outside-toplevel
+  run = record.Record(str(logdir), True, 0)
+  run.add('start', 0, metric=task.BEST_METRIC, higher_is_better=task.HIGHER_IS_BETTER)
+  for at, metrics in evaluations:
+    run.add('eval', at, split='dev', metrics=metrics)
+  run.add('final', step, split='test', selected_on='dev', metrics=final)
+  run.add('end', step, updates=step)
+
+
+def test_a_sweep_reads_a_sequence_run_by_the_names_of_its_record(tmp_path):
   from framework.sweep import results  # pylint: disable=import-outside-toplevel
   task = SequenceToSequenceTask(sequence_config(tmp_path / 'x'))
   dev = {'wer': 0.4, 'per': 0.1, 'loss': 0.3, 'token_accuracy': 0.9, 'examples': 6289}
   test = {'wer': 0.35, 'per': 0.0864, 'loss': 0.2634, 'token_accuracy': 0.9343, 'examples': 6315}
-  log = '\n'.join([
-      'training transformer for 20 steps (2 steps/epoch), ...',
-      f'eval at step 10: {task.describe_eval(dict(dev, wer=0.5))}',
-      f'eval at step 20: {task.describe_eval(dev)}',
-      f'test split, best checkpoint by wer, at step 20: {task.describe_eval(test)}',
-      f'final test {task.describe_final(test)} at step 20'])
-  assert results.parse_metrics(log) == {'accuracy': None, 'top5': None, 'loss': 0.2634,
-                                       'steps': 20, 'wer': 0.35, 'per': 0.0864,
-                                       'token_accuracy': 0.9343}
-  assert results.curve_metric(log) == 'wer'
-  (tmp_path / 'run.log').write_text(log)
-  assert results.eval_curve(str(tmp_path), 'wer') == [(10, 0.5), (20, 0.4)]
+  write_record(tmp_path / 'run', task, [(10, dict(dev, wer=0.5)), (20, dev)], test, 20)
+  assert results.run_metrics(str(tmp_path / 'run')) == {
+      'accuracy': None, 'top5': None, 'loss': 0.2634, 'steps': 20, 'wer': 0.35, 'per': 0.0864,
+      'token_accuracy': 0.9343}
+  assert results.run_curve_metric(str(tmp_path / 'run')) == 'wer'
+  assert results.eval_curve(str(tmp_path / 'run'), 'wer') == [(10, 0.5), (20, 0.4)]
 
 
 def test_an_image_run_reads_as_before(tmp_path):
   from framework.sweep import results  # pylint: disable=import-outside-toplevel
   task = ImageClassificationTask({'label_smoothing': 0.0})
   metrics = {'loss': 0.2345, 'accuracy': 0.9069, 'top5_accuracy': 0.9979, 'examples': 10000}
+  # The console's words, for people; the record is what a sweep reads.
   log = (f'eval at step 5: {task.describe_eval(metrics)}\n'
          f'final test {task.describe_final(metrics)} at step 5\n')
   assert log == ('eval at step 5: loss 0.2345, top-1 0.9069, top-5 0.9979 (10000 examples)\n'
                  'final test accuracy: 0.9069 (top-5 0.9979, loss 0.2345) at step 5\n')
-  assert results.parse_metrics(log) == {'accuracy': 0.9069, 'top5': 0.9979, 'loss': 0.2345,
-                                       'steps': 5}
-  assert results.curve_metric(log) == 'accuracy'
+  write_record(tmp_path, task, [(5, metrics)], metrics, 5)
+  assert results.run_metrics(str(tmp_path)) == {'accuracy': 0.9069, 'top5': 0.9979,
+                                                'loss': 0.2345, 'steps': 5}
+  assert results.run_curve_metric(str(tmp_path)) == 'accuracy'
+  assert results.eval_curve(str(tmp_path), 'top5') == [(5, 0.9979)]
 
 
 def test_the_sweep_knows_the_direction_of_each_tasks_metric():
