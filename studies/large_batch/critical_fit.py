@@ -86,7 +86,7 @@ def run_curve(run):
 
   An archived point (``<point>.json`` beside where its directory would be)
   keeps its curve in that file; a run directory in its result.json, or, for
-  an older result, in its run.log and TensorBoard events.
+  a result without one, in the run's record.
   """
   logdir = run['logdir']
   for path in (logdir + '.json', os.path.join(logdir, sweep_results.RESULT_FILE)):

@@ -36,10 +36,9 @@ them, at its chosen setting (HALF's runs of the same rate and overrides but
 ``num_epochs``; the budget is large enough below ``--budget-points``); a target measured
 on fewer than ``--seeds-wanted`` seeds is marked provisional.
 
-The updates to the target come from the ``eval at step N: ... top-1 A`` lines
-of each run's ``run.log`` (the first evaluation with ``A >= target``), the wall
-time from the same evaluation's TensorBoard event, counted from the first event
-the run wrote (the start of training).
+The updates to the target come from the curve of evaluations each run's
+result.json keeps (the first evaluation with ``A >= target``), the wall time
+from the same evaluation's seconds, counted from the start of training.
 """
 
 import argparse

@@ -9,8 +9,8 @@ arm's runs make up, with the learning rate, the run's *setting*
 (a tuning grid), :func:`chosen` keeps the setting with the best mean accuracy. The updates to a target
 accuracy come from the curve of evaluations that ``result.json`` keeps (the
 first evaluation with top-1 ``>= target``), or, for a result without one, from
-the ``eval at step N: ... top-1 A`` lines of ``run.log`` and the same
-evaluation's TensorBoard event, counted from the run's first event.
+the run's record (``metrics.jsonl``: each evaluation and its time, counted
+from the run's first start).
 
 The metric is the image study's top-1 accuracy (higher is better) unless a
 caller names another :class:`Metric`: a sequence study's word error rate

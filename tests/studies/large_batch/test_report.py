@@ -12,23 +12,15 @@ from studies.large_batch import study as study_lib
 from tests.scripts.test_plots import check_png
 
 
-def write_events(directory, start, evals=()):
-  """A TensorBoard event file whose first event is at ``start``, then eval accuracies."""
-  from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2  # pylint: disable=import-outside-toplevel
-  from tensorboard.summary.writer.record_writer import RecordWriter  # pylint: disable=import-outside-toplevel
-  os.makedirs(directory, exist_ok=True)
-  stream = open(os.path.join(directory, f'events.out.tfevents.{int(start)}.test'), 'wb')
-  writer = RecordWriter(stream)
-  writer.write(event_pb2.Event(wall_time=start, file_version='brain.Event:2').SerializeToString())
-  for step, accuracy, seconds in evals:
-    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[accuracy],
-                                    tensor_shape=tensor_shape_pb2.TensorShapeProto())
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'))
-    value = summary_pb2.Summary.Value(tag='accuracy', tensor=tensor, metadata=metadata)
-    writer.write(event_pb2.Event(wall_time=start + seconds, step=step,
-                                 summary=summary_pb2.Summary(value=[value])).SerializeToString())
-  writer.close()
+def write_record(directory, start, evals=()):
+  """A run's record (metrics.jsonl) that starts at ``start``, then its evaluations' accuracies."""
+  from framework.run import record  # pylint: disable=import-outside-toplevel
+  lines = [{'kind': 'start', 'step': 0, 'time': start, 'metric': 'accuracy'}]
+  lines += [{'kind': 'eval', 'step': step, 'time': start + seconds,
+             'metrics': {'loss': 0.3, 'accuracy': accuracy, 'top5_accuracy': 0.99}}
+            for step, accuracy, seconds in evals]
+  with open(os.path.join(directory, record.RECORD_NAME), 'w', encoding='utf-8') as f:
+    f.write(''.join(json.dumps(line) + '\n' for line in lines))
 
 
 def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, lr=None,
@@ -36,7 +28,8 @@ def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, l
   """A point directory as scripts/sweep.py leaves it (result.json, or error.txt).
 
   ``curve``: ``(step, accuracy, seconds since the start)`` of its evaluations,
-  written to run.log and to TensorBoard events as the trainer writes them.
+  written to the run's record as the trainer writes them (a result.json from
+  before results kept their curve).
   ``fixed``: the sweep's ``--set`` overrides (``'optimizer_params.eeta=0.004'``),
   recorded first, as scripts/sweep.py records them.
   """
@@ -61,14 +54,8 @@ def write_point(sweep_dir, batch, seed, accuracy=None, error=None, wall=100.0, l
     result['machine'] = machine
   with open(os.path.join(logdir, 'result.json'), 'w') as f:
     json.dump(result, f)
-  with open(os.path.join(logdir, 'run.log'), 'w') as f:
-    f.write('training resnet_cifar for 100 steps\n')
-    for step, acc, _ in curve:
-      f.write(f'eval at step {step}: loss 0.3000, top-1 {acc:.4f}, top-5 0.9900 (10000 examples)\n')
   if curve:
-    start = 1.7e9 + 1000.0 * seed
-    write_events(logdir, start)
-    write_events(os.path.join(logdir, 'eval'), start, curve)
+    write_record(logdir, 1.7e9 + 1000.0 * seed, curve)
 
 
 @pytest.fixture
@@ -138,7 +125,7 @@ def test_steps_to_target_takes_the_fewest_over_the_grid(study):
 
 
 def test_a_result_with_its_curve_needs_no_run_directory(study, tmp_path):
-  """An archived result.json alone (no run.log, no events) gives the same row."""
+  """An archived result.json alone (no record) gives the same row."""
   archived = tmp_path / 'archived'
   for logdir in sorted((study / 'sgd').iterdir()):
     if not (logdir / 'result.json').exists():
