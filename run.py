@@ -117,6 +117,11 @@ def fail(message, status=2):
   sys.exit(status)
 
 
+def modes_text(modes):
+  """``train or train_eval``; ``eval, export, infer or critical_batch``."""
+  return ' or '.join([', '.join(modes[:-1]), modes[-1]] if len(modes) > 1 else modes)
+
+
 def check_flags(args):
   """Refuses flags out of range or given to a mode that does not use them, in one line."""
   if args.bench_steps < 1:
@@ -124,9 +129,8 @@ def check_flags(args):
   if (args.mode == 'export') != (args.export_dir is not None):
     fail('--export_dir: required with --mode=export' if args.export_dir is None
          else f'--export_dir: only used with --mode=export, not --mode={args.mode}')
-  checkpoint_modes = launch_lib.READING_MODES + ('critical_batch',)
-  if args.checkpoint != 'latest' and args.mode not in checkpoint_modes:
-    fail(f'--checkpoint: only used with --mode=eval, export, infer or critical_batch, not '
+  if args.checkpoint != 'latest' and args.mode not in launch_lib.CHECKPOINT_MODES:
+    fail(f'--checkpoint: only used with --mode={modes_text(launch_lib.CHECKPOINT_MODES)}, not '
          f'--mode={args.mode} (to start from another run, use --init_checkpoint)')
   from framework.run import critical_branches  # pylint: disable=import-outside-toplevel
   problem = critical_branches.flag_problem(args)
@@ -135,10 +139,11 @@ def check_flags(args):
   if args.continue_learning and args.mode == 'critical_batch':
     fail('--continue_learning: not used with --mode=critical_batch, which goes on from its '
          'records and checkpoints by itself: give the same command again')
+  training = modes_text(launch_lib.TRAINING_MODES)
   if args.init_checkpoint is not None and args.mode not in launch_lib.TRAINING_MODES:
-    fail(f'--init_checkpoint: only used with --mode=train or train_eval, not --mode={args.mode}')
+    fail(f'--init_checkpoint: only used with --mode={training}, not --mode={args.mode}')
   if args.auto_resume and args.mode not in launch_lib.TRAINING_MODES:
-    fail(f'--auto_resume: only used with --mode=train or train_eval, not --mode={args.mode}')
+    fail(f'--auto_resume: only used with --mode={training}, not --mode={args.mode}')
   for flag in ('infer_input', 'infer_output_file'):
     if getattr(args, flag) is not None and args.mode != 'infer':
       fail(f'--{flag}: only used with --mode=infer, not --mode={args.mode}')

@@ -16,6 +16,7 @@ import runpy
 import sys
 import sysconfig
 import traceback
+import typing
 
 import yaml
 
@@ -29,12 +30,38 @@ from framework.config.schema import dtype_name
 # The checkout's root, which holds the framework package (and configs/, scripts/).
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# run.py's modes. Eval, export and infer read the checkpoints of an existing run
-# and the eval view of its config (a model is exported and infers as it is evaluated);
+
+
+class Mode(typing.NamedTuple):
+  """What differs between run.py's modes, for every place that asks."""
+  # The config's views it resolves (framework.config.config_resolve): ``train``, ``eval``, or
+  # ``infer`` (the eval view with infer_params over it).
+  views: tuple
+  # Trains in its logdir: stop signals save, the record is written, --continue_learning,
+  # --init_checkpoint and --auto_resume apply.
+  trains: bool = False
+  # Reads the checkpoints of an existing run (the logdir must hold one); a sweep does not run it.
+  reads: bool = False
+  # Takes --checkpoint=latest|best|PATH.
+  checkpoint: bool = False
+
+
+# run.py's modes, in one table. Eval, export and infer read the checkpoints of an existing
+# run and the eval view of its config (a model is exported and infers as it is evaluated);
 # critical_batch trains branches of a run's checkpoint and evaluates them, as train_eval.
-MODES = ('train', 'eval', 'train_eval', 'benchmark', 'export', 'infer', 'critical_batch')
-READING_MODES = ('eval', 'export', 'infer')
-TRAINING_MODES = ('train', 'train_eval')
+MODE_TABLE = {
+    'train': Mode(('train',), trains=True),
+    'eval': Mode(('eval',), reads=True, checkpoint=True),
+    'train_eval': Mode(('train', 'eval'), trains=True),
+    'benchmark': Mode(('train',)),
+    'export': Mode(('eval',), reads=True, checkpoint=True),
+    'infer': Mode(('infer',), reads=True, checkpoint=True),
+    'critical_batch': Mode(('train', 'eval'), checkpoint=True),
+}
+MODES = tuple(MODE_TABLE)
+READING_MODES = tuple(name for name, mode in MODE_TABLE.items() if mode.reads)
+TRAINING_MODES = tuple(name for name, mode in MODE_TABLE.items() if mode.trains)
+CHECKPOINT_MODES = tuple(name for name, mode in MODE_TABLE.items() if mode.checkpoint)
 # infer_params (OpenSeq2Seq's) overlays the eval view for --mode=infer; a file without it has none.
 INFER_KEY = 'infer_params'
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params', INFER_KEY)

@@ -15,6 +15,7 @@ import yaml
 from core.params import ConfigError
 from core.registry import closest
 from framework.config.config_file import INFER_KEY
+from framework.config.config_file import MODE_TABLE
 from framework.config.config_file import MODES
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TOP_LEVEL_KEYS
@@ -188,10 +189,10 @@ def resolve_modes(raw, mode, overrides=()):
   gives a train config, ``eval`` and ``export`` an eval config.
   """
   _check_mode(mode)
-  train = resolve(raw, mode, overrides) if mode not in READING_MODES else None
-  evaluation = (resolve(raw, 'eval', overrides)
-                if mode in READING_MODES + ('train_eval', 'critical_batch') else None)
-  if mode == 'infer':  # the eval view with OpenSeq2Seq's infer_params over it
+  views = MODE_TABLE[mode].views
+  train = resolve(raw, mode, overrides) if 'train' in views else None
+  evaluation = resolve(raw, 'eval', overrides) if 'eval' in views else None
+  if 'infer' in views:  # the eval view with OpenSeq2Seq's infer_params over it
     evaluation = resolve(raw, mode, overrides)
   return {'train': train, 'eval': evaluation}
 

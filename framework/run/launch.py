@@ -23,6 +23,7 @@ import os
 import sys
 
 from framework.config import config_file
+from framework.config.config_file import CHECKPOINT_MODES  # noqa: F401  (run.py's flags)
 from framework.config.config_file import MODES  # noqa: F401  (run.py's choices)
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TRAINING_MODES
