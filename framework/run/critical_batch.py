@@ -45,9 +45,9 @@ import time
 import numpy as np
 
 from core import critical_batch as fit_lib
-from framework.config import config_file
 from framework.run import critical_branches as branch_lib
 from framework.run import critical_batch_results as results
+from framework.run import session
 from framework.run.resume import LaunchError
 from framework.run.resume import enter_logdir
 
@@ -142,17 +142,10 @@ def launch(options, configs, logdir, resume, dtype_line=None):
     LaunchError: a mistake (status 2) or a failed run (status 1), in one line.
   """
   # pylint: disable=import-outside-toplevel
-  from core import signals
-  from core.params import ConfigError
-  from data.base import DataError
   from framework.engines import distributed
   from optimizers import allreduce
-  from framework.engines import start_watch
   from framework.run import checkpoints
-  from framework.run import stopping
-  from framework.run.launch import peer_failure
   from framework.run.resume import remove_if_empty
-  from framework.run.trainer import TrainingError
   cfg = configs['train']
   if cfg['batch_policy'] != 'fixed':
     raise LaunchError('batch_policy: --mode=critical_batch measures fixed batches against each '
@@ -165,44 +158,32 @@ def launch(options, configs, logdir, resume, dtype_line=None):
   except results.ResultsError as exc:
     raise LaunchError(str(exc)) from None
   lock = enter_logdir(logdir, distributed.is_chief())
-  stop = stopping.StopRequest(logdir).install()
-  pending = signals.take_pending()
-  if pending is not None:
-    stop.take(pending)
-  start_watch.stop_handlers_ready()
-  finished = False
   try:
-    status = Measurement(options, configs, logdir, resume, dtype_line, stop, batches,
-                         max_batch).run()
-    finished = True
-    return status
+    with session.holding(lock, lambda held: held.made_logdir and remove_if_empty(logdir)):
+      with session.stop_signals(logdir, True) as stop:
+        try:
+          return Measurement(options, configs, logdir, resume, dtype_line, stop, batches,
+                             max_batch).run()
+        except results.ResultsError as exc:
+          raise LaunchError(str(exc)) from None
+        except checkpoints.CheckpointError as exc:
+          if exc.failure is None:
+            raise LaunchError(str(exc), status=1) from None
+          # The mode goes on from its records: the same command, not --continue_learning.
+          raise LaunchError(
+              f'{exc.failure}; its partial files were removed; the finished points and branches '
+              f'are kept in {os.path.join(logdir, results.RESULTS_DIR)}. Free space or fix the '
+              f'permissions of {exc.directory}, then give the same command again: {resume}',
+              status=1) from None
+        except QuietRefusal:
+          raise
+        except Exception as exc:  # pylint: disable=broad-except
+          line = session.one_line(exc, logdir)
+          if line is None or line is exc:
+            raise
+          raise line from None
   except QuietRefusal:
     return 2
-  except (ConfigError, DataError, results.ResultsError) as exc:
-    raise LaunchError(config_file.format_error(exc) if isinstance(exc, ConfigError)
-                      else str(exc)) from None
-  except checkpoints.CheckpointError as exc:
-    if exc.failure is None:
-      raise LaunchError(str(exc), status=1) from None
-    # The mode goes on from its records: the same command, not --continue_learning.
-    raise LaunchError(
-        f'{exc.failure}; its partial files were removed; the finished points and branches are '
-        f'kept in {os.path.join(logdir, results.RESULTS_DIR)}. Free space or fix the permissions of {exc.directory}, '
-        f'then give the same command again: {resume}', status=1) from None
-  except TrainingError as exc:
-    raise LaunchError(str(exc), status=1) from None
-  except Exception as exc:  # pylint: disable=broad-except
-    failure = peer_failure(exc, distributed, logdir)
-    if failure is None:
-      raise
-    raise LaunchError(failure, status=1) from None
-  finally:
-    signals.ending()
-    stop.uninstall()
-    if lock is not None:
-      lock.release()
-      if not finished and lock.made_logdir:
-        remove_if_empty(logdir)
 
 
 def recorded_config(cfg):

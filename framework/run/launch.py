@@ -27,6 +27,7 @@ from framework.config.config_file import CHECKPOINT_MODES  # noqa: F401  (run.py
 from framework.config.config_file import MODES  # noqa: F401  (run.py's choices)
 from framework.config.config_file import READING_MODES
 from framework.config.config_file import TRAINING_MODES
+from framework.run import session
 from framework.run.resume import LaunchError
 from framework.run.resume import auto_resume
 from framework.run.resume import auto_resume_line
@@ -107,16 +108,8 @@ def launch(options, configs, resume, notes=(), output=None):
     # No StopRequest takes the stop signals over: they end the mode as at start-up.
     from core import signals  # pylint: disable=import-outside-toplevel
     signals.describe_phase(f'during --mode={options.mode}', 'no checkpoint of the run was changed')
-  finished = False
-  try:
-    status = run(options, configs, logdir, resume, output, dtype_line)
-    finished = True
-    return status
-  finally:
-    if lock is not None:
-      lock.release()
-      if not finished:
-        undo_refused_start(logdir, lock)
+  with session.holding(lock, lambda held: undo_refused_start(logdir, held)):
+    return run(options, configs, logdir, resume, output, dtype_line)
 
 
 def check_export_dir(export_dir):
@@ -209,67 +202,39 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
 
   ``dtype_line``: what ``dtype: auto`` resolved to (:func:`resolve_dtype`), for config.yaml.
   """
-  from core import signals  # pylint: disable=import-outside-toplevel
-  from core.params import ConfigError  # pylint: disable=import-outside-toplevel
-  from data.base import DataError, named_data_loss  # pylint: disable=import-outside-toplevel
   from framework.engines import distributed  # pylint: disable=import-outside-toplevel
   from optimizers import allreduce  # pylint: disable=import-outside-toplevel
-  from framework.engines import start_watch  # pylint: disable=import-outside-toplevel
   from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
   from framework.run import stopping  # pylint: disable=import-outside-toplevel
-  # pylint: disable-next=import-outside-toplevel
-  from framework.run.trainer import RunStopped, Trainer, TrainingError
+  from framework.run.trainer import RunStopped, Trainer  # pylint: disable=import-outside-toplevel
   training = options.mode in TRAINING_MODES
+  trainer = None
   # From here a stop signal is the trainer's: it saves, or takes a stop that came just
   # before as pending (core.signals raised it before).
-  stop = stopping.StopRequest(logdir).install() if training else None
-  pending = signals.take_pending()  # a stop a worker of a started cluster kept for this
-  if pending is not None:
-    if stop is None:
-      signals.replay(pending)  # no step to stop at: the mode ends as at start-up
-    else:
-      stop.take(pending)
-  # A SIGTERM TensorFlow's cluster start-up took is sent again from now on, to these handlers.
-  start_watch.stop_handlers_ready()
-  trainer = None
-  try:
-    if training and options.continue_learning:
-      check_resume_config(logdir, main_config(configs))
-    trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=options.set)
-    return run_mode(trainer, options, configs, logdir, stop, output, dtype_line)
-  except RunStopped as exc:
-    stop.saved = exc.checkpoint
-    if distributed.is_chief():
-      print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
-            f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
-            + (_same_launch(allreduce.engine_name()) if trainer.num_workers > 1 else ''),
-            flush=True)
-    return stopping.exit_status(exc.signum)
-  except ConfigError as exc:
-    raise LaunchError(config_file.format_error(exc)) from None
-  except DataError as exc:  # a record TensorFlow could not read: the layers find its file
-    layers = trainer and (trainer.train_data, trainer.eval_data)
-    raise LaunchError(named_data_loss(exc, layers)) from None
-  except checkpoints.LogdirRemoved as exc:
-    if distributed.is_chief():
-      # The new directory resumes like the old one: its config goes back beside the checkpoint.
-      record_configs(options, dict(configs, train=trainer.config), logdir, exc.step, dtype_line)
-    raise LaunchError(str(exc), status=1) from None
-  except (TrainingError, checkpoints.CheckpointError) as exc:
-    raise LaunchError(str(exc), status=1) from None
-  except Exception as exc:  # pylint: disable=broad-except
-    failure = peer_failure(exc, distributed, logdir)
-    if failure is None and trainer is not None:
-      failure = out_of_memory(exc, trainer, options.mode, logdir)
-    if failure is None:
-      raise
-    raise LaunchError(failure, status=1) from None
-  finally:
-    if stop is not None:
-      # The run has ended with its status (finished, saved or failed): a stop signal
-      # from now on, the repeat of a stop forwarded twice above all, is ignored.
-      signals.ending()
-      stop.uninstall()
+  with session.stop_signals(logdir, training) as stop:
+    try:
+      if training and options.continue_learning:
+        check_resume_config(logdir, main_config(configs))
+      trainer = Trainer(configs['train'], configs['eval'], logdir, overrides=options.set)
+      return run_mode(trainer, options, configs, logdir, stop, output, dtype_line)
+    except RunStopped as exc:
+      stop.saved = exc.checkpoint
+      if distributed.is_chief():
+        print(f'stopped by {stop.name or "a signal to another worker"} at step {exc.step} of '
+              f'{trainer.max_steps}: saved {exc.checkpoint}; resume with: {resume}'
+              + (_same_launch(allreduce.engine_name()) if trainer.num_workers > 1 else ''),
+              flush=True)
+      return stopping.exit_status(exc.signum)
+    except checkpoints.LogdirRemoved as exc:
+      if distributed.is_chief():
+        # The new directory resumes like the old one: its config goes back beside the checkpoint.
+        record_configs(options, dict(configs, train=trainer.config), logdir, exc.step, dtype_line)
+      raise LaunchError(str(exc), status=1) from None
+    except Exception as exc:  # pylint: disable=broad-except
+      line = session.one_line(exc, logdir, trainer, options.mode)
+      if line is None or line is exc:
+        raise
+      raise line from None
 
 
 def _same_launch(engine):
@@ -278,34 +243,6 @@ def _same_launch(engine):
   if os.environ.get('LARGEBATCH_NUM_WORKERS'):
     return ''
   return ' (with the same launcher and TF_CONFIG or srun)'
-
-
-def peer_failure(exc, distributed, logdir):
-  """One line for a collective that failed because another worker died or hung; else None."""
-  from optimizers import allreduce  # pylint: disable=import-outside-toplevel
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
-  kinds = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
-           tf.errors.CancelledError, tf.errors.UnknownError, tf.errors.InternalError)
-  if allreduce.size() < 2 or not isinstance(exc, kinds):
-    return None
-  cause = ' '.join(str(exc.message if hasattr(exc, 'message') else exc).split())
-  if not any(word in cause for word in ('ollective', 'heartbeat', 'Socket closed', 'peer',
-                                        'unhealthy', 'Deadline', 'task')):
-    return None
-  return (f'a worker of this {allreduce.engine_name()} job failed or stopped answering, so '
-          f'worker {allreduce.rank()} stops too ({cause[:200]}); kept: '
-          f'{checkpoints.latest_listed(logdir) or "no checkpoint"}')
-
-
-def out_of_memory(exc, trainer, mode, logdir):
-  """The one line for TensorFlow's out of memory in a step (``framework.run.memory``); else None."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from framework.run import checkpoints  # pylint: disable=import-outside-toplevel
-  from framework.run import memory  # pylint: disable=import-outside-toplevel
-  if not isinstance(exc, tf.errors.ResourceExhaustedError):
-    return None
-  return memory.out_of_memory_line(trainer, exc, mode, checkpoints.latest_listed(logdir))
 
 
 def check_memory(trainer):
