@@ -225,6 +225,9 @@ class Measurement:
     self.stop = stop
     self.batches = batches
     self.max_batch = max_batch
+    # The default ladder goes on past 16x at a point where the updates still halve at its top
+    # (:meth:`next_rung`); a --max_batch given is where it stops.
+    self.extend = options.max_batch is None
     self.workers = allreduce.size()
     self.chief = distributed.is_chief()
     self.log = distributed.log
@@ -259,6 +262,8 @@ class Measurement:
     self.unit = base.task.example_unit
     self.base_batch = self.batches[0]
     self.run_steps = base.max_steps
+    # No branch past one epoch's examples (a batch of more reads some twice in an update).
+    self.rung_limit = int(base.steps_per_epoch * self.base_batch)
     # The run's schedule at the config's batch, which every branch follows by its examples.
     self.schedule_fn = base.pipeline.learning_rate_decay_fn
     self.sizes(base)
@@ -567,7 +572,7 @@ class Measurement:
     directory = results.point_dir(self.root, step)
     start = self.start_record(base, step, path, directory)
     records = {}
-    for batch in self.batches:
+    for batch in self.ladder():
       record = results.read_branch(directory, batch)
       if record is not None:
         records[batch] = record
@@ -607,6 +612,14 @@ class Measurement:
         if batch not in records:
           records[batch] = self.measure_branch(step, path, batch, directory, start, window,
                                                target, margin)
+      rung = self.next_rung(step, path, start, records, window)
+      while rung is not None:
+        if rung not in records:
+          self.log(f'point at step {step}: the updates to the target still halve at the largest '
+                   f'branch, {rung // 2} {self.unit}; one more rung, {rung} {self.unit}')
+          records[rung] = self.measure_branch(step, path, rung, directory, start, window,
+                                              target, margin)
+        rung = self.next_rung(step, path, start, records, window)
     else:
       self.log(f'point at step {step}: the 1x branch\'s loss did not fall by '
                f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise or {fit_lib.MIN_PROGRESS_IN_ERRORS:g} '
@@ -728,6 +741,31 @@ class Measurement:
       shutil.rmtree(branch_dir, ignore_errors=True)  # the result is kept; the weights are not needed
     return record
 
+  def ladder(self):
+    """The batches a point may have records of: the ladder, and the rungs past it it may grow."""
+    batches = list(self.batches)
+    while self.extend and batches[-1] * 2 <= self.rung_limit:
+      batches.append(batches[-1] * 2)
+    return batches
+
+  def next_rung(self, step, path, start, records, window):
+    """The batch of one more branch past a point's largest, or None.
+
+    One more where the ladder may grow (no --max_batch), the largest branch
+    reached the target, and the fit is still open above (its updates still
+    halve there, or its interval's upper end is past the ladder); none past
+    one epoch's examples or with fewer than ``MIN_UPDATES`` updates in a cap.
+    """
+    largest = max(records)
+    rung = 2 * largest
+    cap = min(branch_lib.CAP_WINDOWS * window, (self.run_steps - step) * self.base_batch)
+    top = records[largest]
+    if (not self.extend or rung > self.rung_limit or branch_lib.MIN_UPDATES * rung > cap
+        or top['diverged'] or not top['reached']):
+      return None
+    point = self.point_result(step, path, start, records, window)
+    return rung if results.open_above(point) else None
+
   def point_result(self, step, path, start, records, window):
     """The fit at one point (``fit_lib.measure_point``), with the noise scale and the costs."""
     curves = {b: {'curve': r['curve']} for b, r in records.items()
@@ -750,13 +788,13 @@ class Measurement:
     point.update(step=step, checkpoint=os.path.abspath(path), share_of_run=step / self.run_steps,
                  heldout_examples=start.get('heldout_examples', 0),
                  b_simple=noise[0], b_simple_branch=noise[1],
-                 updates={str(b): (point['updates'].get(b)) for b in self.batches},
-                 examples={str(b): (point['examples'].get(b)) for b in self.batches},
-                 window=window,
+                 updates={str(b): (point['updates'].get(b)) for b in sorted(records)},
+                 examples={str(b): (point['examples'].get(b)) for b in sorted(records)},
+                 largest_batch=max(records), window=window,
                  branches=[dict({k: r.get(k) for k in ('batch', 'iter_size', 'examples',
                                                        'updates', 'reached', 'diverged',
                                                        'wall_s')}, from_run=bool(r.get('from_run')))
-                           for r in (records[b] for b in self.batches if b in records)],
+                           for r in (records[b] for b in sorted(records))],
                  # What the branches trained (the run's own 1x curve counts with the run).
                  examples_read=sum(r['examples'] for r in records.values()
                                    if not r.get('from_run')),
@@ -790,7 +828,9 @@ class Measurement:
       for point, share in zip(usable, shares):
         point['share'] = share
       answer, interval = fit_lib.whole_run(usable, self.base_batch)
-    proposed = fit_lib.growing_schedule(usable, self.base_batch, self.batches[-1])
+    # The batches of every point: the ladder, and the rungs some points grew past it.
+    batches = sorted({int(b) for p in points for b in p['updates']} | set(self.batches))
+    proposed = fit_lib.growing_schedule(usable, self.base_batch, batches[-1])
     warmup = results.read_json(os.path.join(self.root, results.WARMUP_NAME)) or {}
     run_examples = self.run_steps * self.base_batch
     trained = warmup.get('examples', 0) + sum(p['examples_read'] for p in points)
@@ -798,7 +838,7 @@ class Measurement:
     evaluated = sum(p['evaluations'] for p in points) * heldout
     summary = {
         'critical_batch': answer, 'interval': interval, 'unit': self.unit,
-        'base_batch': self.base_batch, 'batches': self.batches, 'max_batch': self.max_batch,
+        'base_batch': self.base_batch, 'batches': batches, 'max_batch': self.max_batch,
         'points': points, 'run_steps': self.run_steps, 'branch_loss': self.branch_loss,
         'window_fewest': self.fewest, 'window_most': self.most,
         'cap_windows': branch_lib.CAP_WINDOWS, 'eval_every_steps': self.eval_every,
@@ -832,7 +872,7 @@ class Measurement:
       wrote.append(schedule_path)
     self.say(f'critical batch along the run of {os.path.basename(self.options.config)} (target '
              f'at each point: the 1x branch\'s {self.branch_loss} loss at the end of its window):')
-    for line in results.table_lines(points, self.batches, self.unit):
+    for line in results.table_lines(points, batches, self.unit):
       self.say('  ' + line)
     self.say(f'cost: {summary["compute"]["runs"]:.2f} runs of the config in compute '
              f'({trained} {self.unit} trained, {evaluated} evaluated), '

@@ -130,8 +130,19 @@ def describe_interval(interval, largest):
   return f'{low}-{describe_batch(high)}'
 
 
+def open_above(point):
+  """Whether a point's fit says nothing of where the updates level off: past its largest branch."""
+  if not point.get('measured', True):
+    return False
+  if point.get('b_crit') is None:
+    return point.get('shape') == 'no_level'
+  interval = point.get('interval')
+  return bool(interval) and (interval[1] is None or math.isinf(interval[1]))
+
+
 def describe_estimate(point, largest):
-  """A point's B_crit with its interval, or why it has none."""
+  """A point's B_crit with its interval, or why it has none (``largest``: the point's own, if it says)."""
+  largest = point.get('largest_batch') or largest
   if not point.get('measured', True):
     return 'not measured'
   if point.get('b_crit') is None:
@@ -152,6 +163,9 @@ def table_lines(points, batches, unit):
   for point in points:
     cells = []
     for batch in batches:
+      if str(batch) not in point['updates'] and batch not in point['updates']:
+        cells.append(f'{"":>7}')  # not run from this point: past its ladder
+        continue
       updates = point['updates'].get(str(batch), point['updates'].get(batch))
       cells.append(f'{"-" if updates is None else f"{updates:.1f}":>7}')
     noise = point.get('b_simple')
@@ -163,7 +177,7 @@ def table_lines(points, batches, unit):
                  f'{"-" if ratio is None else f"{ratio:.2f}":>6}')
   return [line.rstrip() for line in lines] + [
       f'(updates to each point\'s target by global batch in {unit}, "-": not reached within the '
-      'cap; ratio: B_simple / B_crit)']
+      'cap, blank: not run; ratio: B_simple / B_crit)']
 
 
 def plot(path, points, run_answer, unit, title):

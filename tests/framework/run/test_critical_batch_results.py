@@ -74,6 +74,59 @@ def test_the_table_has_a_line_per_point_with_updates_by_batch_and_the_ratio():
                               '0.50']
   assert lines[2].split() == ['936', '50%', '40.0', '-', '-', 'not', 'measured', '-', '-']
   assert lines[-1].startswith("(updates to each point's target by global batch in images")
+  # A point that grew one rung past the ladder: the others leave its column blank, and it
+  # says "more than" of its own largest branch.
+  points = [point(468, 0.25, None, None, {'256': 50.0, '512': 25.0, '1024': 12.5}, shape='no_level'),
+            dict(point(936, 0.5, None, None, {'256': 40.0, '512': 20.0}, shape='no_level'),
+                 largest_batch=512)]
+  lines = results.table_lines(points, [256, 512, 1024], 'images')
+  assert lines[1].split()[2:8] == ['50.0', '25.0', '12.5', 'more', 'than', '1,024']
+  assert lines[2][:lines[0].index('1024') + 4].split() == ['936', '50%', '40.0', '20.0']
+  assert lines[2].split()[4:7] == ['more', 'than', '512']
+
+
+def grown_measurement(batches):
+  """A measurement with the state its ladder's rules read (no run behind it)."""
+  from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
+  measurement = object.__new__(critical_batch.Measurement)
+  measurement.__dict__.update(extend=True, batches=list(batches), base_batch=batches[0],
+                              run_steps=10**6, rung_limit=10**6, branch_loss='heldout',
+                              unit='images')
+  return measurement
+
+
+def branch_records(branches, base):
+  return {b: {'batch': b, 'iter_size': b // base, 'curve': r['curve'], 'diverged': None,
+              'target': None if b == base else 1.0, 'reached': True,
+              'examples': r['curve'][-1][0], 'updates': r['curve'][-1][0] // b, 'wall_s': 0.0,
+              'noise_scale': None}
+          for b, r in branches.items()}
+
+
+@pytest.mark.parametrize('b_noise, seed, rung', [(4096, 1, 2048), (4096, 2, 2048), (256, 0, None)])
+def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_noise, seed, rung):
+  from tests.core.test_critical_batch_law import quadratic_branches  # pylint: disable=import-outside-toplevel
+  # SGD on a quadratic with B_noise known (docs/math.md), branched at 1x to 16x of 64: at
+  # B_noise 4096 (64x) the updates still halve at 1,024; at 256 they level off within it.
+  branches, loss, window = quadratic_branches(b_noise, 64, (1, 2, 4, 8, 16), 400, seed)
+  measurement, records = grown_measurement([64, 128, 256, 512, 1024]), branch_records(branches, 64)
+  start = {'loss': loss, 'wall_s': 0.0}
+  point = measurement.point_result(468, '/run/ckpt-468', start, records, window)
+  assert results.open_above(point) == (rung is not None), point
+  assert point['largest_batch'] == 1024 and sorted(point['updates']) == sorted(
+      str(b) for b in records)
+  assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) == rung
+  if rung is None:
+    return
+  # Not with --max_batch given, past one epoch's examples, with fewer than 8 updates in the
+  # cap (4 windows), or when the largest branch did not reach the target.
+  for change in ({'extend': False}, {'rung_limit': 1024}, {'run_steps': 468 + 4 * 2048 // 64}):
+    held = grown_measurement([64, 128, 256, 512, 1024])
+    held.__dict__.update(change)
+    assert held.next_rung(468, '/run/ckpt-468', start, records, window) is None, change
+  records[1024]['reached'] = False
+  assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) is None
+  assert grown_measurement([64, 128]).ladder()[-1] == 2 ** 19  # doublings to the epoch's limit
 
 
 def test_the_plot_is_a_png_written_whole(tmp_path):
