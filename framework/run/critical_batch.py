@@ -790,7 +790,10 @@ class Measurement:
                  b_simple=noise[0], b_simple_branch=noise[1],
                  updates={str(b): (point['updates'].get(b)) for b in sorted(records)},
                  examples={str(b): (point['examples'].get(b)) for b in sorted(records)},
-                 largest_batch=max(records), window=window,
+                 # The largest branch that reached the target: what "more than" is of.
+                 largest_batch=max([b for b, u in point['updates'].items() if u is not None]
+                                   or records),
+                 window=window,
                  branches=[dict({k: r.get(k) for k in ('batch', 'iter_size', 'examples',
                                                        'updates', 'reached', 'diverged',
                                                        'wall_s')}, from_run=bool(r.get('from_run')))

@@ -113,8 +113,9 @@ def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_nois
   start = {'loss': loss, 'wall_s': 0.0}
   point = measurement.point_result(468, '/run/ckpt-468', start, records, window)
   assert results.open_above(point) == (rung is not None), point
-  assert point['largest_batch'] == 1024 and sorted(point['updates']) == sorted(
-      str(b) for b in records)
+  assert sorted(point['updates']) == sorted(str(b) for b in records)
+  reached = [int(b) for b, updates in point['updates'].items() if updates is not None]
+  assert point['largest_batch'] == max(reached) == (1024 if rung else max(reached))
   assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) == rung
   if rung is None:
     return
@@ -126,6 +127,11 @@ def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_nois
     assert held.next_rung(468, '/run/ckpt-468', start, records, window) is None, change
   records[1024]['reached'] = False
   assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) is None
+  # "More than" is of the largest branch the fit has: one that never crossed the target has
+  # no updates to it.
+  records[1024]['curve'] = [[x, loss] for x, _ in records[1024]['curve']]
+  point = measurement.point_result(468, '/run/ckpt-468', start, records, window)
+  assert point['updates']['1024'] is None and point['largest_batch'] == 512, point['updates']
   assert grown_measurement([64, 128]).ladder()[-1] == 2 ** 19  # doublings to the epoch's limit
 
 
