@@ -29,8 +29,9 @@ SKIPPED_DIRS = {'.git', '.venv', '__pycache__', 'build'}
 # (the code it suggests lives at the path on the right), and none may import.
 NO_FILE = {
     **{f'framework.{name}': f'framework.config.{name}' for name in (
-        'argument_checks', 'check_configs', 'config_file', 'config_names', 'config_resolve',
-        'schedule', 'schema', 'weight_decay')},
+        'argument_checks', 'config_file', 'config_names', 'config_resolve', 'schedule',
+        'schema')},
+    'framework.check_configs': 'framework.sweep.check_configs',
     **{f'framework.{name}': f'framework.run.{name}' for name in (
         'checkpoints', 'divergence', 'evaluation', 'launch', 'resume',
         'run_outputs', 'rundir', 'stopping', 'summaries', 'train_loop', 'trainer', 'warm_start')},

@@ -9,8 +9,9 @@
   ``validate``), the jit check, the learning-rate scaling;
 - ``config_names``: every name of a config resolved once, before the
   checks that read what the names declare;
-- ``weight_decay``, ``argument_checks``, ``schedule``: the one source of
-  weight decay, the arguments against what takes them, the run's length and
-  durations in steps;
-- ``check_configs``: a sweep's check of its points, in one process.
+- ``argument_checks``, ``schedule``: the arguments against what takes
+  them, the run's length and durations in steps (the one source of weight
+  decay is ``validation``'s).
+
+A sweep's check of its points, in one process, is ``framework.sweep.check_configs``.
 """

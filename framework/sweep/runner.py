@@ -113,7 +113,7 @@ class Sweep:
                'variants': [self.overrides(p) for p in self.points]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
     try:
-      result = subprocess.run([sys.executable, '-m', 'framework.config.check_configs'], cwd=ROOT,
+      result = subprocess.run([sys.executable, '-m', 'framework.sweep.check_configs'], cwd=ROOT,
                               env=env, input=json.dumps(request), capture_output=True, text=True,
                               check=False, timeout=CHECK_SECONDS)
     except subprocess.TimeoutExpired:

@@ -145,7 +145,7 @@ def test_an_l2_regularizer_of_scale_0_is_no_second_source():
 
 def test_no_shipped_config_gives_two_sources():
   # The config check sweep.py runs before any point, over every shipped config's modes.
-  from framework.config import check_configs  # pylint: disable=import-outside-toplevel
+  from framework.sweep import check_configs  # pylint: disable=import-outside-toplevel
   names = sorted(os.path.relpath(os.path.join(d, n), ROOT)
                  for d, _, files in os.walk(os.path.join(ROOT, 'configs')) for n in files
                  if n.endswith(('.py', '.yaml')) and n not in ('common.py', '__init__.py'))

@@ -1,8 +1,8 @@
-"""framework/config/check_configs.py, a sweep's check of its points: what a run refuses first."""
+"""framework/sweep/check_configs.py, a sweep's check of its points: what a run refuses first."""
 
 import os
 
-from framework.config import check_configs
+from framework.sweep import check_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LARS_CONFIG = os.path.join(ROOT, 'configs', 'fashion_mnist_lars.py')

@@ -2,7 +2,7 @@
 
   echo '{"config": "configs/fashion_mnist_lars.py", "mode": "train_eval",
          "variants": [["batch_size_per_gpu=256"], ["optimizer=Nope"]]}' \\
-      | python -m framework.config.check_configs
+      | python -m framework.sweep.check_configs
 
 Reads the request as JSON on stdin: the config file, the run.py mode and, per
 variant, its list of ``--set`` overrides. Prints a JSON list with, per variant,
