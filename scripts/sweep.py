@@ -62,7 +62,7 @@ configuration's best seed; ties go to the directory name that sorts first
 (``framework.sweep.report.choose_best``).
 
 Before any point runs, every point's config is resolved and validated as
-run.py would do it (all in one process, ``python -m framework.config.check_configs``):
+run.py would do it (all in one process, ``python -m framework.sweep.check_configs``):
 a point run.py would refuse stops the sweep with exit status 2 and one line
 per such point, naming it and the key. ``--dry-run`` prints the commands
 without checking them.
