@@ -418,6 +418,26 @@ def whole_run(points, base):
   return value, [low, high]
 
 
+def whole_run_at_least(points, base):
+  """A lower bound of the run's critical batch where points are open above, or None.
+
+  A point whose updates still halve at its largest branch (``shape``
+  ``no_level``) has a critical batch past that branch (``largest_batch``);
+  with every such point at its largest branch and the others at their fits,
+  :func:`whole_run` is a lower bound of the run's (it grows with each
+  point's). None when a point has neither a fit nor that shape, or none is
+  open above.
+  """
+  if not points or not any(p.get('b_crit') is None for p in points):
+    return None
+  if any(p.get('b_crit') is None and (p.get('shape') != 'no_level' or not p.get('largest_batch'))
+         for p in points):
+    return None
+  bounded = [dict(p, b_crit=p['b_crit'] if p.get('b_crit') is not None else p['largest_batch'],
+                  interval=None) for p in points]
+  return whole_run(bounded, base)[0]
+
+
 def point_shares(fractions):
   """The share of the run each point stands for: from midway to its neighbours, the ends included."""
   cuts = [0.0] + [(a + b) / 2.0 for a, b in zip(fractions, fractions[1:])] + [1.0]

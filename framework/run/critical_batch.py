@@ -831,6 +831,7 @@ class Measurement:
       for point, share in zip(usable, shares):
         point['share'] = share
       answer, interval = fit_lib.whole_run(usable, self.base_batch)
+    at_least = fit_lib.whole_run_at_least(usable, self.base_batch) if answer is None else None
     # The batches of every point: the ladder, and the rungs some points grew past it.
     batches = sorted({int(b) for p in points for b in p['updates']} | set(self.batches))
     proposed = fit_lib.growing_schedule(usable, self.base_batch, batches[-1])
@@ -840,7 +841,8 @@ class Measurement:
     heldout = points[0]['heldout_examples'] if points else 0  # 0 for the online loss
     evaluated = sum(p['evaluations'] for p in points) * heldout
     summary = {
-        'critical_batch': answer, 'interval': interval, 'unit': self.unit,
+        'critical_batch': answer, 'interval': interval, 'critical_batch_at_least': at_least,
+        'unit': self.unit,
         'base_batch': self.base_batch, 'batches': batches, 'max_batch': self.max_batch,
         'points': points, 'run_steps': self.run_steps, 'branch_loss': self.branch_loss,
         'window_fewest': self.fewest, 'window_most': self.most,

@@ -270,6 +270,12 @@ def last_lines(summary):
              'measure anything: ' + summary['points'][0]['why'] + ')'
              if summary['points'] and summary['points'][0].get('why') else
              'critical batch: none measured')
+  elif answer is None and summary.get('critical_batch_at_least'):
+    first = (f'critical batch: more than {describe_batch(summary["critical_batch_at_least"])} '
+             f'{unit} for a fixed batch over the whole run, a lower bound (' + ', '.join(
+                 f'at step {p["step"]} the updates still halve at its largest branch, '
+                 f'{p["largest_batch"]:,}' for p in measured if p.get('b_crit') is None)
+             + f'), from {points_text(len(measured), len(summary["points"]))}')
   elif answer is None:
     first = ('critical batch: no fit at ' + ', '.join(
         f'step {p["step"]} ({describe_estimate(p, largest)})' for p in summary['points']

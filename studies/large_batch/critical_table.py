@@ -215,6 +215,9 @@ def largest_batch(measured):
 def answer_cell(measured, st):
   """``(the whole run's critical batch with its interval, it in the study's unit or None)``."""
   unit, batch = measured.get('unit', ''), measured.get('critical_batch')
+  bound = measured.get('critical_batch_at_least')
+  if batch is None and bound:
+    return f'more than {critical_results.describe_batch(bound)} {unit} (a lower bound)', None
   if batch is None:
     return 'none measured', None
   interval = critical_results.describe_interval(measured.get('interval'), largest_batch(measured))

@@ -75,6 +75,15 @@ def test_whole_run_sums_s_min_and_e_min_over_the_parts():
   # One point alone gives its own B_crit back.
   assert cb.whole_run(points[:1], base)[0] == pytest.approx(1000.0)
   assert cb.whole_run([{'share': 1.0, 'b_crit': None}], base) == (None, None)
+  # A point open above (its updates still halve at 8,192) stands at 8,192 in a lower bound:
+  # the run's critical batch grows with each point's.
+  open_above = {'share': 0.5, 'b_crit': None, 'shape': 'no_level', 'largest_batch': 8192}
+  bound = cb.whole_run_at_least([points[0], open_above], base)
+  s_min = 0.5 / (1 + 1000 / 256) + 0.5 / (1 + 8192 / 256)
+  e_min = 0.5 * 256 / (1 + 256 / 1000) + 0.5 * 256 / (1 + 256 / 8192)
+  assert bound == pytest.approx(e_min / s_min) and bound > cb.whole_run(points, base)[0]
+  assert cb.whole_run_at_least(points, base) is None  # every point fitted: the answer itself
+  assert cb.whole_run_at_least([points[0], dict(open_above, shape=None)], base) is None
 
 
 def test_point_shares_cut_the_run_halfway_between_points():

@@ -182,6 +182,14 @@ def test_the_last_lines_answer_the_fixed_and_the_growing_batch():
                    'to measure anything: flat)')
   assert second.startswith('growing batch: none proposed')
   assert third == 'noise scale (B_simple): not measured (the config says noise_scale: false)'
+  # No fit at a point whose updates still halve at its largest branch: a lower bound.
+  first, _, _ = results.last_lines(summary(
+      critical_batch=None, interval=None, critical_batch_at_least=2859.7,
+      points=[point(468, 0.25, 3809.0, [975.0, None], {}),
+              dict(point(936, 0.5, None, None, {}, shape='no_level'), largest_batch=8192)]))
+  assert first == ('critical batch: more than 2,860 images for a fixed batch over the whole run, '
+                   'a lower bound (at step 936 the updates still halve at its largest branch, '
+                   '8,192), from 2 points')
 
 
 def flags(mode='critical_batch', **given):
