@@ -178,10 +178,7 @@ def launch(options, configs, logdir, resume, dtype_line=None):
         except QuietRefusal:
           raise
         except Exception as exc:  # pylint: disable=broad-except
-          line = session.one_line(exc, logdir)
-          if line is None or line is exc:
-            raise
-          raise line from None
+          session.raise_one_line(exc, logdir)
   except QuietRefusal:
     return 2
 
@@ -606,26 +603,27 @@ class Measurement:
       records[self.base_batch] = one = self.measure_branch(step, path, self.base_batch, directory,
                                                            start, None)
       window = one['window']
-    if window:
-      target, margin = fit_lib.window_target(one['curve'], start['loss'], window)
-      for batch in self.batches[1:]:
-        if batch not in records:
-          records[batch] = self.measure_branch(step, path, batch, directory, start, window,
-                                               target, margin)
-      rung = self.next_rung(step, path, start, records, window)
-      while rung is not None:
-        if rung not in records:
-          self.log(f'point at step {step}: the updates to the target still halve at the largest '
-                   f'branch, {rung // 2} {self.unit}; one more rung, {rung} {self.unit}')
-          records[rung] = self.measure_branch(step, path, rung, directory, start, window,
-                                              target, margin)
-        rung = self.next_rung(step, path, start, records, window)
-    else:
+    if not window:
       self.log(f'point at step {step}: the 1x branch\'s loss did not fall by '
                f'{fit_lib.MIN_PROGRESS_IN_NOISE:g}x its noise or {fit_lib.MIN_PROGRESS_IN_ERRORS:g} '
                f'standard errors of its trend in '
                f'{self.most_window(step)} {self.unit}; no branch is run from it')
-    return self.point_result(step, path, start, records, window)
+      return self.point_result(step, path, start, records, window)
+    target, margin = fit_lib.window_target(one['curve'], start['loss'], window)
+    for batch in self.batches[1:]:
+      if batch not in records:
+        records[batch] = self.measure_branch(step, path, batch, directory, start, window, target,
+                                             margin)
+    point = self.point_result(step, path, start, records, window)
+    rung = self.next_rung(step, records, window, point)
+    while rung is not None:
+      self.log(f'point at step {step}: the updates to the target still halve at the largest '
+               f'branch, {rung // 2} {self.unit}; one more rung, {rung} {self.unit}')
+      records[rung] = self.measure_branch(step, path, rung, directory, start, window, target,
+                                          margin)
+      point = self.point_result(step, path, start, records, window)
+      rung = self.next_rung(step, records, window, point)
+    return point
 
   def start_record(self, base, step, path, directory):
     """The held-out loss at the point, evaluated once and kept with the config it was measured by.
@@ -748,13 +746,14 @@ class Measurement:
       batches.append(batches[-1] * 2)
     return batches
 
-  def next_rung(self, step, path, start, records, window):
+  def next_rung(self, step, records, window, point):
     """The batch of one more branch past a point's largest, or None.
 
     One more where the ladder may grow (no --max_batch), the largest branch
-    reached the target, and the fit is still open above (its updates still
-    halve there, or its interval's upper end is past the ladder); none past
-    one epoch's examples or with fewer than ``MIN_UPDATES`` updates in a cap.
+    reached the target, and the fit of ``records`` (``point``, their
+    :meth:`point_result`) is still open above (its updates still halve
+    there, or its interval's upper end is past the ladder); none past one
+    epoch's examples or with fewer than ``MIN_UPDATES`` updates in a cap.
     """
     largest = max(records)
     rung = 2 * largest
@@ -763,7 +762,6 @@ class Measurement:
     if (not self.extend or rung > self.rung_limit or branch_lib.MIN_UPDATES * rung > cap
         or top['diverged'] or not top['reached']):
       return None
-    point = self.point_result(step, path, start, records, window)
     return rung if results.open_above(point) else None
 
   def point_result(self, step, path, start, records, window):

@@ -231,10 +231,7 @@ def run(options, configs, logdir, resume, output=None, dtype_line=None):
         record_configs(options, dict(configs, train=trainer.config), logdir, exc.step, dtype_line)
       raise LaunchError(str(exc), status=1) from None
     except Exception as exc:  # pylint: disable=broad-except
-      line = session.one_line(exc, logdir, trainer, options.mode)
-      if line is None or line is exc:
-        raise
-      raise line from None
+      session.raise_one_line(exc, logdir, trainer, options.mode)
 
 
 def _same_launch(engine):

@@ -10,7 +10,8 @@ around it, the same three things hold for all of them, and live here once:
   the others end as at start-up. A stop that came while the engine started is
   taken over, and from the mode's end on a repeat of it is ignored;
 - :func:`one_line`: the one line and exit status of an error (a config
-  mistake or a missing file, 2; a failed run, a worker lost, memory, 1).
+  mistake or a missing file, 2; a failed run, a worker lost, memory, 1),
+  raised by :func:`raise_one_line`.
 
 ``framework.run.launch`` runs the modes in it (``config_file.MODE_TABLE``
 says which trains), ``framework.run.critical_batch`` its measurement.
@@ -90,6 +91,14 @@ def one_line(exc, logdir, trainer=None, mode=None):
   if failure is None and trainer is not None:
     failure = out_of_memory(exc, trainer, mode, logdir)
   return None if failure is None else LaunchError(failure, status=1)
+
+
+def raise_one_line(exc, logdir, trainer=None, mode=None):
+  """Raises :func:`one_line`'s ``LaunchError`` for ``exc`` (from None), or ``exc`` itself."""
+  line = one_line(exc, logdir, trainer, mode)
+  if line is None or line is exc:
+    raise exc
+  raise line from None
 
 
 def peer_failure(exc, distributed, logdir):

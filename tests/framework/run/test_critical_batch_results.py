@@ -116,7 +116,7 @@ def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_nois
   assert sorted(point['updates']) == sorted(str(b) for b in records)
   reached = [int(b) for b, updates in point['updates'].items() if updates is not None]
   assert point['largest_batch'] == max(reached) == (1024 if rung else max(reached))
-  assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) == rung
+  assert measurement.next_rung(468, records, window, point) == rung
   if rung is None:
     return
   # Not with --max_batch given, past one epoch's examples, with fewer than 8 updates in the
@@ -124,9 +124,9 @@ def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_nois
   for change in ({'extend': False}, {'rung_limit': 1024}, {'run_steps': 468 + 4 * 2048 // 64}):
     held = grown_measurement([64, 128, 256, 512, 1024])
     held.__dict__.update(change)
-    assert held.next_rung(468, '/run/ckpt-468', start, records, window) is None, change
+    assert held.next_rung(468, records, window, point) is None, change
   records[1024]['reached'] = False
-  assert measurement.next_rung(468, '/run/ckpt-468', start, records, window) is None
+  assert measurement.next_rung(468, records, window, point) is None
   # "More than" is of the largest branch the fit has: one that never crossed the target has
   # no updates to it.
   records[1024]['curve'] = [[x, loss] for x, _ in records[1024]['curve']]
