@@ -19,8 +19,8 @@ branches", states the same):
 - :func:`measure_point`: a point's target, each branch's examples and updates
   to it, the fit, and the fit's interval by a bootstrap of the evaluations'
   residuals about their monotone fits;
-- :func:`whole_run`: the one fixed batch for the whole run, from the points'
-  fits (E_min over S_min summed over the run's parts);
+- :func:`whole_run`: the one fixed batch for the whole run: the fit of the
+  run's S(B), the sum of its parts' updates at each batch (:func:`run_updates`);
 - :func:`growing_schedule`: a ``batch_policy: steps`` schedule from the points.
 """
 
@@ -363,6 +363,9 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
       result['fit_scatter'] = math.sqrt(sum(r * r for r in scatter) / len(scatter))
   rng = random.Random(seed)
   values = []
+  # Each draw's updates to its target, before the fit's scatter: what the whole run's
+  # draws are summed from (whole_run).
+  result['drawn_updates'] = drawn_updates = []
   for _ in range(draws):
     curves = {}
     for batch, (xs, _) in raw.items():
@@ -370,6 +373,7 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
       ys = [f + rng.choice(pooled) if pooled else f for f in fy[anchored:]]
       curves[batch] = (xs, _smooth(fy[:anchored] + ys, anchored))
     _, drawn = _crossings(curves, base, window)
+    drawn_updates.append({b: e / b for b, e in drawn.items()})
     drawn_steps = {b: e / b * (1 + (rng.choice(scatter) if scatter else 0.0))
                    for b, e in drawn.items()}
     value = _draw_value({b: s for b, s in drawn_steps.items() if s > 0})
@@ -382,60 +386,94 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
   return result
 
 
-def whole_run(points, base):
-  """The critical batch of the whole run, and its interval, from the points' fits.
+def run_updates(points, base, updates_key='updates'):
+  """The whole run's updates at each batch, as a share of the 1x run's: ``{batch: S(B)/N}``.
 
-  Each point stands for a part of the run (from halfway to the point before
-  it to halfway to the next, the first from the start, the last to the end;
-  ``points``' ``share``). Over a part the 1x run makes ``n`` updates; the
-  point's fit says they cost S_min = n / (1 + B_crit/B0) updates at the
-  largest batches and E_min = n·B0 / (1 + B0/B_crit) examples at the
-  smallest. The run's S_min and E_min are their sums, and its critical batch
-  E_min / S_min: the examples of the whole run at a fixed batch B are then
-  E_min·(1 + B / B_crit), McCandlish's model again.
+  The run's part a point stands for (its ``share`` a_i of the run's N
+  updates at the 1x batch B0) takes a_i·N·S_i(B)/S_i(B0) updates at batch B,
+  where S_i is the point's updates to its target; the run's S(B) is the sum
+  over the parts. Only batches every point reached count: a part that did
+  not reach its target at B leaves the run's S(B) unknown.
 
   Args:
-    points: dicts with ``share`` (of the run's updates) and ``b_crit`` (None:
-      not measured), and ``interval``.
+    points: dicts with ``share`` and ``updates_key``: ``{batch: updates or None}``
+      (batches as ints or strings).
     base: the 1x batch.
+    updates_key: the key of the updates in each point.
+  """
+  per_point = [{int(b): u for b, u in p[updates_key].items() if u} for p in points]
+  if not per_point or any(base not in u for u in per_point):
+    return {}
+  common = set.intersection(*(set(u) for u in per_point))
+  return {b: sum(p['share'] * u[b] / u[base] for p, u in zip(points, per_point))
+          for b in sorted(common)}
+
+
+def whole_run(points, base, draws=BOOTSTRAP_DRAWS, seed=0):
+  """The critical batch of the whole run, with its interval, from the parts' updates summed.
+
+  The run's S(B) is the sum of its parts' (:func:`run_updates`), and its
+  B_crit the fit of S(B) = S_min·(1 + B_crit/B) to it, as a study fits whole
+  runs at fixed batches. Where every part follows McCandlish's model, the sum
+  does exactly: S_min = Σ n_i/(1 + B_crit,i/B0), S_min·B_crit = Σ E_min,i,
+  so the run's B_crit is Σ E_min,i / Σ S_min,i. Fitted once over the sum, a
+  part whose updates still halve at its largest batch, or whose own fit is
+  wide, weighs in by its share of the run's updates and no more: at large
+  batches the parts that speed up least make up most of the run's updates.
+
+  The interval is over the points' bootstrap draws (``drawn_updates``, the
+  i-th of each point summed into the i-th draw of the run), each S(B) times
+  one plus a relative residual of the run's fit drawn at random (widened by
+  √(n/(n − 2)), none with two batches), as :func:`measure_point` does for one
+  point; a draw with no fit counts as ∞ or 0.
+
+  Args:
+    points: dicts with ``share``, ``updates`` and, for the interval,
+      ``drawn_updates`` (a list of ``{batch: updates}``, one per draw).
+    base: the 1x batch.
+    draws, seed: the run's bootstrap (the scatter's draws).
 
   Returns:
-    ``(B_crit, [low, high] or None)``, or ``(None, None)`` when a point has no fit.
+    A dict: ``updates`` (:func:`run_updates`), ``b_crit`` and ``s_min``
+    (None without a fit, ``shape`` saying why), ``at_least`` (the largest
+    batch every part reached, where the run's updates still halve there),
+    ``interval`` ``[low, high]`` (None when fewer than half the draws fit or
+    the points have no draws).
   """
-  def combine(values):
-    s_min = sum(p['share'] / (1.0 + b / base) for p, b in zip(points, values))
-    e_min = sum(p['share'] * base / (1.0 + base / b) for p, b in zip(points, values) if b > 0)
-    return e_min / s_min if s_min > 0 else math.inf
-
-  if not points or any(p.get('b_crit') is None for p in points):
-    return None, None
-  value = combine([p['b_crit'] for p in points])
-  if any(p.get('interval') is None for p in points):
-    return value, None
-  # B_crit of the run grows with each point's: its ends come from the points' ends.
-  low = combine([p['interval'][0] for p in points])
-  high = combine([p['interval'][1] for p in points])
-  return value, [low, high]
-
-
-def whole_run_at_least(points, base):
-  """A lower bound of the run's critical batch where points are open above, or None.
-
-  A point whose updates still halve at its largest branch (``shape``
-  ``no_level``) has a critical batch past that branch (``largest_batch``);
-  with every such point at its largest branch and the others at their fits,
-  :func:`whole_run` is a lower bound of the run's (it grows with each
-  point's). None when a point has neither a fit nor that shape, or none is
-  open above.
-  """
-  if not points or not any(p.get('b_crit') is None for p in points):
-    return None
-  if any(p.get('b_crit') is None and (p.get('shape') != 'no_level' or not p.get('largest_batch'))
-         for p in points):
-    return None
-  bounded = [dict(p, b_crit=p['b_crit'] if p.get('b_crit') is not None else p['largest_batch'],
-                  interval=None) for p in points]
-  return whole_run(bounded, base)[0]
+  steps = run_updates(points, base)
+  result = {'updates': steps, 'b_crit': None, 's_min': None, 'shape': None, 'at_least': None,
+            'interval': None, 'fitted_draws': 0}
+  fitted = critical_fit(steps, relative=True)
+  if fitted is None:
+    result['shape'] = fit_shape(steps, relative=True)
+    if result['shape'] == 'no_level':
+      result['at_least'] = max(steps)
+    return result
+  s_min, b_crit = fitted
+  result.update(s_min=s_min, b_crit=b_crit)
+  scatter = []
+  if len(steps) > 2:
+    widen = math.sqrt(len(steps) / (len(steps) - 2))
+    scatter = [widen * (s / (s_min * (1 + b_crit / b)) - 1) for b, s in steps.items()]
+  drawn = [p.get('drawn_updates') or [] for p in points]
+  count = min(len(d) for d in drawn)
+  if not count:
+    return result
+  rng = random.Random(seed)
+  values = []
+  for i in range(min(count, draws)):
+    one = run_updates([{'share': p['share'], 'draw': d[i]} for p, d in zip(points, drawn)],
+                      base, 'draw')
+    one = {b: s * (1 + (rng.choice(scatter) if scatter else 0.0)) for b, s in one.items()
+           if b in steps}
+    value = _draw_value({b: s for b, s in one.items() if s > 0})
+    if value is not None:
+      values.append(value)
+  result['fitted_draws'] = len(values)
+  if values and len(values) >= count / 2:
+    values.sort()
+    result['interval'] = [_quantile(values, INTERVAL_TAIL), _quantile(values, 1 - INTERVAL_TAIL)]
+  return result
 
 
 def point_shares(fractions):

@@ -3,7 +3,7 @@
 One measurement from scratch (the run trained to its three points and their
 windows, then branches at 2x and 4x from each) is shared by the tests that
 read it: its numbers against ones recomputed here (the fit of each point by
-numpy, the whole run by its formula), the same command again (every branch
+numpy, the whole run by the fit of its parts' summed updates), the same command again (every branch
 kept), and the bad inputs, each one line with exit status 2 and the run
 directory as it was. A stop in a branch, a rate at which nothing learns, and
 two workers under both engines run their own.
@@ -163,11 +163,16 @@ def test_from_scratch_it_trains_the_run_to_three_points_and_fits_each(measured):
       if point['interval'] is not None:  # None where fewer than half the draws fit
         low, high = point['interval']
         assert high is None or low <= high  # None: open above
-  # The whole run: E_min over S_min, summed over the parts the points stand for.
+  # The whole run: the fit of its updates at each batch every point reached, the sum of the
+  # parts' (each point's speed-up times the 1x run's updates over the part it stands for).
   parts = [p for p in summary['points'] if p['measured']]
-  s_min = sum(p['share'] / (1 + p['b_crit'] / 8) for p in parts)
-  e_min = sum(p['share'] * 8 / (1 + 8 / p['b_crit']) for p in parts)
-  assert summary['critical_batch'] == pytest.approx(e_min / s_min, rel=1e-9)
+  common = [b for b in ('8', '16', '32') if all(p['updates'][b] is not None for p in parts)]
+  run_updates = {b: summary['run_steps'] * sum(p['share'] * p['updates'][b] / p['updates']['8']
+                                               for p in parts) for b in common}
+  assert summary['run_updates'] == pytest.approx(run_updates, rel=1e-12)
+  assert summary['run_updates']['8'] == pytest.approx(summary['run_steps'])
+  assert len(common) >= 2
+  assert summary['critical_batch'] == pytest.approx(relative_fit(run_updates)[1], rel=1e-9)
   assert sum(p['share'] for p in parts) == pytest.approx(1.0)
   lines = out.strip().splitlines()
   first, second, third = lines[-3:]

@@ -822,14 +822,17 @@ class Measurement:
     for point, share in zip(points, shares):
       point['share'] = share
     usable = [p for p in points if p.get('measured', True)]
-    answer, interval = (fit_lib.whole_run(usable, self.base_batch) if usable else (None, None))
     if usable and len(usable) < len(points):
       # The run's parts are those of the points that measured something.
       shares = fit_lib.point_shares([p['share_of_run'] for p in usable])
       for point, share in zip(usable, shares):
         point['share'] = share
-      answer, interval = fit_lib.whole_run(usable, self.base_batch)
-    at_least = fit_lib.whole_run_at_least(usable, self.base_batch) if answer is None else None
+    run = fit_lib.whole_run(usable, self.base_batch) if usable else {
+        'updates': {}, 'b_crit': None, 'interval': None, 'at_least': None, 'shape': None,
+        's_min': None, 'fitted_draws': 0}
+    for point in points:
+      point.pop('drawn_updates', None)  # the draws' updates, summed into the run's; not kept
+    answer, interval, at_least = run['b_crit'], run['interval'], run['at_least']
     # The batches of every point: the ladder, and the rungs some points grew past it.
     batches = sorted({int(b) for p in points for b in p['updates']} | set(self.batches))
     proposed = fit_lib.growing_schedule(usable, self.base_batch, batches[-1])
@@ -840,6 +843,11 @@ class Measurement:
     evaluated = sum(p['evaluations'] for p in points) * heldout
     summary = {
         'critical_batch': answer, 'interval': interval, 'critical_batch_at_least': at_least,
+        # The whole run's updates at each batch every point reached (the parts' summed, in
+        # updates of the run) and their fit, which the answer is.
+        'run_updates': {str(b): s * self.run_steps for b, s in run['updates'].items()},
+        'run_fit': {'s_min': (None if run['s_min'] is None else run['s_min'] * self.run_steps),
+                    'shape': run['shape'], 'fitted_draws': run['fitted_draws']},
         'unit': self.unit,
         'base_batch': self.base_batch, 'batches': batches, 'max_batch': self.max_batch,
         'points': points, 'run_steps': self.run_steps, 'branch_loss': self.branch_loss,
@@ -875,7 +883,7 @@ class Measurement:
       wrote.append(schedule_path)
     self.say(f'critical batch along the run of {os.path.basename(self.options.config)} (target '
              f'at each point: the 1x branch\'s {self.branch_loss} loss at the end of its window):')
-    for line in results.table_lines(points, batches, self.unit):
+    for line in results.table_lines(points, batches, self.unit, summary):
       self.say('  ' + line)
     self.say(f'cost: {summary["compute"]["runs"]:.2f} runs of the config in compute '
              f'({trained} {self.unit} trained, {evaluated} evaluated), '

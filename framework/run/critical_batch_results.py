@@ -156,8 +156,12 @@ def describe_estimate(point, largest):
           f'({describe_interval(point.get("interval"), largest)})')
 
 
-def table_lines(points, batches, unit):
-  """The table of the points, one line each: updates to the target by batch, the fit, B_simple."""
+def table_lines(points, batches, unit, summary=None):
+  """The table of the points, one line each: updates to the target by batch, the fit, B_simple.
+
+  With the ``summary``, a last row for the whole run: its updates at each
+  batch every point reached (the parts' summed) and their fit, the answer.
+  """
   head = f'{"step":>7} {"of run":>6} ' + ' '.join(f'{b:>7}' for b in batches)
   lines = [head + f'  {"B_crit (90% interval)":<28} {"B_simple":>9} {"ratio":>6}']
   for point in points:
@@ -175,9 +179,32 @@ def table_lines(points, batches, unit):
                  + f'  {describe_estimate(point, batches[-1]):<28} '
                  f'{"-" if noise is None else describe_batch(noise):>9} '
                  f'{"-" if ratio is None else f"{ratio:.2f}":>6}')
+  if summary is not None and summary.get('run_updates'):
+    updates = summary['run_updates']
+    cells = [f'{f"{updates[str(b)]:.0f}" if str(b) in updates else "":>7}' for b in batches]
+    lines.append(f'{"run":>7} {"":>6} ' + ' '.join(cells) + f'  {describe_run(summary)}')
   return [line.rstrip() for line in lines] + [
       f'(updates to each point\'s target by global batch in {unit}, "-": not reached within the '
-      'cap, blank: not run; ratio: B_simple / B_crit)']
+      'cap, blank: not run; ratio: B_simple / B_crit'
+      + ('; run: the whole run\'s updates, its parts\' summed, at the batches every point '
+         'reached, and their fit' if summary is not None and summary.get('run_updates') else '')
+      + ')']
+
+
+def describe_run(summary):
+  """The whole run's B_crit with its interval, or why it has none."""
+  updates = summary.get('run_updates') or {}
+  largest = max(map(int, updates)) if updates else summary['base_batch']
+  if summary['critical_batch'] is not None:
+    return (f'{describe_batch(summary["critical_batch"])} '
+            f'({describe_interval(summary.get("interval"), largest)})')
+  if summary.get('critical_batch_at_least'):
+    return (f'more than {describe_batch(summary["critical_batch_at_least"])} '
+            '(a lower bound: the run\'s updates still halve there)')
+  if (summary.get('run_fit') or {}).get('shape') == 'no_gain':
+    return 'below the 1x batch (a larger batch saves the run no updates)'
+  return 'no fit (fewer than two batches reached every point\'s target)'
+
 
 
 def plot(path, points, run_answer, unit, title):
@@ -262,7 +289,9 @@ def points_text(measured, points):
 def last_lines(summary):
   """The measurement's last lines: the fixed batch, the growing batch, the noise scale."""
   unit = summary['unit']
-  largest = summary['batches'][-1]
+  # An open upper end is past the largest batch the run's fit has.
+  largest = max([int(b) for b in summary.get('run_updates') or {}]
+                or [summary['batches'][-1]])
   answer = summary['critical_batch']
   measured = [p for p in summary['points'] if p.get('measured', True)]
   if not measured:
@@ -272,14 +301,11 @@ def last_lines(summary):
              'critical batch: none measured')
   elif answer is None and summary.get('critical_batch_at_least'):
     first = (f'critical batch: more than {describe_batch(summary["critical_batch_at_least"])} '
-             f'{unit} for a fixed batch over the whole run, a lower bound (' + ', '.join(
-                 f'at step {p["step"]} the updates still halve at its largest branch, '
-                 f'{p["largest_batch"]:,}' for p in measured if p.get('b_crit') is None)
-             + f'), from {points_text(len(measured), len(summary["points"]))}')
+             f'{unit} for a fixed batch over the whole run, a lower bound (the run\'s updates, '
+             'its parts\' summed, still halve at the largest batch every point reached), from '
+             f'{points_text(len(measured), len(summary["points"]))}')
   elif answer is None:
-    first = ('critical batch: no fit at ' + ', '.join(
-        f'step {p["step"]} ({describe_estimate(p, largest)})' for p in summary['points']
-        if p.get('b_crit') is None))
+    first = f'critical batch: no fit for the whole run ({describe_run(summary)})'
   else:
     first = (f'critical batch: {describe_batch(answer)} {unit} '
              f'({describe_interval(summary["interval"], largest)}) for a fixed batch over the '

@@ -61,29 +61,72 @@ def test_relative_weights_are_least_squares_of_the_relative_residuals():
   assert b_crit == pytest.approx(slope / intercept, rel=1e-10)
 
 
-def test_whole_run_sums_s_min_and_e_min_over_the_parts():
-  base = 256
-  points = [{'share': 0.5, 'b_crit': 1000.0, 'interval': [500.0, 2000.0]},
-            {'share': 0.5, 'b_crit': 4000.0, 'interval': [3000.0, 8000.0]}]
-  # By hand: S_min = Σ share/(1 + Bc/B0), E_min = Σ share·B0/(1 + B0/Bc), B_crit = E_min/S_min.
+def model_updates(b_crit, batches, n=100.0):
+  """{batch: S(B)} of McCandlish's model with S_min = n, exactly."""
+  return {b: n * (1 + b_crit / b) for b in batches}
+
+
+def test_whole_run_fits_the_sum_of_its_parts_updates():
+  base, batches = 256, (256, 512, 1024, 2048, 4096)
+  points = [{'share': 0.5, 'updates': model_updates(1000.0, batches)},
+            {'share': 0.5, 'updates': {str(b): u for b, u in
+                                       model_updates(4000.0, batches, n=7.0).items()}}]
+  # By hand: each part's S_i(B)/S_i(B0) follows (1 + Bc_i/B)/(1 + Bc_i/B0), so the sum is
+  # S_min·(1 + Bc/B) with S_min = Σ a_i/(1 + Bc_i/B0), S_min·Bc = Σ a_i·B0/(1 + B0/Bc_i).
   s_min = 0.5 / (1 + 1000 / 256) + 0.5 / (1 + 4000 / 256)
   e_min = 0.5 * 256 / (1 + 256 / 1000) + 0.5 * 256 / (1 + 256 / 4000)
-  value, interval = cb.whole_run(points, base)
-  assert value == pytest.approx(e_min / s_min)
-  assert 1000 < value < 4000  # between the parts', nearer the smaller (it takes more updates)
-  assert interval[0] < value < interval[1]
-  # One point alone gives its own B_crit back.
-  assert cb.whole_run(points[:1], base)[0] == pytest.approx(1000.0)
-  assert cb.whole_run([{'share': 1.0, 'b_crit': None}], base) == (None, None)
-  # A point open above (its updates still halve at 8,192) stands at 8,192 in a lower bound:
-  # the run's critical batch grows with each point's.
-  open_above = {'share': 0.5, 'b_crit': None, 'shape': 'no_level', 'largest_batch': 8192}
-  bound = cb.whole_run_at_least([points[0], open_above], base)
-  s_min = 0.5 / (1 + 1000 / 256) + 0.5 / (1 + 8192 / 256)
-  e_min = 0.5 * 256 / (1 + 256 / 1000) + 0.5 * 256 / (1 + 256 / 8192)
-  assert bound == pytest.approx(e_min / s_min) and bound > cb.whole_run(points, base)[0]
-  assert cb.whole_run_at_least(points, base) is None  # every point fitted: the answer itself
-  assert cb.whole_run_at_least([points[0], dict(open_above, shape=None)], base) is None
+  assert cb.run_updates(points, base)[1024] == pytest.approx(
+      0.5 * (1 + 1000 / 1024) / (1 + 1000 / 256) + 0.5 * (1 + 4000 / 1024) / (1 + 4000 / 256))
+  run = cb.whole_run(points, base)
+  assert run['b_crit'] == pytest.approx(e_min / s_min, rel=1e-9)
+  assert run['s_min'] == pytest.approx(s_min, rel=1e-9)
+  assert 1000 < run['b_crit'] < 4000  # between the parts', nearer the smaller
+  assert run['interval'] is None  # no draws given
+  # One part alone gives its own B_crit back.
+  assert cb.whole_run(points[:1], base)['b_crit'] == pytest.approx(1000.0)
+  # A part that did not reach its target at a batch leaves that batch out of the run's fit.
+  missing = dict(points[1], updates=dict(points[1]['updates'], **{'4096': None}))
+  assert sorted(cb.run_updates([points[0], missing], base)) == [256, 512, 1024, 2048]
+  assert cb.whole_run([points[0], missing], base)['b_crit'] == pytest.approx(e_min / s_min)
+
+
+def test_a_part_whose_updates_still_halve_weighs_by_its_share_of_the_runs_updates():
+  base, batches = 256, (256, 512, 1024, 2048)
+  halving = {'share': 0.25, 'updates': {b: 4096.0 / b for b in batches}}  # no fit of its own
+  assert cb.critical_fit(halving['updates'], relative=True) is None
+  levelling = {'share': 0.75, 'updates': model_updates(1000.0, batches)}
+  run = cb.whole_run([halving, levelling], base)
+  steps = {b: 0.25 * base / b + 0.75 * (1 + 1000 / b) / (1 + 1000 / 256) for b in batches}
+  assert run['updates'] == pytest.approx(steps)
+  assert run['b_crit'] == pytest.approx(cb.critical_fit(steps, relative=True)[1])
+  assert run['b_crit'] > 1000  # the halving part raises the run's
+  # Updates that halve in every part: a lower bound at the largest batch every part reached.
+  alone = cb.whole_run([dict(halving, share=1.0)], base)
+  assert alone['b_crit'] is None and alone['shape'] == 'no_level' and alone['at_least'] == 2048
+
+
+def test_whole_run_interval_comes_from_the_points_draws_summed():
+  base, batches = 256, (256, 512, 1024, 2048)
+  rng = np.random.default_rng(3)
+  points = []
+  for share, b_crit in ((0.5, 800.0), (0.5, 3000.0)):
+    exact = model_updates(b_crit, batches)
+    draws = [{b: u * (1 + 0.05 * rng.normal()) for b, u in exact.items()} for _ in range(400)]
+    points.append({'share': share, 'updates': exact, 'drawn_updates': draws})
+  run = cb.whole_run(points, base)
+  low, high = run['interval']
+  assert low < run['b_crit'] < high
+  assert run['fitted_draws'] >= 200
+  # The interval is the draws' own: summed by hand and fitted, draw by draw, its quantiles.
+  values = []
+  for i in range(400):
+    summed = {b: sum(p['share'] * p['drawn_updates'][i][b] / p['drawn_updates'][i][base]
+                     for p in points) for b in batches}
+    fitted = cb.critical_fit(summed, relative=True)
+    values.append(math.inf if fitted is None else fitted[1])
+  # With exact parts the fit's own residuals are zero, so the scatter adds nothing.
+  assert run['interval'][0] == pytest.approx(float(np.quantile(values, 0.05)), rel=1e-9)
+  assert run['interval'][1] == pytest.approx(float(np.quantile(values, 0.95)), rel=1e-9)
 
 
 def test_point_shares_cut_the_run_halfway_between_points():

@@ -85,6 +85,16 @@ def test_the_table_has_a_line_per_point_with_updates_by_batch_and_the_ratio():
   assert lines[2].split()[4:7] == ['more', 'than', '512']
 
 
+def test_the_tables_last_row_is_the_whole_runs_updates_and_their_fit():
+  points = [point(468, 0.25, 1000.0, [700.0, 1500.0], {'256': 50.0, '512': 30.0, '1024': None})]
+  lines = results.table_lines(points, [256, 512, 1024], 'images', {
+      'base_batch': 256, 'critical_batch': 3672.4, 'interval': [1900.0, 9100.0],
+      'run_updates': {'256': 1872.0, '512': 1119.4}})
+  assert lines[2].split() == ['run', '1872', '1119', '3,672', '(1,900-9,100)']
+  assert lines[-1].endswith("run: the whole run's updates, its parts' summed, at the batches "
+                            'every point reached, and their fit)')
+
+
 def grown_measurement(batches):
   """A measurement with the state its ladder's rules read (no run behind it)."""
   from framework.run import critical_batch  # pylint: disable=import-outside-toplevel
@@ -182,14 +192,25 @@ def test_the_last_lines_answer_the_fixed_and_the_growing_batch():
                    'to measure anything: flat)')
   assert second.startswith('growing batch: none proposed')
   assert third == 'noise scale (B_simple): not measured (the config says noise_scale: false)'
-  # No fit at a point whose updates still halve at its largest branch: a lower bound.
+  # The whole run's updates still halve at the largest batch every point reached: a lower bound.
   first, _, _ = results.last_lines(summary(
-      critical_batch=None, interval=None, critical_batch_at_least=2859.7,
+      critical_batch=None, interval=None, critical_batch_at_least=2048,
+      run_updates={'256': 1872.0, '512': 936.0, '1024': 468.0, '2048': 234.0},
       points=[point(468, 0.25, 3809.0, [975.0, None], {}),
               dict(point(936, 0.5, None, None, {}, shape='no_level'), largest_batch=8192)]))
-  assert first == ('critical batch: more than 2,860 images for a fixed batch over the whole run, '
-                   'a lower bound (at step 936 the updates still halve at its largest branch, '
-                   '8,192), from 2 points')
+  assert first == ('critical batch: more than 2,048 images for a fixed batch over the whole run, '
+                   "a lower bound (the run's updates, its parts' summed, still halve at the "
+                   'largest batch every point reached), from 2 points')
+  # An open upper end is past the largest batch of the run's fit, not of the ladder.
+  first, _, _ = results.last_lines(summary(
+      interval=[2700.0, math.inf], run_updates={'256': 1872.0, '512': 1000.0, '1024': 600.0}))
+  assert first == ('critical batch: 4,100 images (2,700 to more than 1,024) for a fixed batch '
+                   'over the whole run, from 1 point')
+  first, _, _ = results.last_lines(summary(
+      critical_batch=None, interval=None, run_updates={'256': 1872.0},
+      run_fit={'shape': 'few'}))
+  assert first == ("critical batch: no fit for the whole run (no fit (fewer than two batches "
+                   "reached every point's target))")
 
 
 def flags(mode='critical_batch', **given):
