@@ -222,8 +222,8 @@ class Measurement:
     self.stop = stop
     self.batches = batches
     self.max_batch = max_batch
-    # The default ladder goes on past 16x at a point where the updates still halve at its top
-    # (:meth:`next_rung`); a --max_batch given is where it stops.
+    # The default ladder goes on past 16x while the whole run's updates still halve at its
+    # largest batch (:meth:`rungs`); a --max_batch given is where it stops.
     self.extend = options.max_batch is None
     self.workers = allreduce.size()
     self.chief = distributed.is_chief()
@@ -281,6 +281,18 @@ class Measurement:
                  f'branches from step {step}: their results are kept in {self.root}; the same '
                  f'command measures the rest: {self.resume}')
         return stopping.exit_status(signum)
+    rungs = self.rungs(measured)
+    while rungs:
+      self.log(f'the whole run\'s updates still halve at its largest batch, '
+               f'{min(rungs.values()) // 2} {self.unit}: one more rung at every point')
+      for index, (step, path) in enumerate(points):
+        if step not in rungs:
+          continue
+        try:
+          measured[index] = self.measure_point(base, step, path, rungs[step])
+        except RunStopped as exc:
+          return self.stopped(exc, f'in a branch from step {step}')
+      rungs = self.rungs(measured)
     if self.chief:
       self.summarize(measured)
     return 0
@@ -564,8 +576,8 @@ class Measurement:
             'ramp_updates': branch_lib.ramp_updates(
                 2, branch_lib.rate_ratio(self.cfg, 2, self.workers)) or None}
 
-  def measure_point(self, base, step, path):
-    """The branches from one point not measured yet, then the point's fit."""
+  def measure_point(self, base, step, path, rung=None):
+    """The branches from one point not measured yet (and the ``rung`` past them), then its fit."""
     directory = results.point_dir(self.root, step)
     start = self.start_record(base, step, path, directory)
     records = {}
@@ -614,16 +626,10 @@ class Measurement:
       if batch not in records:
         records[batch] = self.measure_branch(step, path, batch, directory, start, window, target,
                                              margin)
-    point = self.point_result(step, path, start, records, window)
-    rung = self.next_rung(step, records, window, point)
-    while rung is not None:
-      self.log(f'point at step {step}: the updates to the target still halve at the largest '
-               f'branch, {rung // 2} {self.unit}; one more rung, {rung} {self.unit}')
+    if rung is not None and rung not in records:
       records[rung] = self.measure_branch(step, path, rung, directory, start, window, target,
                                           margin)
-      point = self.point_result(step, path, start, records, window)
-      rung = self.next_rung(step, records, window, point)
-    return point
+    return self.point_result(step, path, start, records, window)
 
   def start_record(self, base, step, path, directory):
     """The held-out loss at the point, evaluated once and kept with the config it was measured by.
@@ -746,23 +752,54 @@ class Measurement:
       batches.append(batches[-1] * 2)
     return batches
 
-  def next_rung(self, step, records, window, point):
-    """The batch of one more branch past a point's largest, or None.
+  def next_rung(self, point):
+    """The batch of one more branch past a point's largest, or None where the point cannot grow.
 
-    One more where the ladder may grow (no --max_batch), the largest branch
-    reached the target, and the fit of ``records`` (``point``, their
-    :meth:`point_result`) is still open above (its updates still halve
-    there, or its interval's upper end is past the ladder); none past one
-    epoch's examples or with fewer than ``MIN_UPDATES`` updates in a cap.
+    One more where the ladder may grow (no --max_batch) and the point's
+    largest branch reached the target; none past one epoch's examples or
+    with fewer than ``MIN_UPDATES`` updates in a cap.
     """
-    largest = max(records)
-    rung = 2 * largest
-    cap = min(branch_lib.CAP_WINDOWS * window, (self.run_steps - step) * self.base_batch)
-    top = records[largest]
-    if (not self.extend or rung > self.rung_limit or branch_lib.MIN_UPDATES * rung > cap
-        or top['diverged'] or not top['reached']):
+    if not self.extend or not point.get('measured', True) or not point.get('branches'):
       return None
-    return rung if results.open_above(point) else None
+    top = max(point['branches'], key=lambda b: b['batch'])
+    rung = 2 * top['batch']
+    cap = min(branch_lib.CAP_WINDOWS * point['window'],
+              (self.run_steps - point['step']) * self.base_batch)
+    if (rung > self.rung_limit or branch_lib.MIN_UPDATES * rung > cap or top['diverged']
+        or not top['reached'] or point['updates'].get(str(top['batch'])) is None):
+      return None
+    return rung
+
+  def rungs(self, points):
+    """``{step: batch}`` of one more rung at every measured point, or None.
+
+    The whole run's fit (:meth:`run_fit`) is what the rungs are for: while it
+    is open above (its updates still halve at its largest batch, or its
+    interval's upper end is past it), every measured point gets the next
+    doubling, when every one can (:meth:`next_rung`): the run's updates are
+    known only at the batches every point reached.
+    """
+    usable = [p for p in points if p.get('measured', True)]
+    if not usable or not results.open_above(self.run_fit(points)):
+      return None
+    rungs = {p['step']: self.next_rung(p) for p in usable}
+    if any(r is None for r in rungs.values()):
+      return None
+    return rungs
+
+  def run_fit(self, points):
+    """The whole run's fit (``fit_lib.whole_run``) over the measured points, each with its share."""
+    usable = [p for p in points if p.get('measured', True)]
+    for point, share in zip(points, fit_lib.point_shares([p['share_of_run'] for p in points])):
+      point['share'] = share
+    if usable and len(usable) < len(points):
+      # The run's parts are those of the points that measured something.
+      for point, share in zip(usable, fit_lib.point_shares([p['share_of_run'] for p in usable])):
+        point['share'] = share
+    if not usable:
+      return {'updates': {}, 'b_crit': None, 'interval': None, 'at_least': None, 'shape': None,
+              's_min': None, 'fitted_draws': 0}
+    return fit_lib.whole_run(usable, self.base_batch)
 
   def point_result(self, step, path, start, records, window):
     """The fit at one point (``fit_lib.measure_point``), with the noise scale and the costs."""
@@ -818,18 +855,8 @@ class Measurement:
 
   def summarize(self, points):
     """The table, ``critical_batch.json``, ``critical_batch.png``, the schedule and the last lines."""
-    shares = fit_lib.point_shares([p['share_of_run'] for p in points])
-    for point, share in zip(points, shares):
-      point['share'] = share
     usable = [p for p in points if p.get('measured', True)]
-    if usable and len(usable) < len(points):
-      # The run's parts are those of the points that measured something.
-      shares = fit_lib.point_shares([p['share_of_run'] for p in usable])
-      for point, share in zip(usable, shares):
-        point['share'] = share
-    run = fit_lib.whole_run(usable, self.base_batch) if usable else {
-        'updates': {}, 'b_crit': None, 'interval': None, 'at_least': None, 'shape': None,
-        's_min': None, 'fitted_draws': 0}
+    run = self.run_fit(points)
     for point in points:
       point.pop('drawn_updates', None)  # the draws' updates, summed into the run's; not kept
     answer, interval, at_least = run['b_crit'], run['interval'], run['at_least']

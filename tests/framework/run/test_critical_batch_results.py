@@ -113,8 +113,10 @@ def branch_records(branches, base):
           for b, r in branches.items()}
 
 
-@pytest.mark.parametrize('b_noise, seed, rung', [(4096, 1, 2048), (4096, 2, 2048), (256, 0, None)])
-def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_noise, seed, rung):
+@pytest.mark.parametrize('b_noise, seed, open_at_top', [(4096, 1, True), (4096, 2, True),
+                                                        (256, 0, False)])
+def test_the_ladder_grows_a_rung_while_the_whole_runs_updates_still_halve(b_noise, seed,
+                                                                          open_at_top):
   from tests.core.test_critical_batch_law import quadratic_branches  # pylint: disable=import-outside-toplevel
   # SGD on a quadratic with B_noise known (docs/math.md), branched at 1x to 16x of 64: at
   # B_noise 4096 (64x) the updates still halve at 1,024; at 256 they level off within it.
@@ -122,21 +124,32 @@ def test_the_ladder_grows_a_rung_where_the_updates_still_halve_at_its_top(b_nois
   measurement, records = grown_measurement([64, 128, 256, 512, 1024]), branch_records(branches, 64)
   start = {'loss': loss, 'wall_s': 0.0}
   point = measurement.point_result(468, '/run/ckpt-468', start, records, window)
-  assert results.open_above(point) == (rung is not None), point
+  point['share_of_run'] = 0.5
+  assert results.open_above(point) == open_at_top, point
   assert sorted(point['updates']) == sorted(str(b) for b in records)
   reached = [int(b) for b, updates in point['updates'].items() if updates is not None]
-  assert point['largest_batch'] == max(reached) == (1024 if rung else max(reached))
-  assert measurement.next_rung(468, records, window, point) == rung
-  if rung is None:
+  assert point['largest_batch'] == max(reached) == (1024 if open_at_top else max(reached))
+  # A point can grow while its largest branch reached the target and the limits allow...
+  assert measurement.next_rung(point) == (2048 if max(reached) == 1024 else None)
+  # ...and it does while the whole run (here one point) is open above.
+  assert measurement.rungs([point]) == ({468: 2048} if open_at_top else None)
+  if not open_at_top:
     return
   # Not with --max_batch given, past one epoch's examples, with fewer than 8 updates in the
   # cap (4 windows), or when the largest branch did not reach the target.
   for change in ({'extend': False}, {'rung_limit': 1024}, {'run_steps': 468 + 4 * 2048 // 64}):
     held = grown_measurement([64, 128, 256, 512, 1024])
     held.__dict__.update(change)
-    assert held.next_rung(468, records, window, point) is None, change
+    assert held.next_rung(point) is None, change
+    assert held.rungs([point]) is None, change
   records[1024]['reached'] = False
-  assert measurement.next_rung(468, records, window, point) is None
+  held = measurement.point_result(468, '/run/ckpt-468', start, records, window)
+  assert measurement.next_rung(held) is None
+  # One point that cannot grow holds every point back: the run's updates are known only at
+  # the batches every point reached.
+  assert measurement.rungs([point, dict(point, step=936, share_of_run=0.75)]) == {
+      468: 2048, 936: 2048}
+  assert measurement.rungs([point, dict(held, step=936, share_of_run=0.75)]) is None
   # "More than" is of the largest branch the fit has: one that never crossed the target has
   # no updates to it.
   records[1024]['curve'] = [[x, loss] for x, _ in records[1024]['curve']]
