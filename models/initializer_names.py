@@ -147,7 +147,9 @@ def _keras_fixed(keras_class):
                lambda params: (keras_class, {}))
 
 
-# TensorFlow 1's functions, by their names (tf.<name>; tf.contrib.layers.xavier_initializer).
+# TensorFlow 1's functions, by their names (tf.<name>; tf.contrib.layers.xavier_initializer;
+# tf.contrib.layers.variance_scaling_initializer by its path, whose defaults are not those of
+# tf.variance_scaling_initializer: factor 2, FAN_IN, a truncated normal of sqrt(1.3 factor / n)).
 TF1_NAMES = {
     'variance_scaling_initializer': Named('tf.variance_scaling_initializer',
                                           _VARIANCE_SCALING_PARAMS, _variance_scaling),
@@ -180,6 +182,7 @@ TF1_NAMES = {
     'ones_initializer': Named('tf.ones_initializer', {}, _same('Ones')),
     'constant_initializer': Named('tf.constant_initializer', {'value': Param(float, 0.0)},
                                   _same('Constant', 'value')),
+    'contrib.layers.variance_scaling_initializer': CONTRIB_VARIANCE_SCALING,
 }
 
 # Keras' names (TF 1.15's tf.initializers.he_normal and the others draw the same).

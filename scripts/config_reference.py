@@ -222,7 +222,10 @@ def initializer_section():
            "TensorFlow 1's names and defaults for TensorFlow 1's functions, Keras' for Keras' "
            "(a Keras class name reads as its name). `variance_scaling_initializer` is "
            "`tf.contrib.layers.variance_scaling_initializer` when given that function's "
-           "arguments (`factor`, `uniform`, a mode in capitals). `seed`: kernel k of the model "
+           "arguments (`factor`, `uniform`, a mode in capitals); "
+           "`contrib.layers.variance_scaling_initializer` (what a Python config's "
+           "`tf.contrib.layers.variance_scaling_initializer` reads as) is that function with "
+           "its own defaults. `seed`: kernel k of the model "
            'draws with seed + k; without it, each kernel takes a seed from Python\'s generator, '
            'which `random_seed` seeds. The last column is the Keras initializer each kernel is '
            'drawn with at the defaults.', '',

@@ -110,6 +110,23 @@ def test_print_config_names_it_and_says_what_it_is(run_main):
   assert 'initializer' not in plain.stderr
 
 
+def test_tf_contrib_variance_scaling_has_its_own_defaults(tmp_path, run_main):
+  # tf.contrib.layers.variance_scaling_initializer() is factor 2, FAN_IN, a truncated normal
+  # of stddev sqrt(1.3 * 2 / n) before truncation: Keras' scale 1.3 * 2 * 0.8796^2 = 2.0117;
+  # tf.variance_scaling_initializer() would be scale 1.
+  path = write_config(tmp_path, 'import tensorflow as tf\nbase_params = dict(lars, '
+                                'initializer=tf.contrib.layers.variance_scaling_initializer)\n')
+  result = run_main('--config', path, '--print_config')
+  assert result.returncode == 0, result
+  printed = yaml.safe_load(result.stdout)
+  assert printed['initializer'] == 'contrib.layers.variance_scaling_initializer'
+  assert printed['initializer_params'] == {'factor': 2.0, 'mode': 'FAN_IN', 'uniform': False,
+                                           'seed': None}
+  scale = 1.3 * 2.0 * 0.87962566103423978 ** 2
+  assert (f"as keras.initializers.VarianceScaling(scale={scale!r}, mode='fan_in', "
+          "distribution='truncated_normal')" in result.stderr), result.stderr
+
+
 def test_config_yaml_records_a_keras_instance_as_its_name_and_reads_it_back(tmp_path):
   path = write_config(tmp_path, "import keras\nbase_params = dict(lars, initializer="
                                 "keras.initializers.VarianceScaling(2.0, mode='fan_out', seed=5))\n")
