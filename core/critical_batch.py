@@ -425,11 +425,14 @@ def whole_run(points, base, draws=BOOTSTRAP_DRAWS, seed=0):
   i-th of each point summed into the i-th draw of the run), each S(B) times
   one plus a relative residual of the run's fit drawn at random (widened by
   √(n/(n − 2)), none with two batches), as :func:`measure_point` does for one
-  point; a draw with no fit counts as ∞ or 0.
+  point; a draw with no fit counts as ∞ or 0. Where that leaves it open above,
+  the branches that ran at larger batches without reaching their target
+  give its upper end (:func:`_censored_high`).
 
   Args:
     points: dicts with ``share``, ``updates`` and, for the interval,
-      ``drawn_updates`` (a list of ``{batch: updates}``, one per draw).
+      ``drawn_updates`` (a list of ``{batch: updates}``, one per draw) and
+      ``updates_read`` (``{batch: updates each branch made}``).
     base: the 1x batch.
     draws, seed: the run's bootstrap (the scatter's draws).
 
@@ -438,11 +441,12 @@ def whole_run(points, base, draws=BOOTSTRAP_DRAWS, seed=0):
     (None without a fit, ``shape`` saying why), ``at_least`` (the largest
     batch every part reached, where the run's updates still halve there),
     ``interval`` ``[low, high]`` (None when fewer than half the draws fit or
-    the points have no draws).
+    the points have no draws), ``high_censored`` (its upper end from the
+    branches that did not reach their target).
   """
   steps = run_updates(points, base)
   result = {'updates': steps, 'b_crit': None, 's_min': None, 'shape': None, 'at_least': None,
-            'interval': None, 'fitted_draws': 0}
+            'interval': None, 'fitted_draws': 0, 'high_censored': False}
   fitted = critical_fit(steps, relative=True)
   if fitted is None:
     result['shape'] = fit_shape(steps, relative=True)
@@ -473,7 +477,44 @@ def whole_run(points, base, draws=BOOTSTRAP_DRAWS, seed=0):
   if values and len(values) >= count / 2:
     values.sort()
     result['interval'] = [_quantile(values, INTERVAL_TAIL), _quantile(values, 1 - INTERVAL_TAIL)]
+  if result['interval'] and math.isinf(result['interval'][1]):
+    high = _censored_high(points, drawn, base, steps, scatter, rng, count)
+    if high is not None:
+      result['interval'][1] = high
+      result['high_censored'] = True
   return result
+
+
+def _censored_high(points, drawn, base, steps, scatter, rng, count):
+  """An upper end for an interval open above, from the branches that did not reach their target.
+
+  A branch that ran without reaching its point's target (by the end of its
+  cap, or in a draw whose curve did not cross) took more updates than it
+  made (``updates_read``): counted as reaching the target at its last look,
+  its S is too small, which can only steepen the run's S(B) at that batch
+  and raise the fitted B_crit. So the 95th percentile of the draws with
+  those branches in (at every batch each point ran) bounds the run's from
+  above; None where no point says what it ran or it adds no batch.
+  """
+  reads = [{int(b): u for b, u in (p.get('updates_read') or {}).items() if u} for p in points]
+  if not all(reads):
+    return None
+  ran = set.intersection(*(set(r) for r in reads))
+  if not ran - set(steps) or base not in ran:
+    return None
+  values = []
+  for i in range(count):
+    one = run_updates([{'share': p['share'], 'draw': {b: d[i].get(b) or r[b] for b in ran}}
+                       for p, d, r in zip(points, drawn, reads)], base, 'draw')
+    one = {b: s * (1 + (rng.choice(scatter) if scatter else 0.0)) for b, s in one.items()}
+    value = _draw_value({b: s for b, s in one.items() if s > 0})
+    if value is not None:
+      values.append(value)
+  if len(values) < count / 2:
+    return None
+  values.sort()
+  high = _quantile(values, 1 - INTERVAL_TAIL)
+  return None if math.isinf(high) else high
 
 
 def point_shares(fractions):

@@ -798,7 +798,7 @@ class Measurement:
         point['share'] = share
     if not usable:
       return {'updates': {}, 'b_crit': None, 'interval': None, 'at_least': None, 'shape': None,
-              's_min': None, 'fitted_draws': 0}
+              's_min': None, 'fitted_draws': 0, 'high_censored': False}
     return fit_lib.whole_run(usable, self.base_batch)
 
   def point_result(self, step, path, start, records, window):
@@ -825,6 +825,9 @@ class Measurement:
                  b_simple=noise[0], b_simple_branch=noise[1],
                  updates={str(b): (point['updates'].get(b)) for b in sorted(records)},
                  examples={str(b): (point['examples'].get(b)) for b in sorted(records)},
+                 # What each branch ran, in updates: a lower bound of S where it did not reach.
+                 updates_read={str(b): records[b]['examples'] / b for b in sorted(records)
+                               if not records[b].get('diverged')},
                  # The largest branch that reached the target: what "more than" is of.
                  largest_batch=max([b for b, u in point['updates'].items() if u is not None]
                                    or records),
@@ -874,7 +877,8 @@ class Measurement:
         # updates of the run) and their fit, which the answer is.
         'run_updates': {str(b): s * self.run_steps for b, s in run['updates'].items()},
         'run_fit': {'s_min': (None if run['s_min'] is None else run['s_min'] * self.run_steps),
-                    'shape': run['shape'], 'fitted_draws': run['fitted_draws']},
+                    'shape': run['shape'], 'fitted_draws': run['fitted_draws'],
+                    'high_censored': run['high_censored']},
         'unit': self.unit,
         'base_batch': self.base_batch, 'batches': batches, 'max_batch': self.max_batch,
         'points': points, 'run_steps': self.run_steps, 'branch_loss': self.branch_loss,

@@ -129,6 +129,43 @@ def test_whole_run_interval_comes_from_the_points_draws_summed():
   assert run['interval'][1] == pytest.approx(float(np.quantile(values, 0.95)), rel=1e-9)
 
 
+def test_branches_that_did_not_reach_their_target_close_the_interval_above():
+  base, reached, ran = 256, (256, 512, 1024), (256, 512, 1024, 2048, 4096)
+  rng = np.random.default_rng(5)
+  exact = model_updates(2000.0, ran)
+
+  def noisy(batches):
+    return [{b: exact[b] * (1 + 0.3 * rng.normal()) for b in batches} for _ in range(400)]
+
+  # Point a reached its target at every batch; point b not past 1,024: at 2,048 and 4,096
+  # it made 0.9x the updates the model says it needed, and stopped.
+  a = {'share': 0.5, 'updates': dict(exact), 'drawn_updates': noisy(ran)}
+  b = {'share': 0.5, 'updates': {k: (exact[k] if k in reached else None) for k in ran},
+       'drawn_updates': noisy(reached)}
+  open_run = cb.whole_run([a, b], base)
+  assert sorted(open_run['updates']) == list(reached)
+  assert math.isinf(open_run['interval'][1]) and not open_run['high_censored']
+  read = {k: (exact[k] if k in reached else 0.9 * exact[k]) for k in ran}
+  a['updates_read'], b['updates_read'] = dict(exact), read
+  run = cb.whole_run([a, b], base)
+  assert run['b_crit'] == open_run['b_crit']  # the estimate is the reached batches' alone
+  assert run['high_censored'] and run['interval'][0] == open_run['interval'][0]
+  low, high = run['interval']
+  assert low < run['b_crit'] < high < math.inf
+  # By hand: each draw with b's branches at the updates they made where they did not cross.
+  values = []
+  for i in range(400):
+    summed = {k: 0.5 * a['drawn_updates'][i][k] / a['drawn_updates'][i][base]
+              + 0.5 * b['drawn_updates'][i].get(k, read[k]) / b['drawn_updates'][i][base]
+              for k in ran}
+    fitted = cb.critical_fit(summed, relative=True)
+    if fitted is None:  # no levelling off: past the batches; no fall: below them
+      values.append(0.0 if cb.fit_shape(summed, relative=True) == 'no_gain' else math.inf)
+    else:
+      values.append(fitted[1])
+  assert high == pytest.approx(float(np.quantile(values, 0.95)), rel=1e-6)
+
+
 def test_point_shares_cut_the_run_halfway_between_points():
   assert cb.point_shares([0.25, 0.5, 0.75]) == pytest.approx([0.375, 0.25, 0.375])
   assert cb.point_shares([0.5]) == [1.0]
