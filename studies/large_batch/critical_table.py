@@ -376,7 +376,10 @@ def block(measurements=None, root=ROOT):
   lines += rows + ['']
   lines.append('A ratio is the measurement over the study\'s B_crit; within 2x is the goal. '
                'The interval is the bootstrap\'s 5-95 % over each point\'s evaluations and '
-               'fit (docs/math.md); its width is its high end over its low. The compute is '
+               'fit (docs/math.md); the whole run\'s sums the points\' draws where the '
+               'measurement fits the run\'s summed updates (its json has run_updates), and '
+               'combines the points\' ends in the measurements before it; '
+               'its width is its high end over its low. The compute is '
                'what the command trained and evaluated, in runs of the config. '
                'The studies\' cost, for comparison: ' + '; '.join(
                    f'the {st.name}, {costs[st.name][0]} runs, {costs[st.name][1]:.1f} hours'
