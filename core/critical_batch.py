@@ -355,11 +355,8 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
   else:
     s_min, b_crit = fitted
     result.update(s_min=s_min, e_min=s_min * b_crit, b_crit=b_crit)
-    # The fit's relative residuals hold every source of scatter in S(B) (the data order,
-    # the trajectory, the evaluations), widened for the two parameters fitted.
-    if len(steps) > 2:
-      widen = math.sqrt(len(steps) / (len(steps) - 2))
-      scatter = [widen * (s / (s_min * (1 + b_crit / b)) - 1) for b, s in steps.items()]
+    scatter = fit_scatter(steps, s_min, b_crit)
+    if scatter:
       result['fit_scatter'] = math.sqrt(sum(r * r for r in scatter) / len(scatter))
   rng = random.Random(seed)
   values = []
@@ -374,16 +371,39 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
       curves[batch] = (xs, _smooth(fy[:anchored] + ys, anchored))
     _, drawn = _crossings(curves, base, window)
     drawn_updates.append({b: e / b for b, e in drawn.items()})
-    drawn_steps = {b: e / b * (1 + (rng.choice(scatter) if scatter else 0.0))
-                   for b, e in drawn.items()}
-    value = _draw_value({b: s for b, s in drawn_steps.items() if s > 0})
-    if value is not None:
-      values.append(value)
-  result['fitted_draws'] = len(values)
-  if values and len(values) >= draws / 2:
-    values.sort()
-    result['interval'] = [_quantile(values, INTERVAL_TAIL), _quantile(values, 1 - INTERVAL_TAIL)]
+    values.append(_scattered_value(drawn_updates[-1], scatter, rng))
+  result['interval'], result['fitted_draws'] = _interval(values, draws)
   return result
+
+
+def fit_scatter(steps, s_min, b_crit):
+  """The fit's relative residuals, widened by √(n/(n − 2)) for its two parameters ([] for two).
+
+  They hold every source of scatter in S(B) about the law (the data order,
+  the trajectory, the evaluations); a bootstrap draw multiplies each S by
+  one plus one of them (:func:`_scattered_value`).
+  """
+  if len(steps) <= 2:
+    return []
+  widen = math.sqrt(len(steps) / (len(steps) - 2))
+  return [widen * (s / (s_min * (1 + b_crit / b)) - 1) for b, s in steps.items()]
+
+
+def _scattered_value(steps, scatter, rng):
+  """A draw's B_crit (:func:`_draw_value`) from its updates, each times one plus a drawn residual."""
+  scattered = {b: s * (1 + (rng.choice(scatter) if scatter else 0.0)) for b, s in steps.items()}
+  return _draw_value({b: s for b, s in scattered.items() if s > 0})
+
+
+def _interval(values, draws):
+  """``([5th, 95th percentile] or None, fitted draws)`` of the draws' values (None: no fit).
+
+  None unless at least half of the ``draws`` fitted.
+  """
+  fitted = sorted(v for v in values if v is not None)
+  if not fitted or len(fitted) < draws / 2:
+    return None, len(fitted)
+  return [_quantile(fitted, INTERVAL_TAIL), _quantile(fitted, 1 - INTERVAL_TAIL)], len(fitted)
 
 
 def run_updates(points, base, updates_key='updates'):
@@ -455,28 +475,19 @@ def whole_run(points, base, draws=BOOTSTRAP_DRAWS, seed=0):
     return result
   s_min, b_crit = fitted
   result.update(s_min=s_min, b_crit=b_crit)
-  scatter = []
-  if len(steps) > 2:
-    widen = math.sqrt(len(steps) / (len(steps) - 2))
-    scatter = [widen * (s / (s_min * (1 + b_crit / b)) - 1) for b, s in steps.items()]
+  scatter = fit_scatter(steps, s_min, b_crit)
   drawn = [p.get('drawn_updates') or [] for p in points]
   count = min(len(d) for d in drawn)
   if not count:
     return result
   rng = random.Random(seed)
   values = []
-  for i in range(min(count, draws)):
+  count = min(count, draws)
+  for i in range(count):
     one = run_updates([{'share': p['share'], 'draw': d[i]} for p, d in zip(points, drawn)],
                       base, 'draw')
-    one = {b: s * (1 + (rng.choice(scatter) if scatter else 0.0)) for b, s in one.items()
-           if b in steps}
-    value = _draw_value({b: s for b, s in one.items() if s > 0})
-    if value is not None:
-      values.append(value)
-  result['fitted_draws'] = len(values)
-  if values and len(values) >= count / 2:
-    values.sort()
-    result['interval'] = [_quantile(values, INTERVAL_TAIL), _quantile(values, 1 - INTERVAL_TAIL)]
+    values.append(_scattered_value({b: s for b, s in one.items() if b in steps}, scatter, rng))
+  result['interval'], result['fitted_draws'] = _interval(values, count)
   if result['interval'] and math.isinf(result['interval'][1]):
     high = _censored_high(points, drawn, base, steps, scatter, rng, count)
     if high is not None:
@@ -506,15 +517,9 @@ def _censored_high(points, drawn, base, steps, scatter, rng, count):
   for i in range(count):
     one = run_updates([{'share': p['share'], 'draw': {b: d[i].get(b) or r[b] for b in ran}}
                        for p, d, r in zip(points, drawn, reads)], base, 'draw')
-    one = {b: s * (1 + (rng.choice(scatter) if scatter else 0.0)) for b, s in one.items()}
-    value = _draw_value({b: s for b, s in one.items() if s > 0})
-    if value is not None:
-      values.append(value)
-  if len(values) < count / 2:
-    return None
-  values.sort()
-  high = _quantile(values, 1 - INTERVAL_TAIL)
-  return None if math.isinf(high) else high
+    values.append(_scattered_value(one, scatter, rng))
+  interval, _ = _interval(values, count)
+  return None if interval is None or math.isinf(interval[1]) else interval[1]
 
 
 def point_shares(fractions):

@@ -268,31 +268,30 @@ class Measurement:
       points = self.choose_points(base, own, marker)
     except RunStopped as exc:
       return self.stopped(exc, 'in the training to the points')
-    measured = []
-    for step, path in points:
-      try:
-        measured.append(self.measure_point(base, step, path))
-      except RunStopped as exc:
-        return self.stopped(exc, f'in a branch from step {step}')
-      signum = self.stop.agreed()
-      if signum and len(measured) < len(points):
-        from framework.run import stopping  # pylint: disable=import-outside-toplevel
-        self.say(f'stopped by {self.stop.name or "a signal to another worker"} after the '
-                 f'branches from step {step}: their results are kept in {self.root}; the same '
-                 f'command measures the rest: {self.resume}')
-        return stopping.exit_status(signum)
-    rungs = self.rungs(measured)
-    while rungs:
-      self.log(f'the whole run\'s updates still halve at its largest batch, '
-               f'{min(rungs.values()) // 2} {self.unit}: one more rung at every point')
+    measured = [None] * len(points)
+    rungs, last = {}, None
+    while True:
       for index, (step, path) in enumerate(points):
-        if step not in rungs:
+        if measured[index] is not None and step not in rungs:
           continue
+        # A stop agreed after a point's branches ends the command before the next point's.
+        signum = self.stop.agreed() if last is not None else None
+        if signum:
+          from framework.run import stopping  # pylint: disable=import-outside-toplevel
+          self.say(f'stopped by {self.stop.name or "a signal to another worker"} after the '
+                   f'branches from step {last}: their results are kept in {self.root}; the '
+                   f'same command measures the rest: {self.resume}')
+          return stopping.exit_status(signum)
         try:
-          measured[index] = self.measure_point(base, step, path, rungs[step])
+          measured[index] = self.measure_point(base, step, path, rungs.get(step))
         except RunStopped as exc:
           return self.stopped(exc, f'in a branch from step {step}')
+        last = step
       rungs = self.rungs(measured)
+      if not rungs:
+        break
+      self.log(f'the whole run\'s updates still halve at its largest batch, '
+               f'{min(rungs.values()) // 2} {self.unit}: one more rung at every point')
     if self.chief:
       self.summarize(measured)
     return 0
