@@ -55,6 +55,7 @@ INITIALIZERS = {
         'random_uniform_initializer', 'truncated_normal_initializer',
         'uniform_unit_scaling_initializer', 'variance_scaling_initializer', 'zeros_initializer')}
 INITIALIZERS['contrib.layers.xavier_initializer'] = 'xavier_initializer'
+INITIALIZERS['contrib.layers.xavier_initializer_conv2d'] = 'xavier_initializer_conv2d'
 INITIALIZERS['contrib.layers.variance_scaling_initializer'] = (
     'contrib.layers.variance_scaling_initializer')
 DTYPES = {name: name for name in ('bfloat16', 'bool', 'float16', 'float32', 'float64', 'int8',

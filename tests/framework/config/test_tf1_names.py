@@ -46,6 +46,7 @@ def loaded(tmp_path, body):
     ('tf.contrib.layers.l2_regularizer', 'l2'),
     ('tf.variance_scaling_initializer', 'variance_scaling_initializer'),
     ('tf.contrib.layers.xavier_initializer', 'xavier_initializer'),
+    ('tf.contrib.layers.xavier_initializer_conv2d', 'xavier_initializer_conv2d'),
     ('tf.contrib.layers.variance_scaling_initializer',
      'contrib.layers.variance_scaling_initializer'),
     ('tf.truncated_normal_initializer', 'truncated_normal_initializer'),
