@@ -326,9 +326,12 @@ def measure_point(branches, start, base, window, draws=BOOTSTRAP_DRAWS, seed=0):
     fitted = _smooth(ys, anchored)
     smooth[batch] = (xs, fitted)
     residuals[batch] = [y - f for y, f in zip(ys[anchored:], fitted[anchored:])]
-  pooled = [r for rs in residuals.values() for r in rs]
-  noise = (math.sqrt(sum(r * r for r in pooled) / len(pooled)) if pooled else 0.0)
   target, examples = _crossings(smooth, base, window)
+  # The looks' noise is read from the branches that reached the target: one that did not
+  # (its loss thrown up by its rate, and not back) departs from a falling trend by more
+  # than its looks' noise, and a draw of its residuals would swamp every other curve.
+  pooled = [r for b, rs in residuals.items() if b == base or b in examples for r in rs]
+  noise = (math.sqrt(sum(r * r for r in pooled) / len(pooled)) if pooled else 0.0)
   if start is None:
     start = smooth[base][1][0]  # the 1x branch's first interval, smoothed
   result = {'target': target, 'start': start, 'progress': start - target, 'noise': noise,

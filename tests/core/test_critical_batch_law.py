@@ -250,6 +250,21 @@ def test_the_branch_fit_recovers_a_known_critical_batch(b_noise):
   assert covered >= 4
 
 
+def test_a_branch_thrown_up_and_never_back_does_not_swamp_the_draws():
+  base = 32
+  branches, start, window = quadratic_branches(512, base, (1, 2, 4, 8, 16), 400, 0)
+  clean = cb.measure_point(branches, start, base, window)
+  # A 32x branch whose loss a jumped rate threw up to 20x the start and that came back only
+  # part of the way: it never reaches the target, and its departures from a falling trend
+  # are no noise of the looks.
+  looks = [[k * window / 8, start * (20.0 if k < 12 else 3.0)] for k in range(1, 25)]
+  thrown = cb.measure_point({**branches, 32 * base: {"curve": looks}}, start, base, window)
+  assert thrown['updates'][32 * base] is None
+  assert thrown['b_crit'] == clean['b_crit']
+  assert thrown['fitted_draws'] >= 0.9 * clean['draws'] and thrown['interval'] is not None
+  assert thrown['noise'] == clean['noise']
+
+
 def test_a_slow_fall_over_many_looks_is_progress_and_noise_alone_is_not():
   rng = np.random.default_rng(7)
   looks = 64
