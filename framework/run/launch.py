@@ -188,12 +188,14 @@ def start_engine(cfg):
     raise LaunchError(str(exc), status=1) from None
   except (ConfigError, RuntimeError) as exc:
     raise LaunchError(str(exc)) from None
+  if allreduce.size() > 1:
+    # Before the engine line: a stop that comes as soon as a worker says its cluster has
+    # started must already be kept for the trainer, or this worker alone would end.
+    from core import signals  # pylint: disable=import-outside-toplevel
+    signals.defer_stops()  # the workers stop together from here (run() takes it)
   if engine != 'none':
     distributed.log(f'engine: {allreduce.engine_name()}, {allreduce.size()} workers; '
                     f'{allreduce.describe()}')
-  if allreduce.size() > 1:
-    from core import signals  # pylint: disable=import-outside-toplevel
-    signals.defer_stops()  # the workers stop together from here (run() takes it)
   return distributed
 
 
