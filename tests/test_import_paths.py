@@ -29,7 +29,7 @@ SKIPPED_DIRS = {'.git', '.venv', '__pycache__', 'build'}
 # (the code it suggests lives at the path on the right), and none may import.
 NO_FILE = {
     **{f'framework.{name}': f'framework.config.{name}' for name in (
-        'argument_checks', 'config_file', 'config_names', 'config_resolve', 'schedule',
+        'argument_checks', 'config_file', 'config_resolve', 'schedule',
         'schema')},
     'framework.check_configs': 'framework.sweep.check_configs',
     **{f'framework.{name}': f'framework.run.{name}' for name in (

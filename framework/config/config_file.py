@@ -24,7 +24,7 @@ from core.files import write_text_atomically
 from core.params import ConfigError
 from core.registry import closest
 from core.registry import is_import_path
-from framework.config import tf1_names
+from framework.config import openseq2seq
 from framework.config.schema import dtype_name
 
 # The checkout's root, which holds the framework package (and configs/, scripts/).
@@ -65,8 +65,6 @@ CHECKPOINT_MODES = tuple(name for name, mode in MODE_TABLE.items() if mode.check
 # infer_params (OpenSeq2Seq's) overlays the eval view for --mode=infer; a file without it has none.
 INFER_KEY = 'infer_params'
 TOP_LEVEL_KEYS = ('base_params', 'train_params', 'eval_params', INFER_KEY)
-# OpenSeq2Seq's model class, a top-level name of its Python configs: read as a key of base_params.
-BASE_MODEL_KEY = 'base_model'
 YAML_EXTENSIONS = ('.yaml', '.yml')
 CONFIG_EXTENSIONS = ('.py',) + YAML_EXTENSIONS
 
@@ -162,7 +160,7 @@ def load_config_file(path):
 
   A ``.py`` config is executed, so it may compute values and hold objects
   (classes, functions, ``tf.float32``); its ``import tensorflow`` serves
-  TensorFlow 1's names (``framework.config.tf1_names``), and its top-level
+  TensorFlow 1's names (``framework.config.openseq2seq``), and its top-level
   ``base_model`` (OpenSeq2Seq's model class) is read as a key of
   ``base_params``. A ``.yaml``/``.yml`` config is read with a safe loader and
   holds plain data.
@@ -206,8 +204,10 @@ def load_config_file(path):
     if not isinstance(value, dict):
       raise ConfigError(f'{path}: {key} must be a dict, got {type(value).__name__}')
     raw[key] = value
-  if namespace.get(BASE_MODEL_KEY) is not None and BASE_MODEL_KEY not in raw['base_params']:
-    raw['base_params'] = dict(raw['base_params'], **{BASE_MODEL_KEY: namespace[BASE_MODEL_KEY]})
+  # OpenSeq2Seq's model class, a top-level name of its Python configs: read as a key of base_params.
+  key = openseq2seq.BASE_MODEL_KEY
+  if namespace.get(key) is not None and key not in raw['base_params']:
+    raw['base_params'] = dict(raw['base_params'], **{key: namespace[key]})
   for key in raw:
     if 'import_paths' in raw[key]:
       raw[key] = dict(raw[key], import_paths=absolute_import_paths(
@@ -328,7 +328,7 @@ def _run_python_config(path):
     line = f':{lines[-1]}' if lines else ''
     message = one_line(exc)
     detail = f'{type(exc).__name__}: {message}' if message else type(exc).__name__
-    if isinstance(exc, tf1_names.UnknownName):
+    if isinstance(exc, openseq2seq.UnknownName):
       detail = message  # it names the attribute and what is allowed
     raise ConfigError(f'{path}{line}: {detail}') from None
 
@@ -337,7 +337,7 @@ def config_builtins(directory):
   """Python's builtins for executing a config of ``directory``: ``import tensorflow`` serves TF 1's names.
 
   ``import tensorflow`` (and ``from tensorflow.contrib.layers import ...``)
-  inside the config gives ``framework.config.tf1_names``' namespace. A module
+  inside the config gives ``framework.config.openseq2seq``' namespace. A module
   the config imports from its own directory (the port a small variant
   imports) is executed with the same builtins, once, so that it reads TF 1's
   names too. Every other import is Python's own.
@@ -348,7 +348,7 @@ def config_builtins(directory):
   def config_import(name, globals=None, locals=None, fromlist=(), level=0):  # pylint: disable=redefined-builtin
     top = name.partition('.')[0]
     if level == 0 and top == 'tensorflow':
-      return tf1_names.imported(name, fromlist)
+      return openseq2seq.imported(name, fromlist)
     if level == 0 and top not in sys.modules:
       _import_beside(top, directory, names)
     return builtins.__import__(name, globals, locals, fromlist, level)

@@ -25,7 +25,7 @@ import inspect
 import sys
 
 from core.params import ConfigError
-from framework.config import config_names
+from framework.config import config_resolve
 
 # What the model builder of each task is called with (framework.tasks.*.build_model).
 MODEL_ARGUMENTS = {
@@ -84,7 +84,7 @@ def _own_object(config, key, registries):
     return value, _name(value)
   if not registry.is_own_code(value):
     return None  # the framework's own name
-  config_names.check_name(config, key, registries)
+  config_resolve.check_name(config, key, registries)
   return registry[value], repr(value)
 
 

@@ -32,7 +32,7 @@ refuse. The run's one source of weight decay is chosen here too
 The load goes one way: the file is read (``config_file``), the mode's view
 resolved (``config_resolve``), the top-level keys checked
 (``schema.check_keys``), every name the config gives resolved once
-(``config_names.resolve_names``: whether its registry holds it and the facts
+(``config_resolve.resolve_names``: whether its registry holds it and the facts
 it declares), and only then are the rest checked, from those resolved names;
 the checks call helpers that call nothing back (``scripts/trace_config.py``
 measures it). Every mistake raises
@@ -52,7 +52,7 @@ from core.params import check_params
 from core.params import positive
 from framework import tasks
 from framework.config import argument_checks
-from framework.config import config_names
+from framework.config import config_resolve
 from framework.config import extension_points
 from framework.config import openseq2seq
 from framework.config import schedule
@@ -160,7 +160,7 @@ def validate(config, registries, mode='train', construct=True, run_length_given=
   config, loss_params = openseq2seq.read_keys(config, notes)
   result = _one_noise_scale_setting(_one_compression(config, schema.check_keys(config)))
   # Every name looked up once; from here on the checks read what the names declare.
-  names = config_names.resolve_names(result, registries)
+  names = config_resolve.resolve_names(result, registries)
   given_model_params = result['model_params']  # before the declared defaults fill it
   for kind in ('model', 'data_layer'):
     _raise_name_error(names[kind])
@@ -246,7 +246,7 @@ def check_jit_compile(config, num_workers=1):
 
 
 def _raise_name_error(resolved):
-  """Raises the refusal of a name ``config_names.resolve_names`` found its registry does not hold."""
+  """Raises the refusal of a name ``config_resolve.resolve_names`` found its registry does not hold."""
   if resolved['error'] is not None:
     raise resolved['error']
 
@@ -268,7 +268,7 @@ def _declared_steps_per_epoch(result, registries):
   Raises:
     ConfigError: when an epoch holds no full batch.
   """
-  count = config_names.declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
+  count = config_resolve.declared(result, 'data_layer', registries, 'TRAIN_EXAMPLES')
   return _steps_per_epoch(result, count)
 
 
@@ -464,12 +464,12 @@ def _check_with_owners(config, registries, per_epoch=None):
   per epoch (``per_epoch``), the policy tried with its durations in steps;
   and the params of a model or data layer registered lazily without a
   ``PARAMS`` fact. Imports those owners, and with them TensorFlow, in one
-  step (``config_names.resolve_owners``), and then reads what it found.
+  step (``config_resolve.resolve_owners``), and then reads what it found.
 
   Raises:
     ConfigError: naming the key path of the first mistake.
   """
-  owners = config_names.resolve_owners(config, registries)
+  owners = config_resolve.resolve_owners(config, registries)
   for kind in ('model', 'data_layer'):
     if f'{kind}_PARAMS' in owners:
       _check_declared_params(config, kind, owners[f'{kind}_PARAMS'])
@@ -551,7 +551,7 @@ def _lr_arguments(config):
 # Two sources would stack: ``model_params.weight_decay`` (L2 on the kernels, in the loss),
 # ``regularizer: l2`` and the decay of an optimizer that has one (LARS, LAMB, AdamW, Muon:
 # ``OWN_WEIGHT_DECAY`` in ``optimizers/registry.py``). :func:`validate` applies both checks to
-# every config, giving them what the optimizer declares as ``config_names.resolve_names``
+# every config, giving them what the optimizer declares as ``config_resolve.resolve_names``
 # read it: they look nothing up.
 
 def one_weight_decay(result, given_model_params, entry):
@@ -575,7 +575,7 @@ def one_weight_decay(result, given_model_params, entry):
     given_model_params: its ``model_params`` as given, before the model's
       declared defaults filled them in.
     entry: the optimizer that takes ``optimizer_params`` (AGN's inner one),
-      resolved (``config_names.resolve_names``): its ``value`` and the facts
+      resolved (``config_resolve.resolve_names``): its ``value`` and the facts
       ``OWN_WEIGHT_DECAY`` and ``OWN_DECAY_ARGUMENTS``.
 
   Returns:

@@ -3,7 +3,7 @@
 A config that gives ``lr_policy: tf.train.cosine_decay`` has it called with
 the step and its ``lr_policy_params`` by name (OpenSeq2Seq passes
 ``global_step=``; the framework passes the step first, as to every policy); here
-``tf.train.cosine_decay`` is :func:`cosine_decay` (``framework.config.tf1_names``).
+``tf.train.cosine_decay`` is :func:`cosine_decay` (``framework.config.openseq2seq``).
 Each is TF 1's formula (docs/math.md's table of policies has the project's own):
 
 - ``cosine_decay``: lr·((1 − alpha)·½(1 + cos(π·min(s, D)/D)) + alpha), the

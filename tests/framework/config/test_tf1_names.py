@@ -1,4 +1,4 @@
-"""TensorFlow 1's names while a Python config is executed (framework/config/tf1_names.py).
+"""TensorFlow 1's names while a Python config is executed (framework/config/openseq2seq.py).
 
 The expected values are what SPEC.md and the framework's keys say each TF 1
 name means: an optimizer its registered name (the TF 1 class of that name) or
@@ -15,7 +15,7 @@ import pytest
 
 from core.params import ConfigError
 from framework.config import config_file
-from framework.config import tf1_names
+from framework.config import openseq2seq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -130,5 +130,5 @@ def test_a_module_the_config_imports_from_its_directory_reads_tf1_names_too(tmp_
 
 
 def test_the_namespace_lists_its_tf1_names():
-  assert {'train', 'contrib', 'float16', 'variance_scaling_initializer'} <= set(dir(tf1_names.TF))
-  assert set(dir(tf1_names.TF.contrib)) == {'layers', 'opt'}
+  assert {'train', 'contrib', 'float16', 'variance_scaling_initializer'} <= set(dir(openseq2seq.TF))
+  assert set(dir(openseq2seq.TF.contrib)) == {'layers', 'opt'}
