@@ -191,13 +191,17 @@ def table_lines(points, batches, unit, summary=None):
       + ')']
 
 
+def run_largest(summary):
+  """The largest batch the whole run's fit has (every point reached it): what an open upper
+  end of its interval is "more than"; the ladder's top before any was measured."""
+  return max([int(b) for b in summary.get('run_updates') or {}] or [summary['batches'][-1]])
+
+
 def describe_run(summary):
   """The whole run's B_crit with its interval, or why it has none."""
-  updates = summary.get('run_updates') or {}
-  largest = max(map(int, updates)) if updates else summary['base_batch']
   if summary['critical_batch'] is not None:
     return (f'{describe_batch(summary["critical_batch"])} '
-            f'({describe_interval(summary.get("interval"), largest)})')
+            f'({describe_interval(summary.get("interval"), run_largest(summary))})')
   if summary.get('critical_batch_at_least'):
     return (f'more than {describe_batch(summary["critical_batch_at_least"])} '
             '(a lower bound: the run\'s updates still halve there)')
@@ -289,9 +293,6 @@ def points_text(measured, points):
 def last_lines(summary):
   """The measurement's last lines: the fixed batch, the growing batch, the noise scale."""
   unit = summary['unit']
-  # An open upper end is past the largest batch the run's fit has.
-  largest = max([int(b) for b in summary.get('run_updates') or {}]
-                or [summary['batches'][-1]])
   answer = summary['critical_batch']
   measured = [p for p in summary['points'] if p.get('measured', True)]
   if not measured:
@@ -308,8 +309,8 @@ def last_lines(summary):
     first = f'critical batch: no fit for the whole run ({describe_run(summary)})'
   else:
     first = (f'critical batch: {describe_batch(answer)} {unit} '
-             f'({describe_interval(summary["interval"], largest)}) for a fixed batch over the '
-             f'whole run, from {points_text(len(measured), len(summary["points"]))}')
+             f'({describe_interval(summary["interval"], run_largest(summary))}) for a fixed '
+             f'batch over the whole run, from {points_text(len(measured), len(summary["points"]))}')
   schedule = summary.get('schedule')
   if schedule is None:
     second = (f'growing batch: none proposed (no point measured a critical batch of '
