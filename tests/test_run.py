@@ -1,4 +1,9 @@
-"""End-to-end tests of run.py, run as a user runs it: in a subprocess."""
+"""End-to-end tests of run.py, as a user runs it: its whole command line.
+
+A run that goes to its end runs through ``run.main`` in this process
+(tests/in_process.py), with TensorFlow already imported; what needs a process
+of its own (a stop signal sent from outside, the allocator) starts a child.
+"""
 
 import os
 import random
@@ -12,6 +17,7 @@ import tensorflow as tf
 import yaml
 
 from framework.run import record
+from tests import in_process
 from tests.processes import Child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,12 +40,8 @@ def run_env(**extra):
 
 
 def run(*args, check=True):
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=ROOT,
-                          env=run_env(), capture_output=True, text=True, timeout=600)
-  if check and result.returncode != 0:
-    raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
-                         f'{result.stdout}\n{result.stderr}')
-  return result
+  """run.py ARGS to its end, in this process (tests/in_process.py): a ``CompletedProcess``."""
+  return in_process.run_py(*args, check=check)
 
 
 def start(*args):
