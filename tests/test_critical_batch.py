@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.processes import Child
+from tests import in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, 'run.py')
@@ -85,12 +86,9 @@ def env():
   return dict(clean, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT, OMP_NUM_THREADS='1')
 
 
-def run(*args, check=True, timeout=600):
-  result = subprocess.run([sys.executable, RUN, *map(str, args)], cwd=ROOT, env=env(),
-                          capture_output=True, text=True, timeout=timeout)
-  if check and result.returncode != 0:
-    raise AssertionError(f'run.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}')
-  return result
+def run(*args, check=True):
+  """``run.py ARGS`` in this process (tests/in_process.py): what a child would give."""
+  return in_process.run_py(*args, check=check)
 
 
 def command(config, logdir, *extra):

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from data import cmudict
+from tests import in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, 'run.py')
@@ -50,13 +51,8 @@ eval_params = {{'batch_size_per_gpu': 128}}
 
 
 def run(*args, stdin=None, check=True):
-  result = subprocess.run([sys.executable, RUN, *args], cwd=ROOT, input=stdin,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT),
-                          capture_output=True, text=True, timeout=600)
-  if check and result.returncode != 0:
-    raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
-                         f'{result.stdout}\n{result.stderr}')
-  return result
+  """``run.py ARGS`` in this process (tests/in_process.py): what a child would give."""
+  return in_process.run_py(*args, stdin=stdin, check=check)
 
 
 def dictionary():
@@ -236,10 +232,11 @@ def test_mixed_bfloat16_and_loss_scaling_train_a_sequence_config(tmp_path, dtype
 
 def two_worker_run(engine, *args):
   """run.py as a job of two workers on this machine, under ``engine``."""
-  if engine == 'multi_worker_mirrored':
-    return run(*args, '--num_workers', '2')
-  horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
-  cmd = [horovodrun, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, RUN, *args]
+  if engine == 'multi_worker_mirrored':  # run.py starts its workers as children of its own
+    cmd = [sys.executable, RUN, *args, '--num_workers', '2']
+  else:
+    horovodrun = os.path.join(os.path.dirname(sys.executable), 'horovodrun')
+    cmd = [horovodrun, '-np', '2', '--gloo', '-H', 'localhost:2', sys.executable, RUN, *args]
   result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=ROOT,
                                    OMP_NUM_THREADS='1'))
