@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -123,36 +124,15 @@ def tf_config_cases(tmp_path_factory):
   return _run_cases('multi_worker_mirrored', tmp_path_factory.mktemp('tf_config_cases'))
 
 
-# What the environment may hold that would make run.py a worker of some cluster.
-CLUSTER_VARIABLES = ('TF_CONFIG', 'HOROVOD_CYCLE_TIME', 'LARGEBATCH_NUM_WORKERS')
-
-
 @pytest.fixture
-def run_main(capsys, monkeypatch):
+def run_main(monkeypatch):
   """run.py's ``main()`` in this process: ``run_main(*args)`` gives a ``CompletedProcess``.
 
-  For the answers run.py gives before it builds anything (a refused resume, logdir
-  or config), where a child would add only its start-up: Python, the allocator's
-  re-exec and TensorFlow's import, seconds each time. What trains, and what needs
-  the real command line (signals, the exit of the process), stays in a child.
-  The environment is a single process's (no cluster variables), the working
-  directory the checkout, as the tests' children have them; an error that escaped
-  main() as a traceback fails the test with it.
+  tests/in_process.py's ``run_py``, in an environment without cluster variables
+  from the fixture's start, so that a test may set ``TF_CONFIG`` (by
+  ``monkeypatch``) for the command to answer. What needs a real process
+  (signals sent from outside, the exit of the process) stays in a child.
   """
-  import run as run_py  # pylint: disable=import-outside-toplevel
-  for name in list(os.environ):
-    if name in CLUSTER_VARIABLES or name.startswith('SLURM_'):
-      monkeypatch.delenv(name)
-  monkeypatch.chdir(ROOT)
-
-  def main(*args):
-    args = [str(a) for a in args]
-    capsys.readouterr()  # what came before is not this call's
-    try:
-      status = run_py.main(args)
-    except SystemExit as exc:
-      status = exc.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(['run.py', *args], status, out, err)
-
-  return main
+  from tests import in_process  # pylint: disable=import-outside-toplevel
+  in_process.drop_cluster_variables(monkeypatch)
+  return functools.partial(in_process.run_py, single_process=False)
