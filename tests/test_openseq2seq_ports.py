@@ -19,6 +19,8 @@ import sys
 import pytest
 import yaml
 
+from tests import in_process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, 'docs', 'openseq2seq.md')
 PORTS = os.path.join(ROOT, 'configs', 'openseq2seq')
@@ -51,11 +53,8 @@ PORT_IMPORTS = re.compile(r'(from (models|data)\.openseq2seq import \w+'
 
 
 def run(*args, cwd=ROOT, env=None, stdin=None):
-  environ = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', **(env or {}))
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=cwd,
-                          env=environ, capture_output=True, text=True, timeout=600, input=stdin)
-  assert result.returncode == 0, f'run.py {" ".join(args)}:\n{result.stdout}\n{result.stderr}'
-  return result
+  """``run.py ARGS`` in this process (tests/in_process.py), which must end with status 0."""
+  return in_process.run_py(*args, cwd=cwd, env=env, stdin=stdin, check=True)
 
 
 def recorded(logdir, mode=None):

@@ -10,13 +10,14 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+
+from tests import in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, 'docs', 'your_data.md')
@@ -34,14 +35,8 @@ def page_files():
 
 
 def run(cwd, *args, check=True, stdin=None):
-  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-  env['TF_CPP_MIN_LOG_LEVEL'] = '3'
-  result = subprocess.run([sys.executable, os.path.join(ROOT, 'run.py'), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, input=stdin)
-  if check and result.returncode != 0:
-    raise AssertionError(f'run.py {" ".join(args)} exited {result.returncode}:\n'
-                         f'{result.stdout}\n{result.stderr}')
-  return result
+  """``run.py ARGS`` from the user's directory ``cwd``, in this process (tests/in_process.py)."""
+  return in_process.run_py(*args, cwd=cwd, stdin=stdin, check=check)
 
 
 def image(label, rng, size=24):
