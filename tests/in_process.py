@@ -5,7 +5,9 @@ TensorFlow's import before its first step: about 6 s here, more than a short
 test training takes. :func:`run_py` runs the same command line through
 ``run.main`` in this process (TensorFlow already imported) and gives what a
 child would: a ``subprocess.CompletedProcess`` with the exit status and what
-was printed on stdout and stderr.
+was written on stdout and stderr, by Python and by TensorFlow's runtime
+(``tf.print``, its log) alike, read from the file descriptors as a child's
+pipes read them.
 
 What a command leaves behind in the process is put back after it: the
 environment, the working directory, the stop signals' handlers (``run.main``
@@ -17,11 +19,13 @@ the allocator, and variables that are read as the process starts.
 """
 
 import contextlib
+import ctypes
 import gc
 import io
 import os
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,6 +98,38 @@ def _stdin(text):
     sys.stdin = saved
 
 
+@contextlib.contextmanager
+def _output():
+  """stdout and stderr, Python's and the runtime's (``tf.print``, TensorFlow's own log,
+  written to file descriptors 1 and 2), each in order in a file, as a child's pipes get
+  them; yields ``[stdout, stderr]``, filled in as the block ends."""
+  files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+  streams = sys.stdout, sys.stderr
+  for stream in streams:
+    stream.flush()
+  saved = [os.dup(1), os.dup(2)]
+  texts = []
+  try:
+    for fd, file in zip((1, 2), files):
+      os.dup2(file.fileno(), fd)
+    sys.stdout, sys.stderr = (
+        io.TextIOWrapper(io.FileIO(fd, 'w', closefd=False), encoding='utf-8',
+                         errors='backslashreplace', write_through=True) for fd in (1, 2))
+    yield texts
+  finally:
+    for stream in (sys.stdout, sys.stderr):
+      stream.flush()
+    ctypes.CDLL(None).fflush(None)  # what C's stdio still holds
+    sys.stdout, sys.stderr = streams
+    for fd, copy in zip((1, 2), saved):
+      os.dup2(copy, fd)
+      os.close(copy)
+    for file in files:
+      file.seek(0)
+      texts.append(file.read().decode('utf-8', errors='backslashreplace'))
+      file.close()
+
+
 def run_py(*args, env=None, cwd=ROOT, stdin=None, check=False, single_process=True):
   """``run.py ARGS`` in this process; a ``CompletedProcess`` of its status and output.
 
@@ -112,12 +148,11 @@ def run_py(*args, env=None, cwd=ROOT, stdin=None, check=False, single_process=Tr
   """
   import run as run_module  # pylint: disable=import-outside-toplevel
   args = [str(a) for a in args]
-  out, err = io.StringIO(), io.StringIO()
   previous_cwd = os.getcwd()
   try:
     with _environment(env, single_process), _imports(), _stdin(stdin):
       os.chdir(cwd)
-      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      with _output() as output:
         try:
           status = run_module.main(args)
         except SystemExit as exc:
@@ -125,12 +160,13 @@ def run_py(*args, env=None, cwd=ROOT, stdin=None, check=False, single_process=Tr
   finally:
     os.chdir(previous_cwd)
     _reset_process_state()
+  out, err = output
   if status is None:
     status = 0
   elif not isinstance(status, int):  # sys.exit('message') prints it and exits 1
-    err.write(f'{status}\n')
+    err += f'{status}\n'
     status = 1
-  result = subprocess.CompletedProcess(['run.py', *args], status, out.getvalue(), err.getvalue())
+  result = subprocess.CompletedProcess(['run.py', *args], status, out, err)
   if check and status != 0:
     raise AssertionError(f'run.py {" ".join(args)} exited {status}:\n{result.stdout}\n'
                          f'{result.stderr}')
